@@ -1,0 +1,70 @@
+/* rad_model.h — one view of what an input holds, whatever its format (.rad, GGUF, a
+ * safetensors file, a Hugging Face folder, any of them inside an archive). Readers fill it;
+ * rad-info prints it; rad-convert reads tensors through it.
+ *
+ * Shapes are row-major in PyTorch order: shape[0] outermost, shape[rank-1] contiguous.
+ * (GGUF stores ne[] innermost-first; the GGUF reader reverses it.) */
+#ifndef RAD_MODEL_H
+#define RAD_MODEL_H
+
+#include "abi/rad_meta.h"
+#include "abi/rad_types.h"
+#include "rad_err.h"
+#include "rad_in.h"
+#include "rad_kv.h"
+
+#define RAD_MAX_PLANES 4
+
+typedef struct RadPlane {
+    char name[16];          /* "data" for a one-plane tensor; "codes", "scale", ... */
+    uint64_t offset;        /* bytes from the start of the source's data area */
+    uint64_t nbytes;        /* logical (uncompressed) bytes */
+    uint64_t stored_bytes;  /* bytes in the file (== nbytes unless compressed) */
+    uint32_t compression;   /* 0 none, 1 zstd (.rad only) */
+    uint64_t checksum;      /* XXH3-64 of the logical bytes (.rad only; 0 elsewhere) */
+    const uint8_t *data;    /* mapped stored bytes, or NULL (stream input) */
+} RadPlane;
+
+typedef struct RadTensor {
+    char *name;                   /* as stored in the source */
+    RadEnc enc;
+    uint32_t rank;
+    uint64_t shape[RAD_MAX_RANK]; /* row-major, shape[rank-1] innermost */
+    uint32_t n_planes;
+    RadPlane planes[RAD_MAX_PLANES];
+    int src;                      /* index into RadModelFile.ins (sharded safetensors) */
+} RadTensor;
+
+typedef struct RadModelFile {
+    char format[16];     /* "rad", "gguf", "safetensors", "hf" */
+    char path[256];      /* what was opened, for messages */
+    uint32_t version;    /* format version (GGUF 2/3, .rad major) */
+    uint64_t data_offset;/* start of the data area in ins[0] (single-file formats) */
+    uint32_t alignment;  /* data alignment (GGUF general.alignment, .rad header) */
+    RadKV meta;          /* "model.*" keys (docs/FORMAT.md) + free keys */
+    RadKV tok;           /* "tokenizer.*" keys; n == 0 when the input holds no tokenizer */
+    RadKV chat;          /* "chat.*" keys; n == 0 when none */
+    RadKV raw;           /* the source's own metadata, verbatim (GGUF kv, flattened config) */
+    RadTensor *tensors;  /* [n_tensors] */
+    uint64_t n_tensors;
+    RadIn *ins;          /* [n_ins] the sources tensors point into */
+    int n_ins;
+} RadModelFile;
+
+/* Opens any supported input by path ("-" reads stdin) and fills m. Detects the kind from
+ * magic bytes or, for a directory, from config.json / *.safetensors; archives by libarchive. */
+int rad_model_open(const char *path, RadModelFile *m, RadErr *e);
+void rad_model_free(RadModelFile *m);
+
+/* Fills the ABI struct from m->meta ("model.*" keys). Pointers stay owned by m. */
+int rad_model_meta(const RadModelFile *m, RadModelMeta *out, RadErr *e);
+
+/* Helpers shared by the readers. */
+int rad_model_add_tensor(RadModelFile *m, RadTensor *t, RadErr *e); /* takes t->name */
+const RadTensor *rad_model_find(const RadModelFile *m, const char *name);
+/* Element count and byte size of an encoded tensor with overflow checks; RAD_E_FORMAT when the
+ * innermost dim is not a whole number of blocks or the product overflows u64. */
+int rad_tensor_bytes(RadEnc enc, uint32_t rank, const uint64_t *shape, uint64_t *n_elems,
+                     uint64_t *n_bytes, const char *tname, RadErr *e);
+
+#endif
