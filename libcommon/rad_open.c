@@ -1,0 +1,120 @@
+/* rad_model_open: detects what a path holds and hands it to the right reader. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "gguf.h"
+#include "rad_container.h"
+#include "rad_model.h"
+#include "rad_src.h"
+#include "safetensors.h"
+
+/* stdin with the first bytes already read for detection, replayed before the rest. */
+typedef struct PeekFd {
+    uint8_t buf[16];
+    size_t n, pos;
+    int fd;
+} PeekFd;
+
+static long peek_read(void *user, void *dst, size_t n, RadErr *e) {
+    PeekFd *p = user;
+    if (p->pos < p->n) {
+        size_t k = p->n - p->pos < n ? p->n - p->pos : n;
+        memcpy(dst, p->buf + p->pos, k);
+        p->pos += k;
+        return (long)k;
+    }
+    for (;;) {
+        ssize_t r = read(p->fd, dst, n);
+        if (r >= 0) return (long)r;
+        if (errno != EINTR) {
+            rad_err_set(e, RAD_E_IO, "<stdin>: read failed: %s", strerror(errno));
+            return -1;
+        }
+    }
+}
+
+enum Kind { K_UNKNOWN, K_RAD, K_GGUF, K_SAFETENSORS };
+
+static enum Kind sniff(const uint8_t *b, size_t n) {
+    if (n >= 8 && memcmp(b, "RADIANCE", 8) == 0) return K_RAD;
+    if (n >= 4 && memcmp(b, "GGUF", 4) == 0) return K_GGUF;
+    if (n >= 9) { /* safetensors: u64 header length, then a JSON object */
+        uint64_t len = 0;
+        for (int i = 7; i >= 0; i--) len = len << 8 | b[i];
+        if (len >= 2 && len < ((uint64_t)1 << 40) && b[8] == '{') return K_SAFETENSORS;
+    }
+    return K_UNKNOWN;
+}
+
+static int load_kind(enum Kind k, RadIn *in, RadModelFile *m, RadErr *e) {
+    switch (k) {
+    case K_RAD: return rad_container_load(in, m, e);
+    case K_GGUF: return rad_gguf_load(in, m, e);
+    case K_SAFETENSORS: return rad_safetensors_load(in, m, e);
+    default: break;
+    }
+    rad_in_close(in);
+    return RAD_E_UNSUPPORTED;
+}
+
+static int open_stdin(RadModelFile *m, RadErr *e) {
+    PeekFd *p = calloc(1, sizeof *p);
+    if (!p) return rad_err_set(e, RAD_E_NOMEM, "<stdin>: out of memory");
+    p->fd = 0;
+    while (p->n < sizeof p->buf) {
+        ssize_t r = read(0, p->buf + p->n, sizeof p->buf - p->n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        p->n += (size_t)r;
+    }
+    enum Kind k = sniff(p->buf, p->n);
+    if (k == K_UNKNOWN) {
+        free(p);
+        return rad_err_set(e, RAD_E_UNSUPPORTED, "<stdin>: not a .rad, GGUF or safetensors stream (archives and folders must be given by path)");
+    }
+    RadIn in;
+    rad_in_init_fn(&in, peek_read, p, "<stdin>");
+    in.owned = p; /* freed by rad_in_close */
+    return load_kind(k, &in, m, e);
+}
+
+int rad_model_open(const char *path, RadModelFile *m, RadErr *e) {
+    memset(m, 0, sizeof *m);
+    int rc;
+    if (strcmp(path, "-") == 0) {
+        rc = open_stdin(m, e);
+    } else {
+        struct stat st;
+        if (stat(path, &st) != 0) return rad_err_set(e, RAD_E_IO, "%s: %s", path, strerror(errno));
+        if (S_ISDIR(st.st_mode)) {
+            RadSrc s;
+            rc = rad_src_open(&s, path, e);
+            if (rc) return rc;
+            rc = rad_src_load_model(&s, m, e);
+            rad_src_free(&s);
+        } else {
+            RadIn in;
+            rc = rad_in_open_file(&in, path, e);
+            if (rc) return rc;
+            enum Kind k = sniff(in.data, in.size < 16 ? in.size : 16);
+            if (k != K_UNKNOWN) {
+                rc = load_kind(k, &in, m, e);
+            } else {
+                rad_in_close(&in);
+                RadSrc s;
+                RadErr ae = {0};
+                rc = rad_src_open(&s, path, &ae);
+                if (rc == RAD_E_UNSUPPORTED)
+                    return rad_err_set(e, RAD_E_UNSUPPORTED, "%s: unknown format (not .rad, GGUF, safetensors or an archive)", path);
+                if (rc) return rad_err_set(e, rc, "%s", ae.msg);
+                rc = rad_src_load_model(&s, m, e);
+                rad_src_free(&s);
+            }
+        }
+    }
+    if (!m->path[0]) snprintf(m->path, sizeof m->path, "%s", strcmp(path, "-") ? path : "<stdin>");
+    return rc;
+}
