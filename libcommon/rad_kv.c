@@ -291,7 +291,7 @@ static int read_str(RadIn *in, RadStr *s, const char *what, const char *key, Rad
     if (rc) return rc;
     if (len > rad_in_remaining(in))
         return rad_err_set(e, RAD_E_FORMAT, "%s: %s '%s': length %" PRIu64 " exceeds the %" PRIu64
-                           " bytes left", in->name, what, key, len, rad_in_remaining(in));
+                           " bytes left (truncated or corrupt)", in->name, what, key, len, rad_in_remaining(in));
     s->len = len;
     return rad_in_read_alloc(in, len, &s->p, what, e);
 }
@@ -356,7 +356,7 @@ int rad_value_read(RadIn *in, RadValType t, RadValue *v, const char *key, int de
     if (rem == UINT64_MAX) rem = (uint64_t)1 << 32;
     if (n > rem / mb)
         return rad_err_set(e, RAD_E_FORMAT, "%s: metadata '%s': array of %" PRIu64
-                           " elements exceeds the bytes left", in->name, key, n);
+                           " elements exceeds the bytes left (truncated or corrupt)", in->name, key, n);
     v->type = RAD_VAL_ARRAY;
     v->arr_type = (RadValType)at;
     if (sz = rad_val_scalar_size((RadValType)at), sz) {
@@ -388,16 +388,11 @@ int rad_value_read(RadIn *in, RadValType t, RadValue *v, const char *key, int de
     }
     RadValue *a = calloc(n ? n : 1, sizeof *a);
     if (!(v->v.arr = a)) return rad_err_set(e, RAD_E_NOMEM, "%s: metadata '%s': out of memory", in->name, key);
+    /* an array of arrays: each element is an array value (its own element type and count) */
     for (uint64_t i = 0; i < n; i++) {
-        uint32_t et;
-        rc = rad_in_u32(in, &et, key, e);
-        if (!rc) rc = rad_value_read(in, (RadValType)et, &a[i], key, depth + 1, e);
+        rc = rad_value_read(in, RAD_VAL_ARRAY, &a[i], key, depth + 1, e);
         v->n = i + 1;
         if (rc) return rc;
-        if (a[i].type != RAD_VAL_ARRAY)
-            return rad_err_set(e, RAD_E_FORMAT, "%s: metadata '%s'[%" PRIu64
-                               "]: element of an array-of-arrays is a %s", in->name, key, i,
-                               rad_val_type_name(a[i].type));
     }
     return RAD_OK;
 }
@@ -405,7 +400,7 @@ int rad_value_read(RadIn *in, RadValType t, RadValue *v, const char *key, int de
 int rad_kv_read(RadIn *in, RadKV *kv, uint64_t count, RadErr *e) {
     uint64_t rem = rad_in_remaining(in);
     if (rem != UINT64_MAX && count > rem / 12)
-        return rad_err_set(e, RAD_E_FORMAT, "%s: metadata count %" PRIu64 " exceeds the bytes left",
+        return rad_err_set(e, RAD_E_FORMAT, "%s: metadata count %" PRIu64 " exceeds the bytes left (truncated or corrupt)",
                            in->name, count);
     if (rem == UINT64_MAX && count > (1u << 24))
         return rad_err_set(e, RAD_E_FORMAT, "%s: metadata count %" PRIu64 " is implausible",
@@ -492,11 +487,7 @@ static int write_value(RadBuf *b, const RadValue *v, RadErr *e) {
     if (es) return rad_buf_put(b, v->v.arr, es * v->n, e);
     for (uint64_t i = 0; i < v->n && !rc; i++) {
         if (v->arr_type == RAD_VAL_STRING) rc = put_str(b, &((const RadStr *)v->v.arr)[i], e);
-        else {
-            const RadValue *a = &((const RadValue *)v->v.arr)[i];
-            rc = put_u32(b, a->type, e);
-            if (!rc) rc = write_value(b, a, e);
-        }
+        else rc = write_value(b, &((const RadValue *)v->v.arr)[i], e);
     }
     return rc;
 }

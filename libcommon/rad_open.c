@@ -104,12 +104,11 @@ int rad_model_open(const char *path, RadModelFile *m, RadErr *e) {
                 rc = load_kind(k, &in, m, e);
             } else {
                 rad_in_close(&in);
-                RadSrc s;
-                RadErr ae = {0};
-                rc = rad_src_open(&s, path, &ae);
-                if (rc == RAD_E_UNSUPPORTED)
+                if (!rad_src_looks_like_archive(path))
                     return rad_err_set(e, RAD_E_UNSUPPORTED, "%s: unknown format (not .rad, GGUF, safetensors or an archive)", path);
-                if (rc) return rad_err_set(e, rc, "%s", ae.msg);
+                RadSrc s;
+                rc = rad_src_open(&s, path, e);
+                if (rc) return rc;
                 rc = rad_src_load_model(&s, m, e);
                 rad_src_free(&s);
             }
