@@ -55,8 +55,12 @@ $(B)/tests/run: $(TEST_SRC:%.c=$(B)/obj/%.o) $(B)/libcommon.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $(filter %.o,$^) $(B)/libcommon.a $(LDLIBS) -lcriterion
 
+# Criterion reports a test before its worker exits, so a leak found at exit would not fail it:
+# the log is searched for sanitizer reports too.
 test-unit: tools $(B)/tests/run model
-	RAD_BUILD=$(B) $(B)/tests/run --jobs 2
+	@RAD_BUILD=$(B) $(B)/tests/run --jobs 2 >$(B)/tests/log 2>&1; rc=$$?; cat $(B)/tests/log; \
+	 if grep -qE 'ERROR: (Leak|Address)Sanitizer|runtime error:' $(B)/tests/log; then \
+	   echo "test-unit: sanitizer reports above"; exit 1; fi; exit $$rc
 
 test-san:
 	$(MAKE) B=$(SAN_B) OPT="-O1 -g $(SAN)" LDFLAGS="$(SAN)" test-unit
