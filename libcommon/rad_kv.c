@@ -352,20 +352,22 @@ int rad_value_read(RadIn *in, RadValType t, RadValue *v, const char *key, int de
                            in->name, key, at);
     uint64_t mb = min_elem_bytes((RadValType)at);
     uint64_t rem = rad_in_remaining(in);
-    /* streams have no known length: cap elements so a hostile count cannot allocate unbounded */
-    if (rem == UINT64_MAX) rem = (uint64_t)1 << 32;
+    /* streams have no known length: cap elements, and grow the element arrays below as
+     * elements arrive, so a hostile count cannot allocate more than the bytes sent */
+    bool stream = rem == UINT64_MAX;
+    if (stream) rem = (uint64_t)1 << 32;
     if (n > rem / mb)
         return rad_err_set(e, RAD_E_FORMAT, "%s: metadata '%s': array of %" PRIu64
                            " elements exceeds the bytes left (truncated or corrupt)", in->name, key, n);
     v->type = RAD_VAL_ARRAY;
     v->arr_type = (RadValType)at;
     if (sz = rad_val_scalar_size((RadValType)at), sz) {
-        v->v.arr = malloc(n ? (size_t)(n * sz) : 1);
-        if (!v->v.arr) return rad_err_set(e, RAD_E_NOMEM, "%s: metadata '%s': out of memory", in->name, key);
         /* packed little-endian scalars, read as they are: hosts are little-endian (checked by
-         * a static assertion in rad_model.c) */
-        rc = rad_in_read(in, v->v.arr, (size_t)(n * sz), key, e);
+         * a static assertion in rad_model.c); rad_in_read_alloc grows on a stream */
+        char *buf = NULL;
+        rc = rad_in_read_alloc(in, n * sz, &buf, key, e);
         if (rc) return rc;  /* v->n stays 0: nothing to free inside */
+        v->v.arr = buf;
         v->n = n;
         if (at == RAD_VAL_BOOL) {
             const uint8_t *b = v->v.arr;
@@ -376,23 +378,30 @@ int rad_value_read(RadIn *in, RadValType t, RadValue *v, const char *key, int de
         }
         return RAD_OK;
     }
-    if (at == RAD_VAL_STRING) {
-        RadStr *a = calloc(n ? n : 1, sizeof *a);
-        if (!(v->v.arr = a)) return rad_err_set(e, RAD_E_NOMEM, "%s: metadata '%s': out of memory", in->name, key);
-        for (uint64_t i = 0; i < n; i++) {
-            rc = read_str(in, &a[i], "string", key, e);
+    size_t es = at == RAD_VAL_STRING ? sizeof(RadStr) : sizeof(RadValue);
+    uint64_t cap = stream && n > 1024 ? 1024 : n;
+    if (!(v->v.arr = calloc(cap ? cap : 1, es)))
+        return rad_err_set(e, RAD_E_NOMEM, "%s: metadata '%s': out of memory", in->name, key);
+    for (uint64_t i = 0; i < n; i++) {
+        if (i == cap) { /* stream: grow as elements arrive */
+            uint64_t nc = cap * 2 < n ? cap * 2 : n;
+            void *np = realloc(v->v.arr, nc * es);
+            if (!np) return rad_err_set(e, RAD_E_NOMEM, "%s: metadata '%s': out of memory", in->name, key);
+            memset((char *)np + cap * es, 0, (nc - cap) * es);
+            v->v.arr = np;
+            cap = nc;
+        }
+        if (at == RAD_VAL_STRING) {
+            rc = read_str(in, &((RadStr *)v->v.arr)[i], "string", key, e);
             if (rc) return rc;
             v->n = i + 1;
+        } else {
+            /* an array of arrays: each element is an array value (its own element type and
+             * count) */
+            rc = rad_value_read(in, RAD_VAL_ARRAY, &((RadValue *)v->v.arr)[i], key, depth + 1, e);
+            v->n = i + 1;
+            if (rc) return rc;
         }
-        return RAD_OK;
-    }
-    RadValue *a = calloc(n ? n : 1, sizeof *a);
-    if (!(v->v.arr = a)) return rad_err_set(e, RAD_E_NOMEM, "%s: metadata '%s': out of memory", in->name, key);
-    /* an array of arrays: each element is an array value (its own element type and count) */
-    for (uint64_t i = 0; i < n; i++) {
-        rc = rad_value_read(in, RAD_VAL_ARRAY, &a[i], key, depth + 1, e);
-        v->n = i + 1;
-        if (rc) return rc;
     }
     return RAD_OK;
 }
