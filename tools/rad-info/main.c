@@ -106,8 +106,9 @@ static void print_text(const RadModelFile *m, const Opts *o) {
     printf("file        %s\n", m->path);
     printf("format      %s", m->format);
     if (m->version) printf(" v%u", m->version);
-    if (m->alignment) printf(", alignment %u", m->alignment);
-    if (m->data_offset) printf(", data at byte %" PRIu64, m->data_offset);
+    if (m->alignment > 1) printf(", alignment %u", m->alignment);
+    if (m->n_ins == 1) printf(", data at byte %" PRIu64, m->data_offset);
+    else if (m->n_ins > 1) printf(", %d files", m->n_ins);
     printf("\n\nmodel\n");
     RadModelMeta mm;
     RadErr e = {0};
