@@ -1,8 +1,8 @@
 {
   description = "Radiance: an LLM inference engine and its toolchain (C11, CUDA C kernels)";
 
-  # Pinned: a release tag of nixpkgs; `nix flake lock` records its hash in flake.lock.
-  inputs.nixpkgs.url = "github:NixOS/nixpkgs/24.05";
+  # Pinned to one nixpkgs commit (nixos-24.05, May 2024); flake.lock holds its hash.
+  inputs.nixpkgs.url = "github:NixOS/nixpkgs/57d6973abba7ea108bac64ae7629e7431e0199b6";
 
   outputs = { self, nixpkgs }:
     let
