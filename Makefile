@@ -36,7 +36,26 @@ setup:
 .PHONY: setup all tools test test-unit test-san walls flake-check fuzz fuzz-smoke model run clean install
 all: tools
 
-tools: $(TOOLS:%=$(B)/%)
+tools: $(TOOLS:%=$(B)/%) plugins
+
+# --- plugins: built against abi/ only, linked against nothing of ours ------------------------
+# One source may build several plugins (a family at two weight formats): arch/<family>/<family>.c
+# is compiled once per (name, defines) pair below.
+PLUGIN_CFLAGS = $(CSTD) $(WARN) $(OPT) -I. -fPIC -shared -fvisibility=hidden
+ARCH_SO = $(if $(wildcard arch/llama/llama.c),$(B)/plugins/arch_llama.so $(B)/plugins/arch_llama_ggml.so)
+KERN_SO =
+TEST_SO = $(patsubst tests/plugins/%.c,$(B)/test-plugins/%.so,$(wildcard tests/plugins/*.c))
+ARCH_HDR = $(wildcard abi/*.h arch/*.h arch/common/*.h)
+plugins: $(ARCH_SO) $(KERN_SO)
+$(B)/plugins/arch_llama.so: arch/llama/llama.c $(ARCH_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(PLUGIN_CFLAGS) -DRAD_PLUGIN_NAME='"llama"' -DRAD_LLAMA_QUANTISED=0 -o $@ $<
+$(B)/plugins/arch_llama_ggml.so: arch/llama/llama.c $(ARCH_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(PLUGIN_CFLAGS) -DRAD_PLUGIN_NAME='"llama_ggml"' -DRAD_LLAMA_QUANTISED=1 -o $@ $<
+$(B)/test-plugins/%.so: tests/plugins/%.c $(ARCH_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(PLUGIN_CFLAGS) -o $@ $<
 
 # --- libcommon ---------------------------------------------------------------------------
 $(B)/obj/%.o: %.c $(LIB_HDR)
@@ -57,7 +76,7 @@ $(B)/tests/run: $(TEST_SRC:%.c=$(B)/obj/%.o) $(B)/libcommon.a
 
 # Criterion reports a test before its worker exits, so a leak found at exit would not fail it:
 # the log is searched for sanitizer reports too.
-test-unit: tools $(B)/tests/run model
+test-unit: tools $(TEST_SO) $(B)/tests/run model
 	@RAD_BUILD=$(B) $(B)/tests/run --jobs 2 >$(B)/tests/log 2>&1; rc=$$?; cat $(B)/tests/log; \
 	 if grep -qE 'ERROR: (Leak|Address)Sanitizer|runtime error:' $(B)/tests/log; then \
 	   echo "test-unit: sanitizer reports above"; exit 1; fi; exit $$rc

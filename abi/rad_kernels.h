@@ -1,0 +1,116 @@
+/* rad_kernels.h — the kernel-library ABI (docs/PLUGINS.md).
+ *
+ * A kernel library is a .so exporting rad_plugin_info (kind RAD_PLUGIN_KERNELS) and
+ * rad_kernels(), which returns a table of kernels. Each kernel implements one op of the
+ * vocabulary (docs/OPS.md) under one named variant, says which weight encodings its layout
+ * accepts, over which extent of the op's ranged parameter it is valid, what it requires of
+ * the deployment (the KV block size), how much workspace it needs, and how exact it is.
+ * The core's selector picks, per declared op and bucket, one kernel among all libraries
+ * loaded (rad-tune's table first, else the library order given, else the first that fits).
+ *
+ * Like rad_arch.h this header is all a library sees; it grows only at struct ends. */
+#ifndef RAD_KERNELS_H
+#define RAD_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rad_arch.h"
+#include "rad_plugin.h"
+#include "rad_types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RAD_ENC_BIT(e) ((uint64_t)1 << (unsigned)(e))
+#define RAD_ENC_PLAIN_FLOATS (RAD_ENC_BIT(RAD_ENC_F32) | RAD_ENC_BIT(RAD_ENC_F16) | RAD_ENC_BIT(RAD_ENC_BF16))
+#define RAD_ENC_GGML_BLOCKS (RAD_ENC_BIT(RAD_ENC_Q8_0) | RAD_ENC_BIT(RAD_ENC_Q4_0) | RAD_ENC_BIT(RAD_ENC_Q4_1) | \
+    RAD_ENC_BIT(RAD_ENC_Q5_0) | RAD_ENC_BIT(RAD_ENC_Q5_1) | RAD_ENC_BIT(RAD_ENC_Q4_K) |                     \
+    RAD_ENC_BIT(RAD_ENC_Q5_K) | RAD_ENC_BIT(RAD_ENC_Q6_K))
+
+typedef enum RadDevice { RAD_DEVICE_CPU = 0, RAD_DEVICE_CUDA = 1 } RadDevice;
+
+/* How a kernel's result relates to the op's reference definition in docs/OPS.md. */
+typedef enum RadExactness {
+    RAD_EXACT_BITWISE = 0,  /* bit-identical to the reference, whatever the batch */
+    RAD_EXACT_TOLERANCE = 1 /* within `tolerance` (max |a-b| / (max|ref| + 1e-6), per output row) */
+} RadExactness;
+
+/* One operand as a kernel sees it. Buffers are row-major with a row stride in elements. */
+typedef struct RadKArg {
+    void *data;             /* first row (device memory for a device library) */
+    RadDType dtype;         /* element type; a weight's encoding for weight operands */
+    uint64_t rows, cols;    /* extent (cols in elements) */
+    uint64_t row_stride;    /* elements between rows (weights: bytes of one encoded row / block) */
+    const void *planes[4];  /* multi-plane weights: codes, scale, ... */
+} RadKArg;
+
+typedef struct RadKernelArgs {
+    uint32_t struct_size;
+    const RadParam *params;     /* the op's declared parameters, the ranged one set to n */
+    uint32_t n_params;
+    int64_t n;                  /* the ranged extent of this call (rows); never 0 */
+    const RadKArg *args;        /* operands in docs/OPS.md order: weights first, then buffers */
+    uint32_t n_args;
+    const struct RadBatch *batch; /* the step (attention, rope, gathers read it) */
+    const RadKvState *kv;       /* attention: the layer's KV state */
+    void *workspace;            /* workspace(params) bytes, aligned to 256 */
+    void *lib_state;            /* what init returned */
+    uint32_t n_threads;         /* CPU libraries: threads to use */
+    uint32_t deterministic;     /* batch-invariant reduction order required */
+} RadKernelArgs;
+
+typedef struct RadKernel {
+    uint32_t struct_size;
+    const char *op;             /* the vocabulary name: "gemm_nt", "rmsnorm", ... */
+    const char *variant;        /* "generic", "avx2", "tile128": tuning chooses among variants */
+    uint64_t weight_encs;       /* RAD_ENC_BIT set the layout accepts for the weight operand(s) (0: no weights) */
+    RadDType act_dtype;         /* activation element type taken and produced */
+    int64_t n_min, n_max;       /* the ranged extent this kernel serves (n_max 0: no limit) */
+    uint32_t kv_block_size;     /* attention: the KV block size it requires (0: none) */
+    RadExactness exactness;
+    double tolerance;           /* RAD_EXACT_TOLERANCE: the bound it guarantees */
+    uint32_t batch_invariant;   /* 1: results do not depend on other rows in the call */
+    size_t (*workspace)(const RadParam *params, uint32_t n_params, int64_t n_max);
+    int (*run)(const RadKernelArgs *a); /* RAD_OK or a RadStatus; never partial output on error */
+} RadKernel;
+
+typedef struct RadKernelLibConfig {
+    uint32_t struct_size;
+    uint32_t n_threads;         /* CPU: 0 = all cores */
+    int device_index;           /* CUDA: which device */
+    uint32_t rank, world_size;  /* collectives */
+    const void *comm;           /* an NCCL unique id for collectives, or NULL */
+} RadKernelLibConfig;
+
+typedef struct RadKernelLib {
+    uint32_t struct_size;
+    RadDevice device;
+    const RadKernel *kernels;   /* [n_kernels] */
+    uint32_t n_kernels;
+    int (*init)(const RadKernelLibConfig *cfg, void **state); /* may be NULL */
+    void (*fini)(void *state);                                /* may be NULL */
+    /* device memory: NULL for CPU libraries (the core uses host memory) */
+    void *(*alloc)(void *state, size_t bytes);
+    void (*free)(void *state, void *p);
+    int (*copy)(void *state, void *dst, const void *src, size_t bytes, int to_device);
+    int (*sync)(void *state);
+} RadKernelLib;
+
+/* The export. */
+typedef const RadKernelLib *(*rad_kernels_fn)(void);
+
+#define RAD_KERNEL_LIB(LIB, NAME, VERSION, DESC)                                                \
+    RAD_EXPORT const RadKernelLib *rad_kernels(void) { return &(LIB); }                         \
+    RAD_EXPORT const RadPluginInfo *rad_plugin_info(void) {                                      \
+        static const RadPluginInfo info = {sizeof(RadPluginInfo), RAD_PLUGIN_KERNELS,             \
+                                           RAD_ABI_MAJOR, RAD_ABI_MINOR, NAME, VERSION, DESC};    \
+        return &info;                                                                            \
+    }
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
