@@ -1,0 +1,112 @@
+/* rad_builder.h — runs a plugin's rad_arch_declare the way the core does and records what it
+ * declared: the graph (weights, name map, buffers, KV groups, ops with their reads/writes), the
+ * op resolution against the kernel libraries, and the buffer plan (one arena, sized once). */
+#ifndef RAD_BUILDER_H
+#define RAD_BUILDER_H
+
+#include "abi/rad_arch.h"
+#include "abi/rad_kernels.h"
+#include "rad_err.h"
+#include "rad_plugins.h"
+
+typedef struct RadGWeight {
+    char *name;
+    RadWeightDecl d;      /* as declared; d.row_parts/source/planes point into owned copies */
+    RadEnc enc;           /* stored encoding (RAD_ENC_COUNT: absent) */
+} RadGWeight;
+
+typedef struct RadGMap {
+    RadNameMap m;         /* m.dst and m.src point into owned copies */
+    int n_src;
+} RadGMap;
+
+typedef struct RadGBuf {
+    char *name;
+    RadBufDecl d;
+    uint64_t bytes;       /* at the step bounds */
+    int first, last;      /* op indices of first and last use (-1: never used) */
+    int concurrent;       /* touched from lane 1 */
+    int undeclared_use;   /* used by no op's reads/writes: live for the whole program */
+    uint64_t offset;      /* in the arena (RAD_BUF_TRANSIENT), or in the persist region */
+} RadGBuf;
+
+typedef struct RadGKv {
+    char *name;
+    RadKvDecl d;
+    uint32_t block_size;  /* from the resolved attention kernel */
+    int zero, replicated, dense_read;
+} RadGKv;
+
+typedef struct RadGOp {
+    char *op;
+    RadParam *params;     /* names owned */
+    uint32_t n_params;
+    rad_weight *w;
+    uint32_t n_w;
+    rad_buf *reads, *writes;
+    uint32_t n_reads, n_writes;
+    int lane1;            /* declared inside the lane-1 window */
+    const RadKernel *kernel;   /* the kernel chosen (NULL: unresolved) */
+    const char *kernel_lib;    /* its library's name */
+    const char *why;           /* a short reason for the choice */
+} RadGOp;
+
+/* The stored encoding and shape of a declared weight, as the container (or, at convert time,
+ * the plan from the name map) holds it: RAD_ENC_COUNT when absent. `maps` are the name-map
+ * entries declared so far. */
+typedef RadEnc (*RadWeightLookup)(void *user, const char *name, const RadWeightDecl *d, const RadGMap *maps,
+                                  int n_maps, uint32_t *rank, uint64_t *shape);
+
+typedef struct RadGraph {
+    RadBuilder head;          /* what the plugin sees: struct_size + api; must stay first */
+    RadWeightLookup lookup;
+    void *lookup_user;
+    const RadPluginSet *libs; /* kernel libraries to resolve against (may be NULL) */
+    const RadBuildCtx *ctx;
+    RadGWeight *w; int n_w;
+    RadGMap *maps; int n_maps;
+    RadGBuf *bufs; int n_bufs;
+    RadGKv *kvs; int n_kvs;
+    RadGOp *ops; int n_ops;
+    int *layer_kv; int n_layer_kv; /* [layer] -> kv group */
+    char **notes; int n_notes;
+    rad_buf logits, pooled;
+    int scores;
+    RadDrafterDecl drafter; int has_drafter, drafter_shared_kv, drafter_tree, drafter_short_block;
+    int n_encoders, n_generators;
+    int lane1_open, lane1_begin, lane1_end; /* op index range of the lane-1 window (-1: none) */
+    int failed;                   /* a builder call was refused: msg says why */
+    char msg[512];
+    uint64_t arena_bytes;         /* transient buffers, after planning */
+    uint64_t persist_bytes;       /* persistent + derived buffers */
+    uint64_t naive_bytes;         /* transient buffers with no sharing, for comparison */
+} RadGraph;
+
+/* Runs plugin->declare against meta and ctx and records the graph. Weight encodings come from
+ * lookup. Fails with the plugin's or the builder's one-line reason. */
+int rad_graph_declare(RadGraph *g, const RadPlugin *plugin, const RadModelMeta *meta, const RadBuildCtx *ctx,
+                      const RadPluginSet *libs, RadWeightLookup lookup, void *lookup_user, RadErr *e);
+void rad_graph_free(RadGraph *g);
+
+/* The declare-time check: every present weight's encoding is accepted by some kernel (for the
+ * ops that take it) in the loaded libraries. Names the weight, encoding and op. */
+int rad_graph_check_encodings(const RadGraph *g, RadErr *e);
+
+/* Liveness from reads/writes, then one arena: transient buffers whose live op ranges overlap
+ * never share bytes; buffers touched on lane 1 stay live across the whole lane-1 window. */
+int rad_graph_plan(RadGraph *g, RadErr *e);
+
+/* The declared graph as text, one line per item, stable across runs (tests pin it). */
+void rad_graph_dump(const RadGraph *g, FILE *f);
+
+/* Lookup helpers. */
+int rad_graph_weight(const RadGraph *g, const char *name);
+const RadGMap *rad_graph_map_for(const RadGraph *g, const char *dst, int nth);
+/* Fills a RadModelMeta's kv table from a RadKV (every key except model.*), as text. Returns
+ * storage to free with rad_meta_kv_free. */
+struct RadKV;
+int rad_meta_kv_fill(RadModelMeta *m, const struct RadKV *meta, const struct RadKV *chat, char ***keys,
+                     char ***vals, RadErr *e);
+void rad_meta_kv_free(RadModelMeta *m, char **keys, char **vals);
+
+#endif
