@@ -11,7 +11,7 @@ OPT     ?= -O2 -g
 PKGS     = libarchive libzstd jansson libxxhash
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
-CFLAGS  += $(CSTD) $(WARN) $(OPT) -I. -fPIC $(PKG_CFLAGS)
+CFLAGS  += $(CSTD) $(WARN) $(OPT) -I. -fPIC $(PKG_CFLAGS) -DRAD_PREFIX='"$(PREFIX)"'
 LDLIBS  += $(PKG_LIBS) -lm -lpthread -ldl
 SAN      = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
@@ -121,10 +121,18 @@ $(MODEL_FILE):
 run: tools model
 	$(B)/rad-info $(MODEL_FILE)
 
+# Installs the tools, the plugins, and the ABI headers with a pkg-config file, so a third party
+# builds a plugin out of tree: cc $$(pkg-config --cflags radiance) -fPIC -shared -o p.so p.c
 install: tools
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include/radiance/abi
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/radiance/plugins \
+	  $(DESTDIR)$(PREFIX)/include/radiance/abi $(DESTDIR)$(PREFIX)/include/radiance/arch/common \
+	  $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 755 $(TOOLS:%=$(B)/%) $(DESTDIR)$(PREFIX)/bin
+	$(if $(strip $(ARCH_SO) $(KERN_SO)),install -m 755 $(ARCH_SO) $(KERN_SO) $(DESTDIR)$(PREFIX)/lib/radiance/plugins)
 	install -m 644 abi/*.h $(DESTDIR)$(PREFIX)/include/radiance/abi
+	install -m 644 arch/rad_arch.h $(DESTDIR)$(PREFIX)/include/radiance/arch
+	$(if $(wildcard arch/common/*.h),install -m 644 $(wildcard arch/common/*.h) $(DESTDIR)$(PREFIX)/include/radiance/arch/common)
+	sed 's|@PREFIX@|$(PREFIX)|g' packaging/radiance.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/radiance.pc
 
 clean:
 	rm -rf $(B) $(SAN_B)

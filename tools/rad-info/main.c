@@ -9,14 +9,18 @@
 
 #include "libcommon/rad_container.h"
 #include "libcommon/rad_model.h"
+#include "libcommon/rad_plugins.h"
 
 typedef struct Opts {
-    int json, tensors, check, raw, verbose;
+    int json, tensors, check, raw, verbose, plugins;
+    const char *plugin_dirs[16];
+    int n_plugin_dirs;
 } Opts;
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: rad-info [options] FILE|-\n"
+            "       rad-info --plugins [--plugin-dir DIR] [--json]\n"
             "  FILE is a .rad container, a GGUF or safetensors file, a Hugging Face folder,\n"
             "  or a .tar/.tar.gz/.tar.zst/.zip holding one; - reads a .rad/GGUF/safetensors stream from stdin\n"
             "  --tensors   list every tensor (name, encoding, shape, bytes, offset)\n"
@@ -24,6 +28,8 @@ static void usage(FILE *f) {
             "  --json      one JSON object on stdout (stable keys, for jq)\n"
             "  --check     verify every checksum of a .rad container; exit 1 on a mismatch\n"
             "  -v          with --check, one line per plane\n"
+            "  --plugins   list the installed plugins: name, kind, id, quant, version, ABI, path\n"
+            "  --plugin-dir DIR  look for plugins in DIR first (repeatable)\n"
             "  -h, --help  this text\n");
 }
 
@@ -317,6 +323,60 @@ static json_t *json_model(const RadModelFile *m, const Opts *o) {
     return r;
 }
 
+/* ---- plugins ---------------------------------------------------------------------------- */
+
+static int list_plugins(const Opts *o) {
+    char **dirs = NULL;
+    int n_dirs = rad_plugin_dirs(o->plugin_dirs, o->n_plugin_dirs, &dirs);
+    RadPluginSet s = {0};
+    RadErr e = {0};
+    int rc = rad_plugins_load(&s, dirs, n_dirs, &e);
+    if (rc) {
+        fprintf(stderr, "rad-info: %s\n", e.msg);
+    } else if (o->json) {
+        json_t *a = json_array(), *d = json_array();
+        for (int i = 0; i < n_dirs; i++) json_array_append_new(d, json_string(dirs[i]));
+        for (int i = 0; i < s.n; i++) {
+            const RadPlugin *p = &s.p[i];
+            json_t *x = json_pack("{s:s, s:s, s:s, s:s, s:s}", "name", p->info->name, "kind",
+                                  p->info->kind == RAD_PLUGIN_ARCH ? "arch" : "kernels", "version", p->info->version ? p->info->version : "",
+                                  "description", p->info->description ? p->info->description : "", "path", p->path);
+            char abi[32];
+            snprintf(abi, sizeof abi, "%u.%u", p->info->abi_major, p->info->abi_minor);
+            json_object_set_new(x, "abi", json_string(abi));
+            if (p->info->kind == RAD_PLUGIN_ARCH) {
+                json_object_set_new(x, "arch_id", json_string(p->arch_id));
+                json_object_set_new(x, "quant", json_string(p->quant));
+                json_object_set_new(x, "serves_imports", json_boolean(p->serves_imports));
+            } else {
+                json_object_set_new(x, "kernels", json_integer(p->lib->n_kernels));
+            }
+            json_array_append_new(a, x);
+        }
+        json_t *r = json_pack("{s:o, s:o}", "search_path", d, "plugins", a);
+        json_dumpf(r, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        putchar('\n');
+        json_decref(r);
+    } else {
+        printf("search path:");
+        for (int i = 0; i < n_dirs; i++) printf(" %s", dirs[i]);
+        printf("\n\n%-16s %-8s %-10s %-8s %-9s %-5s %s\n", "name", "kind", "id", "quant", "version", "abi", "path");
+        for (int i = 0; i < s.n; i++) {
+            const RadPlugin *p = &s.p[i];
+            char quant[64];
+            snprintf(quant, sizeof quant, "\"%s\"%s", p->quant ? p->quant : "", p->serves_imports ? "+imp" : "");
+            printf("%-16s %-8s %-10s %-8s %-9s %u.%-3u %s\n", p->info->name,
+                   p->info->kind == RAD_PLUGIN_ARCH ? "arch" : "kernels", p->arch_id ? p->arch_id : "-",
+                   p->info->kind == RAD_PLUGIN_ARCH ? quant : "-", p->info->version ? p->info->version : "?",
+                   p->info->abi_major, p->info->abi_minor, p->path);
+        }
+        if (!s.n) printf("(no plugins found)\n");
+    }
+    rad_plugins_free(&s);
+    rad_plugin_dirs_free(dirs, n_dirs);
+    return rc ? 1 : 0;
+}
+
 /* ---- main ------------------------------------------------------------------------------ */
 
 typedef struct CheckCtx {
@@ -335,7 +395,8 @@ int main(int argc, char **argv) {
     Opts o = {0};
     static const struct option lo[] = {
         {"json", no_argument, 0, 'j'}, {"tensors", no_argument, 0, 't'}, {"check", no_argument, 0, 'c'},
-        {"raw", no_argument, 0, 'r'},  {"help", no_argument, 0, 'h'},    {0, 0, 0, 0}};
+        {"raw", no_argument, 0, 'r'},  {"help", no_argument, 0, 'h'},    {"plugins", no_argument, 0, 'P'},
+        {"plugin-dir", required_argument, 0, 'D'}, {0, 0, 0, 0}};
     int c;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "hv", lo, NULL)) != -1) {
@@ -345,12 +406,18 @@ int main(int argc, char **argv) {
         case 'c': o.check = 1; break;
         case 'r': o.raw = 1; break;
         case 'v': o.verbose = 1; break;
+        case 'P': o.plugins = 1; break;
+        case 'D':
+            if (o.n_plugin_dirs == 16) return fprintf(stderr, "rad-info: too many --plugin-dir\n"), 2;
+            o.plugin_dirs[o.n_plugin_dirs++] = optarg;
+            break;
         case 'h': usage(stdout); return 0;
         default:
             fprintf(stderr, "rad-info: unknown option '%s' (see rad-info --help)\n", argv[optind - 1]);
             return 2;
         }
     }
+    if (o.plugins && optind == argc) return list_plugins(&o);
     if (optind != argc - 1) {
         fprintf(stderr, "rad-info: expected exactly one FILE (or -); see rad-info --help\n");
         return 2;
