@@ -287,7 +287,13 @@ typedef struct RadChatFormat {
     const char *const *stop;       /* NULL-terminated strings that end a turn */
     const char *reasoning_start, *reasoning_end; /* to reasoning_content, or NULL */
     const char *tool_call_start, *tool_call_end;
+    uint32_t flags;                /* RAD_CHAT_* */
 } RadChatFormat;
+
+enum {
+    RAD_CHAT_SYSTEM_IN_FIRST_USER = 1u << 0, /* Llama 2: <<SYS>> sits inside the first [INST] */
+    RAD_CHAT_NO_AUTO_BOS = 1u << 1,          /* `bos` text is the BOS: the core adds no BOS token */
+};
 
 typedef struct RadAudioFormat {
     uint32_t struct_size;
@@ -372,6 +378,9 @@ typedef struct RadBuilderApi {
     int (*declare_generator)(RadBuilder *, const RadGeneratorDecl *);
     void (*note)(RadBuilder *, const char *line);
     int (*fail)(RadBuilder *, const char *what);             /* declare-time refusal, named */
+    /* appended in ABI 1.0 before release: the plugin's per-declare model state, handed back
+     * to step as RadCtx::model (two models of one family in a process stay apart) */
+    int (*set_model)(RadBuilder *, void *model);
 } RadBuilderApi;
 
 struct RadBuilder {
@@ -390,9 +399,12 @@ typedef struct RadCtxApi {
 struct RadCtx {
     uint32_t struct_size;
     const RadCtxApi *api;
+    void *model;        /* what the plugin's declare passed to rad_builder_set_model */
 };
 
-/* ---- builder calls (the spec's names) ------------------------------------------------------ */
+/* ---- builder calls (the spec's names) ------------------------------------------------------
+ * The core copies every string and array a call is given before it returns: names built in a
+ * stack buffer are fine. */
 
 static inline rad_weight rad_decl_weight(RadBuilder *b, const char *name, const RadWeightDecl *d) {
     return b->api->decl_weight(b, name, d, sizeof *d);
@@ -440,6 +452,8 @@ static inline int rad_declare_generator(RadBuilder *b, const RadGeneratorDecl *d
 static inline int rad_declare_audio_generator(RadBuilder *b, RadGeneratorDecl d) { d.modality = "audio"; return b->api->declare_generator(b, &d); }
 static inline int rad_declare_video_generator(RadBuilder *b, RadGeneratorDecl d) { d.modality = "video"; return b->api->declare_generator(b, &d); }
 static inline int rad_declare_fail(RadBuilder *b, const char *what) { return b->api->fail(b, what); }
+static inline int rad_builder_set_model(RadBuilder *b, void *model) { return b->api->set_model(b, model); }
+static inline void *rad_ctx_model(const RadCtx *c) { return c->model; }
 
 /* rad_note: a line explaining the declared shape (shown by --debug-graph and --plan-only -v). */
 #if defined(__GNUC__)

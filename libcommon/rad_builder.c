@@ -433,11 +433,17 @@ static int b_fail(RadBuilder *b, const char *what) {
     return RAD_E_ARG;
 }
 
+static int b_set_model(RadBuilder *b, void *model) {
+    G(b)->model = model;
+    return RAD_OK;
+}
+
 static const RadBuilderApi API = {
     sizeof(RadBuilderApi), b_decl_weight, b_decl_name_map, b_weight_encoding, b_weight_shard_span,
     b_decl_buffer, b_decl_kv_group, b_kv_block_size, b_bind_layer_kv, b_kv_refine, b_decl_op,
     b_op_access, b_op_resolved, b_op_declared, b_buf_concurrent, b_lane1_window, b_declare_output,
     b_declare_drafter, b_drafter_refine, b_declare_encoder, b_declare_generator, b_note, b_fail,
+    b_set_model,
 };
 
 /* ---- driving a declare ---------------------------------------------------------------------- */

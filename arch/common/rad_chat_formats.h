@@ -1,0 +1,118 @@
+/* rad_chat_formats.h — chat formats as data (RadChatFormat), header-only, and the choice of
+ * one from a model's metadata. Families share them: ChatML (SmolLM2, Qwen), Llama 3 headers,
+ * Llama 2 [INST], Zephyr (TinyLlama-Chat).
+ *
+ * Choice (rad_chat_format_pick): the kv table's "chat.kind" when it names a known kind; else
+ * the markup found in "chat.template"; else the special tokens the tokenizer keys and
+ * "chat.bos"/"chat.eos" carry; else the caller's fallback (Llama: Llama 2 at a 32000 vocab). */
+#ifndef RAD_CHAT_FORMATS_H
+#define RAD_CHAT_FORMATS_H
+
+#include <arch/rad_arch.h>
+
+/* The kv table's value of `key`, or NULL (fields beyond meta->struct_size read as absent). */
+static inline const char *rad_chat_meta_get(const RadModelMeta *m, const char *key) { return rad_meta_find(m, key); }
+
+static const char *const rad_chat_stop_chatml[] = {"<|im_end|>", "<|endoftext|>", NULL};
+static const char *const rad_chat_stop_llama3[] = {"<|eot_id|>", "<|end_of_text|>", "<|eom_id|>", NULL};
+static const char *const rad_chat_stop_eos_s[] = {"</s>", NULL};
+
+/* ChatML, as SmolLM2's template writes it: "<|im_start|>role\ncontent<|im_end|>\n"; the
+ * generation prompt is "<|im_start|>assistant\n". No BOS. */
+#define RAD_CHAT_CHATML_FIELDS                                                                     \
+    .struct_size = sizeof(RadChatFormat), .kind = "chatml", .bos = "",                            \
+    .system_start = "<|im_start|>system\n", .system_end = "<|im_end|>\n",                         \
+    .user_start = "<|im_start|>user\n", .user_end = "<|im_end|>\n",                               \
+    .assistant_start = "<|im_start|>assistant\n", .assistant_end = "<|im_end|>\n",                \
+    .stop = rad_chat_stop_chatml
+static const RadChatFormat rad_chat_chatml = {RAD_CHAT_CHATML_FIELDS, .default_system = NULL};
+/* SmolLM2's template adds this system turn when a chat opens without one. */
+static const RadChatFormat rad_chat_chatml_smollm = {
+    RAD_CHAT_CHATML_FIELDS,
+    .default_system = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"};
+
+/* Llama 3 headers. The BOS is in the template; every turn ends with <|eot_id|>. */
+#define RAD_CHAT_LLAMA3_FIELDS                                                                          \
+    .struct_size = sizeof(RadChatFormat), .kind = "llama3", .bos = "<|begin_of_text|>",                \
+    .system_start = "<|start_header_id|>system<|end_header_id|>\n\n", .system_end = "<|eot_id|>",      \
+    .user_start = "<|start_header_id|>user<|end_header_id|>\n\n", .user_end = "<|eot_id|>",            \
+    .assistant_start = "<|start_header_id|>assistant<|end_header_id|>\n\n", .assistant_end = "<|eot_id|>", \
+    .stop = rad_chat_stop_llama3
+static const RadChatFormat rad_chat_llama3 = {RAD_CHAT_LLAMA3_FIELDS, .default_system = NULL};
+/* Llama 3.1+ templates always open with a system turn carrying the knowledge-cutoff lines (the
+ * template's default date); a chat with its own system message loses them (no field says
+ * "prefix the system text"). */
+static const RadChatFormat rad_chat_llama31 = {
+    RAD_CHAT_LLAMA3_FIELDS,
+    .default_system = "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n"};
+
+/* Llama 2 chat: "<s>[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST] {answer} </s><s>[INST] ...".
+ * The template puts the system block inside the first user turn, after "[INST] "; a renderer
+ * that writes system_start..system_end before user_start gets "<<SYS>>" ahead of "[INST]", so
+ * the format says RAD_CHAT_SYSTEM_IN_FIRST_USER; its `bos` text is the BOS token. */
+static const RadChatFormat rad_chat_llama2 = {
+    .struct_size = sizeof(RadChatFormat), .kind = "llama2", .bos = "<s>",
+    .system_start = "<<SYS>>\n", .system_end = "\n<</SYS>>\n\n",
+    .user_start = "[INST] ", .user_end = " [/INST]",
+    .assistant_start = "", .assistant_end = " </s><s>",
+    .default_system = NULL, .stop = rad_chat_stop_eos_s,
+    .flags = RAD_CHAT_SYSTEM_IN_FIRST_USER | RAD_CHAT_NO_AUTO_BOS,
+};
+
+/* Zephyr, as TinyLlama-1.1B-Chat's template writes it: "<|role|>\ncontent</s>\n". */
+static const RadChatFormat rad_chat_zephyr = {
+    .struct_size = sizeof(RadChatFormat), .kind = "zephyr", .bos = "<s>",
+    .system_start = "<|system|>\n", .system_end = "</s>\n",
+    .user_start = "<|user|>\n", .user_end = "</s>\n",
+    .assistant_start = "<|assistant|>\n", .assistant_end = "</s>\n",
+    .default_system = NULL, .stop = rad_chat_stop_eos_s,
+};
+
+/* Which variant of a kind the template (or, without one, the checkpoint's name) asks for. */
+typedef struct RadChatHints {
+    int smollm;   /* ChatML with SmolLM2's default system turn */
+    int llama31;  /* Llama 3 with the 3.1+ knowledge-cutoff system turn */
+} RadChatHints;
+
+/* The markup a text shows, or NULL. */
+static inline const RadChatFormat *rad_chat_from_markup(const char *t, RadChatHints h) {
+    if (!t) return NULL;
+    if (strstr(t, "<|im_start|>")) return h.smollm ? &rad_chat_chatml_smollm : &rad_chat_chatml;
+    if (strstr(t, "<|start_header_id|>")) return h.llama31 ? &rad_chat_llama31 : &rad_chat_llama3;
+    if (strstr(t, "<|user|>") && strstr(t, "<|assistant|>")) return &rad_chat_zephyr;
+    if (strstr(t, "[INST]")) return &rad_chat_llama2;
+    return NULL;
+}
+
+/* See the header comment. `fallback` is returned when nothing in the metadata decides. */
+static inline const RadChatFormat *rad_chat_format_pick(const RadModelMeta *m, const RadChatFormat *fallback) {
+    const char *tmpl = rad_chat_meta_get(m, "chat.template");
+    const char *kind = rad_chat_meta_get(m, "chat.kind");
+    const char *name = (m && m->name) ? m->name : "";
+    RadChatHints h;
+    const RadChatFormat *f;
+    h.smollm = tmpl ? strstr(tmpl, "named SmolLM") != NULL : strstr(name, "SmolLM") != NULL;
+    h.llama31 = tmpl != NULL && strstr(tmpl, "Cutting Knowledge Date") != NULL;
+    if (kind) {
+        if (strcmp(kind, "chatml") == 0) return rad_chat_from_markup("<|im_start|>", h);
+        if (strcmp(kind, "llama3") == 0) return rad_chat_from_markup("<|start_header_id|>", h);
+        if (strcmp(kind, "llama2") == 0) return &rad_chat_llama2;
+        if (strcmp(kind, "zephyr") == 0) return &rad_chat_zephyr;
+    }
+    if ((f = rad_chat_from_markup(tmpl, h)) != NULL) return f;
+    /* the tokenizer's special tokens: any tokenizer.* value (token lists, as the core renders
+     * them), then the template's BOS/EOS text */
+    if (m && m->struct_size >= offsetof(RadModelMeta, kv_val) + sizeof m->kv_val && m->kv_key && m->kv_val) {
+        for (int32_t i = 0; i < m->n_kv; i++)
+            if (m->kv_key[i] && m->kv_val[i] && strncmp(m->kv_key[i], "tokenizer.", 10) == 0 &&
+                (f = rad_chat_from_markup(m->kv_val[i], h)) != NULL)
+                return f;
+    }
+    const char *eos = rad_chat_meta_get(m, "chat.eos"), *bos = rad_chat_meta_get(m, "chat.bos");
+    if (eos && strcmp(eos, "<|im_end|>") == 0) return rad_chat_from_markup("<|im_start|>", h);
+    if ((eos && strcmp(eos, "<|eot_id|>") == 0) || (bos && strcmp(bos, "<|begin_of_text|>") == 0))
+        return rad_chat_from_markup("<|start_header_id|>", h);
+    return fallback;
+}
+
+#endif

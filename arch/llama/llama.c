@@ -1,0 +1,583 @@
+/* llama.c — the Llama family (Llama 2/3.x, TinyLlama, SmolLM2, Mistral 7B without its sliding
+ * window), one source built as two plugins:
+ *
+ *   RAD_LLAMA_QUANTISED=0  "llama"       quant ""      f32/f16/bf16 weights as stored
+ *   RAD_LLAMA_QUANTISED=1  "llama_ggml"  quant "ggml"  GGUF block quantisations (q8_0, q4_0, q4_1,
+ *                                                      q5_0, q5_1, q4_k, q5_k, q6_k) beside floats;
+ *                                                      serves imported quantisations
+ *
+ * The two differ only in the descriptor and the encodings accepted; the graph is the same:
+ *
+ *   x = embed_gather(tok_embd, ids)
+ *   per layer:  h = rmsnorm(x, attn_norm); q,k,v = gemm_nt(h); rope(q), rope(k);
+ *               o = attn_paged(q, k, v); x += gemm_nt(o, attn_output)
+ *               h = rmsnorm(x, ffn_norm); x += gemm_nt(silu_mul(gemm_nt(h, gate), gemm_nt(h, up)), down)
+ *   h = rmsnorm(x, output_norm); logits = logits_gemm(output, logits_gather(h, out_ids))
+ *
+ * with each residual add settled by the following norm (fused add_rmsnorm where resolved). The
+ * blocks are arch/common/rad_block_attn.h and rad_block_mlp.h. Every dimension comes from the
+ * metadata; nothing is derived from the model's size. */
+#include <arch/rad_arch.h>
+
+#include <stdlib.h>
+
+#include "../common/rad_block_attn.h"
+#include "../common/rad_block_mlp.h"
+#include "../common/rad_chat_formats.h"
+
+#ifndef RAD_LLAMA_QUANTISED
+#define RAD_LLAMA_QUANTISED 0
+#endif
+
+#if RAD_LLAMA_QUANTISED
+#define LLAMA_QUANT "ggml"
+#define LLAMA_DESC "Llama family (Llama 2/3.x, TinyLlama, SmolLM2, Mistral): GGUF block quantisations"
+#else
+#define LLAMA_QUANT ""
+#define LLAMA_DESC "Llama family (Llama 2/3.x, TinyLlama, SmolLM2, Mistral): f32/f16/bf16 weights"
+#endif
+
+/* Encodings a projection / embedding weight may be stored in for this plugin. */
+static const uint64_t llama_encs =
+    (1ull << RAD_ENC_F32) | (1ull << RAD_ENC_F16) | (1ull << RAD_ENC_BF16)
+#if RAD_LLAMA_QUANTISED
+    | (1ull << RAD_ENC_Q8_0) | (1ull << RAD_ENC_Q4_0) | (1ull << RAD_ENC_Q4_1) | (1ull << RAD_ENC_Q5_0) |
+    (1ull << RAD_ENC_Q5_1) | (1ull << RAD_ENC_Q4_K) | (1ull << RAD_ENC_Q5_K) | (1ull << RAD_ENC_Q6_K)
+#endif
+    ;
+
+#define LLAMA_MAX_LAYERS 512
+#define LLAMA_NAME 160
+
+typedef struct LlamaLayer {
+    RadAttnBlock attn;
+    RadMlpBlock mlp;
+} LlamaLayer;
+
+typedef struct LlamaModel {
+    int ready;                /* a declare completed: step may run */
+    uint32_t n_layers, n_vocab, out_rows, max_tok;
+    RadBlockGeom g;
+    rad_weight w_tok, w_out_norm, w_out, w_rope_freqs;
+    RadResid r;
+    RadAttnScratch as;
+    RadMlpScratch ms;
+    rad_buf head_x, logits;   /* [out_rows, n_embd], [out_rows, n_vocab] */
+    rad_kv kv;
+    rad_op op_embed, op_gather, op_logits;
+    RadPreNorm final_norm;
+    LlamaLayer layers[LLAMA_MAX_LAYERS];
+} LlamaModel;
+
+/* The model step() runs, and a second one a shape-probe declare writes (spec: a sizing declare
+ * "must not touch state the real declare wrote"). One model per loaded plugin: see README. */
+static LlamaModel g_model, g_probe_model;
+
+/* ---- metadata ------------------------------------------------------------------------------ */
+
+static const char *meta_gets(const RadModelMeta *m, const char *key) { return rad_chat_meta_get(m, key); }
+
+/* 1: present and parsed; 0: absent; -1: present but not a number. */
+static int meta_getf(const RadModelMeta *m, const char *key, double *out) {
+    const char *v = meta_gets(m, key);
+    char *end;
+    if (!v) return 0;
+    double d = strtod(v, &end);
+    if (end == v) return -1;
+    while (*end == ' ') end++;
+    if (*end) return -1;
+    *out = d;
+    return 1;
+}
+
+static int meta_getu(const RadModelMeta *m, const char *key, uint32_t *out) {
+    double d;
+    int rc = meta_getf(m, key, &d);
+    if (rc <= 0) return rc;
+    if (d < 0 || d > 4294967295.0 || d != (double)(uint32_t)d) return -1;
+    *out = (uint32_t)d;
+    return 1;
+}
+
+/* 1 true, 0 false, -1 absent or unreadable. */
+static int meta_getb(const RadModelMeta *m, const char *key) {
+    const char *v = meta_gets(m, key);
+    if (!v) return -1;
+    if (!strcmp(v, "true") || !strcmp(v, "1") || !strcmp(v, "True")) return 1;
+    if (!strcmp(v, "false") || !strcmp(v, "0") || !strcmp(v, "False")) return 0;
+    return -1;
+}
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static int llama_fail(RadBuilder *b, const char *fmt, ...) {
+    char line[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    rad_declare_fail(b, line);
+    return RAD_E_UNSUPPORTED;
+}
+
+/* ---- names --------------------------------------------------------------------------------- */
+
+/* A declared name: the scope's prefix ("draft.") then the canonical name. */
+typedef struct LlamaNames {
+    const char *prefix;       /* "" or "<scope>." */
+    int overflow;
+} LlamaNames;
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 4, 5)))
+#endif
+static const char *dname(LlamaNames *n, char *dst, size_t cap, const char *fmt, ...) {
+    int k = snprintf(dst, cap, "%s", n->prefix);
+    va_list ap;
+    va_start(ap, fmt);
+    int j = (k >= 0 && (size_t)k < cap) ? vsnprintf(dst + k, cap - (size_t)k, fmt, ap) : -1;
+    va_end(ap);
+    if (j < 0 || (size_t)(k + j) >= cap) n->overflow = 1;
+    return dst;
+}
+
+/* One name-map entry. `kind` COPY: srcs are alternatives; ROWS: rope un-interleave over `heads`. */
+static int map_entry(RadBuilder *b, RadMapKind kind, const char *dst, const char *const *src, uint32_t heads) {
+    RadNameMap e;
+    memset(&e, 0, sizeof e);
+    e.kind = kind;
+    e.dst = dst;
+    e.src = src;
+    if (kind == RAD_MAP_ROWS) {
+        e.begin = 0;
+        e.end = 0;
+        e.perm = RAD_PERM_ROPE_UNINTERLEAVE;
+        e.heads = heads;
+    }
+    return rad_decl_name_map(b, &e);
+}
+
+static int map_copy1(RadBuilder *b, const char *dst, const char *src) {
+    const char *const s[] = {src, NULL};
+    return map_entry(b, RAD_MAP_COPY, dst, s, 0);
+}
+
+/* Per-layer tensors: declared suffix, Hugging Face suffix, GGUF suffix, and (q/k) which head
+ * count the GGUF rope un-interleave runs over (0: plain copy). */
+enum { HEADS_NONE = 0, HEADS_Q = 1, HEADS_KV = 2 };
+static const struct {
+    const char *decl, *hf, *gguf;
+    int heads;
+} llama_layer_tensors[] = {
+    {"attn_norm.weight", "input_layernorm.weight", "attn_norm.weight", HEADS_NONE},
+    {"attn_q.weight", "self_attn.q_proj.weight", "attn_q.weight", HEADS_Q},
+    {"attn_k.weight", "self_attn.k_proj.weight", "attn_k.weight", HEADS_KV},
+    {"attn_v.weight", "self_attn.v_proj.weight", "attn_v.weight", HEADS_NONE},
+    {"attn_output.weight", "self_attn.o_proj.weight", "attn_output.weight", HEADS_NONE},
+    {"ffn_norm.weight", "post_attention_layernorm.weight", "ffn_norm.weight", HEADS_NONE},
+    {"ffn_gate.weight", "mlp.gate_proj.weight", "ffn_gate.weight", HEADS_NONE},
+    {"ffn_up.weight", "mlp.up_proj.weight", "ffn_up.weight", HEADS_NONE},
+    {"ffn_down.weight", "mlp.down_proj.weight", "ffn_down.weight", HEADS_NONE},
+};
+enum { T_ATTN_NORM, T_Q, T_K, T_V, T_O, T_FFN_NORM, T_GATE, T_UP, T_DOWN, T_COUNT };
+
+/* Name map: Hugging Face entries first, GGUF beside them (the first entry whose sources are
+ * present wins). Heads for the un-interleave are the checkpoint's (whole model), not per rank. */
+static int llama_declare_map(RadBuilder *b, LlamaNames *nn, const RadModelMeta *meta) {
+    char dst[LLAMA_NAME], hf[LLAMA_NAME], gg[LLAMA_NAME];
+    int rc = 0;
+    rc |= map_copy1(b, dname(nn, dst, sizeof dst, "tok_embd.weight"), "model.embed_tokens.weight");
+    rc |= map_copy1(b, dst, "token_embd.weight");
+    rc |= map_copy1(b, dname(nn, dst, sizeof dst, "output_norm.weight"), "model.norm.weight");
+    rc |= map_copy1(b, dst, "output_norm.weight");
+    {   /* the head: its own name first, then the embedding (tied) */
+        const char *const hf_head[] = {"lm_head.weight", "model.embed_tokens.weight", NULL};
+        const char *const gg_head[] = {"output.weight", "token_embd.weight", NULL};
+        dname(nn, dst, sizeof dst, "output.weight");
+        rc |= map_entry(b, RAD_MAP_COPY, dst, hf_head, 0);
+        rc |= map_entry(b, RAD_MAP_COPY, dst, gg_head, 0);
+    }
+    /* GGUF's precomputed llama3 rope factors: declared only to notice them (see declare) */
+    rc |= map_copy1(b, dname(nn, dst, sizeof dst, "rope_freqs.weight"), "rope_freqs.weight");
+    for (int32_t l = 0; l < meta->n_layers; l++) {
+        for (int t = 0; t < T_COUNT; t++) {
+            dname(nn, dst, sizeof dst, "blk.%d.%s", (int)l, llama_layer_tensors[t].decl);
+            snprintf(hf, sizeof hf, "model.layers.%d.%s", (int)l, llama_layer_tensors[t].hf);
+            snprintf(gg, sizeof gg, "blk.%d.%s", (int)l, llama_layer_tensors[t].gguf);
+            rc |= map_copy1(b, dst, hf);
+            if (llama_layer_tensors[t].heads == HEADS_NONE) {
+                rc |= map_copy1(b, dst, gg);
+            } else {
+                const char *const s[] = {gg, NULL};
+                uint32_t heads = (uint32_t)(llama_layer_tensors[t].heads == HEADS_Q ? meta->n_head : meta->n_head_kv);
+                rc |= map_entry(b, RAD_MAP_ROWS, dst, s, heads);
+            }
+        }
+    }
+    return rc ? -1 : 0;
+}
+
+/* ---- validation ---------------------------------------------------------------------------- */
+
+/* The rope: type, factors. Returns 0, or a refusal already named. */
+static int llama_rope(RadBuilder *b, const RadModelMeta *meta, RadBlockGeom *g) {
+    const char *type = meta_gets(meta, "rope.scaling.type");
+    double f;
+    int rc;
+    g->rope_scaling = RAD_ROPE_SCALING_NONE;
+    g->rope_factor = 1.0f;
+    g->rope_low_freq_factor = g->rope_high_freq_factor = 0.0f;
+    g->rope_orig_ctx = 0;
+    if (!type || !*type || !strcmp(type, "none") || !strcmp(type, "default")) {
+        /* older GGUFs carry a linear factor as rope.scale_linear, with no type */
+        if ((rc = meta_getf(meta, "rope.scale_linear", &f)) < 0 || (rc > 0 && !(f > 0)))
+            return llama_fail(b, "llama: rope.scale_linear is not a positive number");
+        if (rc > 0 && f != 1.0) {
+            g->rope_scaling = RAD_ROPE_SCALING_LINEAR;
+            g->rope_factor = (float)f;
+        }
+        return 0;
+    }
+    if (!strcmp(type, "linear")) g->rope_scaling = RAD_ROPE_SCALING_LINEAR;
+    else if (!strcmp(type, "llama3")) g->rope_scaling = RAD_ROPE_SCALING_LLAMA3;
+    else
+        return llama_fail(b, "llama: rope.scaling.type \"%s\" is not served (none, linear, llama3)", type);
+    if ((rc = meta_getf(meta, "rope.scaling.factor", &f)) <= 0 || !(f > 0))
+        return llama_fail(b, "llama: rope.scaling.factor missing or not positive for rope.scaling.type %s", type);
+    g->rope_factor = (float)f;
+    if (g->rope_scaling == RAD_ROPE_SCALING_LLAMA3) {
+        double lo, hi;
+        uint32_t orig;
+        if (meta_getf(meta, "rope.scaling.low_freq_factor", &lo) <= 0 || !(lo > 0))
+            return llama_fail(b, "llama: rope.scaling.low_freq_factor missing or not positive (llama3 rope)");
+        if (meta_getf(meta, "rope.scaling.high_freq_factor", &hi) <= 0 || !(hi > lo))
+            return llama_fail(b, "llama: rope.scaling.high_freq_factor missing or not above low_freq_factor (llama3 rope)");
+        if (meta_getu(meta, "rope.scaling.original_context_length", &orig) <= 0 || orig == 0)
+            return llama_fail(b, "llama: rope.scaling.original_context_length missing or zero (llama3 rope)");
+        g->rope_low_freq_factor = (float)lo;
+        g->rope_high_freq_factor = (float)hi;
+        g->rope_orig_ctx = orig;
+    }
+    return 0;
+}
+
+static int llama_check_meta(RadBuilder *b, const RadModelMeta *m, const RadBuildCtx *ctx) {
+    if (m->struct_size < offsetof(RadModelMeta, rope_theta) + sizeof m->rope_theta)
+        return llama_fail(b, "llama: RadModelMeta too old (struct_size %u)", (unsigned)m->struct_size);
+#define LLAMA_POS(field)                                                                      \
+    if (m->field <= 0) return llama_fail(b, "llama: model." #field " is %d (must be positive)", (int)m->field)
+    LLAMA_POS(n_layers);
+    LLAMA_POS(n_embd);
+    LLAMA_POS(n_head);
+    LLAMA_POS(n_head_kv);
+    LLAMA_POS(head_dim);
+    LLAMA_POS(n_ff);
+    LLAMA_POS(n_vocab);
+#undef LLAMA_POS
+    if (m->n_layers > LLAMA_MAX_LAYERS)
+        return llama_fail(b, "llama: model.n_layers %d exceeds the plugin's %d", (int)m->n_layers, LLAMA_MAX_LAYERS);
+    if (m->n_head % m->n_head_kv != 0)
+        return llama_fail(b, "llama: model.n_head_kv %d does not divide model.n_head %d", (int)m->n_head_kv,
+                          (int)m->n_head);
+    if (m->head_dim % 2 != 0)
+        return llama_fail(b, "llama: model.head_dim %d is odd (rope rotates pairs)", (int)m->head_dim);
+    if (m->n_expert > 0)
+        return llama_fail(b, "llama: model.n_expert is %d: mixture-of-experts is not served by llama", (int)m->n_expert);
+    if (!(m->rms_eps > 0)) return llama_fail(b, "llama: model.rms_eps is %g (must be positive)", (double)m->rms_eps);
+    if (!(m->rope_theta > 0)) return llama_fail(b, "llama: model.rope_theta is %g (must be positive)", (double)m->rope_theta);
+    if (ctx->max_tok == 0) return llama_fail(b, "llama: RadBuildCtx.max_tok is 0");
+    if (ctx->world_size > 1) {
+        uint32_t w = ctx->world_size;
+        if ((uint32_t)m->n_head_kv % w != 0)
+            return llama_fail(b, "llama: model.n_head_kv %d does not split over %u ranks", (int)m->n_head_kv, w);
+        if ((uint32_t)m->n_ff % w != 0)
+            return llama_fail(b, "llama: model.n_ff %d does not split over %u ranks", (int)m->n_ff, w);
+    }
+    if (ctx->kv_quant != RAD_KVQ_NONE) return llama_fail(b, "llama: RadBuildCtx.kv_quant (narrow fp8 KV) is not served");
+    if (ctx->cvec) return llama_fail(b, "llama: RadBuildCtx.cvec (control vector) is not served");
+    if (ctx->tp_attn_rows) return llama_fail(b, "llama: RadBuildCtx.tp_attn_rows (row-split attention) is not served");
+    return 0;
+}
+
+/* A weight taken as stored: its encoding must be one this plugin's kernels take. */
+static int llama_check_enc(RadBuilder *b, rad_weight w, const char *name) {
+    RadEnc e = rad_weight_encoding(b, w);
+    if ((unsigned)e >= RAD_ENC_COUNT) return 0; /* not known yet (absent, or a plan): the core checks */
+    if (llama_encs & (1ull << e)) return 0;
+    const RadEncInfo *info = rad_enc_info(e);
+    return llama_fail(b, "llama%s: weight %s is stored as %s, which this plugin does not serve%s",
+                      RAD_LLAMA_QUANTISED ? "_ggml" : "", name, info ? info->name : "?",
+                      RAD_LLAMA_QUANTISED ? "" : " (GGUF block quantisations: llama_ggml)");
+}
+
+/* ---- declare ------------------------------------------------------------------------------- */
+
+static rad_buf llama_buf(RadBuilder *b, LlamaNames *nn, const char *name, uint64_t rows, uint64_t cols) {
+    char full[LLAMA_NAME];
+    return rad_block_buf(b, "", dname(nn, full, sizeof full, "%s", name), rows, cols);
+}
+
+static int llama_declare(RadBuilder *b, const RadModelMeta *meta, const RadBuildCtx *ctx_in) {
+    /* fields beyond the producer's struct_size read as zero */
+    RadBuildCtx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    memcpy(&ctx, ctx_in, ctx_in->struct_size < sizeof ctx ? ctx_in->struct_size : sizeof ctx);
+    LlamaModel *m = ctx.shape_probe ? &g_probe_model : &g_model;
+    memset(m, 0, sizeof *m);
+    int rc;
+    if ((rc = llama_check_meta(b, meta, &ctx)) != 0) return rc;
+
+    const uint32_t world = ctx.world_size ? ctx.world_size : 1;
+    char pfx[64] = "";
+    if (ctx.scope && *ctx.scope) {
+        int k = snprintf(pfx, sizeof pfx, "%s.", ctx.scope);
+        if (k < 0 || (size_t)k >= sizeof pfx) return llama_fail(b, "llama: RadBuildCtx.scope too long");
+    }
+    LlamaNames nn = {pfx, 0};
+
+    /* geometry: read, divided over the ranks (whole heads per rank) */
+    RadBlockGeom *g = &m->g;
+    g->n_embd = (uint32_t)meta->n_embd;
+    g->n_head = (uint32_t)meta->n_head / world;
+    g->n_head_kv = (uint32_t)meta->n_head_kv / world;
+    g->head_dim = (uint32_t)meta->head_dim;
+    g->n_ff = (uint32_t)meta->n_ff / world;
+    g->rms_eps = meta->rms_eps;
+    g->rope_theta = meta->rope_theta;
+    g->n_rot = g->head_dim;
+    {
+        uint32_t n_rot;
+        int r = meta_getu(meta, "rope.dimension_count", &n_rot);
+        if (r < 0 || (r > 0 && (n_rot == 0 || n_rot > g->head_dim || n_rot % 2)))
+            return llama_fail(b, "llama: rope.dimension_count must be even and within head_dim %u", g->head_dim);
+        if (r > 0) g->n_rot = n_rot;
+    }
+    if ((rc = llama_rope(b, meta, g)) != 0) return rc;
+    g->attn_scale = rad_block_rsqrt(g->head_dim);
+    g->prefill_fp8 = ctx.attn_prefill_fp8;
+    g->max_tok = ctx.max_tok;
+    g->world_size = world;
+    g->tp_wire_lossy = ctx.tp_wire_lossy;
+    g->tp_wire_min_bytes = ctx.tp_wire_min_bytes;
+    g->linear_dtype = RAD_ANY;  /* as stored; checked with rad_weight_encoding below */
+    g->norm_dtype = RAD_F32;    /* a bf16/f16 gamma widens exactly */
+    m->n_layers = (uint32_t)meta->n_layers;
+    m->n_vocab = (uint32_t)meta->n_vocab;
+    m->max_tok = ctx.max_tok;
+    {   /* logits rows: what the KL mode asks, else one per sequence and speculative token */
+        uint64_t rows = ctx.max_out_rows ? ctx.max_out_rows
+                                         : (uint64_t)(ctx.max_seqs ? ctx.max_seqs : 1) * (1u + ctx.max_spec);
+        if (rows > ctx.max_tok) rows = ctx.max_tok;
+        m->out_rows = (uint32_t)(rows ? rows : 1);
+    }
+
+    /* 1. the name map */
+    if (llama_declare_map(b, &nn, meta) != 0 || nn.overflow)
+        return llama_fail(b, "llama: a name-map entry was refused");
+
+    /* 2. weights */
+    char name[LLAMA_NAME];
+    {
+        RadWeightDecl d;
+        memset(&d, 0, sizeof d);
+        d.dtype = RAD_ANY;
+        d.rank = 2;
+        d.shape[0] = m->n_vocab;
+        d.shape[1] = g->n_embd;
+        d.access = RAD_ACCESS_VOCAB;
+        d.shard = RAD_SHARD_NONE;
+        m->w_tok = rad_decl_weight(b, dname(&nn, name, sizeof name, "tok_embd.weight"), &d);
+        if (m->w_tok.id < 0) return llama_fail(b, "llama: weight %s was refused", name);
+        if ((rc = llama_check_enc(b, m->w_tok, name)) != 0) return rc;
+        m->w_out = rad_decl_weight(b, dname(&nn, name, sizeof name, "output.weight"), &d);
+        if (m->w_out.id < 0) return llama_fail(b, "llama: weight %s was refused", name);
+        if ((rc = llama_check_enc(b, m->w_out, name)) != 0) return rc;
+        m->w_out_norm = rad_block_norm_weight(b, g, dname(&nn, name, sizeof name, "output_norm.weight"),
+                                              (RadGroup){RAD_GROUP_NONE, 0, 0}, g->n_embd);
+        if (m->w_out_norm.id < 0) return llama_fail(b, "llama: weight %s was refused", name);
+        /* GGUF's llama3 rope factors (rope_freqs.weight, [n_rot/2]): the rope op takes no factor
+         * tensor, so a checkpoint carrying them without rope.scaling.* is refused, not run at
+         * the wrong frequencies. */
+        memset(&d, 0, sizeof d);
+        d.dtype = RAD_F32;
+        d.rank = 1;
+        d.shape[0] = g->n_rot / 2;
+        d.access = RAD_ACCESS_RARE;
+        d.optional = 1;
+        m->w_rope_freqs = rad_decl_weight(b, dname(&nn, name, sizeof name, "rope_freqs.weight"), &d);
+        if (m->w_rope_freqs.id >= 0 && (unsigned)rad_weight_encoding(b, m->w_rope_freqs) < RAD_ENC_COUNT &&
+            g->rope_scaling != RAD_ROPE_SCALING_LLAMA3)
+            return llama_fail(b, "llama: rope_freqs.weight (GGUF llama3 rope factors) is present but "
+                                 "rope.scaling.type is not llama3; the rope op takes no factor tensor");
+    }
+    for (uint32_t l = 0; l < m->n_layers; l++) {
+        char nmv[T_COUNT][LLAMA_NAME];
+        for (int t = 0; t < T_COUNT; t++) dname(&nn, nmv[t], sizeof nmv[t], "blk.%u.%s", l, llama_layer_tensors[t].decl);
+        if (nn.overflow) return llama_fail(b, "llama: a declared name is too long");
+        RadAttnNames an = {nmv[T_ATTN_NORM], nmv[T_Q], nmv[T_K], nmv[T_V], nmv[T_O]};
+        RadMlpNames mn = {nmv[T_FFN_NORM], nmv[T_GATE], nmv[T_UP], nmv[T_DOWN]};
+        LlamaLayer *L = &m->layers[l];
+        if (rad_attn_declare_weights(b, g, l, &an, &L->attn) != 0) return llama_fail(b, "llama: layer %u: an attention weight was refused", l);
+        if (rad_mlp_declare_weights(b, g, l, &mn, &L->mlp) != 0) return llama_fail(b, "llama: layer %u: an MLP weight was refused", l);
+        const rad_weight lw[] = {L->attn.w_q, L->attn.w_k, L->attn.w_v, L->attn.w_o,
+                                 L->mlp.w_gate, L->mlp.w_up, L->mlp.w_down};
+        const int lt[] = {T_Q, T_K, T_V, T_O, T_GATE, T_UP, T_DOWN};
+        for (int i = 0; i < 7; i++)
+            if ((rc = llama_check_enc(b, lw[i], nmv[lt[i]])) != 0) return rc;
+    }
+
+    /* 3. buffers */
+    if (rad_resid_declare(b, g, pfx, &m->r) != 0 || rad_attn_scratch_declare(b, g, pfx, &m->as) != 0 ||
+        rad_mlp_scratch_declare(b, g, pfx, &m->ms) != 0)
+        return llama_fail(b, "llama: a buffer was refused");
+    m->head_x = llama_buf(b, &nn, "head.x", m->out_rows, g->n_embd);
+    m->logits = llama_buf(b, &nn, "logits", m->out_rows, m->n_vocab);
+    if (m->head_x.id < 0 || m->logits.id < 0) return llama_fail(b, "llama: a head buffer was refused");
+
+    /* 4. the KV group: one full-attention group, every layer bound to it */
+    {
+        RadKvDecl kd;
+        memset(&kd, 0, sizeof kd);
+        kd.kind = RAD_KV_FULL;
+        kd.dtype = ctx.kv_dtype;
+        kd.n_head_kv = g->n_head_kv;
+        kd.head_dim = g->head_dim;
+        m->kv = rad_decl_kv_group(b, dname(&nn, name, sizeof name, "kv"), &kd);
+        if (m->kv.id < 0) return llama_fail(b, "llama: the KV group was refused");
+        for (uint32_t l = 0; l < m->n_layers; l++)
+            if (rad_bind_layer_kv(b, l, m->kv) != 0) return llama_fail(b, "llama: layer %u: KV binding refused", l);
+    }
+
+    /* 5. ops: embedding, layers, final norm, head */
+    m->op_embed = RAD_OP(b, "embed_gather",
+                         RAD_PARAMS(RAD_RANGE("M", 1, g->max_tok), RAD_INT("N", g->n_embd), RAD_INT("V", m->n_vocab)),
+                         RAD_WEIGHTS(m->w_tok));
+    if (m->op_embed.id < 0) return llama_fail(b, "llama: embed_gather was refused");
+    rad_op_writes(b, m->op_embed, RAD_BUFS(m->r.x), 1);
+    for (uint32_t l = 0; l < m->n_layers; l++) {
+        LlamaLayer *L = &m->layers[l];
+        if (rad_attn_declare_ops(b, g, m->kv, &m->r, &m->as, &L->attn) != 0)
+            return llama_fail(b, "llama: layer %u: an attention op was refused", l);
+        if (rad_mlp_declare_ops(b, g, &m->r, &m->ms, &L->mlp) != 0)
+            return llama_fail(b, "llama: layer %u: an MLP op was refused", l);
+    }
+    if (rad_prenorm_declare(b, g, &m->r, m->w_out_norm, &m->final_norm) != 0)
+        return llama_fail(b, "llama: the final norm was refused");
+    m->op_gather = RAD_OP(b, "logits_gather",
+                          RAD_PARAMS(RAD_RANGE("M", 1, m->out_rows), RAD_INT("N", g->n_embd)), RAD_NO_WEIGHTS);
+    m->op_logits = RAD_OP(b, "logits_gemm",
+                          RAD_PARAMS(RAD_RANGE("M", 1, m->out_rows), RAD_INT("N", m->n_vocab), RAD_INT("K", g->n_embd)),
+                          RAD_WEIGHTS(m->w_out));
+    if (m->op_gather.id < 0 || m->op_logits.id < 0) return llama_fail(b, "llama: the head was refused");
+    rad_op_reads(b, m->op_gather, RAD_BUFS(m->r.h), 1);
+    rad_op_writes(b, m->op_gather, RAD_BUFS(m->head_x), 1);
+    rad_op_reads(b, m->op_logits, RAD_BUFS(m->head_x), 1);
+    rad_op_writes(b, m->op_logits, RAD_BUFS(m->logits), 1);
+    if (rad_declare_logits(b, m->logits) != 0) return llama_fail(b, "llama: the logits buffer was refused");
+
+    /* 6. notes */
+    {
+        int tied = meta_getb(meta, "model.tie_embeddings");
+        const char *sw = meta_gets(meta, "attention.sliding_window");
+        uint32_t fused = 0, norms = 0;
+        for (uint32_t l = 0; l < m->n_layers; l++) {
+            norms += 2;
+            fused += (m->layers[l].attn.pre.mode == RAD_PRENORM_FUSED) + (m->layers[l].mlp.pre.mode == RAD_PRENORM_FUSED);
+        }
+        norms += 1;
+        fused += m->final_norm.mode == RAD_PRENORM_FUSED;
+        rad_note(b, "%s: %d layers, n_embd %d, GQA %d:%d, head_dim %d, n_ff %d, vocab %d, %s lm_head",
+                 RAD_PLUGIN_NAME_OF("llama"), (int)meta->n_layers, (int)meta->n_embd, (int)meta->n_head,
+                 (int)meta->n_head_kv, (int)meta->head_dim, (int)meta->n_ff, (int)meta->n_vocab,
+                 tied == 1 ? "tied" : tied == 0 ? "untied" : "head-or-embedding");
+        if (g->rope_scaling == RAD_ROPE_SCALING_LLAMA3)
+            rad_note(b, "rope: theta %g, n_rot %u, llama3 scaling factor %g low %g high %g orig_ctx %u",
+                     (double)g->rope_theta, g->n_rot, (double)g->rope_factor, (double)g->rope_low_freq_factor,
+                     (double)g->rope_high_freq_factor, g->rope_orig_ctx);
+        else if (g->rope_scaling == RAD_ROPE_SCALING_LINEAR)
+            rad_note(b, "rope: theta %g, n_rot %u, linear scaling factor %g", (double)g->rope_theta, g->n_rot,
+                     (double)g->rope_factor);
+        else
+            rad_note(b, "rope: theta %g, n_rot %u, no scaling", (double)g->rope_theta, g->n_rot);
+        rad_note(b, "weights: projections and embedding as stored (%s), norms f32; %u of %u norms fuse the residual add",
+                 RAD_LLAMA_QUANTISED ? "f32/f16/bf16 or GGUF blocks" : "f32/f16/bf16", fused, norms);
+        rad_note(b, "KV: one full group, %u kv heads x %u per rank, every layer bound; max_tok %u",
+                 g->n_head_kv, g->head_dim, g->max_tok);
+        rad_note(b, "head: final norm over the step's rows, logits_gather of n_out rows, logits [%u, %u]",
+                 m->out_rows, m->n_vocab);
+        if (world > 1)
+            rad_note(b, "tensor parallel: rank %u of %u, %u heads / %u kv heads / n_ff %u per rank, all_reduce %s",
+                     ctx.rank, world, g->n_head, g->n_head_kv, g->n_ff, ctx.tp_wire_lossy ? "lossy above the floor" : "exact");
+        if (sw && strtol(sw, NULL, 10) > 0)
+            rad_note(b, "attention.sliding_window %s ignored: full attention (exact while the context is within it)", sw);
+    }
+    m->ready = 1;
+    return 0;
+}
+
+/* ---- step ---------------------------------------------------------------------------------- */
+
+static void llama_step(RadCtx *c, const RadBatch *bt) {
+    const LlamaModel *m = &g_model;
+    const uint64_t n = bt->n_tok;
+    int rc;
+    if (!m->ready) {
+        rad_step_fail(c, "llama: step before a successful declare");
+        return;
+    }
+    if (bt->struct_size >= offsetof(RadBatch, draft_pass) + sizeof bt->draft_pass && bt->draft_pass != 0) {
+        rad_step_fail(c, "llama: a draft pass, but no drafter is declared");
+        return;
+    }
+    if (n > m->max_tok || bt->n_out > m->out_rows || bt->n_out > n) {
+        rad_step_fail(c, "llama: the step exceeds the declared bounds (n_tok, n_out)");
+        return;
+    }
+    if (n == 0) return; /* zero rows is not a call */
+    if ((rc = RAD_ISSUE_N(c, m->op_embed, n, RAD_W(m->w_tok), praw(bt->token_ids, RAD_I32, n), brows(m->r.x, n))) != 0)
+        return;
+    for (uint32_t l = 0; l < m->n_layers; l++) {
+        if (rad_attn_step(c, &m->layers[l].attn, bt) != 0) return;
+        if (rad_mlp_step(c, &m->layers[l].mlp, bt) != 0) return;
+    }
+    if (bt->n_out == 0) return; /* a chunk that finishes no sequence: no head */
+    if (rad_prenorm_step(c, &m->final_norm, n) != 0) return;
+    const uint64_t k = bt->n_out;
+    if ((rc = RAD_ISSUE_N(c, m->op_gather, k, brows(m->r.h, n), praw(bt->out_ids, RAD_I32, k), brows(m->head_x, k))) != 0)
+        return;
+    (void)RAD_ISSUE_N(c, m->op_logits, k, RAD_W(m->w_out), brows(m->head_x, k), brows(m->logits, k));
+}
+
+/* ---- probe, chat format -------------------------------------------------------------------- */
+
+static int llama_probe(const RadModelMeta *meta, RadArchProbe *out) {
+    uint32_t s = out->struct_size;
+    (void)meta;
+    memset(out, 0, s < sizeof *out ? s : sizeof *out);
+    out->struct_size = s;
+    if (s >= offsetof(RadArchProbe, shape_probe_ok) + sizeof out->shape_probe_ok) out->shape_probe_ok = 1;
+    return 0;
+}
+
+static const RadChatFormat *llama_chat_format(const RadModelMeta *meta) {
+    /* nothing in the metadata decides: Llama 2 [INST] for Llama 2's 32000-token SentencePiece
+     * vocabulary, Llama 3 headers for Llama 3's 128256-token one */
+    const RadChatFormat *fallback = NULL;
+    if (meta && meta->arch_id && !strcmp(meta->arch_id, "llama")) {
+        if (meta->n_vocab == 32000) fallback = &rad_chat_llama2;
+        else if (meta->n_vocab == 128256) fallback = &rad_chat_llama3;
+    }
+    return rad_chat_format_pick(meta, fallback);
+}
+
+static const RadArchOps llama_ops = {
+    .declare = llama_declare,
+    .step = llama_step,
+    .probe = llama_probe,
+    .chat_format = llama_chat_format,
+    .audio_format = NULL,
+    .serves_imports = RAD_LLAMA_QUANTISED,
+};
+
+RAD_ARCH_PLUGIN(llama_ops, "llama", LLAMA_QUANT, "1.0.0", LLAMA_DESC)
