@@ -1,8 +1,310 @@
-/* rad-convert — not yet implemented; see the issue that brings it. Exits 2 so no script mistakes
- * this placeholder for the real tool. */
+/* rad-convert SRC -o OUT — a checkpoint (Hugging Face folder, GGUF file, safetensors, or an
+ * archive of one) into one .rad container, driven by the architecture plugin's name map: this
+ * tool knows nothing of any model. */
+#include <getopt.h>
+#include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
-int main(void) {
-    fprintf(stderr, "rad-convert: not implemented yet in this build\n");
-    return 2;
+#include "libcommon/rad_container.h"
+#include "libcommon/rad_plugins.h"
+#include "plan.h"
+
+typedef struct Opts {
+    const char *src, *out;
+    int plan_only, verbose, force, zstd;
+    uint32_t align;
+    QuantChoice quant;
+    const char *sets[64];
+    int n_sets;
+    const char *plugin_dirs[16];
+    int n_plugin_dirs;
+} Opts;
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: rad-convert SRC -o OUT [options]\n"
+            "  SRC   a Hugging Face folder, a GGUF or safetensors file, or a .tar/.tar.gz/.tar.zst/.zip of one\n"
+            "  OUT   the .rad container to write; - writes to stdout\n"
+            "  --quant Q          target encoding of the weights the plugin takes in any encoding:\n"
+            "                     keep (default), f32, bf16, f16, q8_0\n"
+            "  --set KEY=VALUE    set a metadata key in the output (model.name=..., model.quant=...)\n"
+            "  --plan-only        plan without writing; exit 0 exactly when a convert would succeed\n"
+            "  -v                 with --plan-only (or alone): print every tensor of the plan\n"
+            "  --force            replace OUT if it exists\n"
+            "  --zstd N           compress each tensor with zstd level N (1..19)\n"
+            "  --align N          data alignment (power of two, default 64)\n"
+            "  --plugin-dir DIR   look for plugins in DIR first (repeatable)\n");
+}
+
+static int parse_quant(const char *s, QuantChoice *q) {
+    static const char *names[] = {"keep", "f32", "bf16", "f16", "q8_0"};
+    for (int i = 0; i < 5; i++)
+        if (strcmp(s, names[i]) == 0) return *q = (QuantChoice)i, 1;
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, Opts *o) {
+    static const struct option lo[] = {
+        {"quant", required_argument, 0, 'q'}, {"set", required_argument, 0, 's'},
+        {"plan-only", no_argument, 0, 'p'},   {"force", no_argument, 0, 'f'},
+        {"zstd", required_argument, 0, 'z'},  {"align", required_argument, 0, 'a'},
+        {"plugin-dir", required_argument, 0, 'D'}, {"help", no_argument, 0, 'h'},
+        {"output", required_argument, 0, 'o'}, {0, 0, 0, 0}};
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "o:vh", lo, NULL)) != -1) {
+        switch (c) {
+        case 'o': o->out = optarg; break;
+        case 'v': o->verbose = 1; break;
+        case 'p': o->plan_only = 1; break;
+        case 'f': o->force = 1; break;
+        case 'q':
+            if (!parse_quant(optarg, &o->quant)) {
+                fprintf(stderr, "rad-convert: --quant %s: not one of keep, f32, bf16, f16, q8_0\n", optarg);
+                return 2;
+            }
+            break;
+        case 's':
+            if (!strchr(optarg, '=') || optarg[0] == '=' || o->n_sets == 64) {
+                fprintf(stderr, "rad-convert: --set %s: expected KEY=VALUE\n", optarg);
+                return 2;
+            }
+            o->sets[o->n_sets++] = optarg;
+            break;
+        case 'z': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (*end || v < 1 || v > 19) {
+                fprintf(stderr, "rad-convert: --zstd %s: a level 1..19\n", optarg);
+                return 2;
+            }
+            o->zstd = (int)v;
+            break;
+        }
+        case 'a': {
+            char *end;
+            unsigned long v = strtoul(optarg, &end, 10);
+            if (*end || v < 8 || v > (1u << 20) || (v & (v - 1))) {
+                fprintf(stderr, "rad-convert: --align %s: a power of two in [8, 1048576]\n", optarg);
+                return 2;
+            }
+            o->align = (uint32_t)v;
+            break;
+        }
+        case 'D':
+            if (o->n_plugin_dirs == 16) return fprintf(stderr, "rad-convert: too many --plugin-dir\n"), 2;
+            o->plugin_dirs[o->n_plugin_dirs++] = optarg;
+            break;
+        case 'h': usage(stdout); exit(0);
+        default:
+            fprintf(stderr, "rad-convert: unknown or incomplete option '%s' (see rad-convert --help)\n", argv[optind - 1]);
+            return 2;
+        }
+    }
+    if (optind != argc - 1) {
+        fprintf(stderr, "rad-convert: expected one SRC (see rad-convert --help)\n");
+        return 2;
+    }
+    o->src = argv[optind];
+    if (!o->out && !o->plan_only) {
+        fprintf(stderr, "rad-convert: -o OUT is required (or --plan-only)\n");
+        return 2;
+    }
+    return 0;
+}
+
+/* ---- the architecture id and the descriptor --------------------------------------------- */
+
+/* A Hugging Face class name or model_type, to the plugin id that serves it. */
+static const char *arch_alias(const char *s) {
+    static const struct { const char *from, *to; } t[] = {
+        {"LlamaForCausalLM", "llama"}, {"MistralForCausalLM", "llama"}, {"mistral", "llama"},
+        {"Qwen3ForCausalLM", "qwen3"}, {"Gemma3ForCausalLM", "gemma3"}, {"gemma3_text", "gemma3"},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        if (strcmp(s, t[i].from) == 0) return t[i].to;
+    return s;
+}
+
+static const char *arch_of(const RadModelFile *m) {
+    const RadValue *a = rad_kv_get(&m->raw, "config.architectures");
+    if (a && a->type == RAD_VAL_ARRAY && a->arr_type == RAD_VAL_STRING && a->n > 0)
+        return arch_alias(((const RadStr *)a->v.arr)[0].p);
+    const char *id = NULL;
+    rad_kv_gets(&m->meta, "model.arch_id", &id, NULL);
+    return id ? arch_alias(id) : NULL;
+}
+
+static int has_blocks(const RadModelFile *m) {
+    for (uint64_t i = 0; i < m->n_tensors; i++)
+        if (rad_enc_info(m->tensors[i].enc)->block_elems > 1) return 1;
+    return 0;
+}
+
+/* keep on a GGUF quantisation imports it (served by the family's importing plugin); q8_0
+ * made here is the native "ggml" descriptor; float targets are unquantised. */
+static void descriptor(const RadModelFile *m, QuantChoice q, const char **quant, const char **origin) {
+    *origin = "native";
+    if (q == Q_Q8_0) {
+        *quant = "ggml";
+    } else if (q == Q_KEEP && has_blocks(m)) {
+        *quant = "";
+        rad_kv_gets(&m->meta, "model.quant", quant, NULL);
+        if (!**quant) *quant = "ggml";
+        *origin = strcmp(m->format, "gguf") == 0 ? "import:gguf" : "import:unknown";
+    } else {
+        *quant = "";
+    }
+}
+
+/* ---- progress ---------------------------------------------------------------------------- */
+
+static void progress(int on, int i, int n, const char *name) {
+    if (!on) return;
+    int w = 30, k = n ? (i * w) / n : w;
+    fprintf(stderr, "\r[%.*s%*s] %d/%d %-40.40s", k, "##############################", w - k, "", i, n, name ? name : "");
+    if (i == n) fputc('\n', stderr);
+}
+
+/* ---- main -------------------------------------------------------------------------------- */
+
+static int fail(const char *msg) {
+    fprintf(stderr, "rad-convert: %s\n", msg);
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    Opts o;
+    memset(&o, 0, sizeof o);
+    int rc = parse_args(argc, argv, &o);
+    if (rc) return rc;
+    RadErr e = {0};
+    if (o.out && strcmp(o.out, "-") != 0 && !o.force && !o.plan_only) {
+        struct stat st;
+        if (stat(o.out, &st) == 0) {
+            fprintf(stderr, "rad-convert: %s: exists (use --force to replace it)\n", o.out);
+            return 1;
+        }
+    }
+    RadModelFile src;
+    if (rad_model_open(o.src, &src, &e) != RAD_OK) {
+        rad_model_free(&src);
+        return fail(e.msg);
+    }
+    const char *id = arch_of(&src), *quant, *origin;
+    if (!id) {
+        rad_model_free(&src);
+        fprintf(stderr, "rad-convert: %s: names no architecture (config.json architectures / general.architecture)\n", o.src);
+        return 1;
+    }
+    descriptor(&src, o.quant, &quant, &origin);
+
+    /* the output's metadata: the source's, with the id, descriptor and --set applied */
+    RadKV meta;
+    rad_kv_init(&meta);
+    for (uint64_t i = 0; i < src.meta.n && !rc; i++) rc = rad_kv_set(&meta, src.meta.keys[i].p, &src.meta.vals[i], &e);
+    if (!rc) rc = rad_kv_set_str(&meta, "model.arch_id", id, &e);
+    if (!rc) rc = rad_kv_set_str(&meta, "model.quant", quant, &e);
+    if (!rc) rc = rad_kv_set_str(&meta, "model.quant_origin", origin, &e);
+    for (int i = 0; i < o.n_sets && !rc; i++) {
+        char key[256];
+        const char *eq = strchr(o.sets[i], '=');
+        snprintf(key, sizeof key, "%.*s", (int)(eq - o.sets[i]), o.sets[i]);
+        rc = rad_kv_set_str(&meta, key, eq + 1, &e);
+    }
+    if (!rc) rad_kv_gets(&meta, "model.quant", &quant, NULL), rad_kv_gets(&meta, "model.quant_origin", &origin, NULL);
+
+    char **dirs = NULL;
+    int n_dirs = rad_plugin_dirs(o.plugin_dirs, o.n_plugin_dirs, &dirs);
+    RadPluginSet plugins = {0};
+    const RadPlugin *plugin = NULL;
+    if (!rc) rc = rad_plugins_load(&plugins, dirs, n_dirs, &e);
+    if (!rc) rc = rad_plugins_find_arch(&plugins, id, quant, origin, &plugin, &e);
+
+    RadModelFile view; /* the output's metadata seen as a model, for RadModelMeta */
+    memset(&view, 0, sizeof view);
+    view.meta = meta;
+    snprintf(view.path, sizeof view.path, "%s", o.src);
+    RadModelMeta mm;
+    char **kk = NULL, **kv = NULL;
+    if (!rc) rc = rad_model_meta(&view, &mm, &e);
+    if (!rc) rc = rad_meta_kv_fill(&mm, &meta, &src.chat, &kk, &kv, &e);
+    RadBuildCtx ctx = {.struct_size = sizeof ctx, .world_size = 1, .max_tok = 512, .max_seqs = 64,
+                       .max_ctx = mm.n_ctx_train > 0 ? (uint32_t)mm.n_ctx_train : 4096, .max_mixed_tok = 512,
+                       .kv_dtype = RAD_F32, .state_dtype = RAD_F32, .scope = ""};
+    Plan plan = {.src = &src, .quant = o.quant};
+    RadGraph g;
+    memset(&g, 0, sizeof g);
+    int declared = 0;
+    if (!rc) {
+        rc = rad_graph_declare(&g, plugin, &mm, &ctx, &plugins, plan_lookup, &plan, &e);
+        declared = 1;
+        if (rc && plan.missing[0]) { /* the lookup knows which checkpoint names it tried */
+            rad_err_clear(&e);
+            rc = rad_err_set(&e, RAD_E_NOTFOUND, "%s: %s", o.src, plan.missing);
+        }
+    }
+    int have_kernels = 0;
+    for (int i = 0; i < plugins.n; i++) have_kernels |= plugins.p[i].info->kind == RAD_PLUGIN_KERNELS;
+    if (!rc && have_kernels) rc = rad_graph_check_encodings(&g, &e);
+
+    if (!rc && (o.verbose || o.plan_only)) {
+        FILE *f = o.out && strcmp(o.out, "-") == 0 ? stderr : stdout;
+        uint64_t total = 0;
+        fprintf(f, "plan: %s -> %s with plugin '%s' (%s, \"%s\"%s%s)\n", o.src, o.out ? o.out : "(nothing)",
+                plugin->info->name, plugin->arch_id, plugin->quant, strcmp(origin, "native") ? ", " : "",
+                strcmp(origin, "native") ? origin : "");
+        for (int i = 0; i < plan.n; i++) {
+            const PlanItem *it = &plan.items[i];
+            total += it->bytes;
+            if (!o.verbose) continue;
+            static const char *kind[] = {"copy", "concat", "wnorm", "rows", "transpose", "ema", "tap", "cols"};
+            fprintf(f, "  %-44s <- %-50s %-9s %-5s -> %-5s %12" PRIu64 "\n", it->dst, it->src[0]->name,
+                    it->has_map ? kind[it->map.kind] : "copy", rad_enc_info(it->src_enc)->name,
+                    rad_enc_info(it->enc)->name, it->bytes);
+        }
+        for (int i = 0; o.verbose && i < g.n_notes; i++) fprintf(f, "  note: %s\n", g.notes[i]);
+        if (!have_kernels) fprintf(f, "  (no kernel library installed: weight encodings were not checked against kernels)\n");
+        fprintf(f, "plan: %d tensors, %" PRIu64 " bytes\n", plan.n, total);
+    }
+
+    if (!rc && !o.plan_only) {
+        RadWriter *w = NULL;
+        RadWriteOpts wo = {.alignment = o.align, .zstd_level = o.zstd};
+        rc = rad_writer_init(&w, o.out, &wo, o.force, &e);
+        if (!rc) rc = rad_writer_set_kv(w, 0, &meta, &e);
+        if (!rc) rc = rad_writer_set_kv(w, 1, &src.tok, &e);
+        if (!rc) rc = rad_writer_set_kv(w, 2, &src.chat, &e);
+        const uint8_t **bufs = calloc((size_t)plan.n + 1, sizeof *bufs);
+        int *owned = calloc((size_t)plan.n + 1, sizeof *owned);
+        if (!bufs || !owned) rc = rad_err_set(&e, RAD_E_NOMEM, "out of memory");
+        int tty = isatty(2) && strcmp(o.out, "-") != 0;
+        for (int i = 0; i < plan.n && !rc; i++) {
+            const PlanItem *it = &plan.items[i];
+            progress(tty, i, plan.n, it->dst);
+            rc = plan_produce(&plan, it, &bufs[i], &owned[i], &e);
+            RadPlaneSrc ps = {"data", bufs[i], it->bytes};
+            if (!rc) rc = rad_writer_add_tensor(w, it->dst, it->enc, it->rank, it->shape, 1, &ps, &e);
+        }
+        if (!rc) progress(tty, plan.n, plan.n, "writing");
+        if (!rc) rc = rad_writer_finish(w, &e);
+        rad_writer_free(w); /* removes the temporary unless finish succeeded */
+        for (int i = 0; bufs && i < plan.n; i++)
+            if (owned[i]) free((void *)bufs[i]);
+        free(bufs);
+        free(owned);
+    }
+    if (rc) fprintf(stderr, "rad-convert: %s\n", e.msg);
+    if (declared) rad_graph_free(&g);
+    if (kk) rad_meta_kv_free(&mm, kk, kv);
+    plan_free(&plan);
+    rad_plugins_free(&plugins);
+    rad_plugin_dirs_free(dirs, n_dirs);
+    rad_kv_free(&meta);
+    rad_model_free(&src);
+    return rc ? 1 : 0;
 }

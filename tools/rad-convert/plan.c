@@ -1,0 +1,175 @@
+#include "plan.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "libcommon/rad_encode.h"
+#include "libcommon/rad_xform.h"
+
+static RadXTensor xt(const RadTensor *t) { return rad_xtensor_of(t, t->planes[0].data, t->planes[0].nbytes); }
+
+/* The sources of one map entry that are present: COPY takes the first present alternative,
+ * every other kind needs all of them. */
+static int resolve_sources(const Plan *p, const RadNameMap *m, const RadTensor **out) {
+    int n = 0;
+    for (int i = 0; m->src[i]; i++) {
+        const RadTensor *t = rad_model_find(p->src, m->src[i]);
+        if (m->kind == RAD_MAP_COPY) {
+            if (t) return out[0] = t, 1;
+            continue;
+        }
+        if (!t || n == 4) return 0;
+        out[n++] = t;
+    }
+    return n;
+}
+
+static RadEnc choice_enc(QuantChoice q, RadEnc src) {
+    switch (q) {
+    case Q_F32: return RAD_ENC_F32;
+    case Q_BF16: return RAD_ENC_BF16;
+    case Q_F16: return RAD_ENC_F16;
+    case Q_Q8_0: return RAD_ENC_Q8_0;
+    default: return src;
+    }
+}
+
+static int widens_to(RadEnc stored, RadDType declared) {
+    if (declared == RAD_ANY || (int)stored == (int)declared) return 1;
+    return declared == RAD_F32 && (stored == RAD_ENC_F16 || stored == RAD_ENC_BF16);
+}
+
+/* The target encoding: the --quant choice where the plugin takes any encoding and the shape
+ * allows it; a weight the plugin declares in one dtype gets that dtype (or the choice when it
+ * is an exact widening of it, as bf16 for an f32 norm). */
+static RadEnc target_enc(QuantChoice q, RadEnc src, const RadWeightDecl *d, uint32_t rank, const uint64_t *shape) {
+    RadEnc want = choice_enc(q, src);
+    uint64_t bytes;
+    int encodable = want == src || rad_encode_plan(want, rank, shape, NULL, &bytes, NULL) == RAD_OK;
+    int block = rad_enc_info(want)->block_elems > 1;
+    if (d->dtype == RAD_ANY) {
+        if (encodable && (!block || rank == 2 || want == src)) return want;
+        return rad_enc_info(src)->block_elems > 1 ? RAD_ENC_F32 : src;
+    }
+    if (encodable && widens_to(want, d->dtype)) return want;
+    if (widens_to(src, d->dtype)) return src;
+    return (RadEnc)d->dtype;
+}
+
+RadEnc plan_lookup(void *user, const char *name, const RadWeightDecl *d, const RadGMap *maps, int n_maps,
+                   uint32_t *rank, uint64_t *shape) {
+    Plan *p = user;
+    const RadNameMap *m = NULL;
+    const RadTensor *src[4];
+    int n_src = 0, n_entries = 0;
+    char tried[400] = "";
+    size_t k = 0;
+    /* a .rad already holds weights under their declared names, transformed: maps apply only to
+     * checkpoints (a second pass of GGUF's q/k un-interleave would scramble them) */
+    int is_rad = strcmp(p->src->format, "rad") == 0;
+    for (int i = 0; i < n_maps && !m && !is_rad; i++) {
+        if (strcmp(maps[i].m.dst, name) != 0) continue;
+        n_entries++;
+        n_src = resolve_sources(p, &maps[i].m, src);
+        if (n_src) m = &maps[i].m;
+        for (int j = 0; maps[i].m.src[j] && k < sizeof tried; j++)
+            k += (size_t)snprintf(tried + k, sizeof tried - k, "%s'%s'", k ? ", " : "", maps[i].m.src[j]);
+    }
+    if (!m && (!n_entries || is_rad)) { /* the tensor of the same name */
+        const RadTensor *t = rad_model_find(p->src, name);
+        if (t) src[0] = t, n_src = 1;
+        snprintf(tried, sizeof tried, "'%s'", name);
+    }
+    if (!n_src) {
+        if (!d->optional && !p->missing[0])
+            snprintf(p->missing, sizeof p->missing, "missing tensor: the plugin's '%s' needs one of %s", name, tried);
+        return RAD_ENC_COUNT;
+    }
+    RadXTensor in[4];
+    for (int i = 0; i < n_src; i++) in[i] = xt(src[i]);
+    RadXShape xs;
+    RadErr e = {0};
+    static const RadNameMap identity = {.kind = RAD_MAP_COPY};
+    if (rad_xform_map_shape(m ? m : &identity, in, (uint32_t)n_src, &xs, &e) != RAD_OK) {
+        if (!p->missing[0]) snprintf(p->missing, sizeof p->missing, "%s", e.msg);
+        return RAD_ENC_COUNT;
+    }
+    if (p->n == p->cap) {
+        int nc = p->cap ? p->cap * 2 : 64;
+        PlanItem *ni = realloc(p->items, (size_t)nc * sizeof *ni);
+        if (!ni) return RAD_ENC_COUNT;
+        p->items = ni;
+        p->cap = nc;
+    }
+    PlanItem *it = &p->items[p->n];
+    memset(it, 0, sizeof *it);
+    if (!(it->dst = strdup(name))) return RAD_ENC_COUNT;
+    it->n_src = n_src;
+    memcpy(it->src, src, (size_t)n_src * sizeof *src);
+    if (m) it->map = *m, it->has_map = 1;
+    it->src_enc = xs.enc;
+    it->rank = xs.rank;
+    memcpy(it->shape, xs.shape, sizeof it->shape);
+    it->enc = target_enc(p->quant, xs.enc, d, xs.rank, xs.shape);
+    if (it->enc == xs.enc) it->bytes = xs.nbytes;
+    else if (rad_encode_plan(it->enc, xs.rank, xs.shape, name, &it->bytes, &e) != RAD_OK) {
+        if (!p->missing[0]) snprintf(p->missing, sizeof p->missing, "%s", e.msg);
+        return RAD_ENC_COUNT;
+    }
+    p->n++;
+    *rank = it->rank;
+    memcpy(shape, it->shape, it->rank * sizeof *shape);
+    return it->enc;
+}
+
+int plan_produce(const Plan *p, const PlanItem *it, const uint8_t **out, int *owned, RadErr *e) {
+    (void)p;
+    *owned = 0;
+    RadXTensor in[4];
+    for (int i = 0; i < it->n_src; i++) {
+        in[i] = xt(it->src[i]);
+        if (!in[i].data)
+            return rad_err_set(e, RAD_E_UNSUPPORTED, "tensor '%s': source data is not mapped", it->src[i]->name);
+    }
+    int copy = !it->has_map || it->map.kind == RAD_MAP_COPY;
+    uint64_t n_elems = 1;
+    for (uint32_t i = 0; i < it->rank; i++) n_elems *= it->shape[i];
+    if (copy && it->enc == it->src_enc) { /* zero-copy: the source's bytes as they are */
+        *out = in[0].data;
+        return RAD_OK;
+    }
+    const void *mid = in[0].data;
+    uint64_t mid_bytes = in[0].nbytes;
+    uint8_t *tmp = NULL;
+    if (!copy) {
+        RadXShape xs;
+        int rc = rad_xform_map_shape(&it->map, in, (uint32_t)it->n_src, &xs, e);
+        if (rc) return rc;
+        if (!(tmp = malloc(xs.nbytes ? xs.nbytes : 1))) return rad_err_set(e, RAD_E_NOMEM, "tensor '%s': out of memory", it->dst);
+        rc = rad_xform_map(&it->map, in, (uint32_t)it->n_src, tmp, xs.nbytes, e);
+        if (rc) return free(tmp), rc;
+        mid = tmp;
+        mid_bytes = xs.nbytes;
+        if (it->enc == it->src_enc) {
+            *out = tmp;
+            *owned = 1;
+            return RAD_OK;
+        }
+    }
+    uint8_t *dst = malloc(it->bytes ? it->bytes : 1);
+    if (!dst) return free(tmp), rad_err_set(e, RAD_E_NOMEM, "tensor '%s': out of memory", it->dst);
+    int rc = rad_convert_tensor(it->enc, it->src_enc, mid, mid_bytes, n_elems, dst, it->bytes, e);
+    free(tmp);
+    if (rc) return free(dst), rc;
+    *out = dst;
+    *owned = 1;
+    return RAD_OK;
+}
+
+void plan_free(Plan *p) {
+    for (int i = 0; i < p->n; i++) free(p->items[i].dst);
+    free(p->items);
+    p->items = NULL;
+    p->n = p->cap = 0;
+}
