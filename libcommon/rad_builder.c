@@ -331,7 +331,7 @@ static rad_op b_decl_op(RadBuilder *b, const char *op, const RadParam *p, uint32
         o->params[i].name = dup_str(p[i].name);
     }
     o->n_params = np;
-    memcpy(o->w, w, nw * sizeof *w);
+    if (nw) memcpy(o->w, w, nw * sizeof *w);
     o->n_w = nw;
     o->lane1 = g->lane1_open;
     resolve(g, o);
@@ -348,7 +348,7 @@ static int b_op_access(RadBuilder *b, rad_op op, int writes, const rad_buf *bufs
     uint32_t *cnt = writes ? &o->n_writes : &o->n_reads;
     rad_buf *nb = realloc(*dst, (*cnt + n + 1) * sizeof *nb);
     if (!nb) return gfail(g, "out of memory"), RAD_E_NOMEM;
-    memcpy(nb + *cnt, bufs, n * sizeof *bufs);
+    if (n) memcpy(nb + *cnt, bufs, n * sizeof *bufs);
     *dst = nb;
     *cnt += n;
     return RAD_OK;
