@@ -15,7 +15,7 @@ static void setup(void) {
     snprintf(build_dir, sizeof build_dir, "%s", b ? b : "build");
 }
 
-__attribute__((unused)) static void load(RadPluginSet *s, const char *rel) {
+static void load(RadPluginSet *s, const char *rel) {
     char p[512];
     snprintf(p, sizeof p, "%s/%s", build_dir, rel);
     RadErr e = {0};
@@ -39,10 +39,12 @@ static const RadBuildCtx CTX = {.struct_size = sizeof(RadBuildCtx), .world_size 
                                 .max_ctx = 256, .max_mixed_tok = 64, .kv_dtype = RAD_F32, .scope = ""};
 static const RadModelMeta META = {.struct_size = sizeof(RadModelMeta), .arch_id = "intest", .name = "", .quant = ""};
 
-/* Every weight present, stored as declared (f32 when the plugin takes any encoding). */
+/* Every required weight present, stored as declared (RAD_ANY: as *user, else f32); optional
+ * weights absent. */
 static RadEnc lookup_all(void *user, const char *name, const RadWeightDecl *d, const RadGMap *maps, int n_maps,
                          uint32_t *rank, uint64_t *shape) {
     (void)name, (void)maps, (void)n_maps;
+    if (d->optional) return RAD_ENC_COUNT;
     RadEnc any = user ? *(const RadEnc *)user : RAD_ENC_F32;
     *rank = d->rank;
     memcpy(shape, d->shape, d->rank * sizeof *shape);
@@ -206,4 +208,214 @@ Test(builder, refusals_name_what_is_wrong, .init = setup) {
     expect_refusal(decl_weight_twice, lookup_wrong_shape, "shape mismatch: declared [8], stored [9]");
     expect_refusal(decl_window_open, lookup_all, "lane-1 window was never closed");
     expect_refusal(decl_plugin_refuses, lookup_all, "n_head_kv 5 does not divide n_head 9");
+}
+
+/* ---- the loader's rules, with the real Llama plugins --------------------------------------- */
+
+Test(loader, exact_match_imports_and_refusals, .init = setup) {
+    RadPluginSet s = {0};
+    load(&s, "plugins/arch_llama.so");
+    load(&s, "plugins/arch_llama_ggml.so");
+    const RadPlugin *p;
+    RadErr e = {0};
+    cr_assert_eq(rad_plugins_find_arch(&s, "llama", "", "native", &p, &e), RAD_OK, "%s", e.msg);
+    cr_assert_str_eq(p->info->name, "llama");
+    cr_assert_eq(p->serves_imports, 0);
+    cr_assert_eq(rad_plugins_find_arch(&s, "llama", "ggml", "native", &p, &e), RAD_OK, "%s", e.msg);
+    cr_assert_str_eq(p->info->name, "llama_ggml");
+    /* an imported GGUF quantisation: the family's importing plugin */
+    cr_assert_eq(rad_plugins_find_arch(&s, "llama", "q4_1", "import:gguf", &p, &e), RAD_OK, "%s", e.msg);
+    cr_assert_str_eq(p->info->name, "llama_ggml");
+    /* the same descriptor made natively: exact match only, no fallback */
+    cr_assert_eq(rad_plugins_find_arch(&s, "llama", "q4_1", "native", &p, &e), RAD_E_NOTFOUND);
+    cr_assert(strstr(e.msg, "no plugin for ('llama', \"q4_1\")") && strstr(e.msg, "llama_ggml(llama, \"ggml\")"), "%s", e.msg);
+    rad_err_clear(&e);
+    cr_assert_eq(rad_plugins_find_arch(&s, "qwen9", "", "native", &p, &e), RAD_E_NOTFOUND);
+    cr_assert(strstr(e.msg, "unknown architecture 'qwen9'; installed: llama(llama, \"\")") != NULL, "%s", e.msg);
+    /* the same plugin twice: names must be unique */
+    char path[512];
+    snprintf(path, sizeof path, "%s/plugins/arch_llama.so", build_dir);
+    rad_err_clear(&e);
+    cr_assert_eq(rad_plugins_load_file(&s, path, &e), RAD_E_ARG);
+    cr_assert(strstr(e.msg, "two plugins named 'llama'") != NULL, "%s", e.msg);
+    /* a second plugin that serves imports: refused by name */
+    load(&s, "test-plugins/arch_importer.so");
+    rad_err_clear(&e);
+    cr_assert_eq(rad_plugins_find_arch(&s, "llama", "q4_1", "import:gguf", &p, &e), RAD_E_ARG);
+    cr_assert(strstr(e.msg, "'llama_ggml' and 'llama_awq_test'") != NULL, "%s", e.msg);
+    /* but its own descriptor still matches exactly */
+    cr_assert_eq(rad_plugins_find_arch(&s, "llama", "awq", "native", &p, &e), RAD_OK);
+    rad_plugins_free(&s);
+}
+
+static RadModelMeta smollm2_meta(void) {
+    return (RadModelMeta){.struct_size = sizeof(RadModelMeta), .arch_id = "llama", .name = "SmolLM2-135M", .quant = "",
+                          .n_layers = 30, .n_embd = 576, .n_head = 9, .n_head_kv = 3, .head_dim = 64, .n_ff = 1536,
+                          .n_vocab = 49152, .n_ctx_train = 8192, .rms_eps = 1e-5f, .rope_theta = 100000.0f};
+}
+
+static const char *const L3_KEYS[] = {"rope.scaling.type", "rope.scaling.factor", "rope.scaling.low_freq_factor",
+                                      "rope.scaling.high_freq_factor", "rope.scaling.original_context_length",
+                                      "model.tie_embeddings", "chat.kind"};
+static const char *const L3_VALS[] = {"llama3", "8", "1", "4", "8192", "false", "llama3"};
+static RadModelMeta llama3_8b_meta(void) {
+    return (RadModelMeta){.struct_size = sizeof(RadModelMeta), .arch_id = "llama", .name = "Llama-3.1-8B", .quant = "",
+                          .n_layers = 32, .n_embd = 4096, .n_head = 32, .n_head_kv = 8, .head_dim = 128, .n_ff = 14336,
+                          .n_vocab = 128256, .n_ctx_train = 131072, .rms_eps = 1e-5f, .rope_theta = 500000.0f,
+                          .n_kv = 7, .kv_key = L3_KEYS, .kv_val = L3_VALS};
+}
+
+Test(loader, probe_bits_refuse_flags_naming_the_plugin, .init = setup) {
+    RadPluginSet s = {0};
+    load(&s, "plugins/arch_llama.so");
+    RadModelMeta m = smollm2_meta();
+    RadArchProbe pr;
+    RadErr e = {0};
+    RadDeployFlags none = {0};
+    cr_assert_eq(rad_plugin_check_flags(&s.p[0], &m, &none, &pr, &e), RAD_OK, "%s", e.msg);
+    const RadDeployFlags flags[] = {{.kv_quant = RAD_KVQ_V4}, {.control_vector = 1}, {.tp_attn_rows = 1}, {.state_f16 = 1}, {.kv_resident = 1}};
+    const char *names[] = {"--kv-cache-dtype fp8_v4", "--control-vector", "--tp-attn-split rows", "--state-cache-dtype f16", "--kv-resident"};
+    for (int i = 0; i < 5; i++) {
+        rad_err_clear(&e);
+        cr_assert_eq(rad_plugin_check_flags(&s.p[0], &m, &flags[i], &pr, &e), RAD_E_ARG, "%s accepted", names[i]);
+        cr_assert(strstr(e.msg, names[i]) && strstr(e.msg, "plugin 'llama'"), "%s", e.msg);
+    }
+    rad_plugins_free(&s);
+}
+
+/* Declares the plugin at ctx, every weight present as declared (RAD_ANY stored as `any`). */
+static int declare(const RadPlugin *p, const RadModelMeta *m, const RadBuildCtx *ctx, const RadPluginSet *libs, RadEnc any,
+                   RadGraph *g, RadErr *e) {
+    return rad_graph_declare(g, p, m, ctx, libs, lookup_all, &any, e);
+}
+
+static void pin(const RadGraph *g, const char *golden) {
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&buf, &n);
+    rad_graph_dump(g, f);
+    fclose(f);
+    char path[256];
+    snprintf(path, sizeof path, "tests/fixtures/arch/%s", golden);
+    if (getenv("RAD_UPDATE_GOLDEN")) { /* a reviewed change of the declared graph */
+        FILE *o = fopen(path, "w");
+        fwrite(buf, 1, n, o);
+        fclose(o);
+    }
+    FILE *gf = fopen(path, "rb");
+    cr_assert_not_null(gf, "%s missing (RAD_UPDATE_GOLDEN=1 writes it)", path);
+    char *want = calloc(1, n + 2);
+    size_t got = fread(want, 1, n + 1, gf);
+    fclose(gf);
+    if (got != n || memcmp(want, buf, n) != 0) {
+        size_t i = 0;
+        while (i < n && i < got && want[i] == buf[i]) i++;
+        size_t ls = i;
+        while (ls > 0 && buf[ls - 1] != '\n') ls--;
+        cr_assert_fail("declared graph differs from %s at byte %zu: '%.120s'", path, i, buf + ls);
+    }
+    free(want);
+    free(buf);
+}
+
+static const RadBuildCtx SERVE = {.struct_size = sizeof(RadBuildCtx), .world_size = 1, .max_tok = 512, .max_seqs = 16,
+                                  .max_ctx = 8192, .max_mixed_tok = 512, .kv_dtype = RAD_BF16, .state_dtype = RAD_F32, .scope = ""};
+
+Test(llama, smollm2_graph_pinned_and_planned, .init = setup) {
+    RadPluginSet s = {0};
+    load(&s, "plugins/arch_llama.so");
+    RadModelMeta m = smollm2_meta();
+    RadGraph g;
+    RadErr e = {0};
+    cr_assert_eq(declare(&s.p[0], &m, &SERVE, NULL, RAD_ENC_BF16, &g, &e), RAD_OK, "%s", e.msg);
+    /* what the oracle's config implies: 30 layers x 9 weights + embedding, final norm, head */
+    cr_assert_eq(g.n_w - (rad_graph_weight(&g, "rope_freqs.weight") >= 0), 3 + 9 * 30);
+    cr_assert_eq(g.n_layer_kv, 30);
+    cr_assert_eq(g.n_kvs, 1);
+    cr_assert_eq(g.kvs[0].d.n_head_kv, 3);
+    cr_assert_eq(g.kvs[0].d.head_dim, 64);
+    int q = rad_graph_weight(&g, "blk.29.attn_q.weight"), k = rad_graph_weight(&g, "blk.29.attn_k.weight");
+    cr_assert(q >= 0 && g.w[q].d.shape[0] == 576 && g.w[q].d.shape[1] == 576);
+    cr_assert(k >= 0 && g.w[k].d.shape[0] == 192);
+    const RadGMap *tied = rad_graph_map_for(&g, "output.weight", 0);
+    cr_assert(tied && tied->m.kind == RAD_MAP_COPY && tied->n_src >= 2, "the tied head is a COPY with two sources");
+    cr_assert(g.logits.id >= 0);
+    cr_assert_eq(rad_graph_plan(&g, &e), RAD_OK, "%s", e.msg);
+    assert_plan_sound(&g);
+    cr_assert_lt(g.arena_bytes, g.naive_bytes);
+    pin(&g, "llama-smollm2-135m.graph");
+    rad_graph_free(&g);
+    rad_plugins_free(&s);
+}
+
+Test(llama, llama3_8b_graph_pinned, .init = setup) {
+    RadPluginSet s = {0};
+    load(&s, "plugins/arch_llama.so");
+    RadModelMeta m = llama3_8b_meta();
+    RadGraph g;
+    RadErr e = {0};
+    cr_assert_eq(declare(&s.p[0], &m, &SERVE, NULL, RAD_ENC_BF16, &g, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(g.n_layer_kv, 32);
+    cr_assert_eq(g.kvs[0].d.n_head_kv, 8);
+    cr_assert_eq(g.kvs[0].d.head_dim, 128);
+    int o = rad_graph_weight(&g, "output.weight");
+    cr_assert(o >= 0 && g.w[o].d.shape[0] == 128256);
+    int found_rope = 0;
+    for (int i = 0; i < g.n_ops && !found_rope; i++)
+        if (strcmp(g.ops[i].op, "rope") == 0)
+            for (uint32_t j = 0; j < g.ops[i].n_params; j++)
+                if (strcmp(g.ops[i].params[j].name, "scaling") == 0 && g.ops[i].params[j].lo == 2) found_rope = 1;
+    cr_assert(found_rope, "llama3 rope scaling from metadata");
+    cr_assert_eq(rad_graph_plan(&g, &e), RAD_OK, "%s", e.msg);
+    assert_plan_sound(&g);
+    pin(&g, "llama-3.1-8b.graph");
+    rad_graph_free(&g);
+    rad_plugins_free(&s);
+}
+
+/* A sizing declare at a smaller max_tok leaves the real declare's shapes alone. */
+Test(llama, shape_probe_declare_then_real, .init = setup) {
+    RadPluginSet s = {0};
+    load(&s, "plugins/arch_llama.so");
+    RadModelMeta m = smollm2_meta();
+    RadArchProbe pr = {.struct_size = sizeof pr};
+    cr_assert_eq(s.p[0].probe(&m, &pr), 0);
+    cr_assert(pr.shape_probe_ok);
+    RadBuildCtx probe = SERVE;
+    probe.shape_probe = 1;
+    probe.max_tok = 16;
+    RadGraph gp, g;
+    RadErr e = {0};
+    cr_assert_eq(declare(&s.p[0], &m, &SERVE, NULL, RAD_ENC_BF16, &g, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(declare(&s.p[0], &m, &probe, NULL, RAD_ENC_BF16, &gp, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(gp.bufs[0].d.shape[0], 16);
+    cr_assert_eq(g.bufs[0].d.shape[0], 512);
+    cr_assert_eq(g.n_ops, gp.n_ops);
+    rad_graph_free(&gp), rad_graph_free(&g);
+    rad_plugins_free(&s);
+}
+
+/* The declare-time check: a q4_1 weight no loaded kernel accepts is named with its op. */
+Test(llama, encoding_no_kernel_accepts_is_refused_by_name, .init = setup) {
+    RadPluginSet s = {0};
+    load(&s, "plugins/arch_llama_ggml.so");
+    load(&s, "test-plugins/kern_test.so");
+    RadModelMeta m = smollm2_meta();
+    RadGraph g;
+    RadErr e = {0};
+    cr_assert_eq(declare(&s.p[0], &m, &SERVE, &s, RAD_ENC_Q4_1, &g, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_graph_check_encodings(&g, &e), RAD_E_UNSUPPORTED);
+    cr_assert(strstr(e.msg, "is q4_1, which no kernel for op '") && strstr(e.msg, "kern_test"), "%s", e.msg);
+    rad_graph_free(&g);
+    /* the same model in f32 resolves every op it issues against kern_test */
+    rad_err_clear(&e);
+    cr_assert_eq(declare(&s.p[0], &m, &SERVE, &s, RAD_ENC_F32, &g, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_graph_check_encodings(&g, &e), RAD_OK, "%s", e.msg);
+    int gemm = -1;
+    for (int i = 0; i < g.n_ops && gemm < 0; i++)
+        if (strcmp(g.ops[i].op, "gemm_nt") == 0) gemm = i;
+    cr_assert(gemm >= 0 && g.ops[gemm].kernel != NULL && strcmp(g.ops[gemm].kernel_lib, "kern_test") == 0);
+    cr_assert_eq(g.kvs[0].block_size, 16, "the KV block size comes from the attention kernel");
+    rad_graph_free(&g);
+    rad_plugins_free(&s);
 }
