@@ -33,7 +33,7 @@ setup:
 	sh scripts/install-deps.sh
 	$(MAKE) run
 
-.PHONY: setup all tools test test-unit test-san walls flake-check fuzz fuzz-smoke model run clean install
+.PHONY: plugin-sdk setup all tools test test-unit test-san walls flake-check fuzz fuzz-smoke model run clean install
 all: tools
 
 tools: $(TOOLS:%=$(B)/%) plugins
@@ -42,6 +42,7 @@ tools: $(TOOLS:%=$(B)/%) plugins
 # One source may build several plugins (a family at two weight formats): arch/<family>/<family>.c
 # is compiled once per (name, defines) pair below.
 PLUGIN_CFLAGS = $(CSTD) $(WARN) $(OPT) -I. -fPIC -shared -fvisibility=hidden
+PLUGIN_LDLIBS = -lm
 ARCH_SO = $(if $(wildcard arch/llama/llama.c),$(B)/plugins/arch_llama.so $(B)/plugins/arch_llama_ggml.so)
 KERN_SO =
 TEST_SO = $(patsubst tests/plugins/%.c,$(B)/test-plugins/%.so,$(wildcard tests/plugins/*.c))
@@ -49,13 +50,13 @@ ARCH_HDR = $(wildcard abi/*.h arch/*.h arch/common/*.h)
 plugins: $(ARCH_SO) $(KERN_SO)
 $(B)/plugins/arch_llama.so: arch/llama/llama.c $(ARCH_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(PLUGIN_CFLAGS) -DRAD_PLUGIN_NAME='"llama"' -DRAD_LLAMA_QUANTISED=0 -o $@ $<
+	$(CC) $(PLUGIN_CFLAGS) -DRAD_PLUGIN_NAME='"llama"' -DRAD_LLAMA_QUANTISED=0 -o $@ $< $(PLUGIN_LDLIBS)
 $(B)/plugins/arch_llama_ggml.so: arch/llama/llama.c $(ARCH_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(PLUGIN_CFLAGS) -DRAD_PLUGIN_NAME='"llama_ggml"' -DRAD_LLAMA_QUANTISED=1 -o $@ $<
+	$(CC) $(PLUGIN_CFLAGS) -DRAD_PLUGIN_NAME='"llama_ggml"' -DRAD_LLAMA_QUANTISED=1 -o $@ $< $(PLUGIN_LDLIBS)
 $(B)/test-plugins/%.so: tests/plugins/%.c $(ARCH_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(PLUGIN_CFLAGS) -o $@ $<
+	$(CC) $(PLUGIN_CFLAGS) -o $@ $< $(PLUGIN_LDLIBS)
 
 # --- libcommon ---------------------------------------------------------------------------
 $(B)/obj/%.o: %.c $(LIB_HDR)
@@ -84,7 +85,11 @@ test-unit: tools $(TEST_SO) $(B)/tests/run model
 test-san:
 	$(MAKE) B=$(SAN_B) OPT="-O1 -g $(SAN)" LDFLAGS="$(SAN)" test-unit
 
-test: walls flake-check test-unit test-san fuzz-smoke
+test: walls flake-check test-unit test-san plugin-sdk fuzz-smoke
+
+# A third party builds a plugin out of tree from an installed Radiance with pkg-config alone.
+plugin-sdk: tools
+	@sh scripts/build-plugin-out-of-tree.sh
 
 walls:
 	@sh scripts/check-walls.sh

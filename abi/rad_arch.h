@@ -308,11 +308,18 @@ typedef struct RadAudioFormat {
 
 typedef enum RadPhase { RAD_PHASE_PREFILL = 0, RAD_PHASE_DECODE = 1, RAD_PHASE_MIXED = 2 } RadPhase;
 
+/* Passed in arrays without a struct_size: frozen for the whole major version (rad_plugin.h). */
 typedef struct RadKvState {
     rad_kv group;
     const int32_t *block_table;    /* [n_seq][max_blocks] */
     uint32_t max_blocks;
-    void *pool;                    /* the group's block pool */
+    void *pool;                    /* this layer's blocks (docs/OPS.md: the pool layout) */
+    RadDType dtype;                /* cache element type */
+    RadKvQuant kv_quant;           /* narrow layout under fp8 */
+    uint32_t block_size;           /* tokens per block */
+    uint32_t n_head_kv, head_dim;  /* per rank */
+    uint32_t layer;
+    uint64_t block_bytes;          /* bytes of one block (K and V) */
 } RadKvState;
 
 typedef struct RadBatch {

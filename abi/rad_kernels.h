@@ -42,7 +42,8 @@ typedef struct RadKArg {
     void *data;             /* first row (device memory for a device library) */
     RadDType dtype;         /* element type; a weight's encoding for weight operands */
     uint64_t rows, cols;    /* extent (cols in elements) */
-    uint64_t row_stride;    /* elements between rows (weights: bytes of one encoded row / block) */
+    uint64_t row_stride;    /* elements between rows; weights: BYTES between encoded rows; raw operands: 1
+                               (a raw operand arrives as rows = element count, cols = 1) */
     const void *planes[4];  /* multi-plane weights: codes, scale, ... */
 } RadKArg;
 
@@ -74,7 +75,10 @@ typedef struct RadKernel {
     uint32_t batch_invariant;   /* 1: results do not depend on other rows in the call */
     size_t (*workspace)(const RadParam *params, uint32_t n_params, int64_t n_max);
     int (*run)(const RadKernelArgs *a); /* RAD_OK or a RadStatus; never partial output on error */
+    uint64_t kv_encs;           /* attention: RAD_ENC_BIT set of KV cache types it reads (0: f32/f16/bf16) */
+    uint32_t kvq_ok;            /* attention: bits (1 << RadKvQuant) of narrow KV layouts it reads */
 } RadKernel;
+
 
 typedef struct RadKernelLibConfig {
     uint32_t struct_size;
@@ -97,6 +101,13 @@ typedef struct RadKernelLib {
     int (*copy)(void *state, void *dst, const void *src, size_t bytes, int to_device);
     int (*sync)(void *state);
 } RadKernelLib;
+
+/* A library's kernels, indexed by the library's own struct size (RadKernel grows in minor
+ * versions; a core must not index the array with its own sizeof). */
+static inline const RadKernel *rad_kernel_at(const RadKernelLib *l, uint32_t i) {
+    size_t stride = l->kernels[0].struct_size ? l->kernels[0].struct_size : sizeof(RadKernel);
+    return (const RadKernel *)(const void *)((const char *)l->kernels + (size_t)i * stride);
+}
 
 /* The export. */
 typedef const RadKernelLib *(*rad_kernels_fn)(void);

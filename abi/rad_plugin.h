@@ -4,7 +4,10 @@
  * a plugin whose major differs from its own, or whose minor is newer than its own (it may call
  * what this core lacks). Within a major, public structs only grow at their end and carry
  * struct_size; a reader uses fields only when struct_size covers them, and treats the rest
- * as zero. Enum values and function signatures never change within a major. */
+ * as zero. Enum values and function signatures never change within a major. Structs passed in
+ * arrays without their own size (RadParam, RadOperand, RadKArg, RadKvState, RadGroup) are
+ * frozen for the whole major; a table of structs that carry struct_size (RadKernel) is
+ * indexed by the producer's size (rad_kernel_at). */
 #ifndef RAD_PLUGIN_H
 #define RAD_PLUGIN_H
 

@@ -213,7 +213,8 @@ static uint32_t attn_block_size(RadGraph *g) {
     for (int i = 0; g->libs && i < g->libs->n; i++) {
         const RadKernelLib *l = g->libs->p[i].lib;
         for (uint32_t k = 0; l && k < l->n_kernels; k++)
-            if (strcmp(l->kernels[k].op, "attn_paged") == 0 && l->kernels[k].kv_block_size) return l->kernels[k].kv_block_size;
+            if (strcmp(rad_kernel_at(l, k)->op, "attn_paged") == 0 && rad_kernel_at(l, k)->kv_block_size)
+                return rad_kernel_at(l, k)->kv_block_size;
     }
     return 16;
 }
@@ -283,7 +284,7 @@ static void resolve(RadGraph *g, RadGOp *o) {
     for (int i = 0; g->libs && i < g->libs->n; i++) {
         const RadKernelLib *l = g->libs->p[i].lib;
         for (uint32_t k = 0; l && k < l->n_kernels; k++) {
-            const RadKernel *kr = &l->kernels[k];
+            const RadKernel *kr = rad_kernel_at(l, k);
             if (strcmp(kr->op, o->op) != 0) continue;
             seen = 1;
             int ok = 1;
@@ -364,7 +365,7 @@ static int b_op_declared(RadBuilder *b, const char *op) {
     for (int i = 0; g->libs && i < g->libs->n; i++) {
         const RadKernelLib *l = g->libs->p[i].lib;
         for (uint32_t k = 0; l && k < l->n_kernels; k++)
-            if (strcmp(l->kernels[k].op, op) == 0) return 1;
+            if (strcmp(rad_kernel_at(l, k)->op, op) == 0) return 1;
     }
     return 0;
 }
@@ -523,10 +524,12 @@ int rad_graph_check_encodings(const RadGraph *g, RadErr *e) {
             size_t k = 0;
             for (int l = 0; g->libs && l < g->libs->n; l++) {
                 const RadKernelLib *kl = g->libs->p[l].lib;
-                for (uint32_t x = 0; kl && x < kl->n_kernels; x++)
-                    if (strcmp(kl->kernels[x].op, o->op) == 0 && !(kl->kernels[x].weight_encs & RAD_ENC_BIT(w->enc)) && k < sizeof libs)
+                for (uint32_t x = 0; kl && x < kl->n_kernels; x++) {
+                    const RadKernel *kr = rad_kernel_at(kl, x);
+                    if (strcmp(kr->op, o->op) == 0 && !(kr->weight_encs & RAD_ENC_BIT(w->enc)) && k < sizeof libs)
                         k += (size_t)snprintf(libs + k, sizeof libs - k, "%s%s:%s", k ? ", " : "", g->libs->p[l].info->name,
-                                              kl->kernels[x].variant);
+                                              kr->variant);
+                }
             }
             if (k)
                 return rad_err_set(e, RAD_E_UNSUPPORTED, "weight '%s' is %s, which no kernel for op '%s' accepts (%s)",
