@@ -23,6 +23,44 @@ static const char *jkind(const json_t *j) {
     return "?";
 }
 
+/* A copy of a JSON text with every integer literal longer than 18 digits (outside strings)
+ * written as a real ("1e30" as transformers writes model_max_length = int(1e30)), which jansson
+ * cannot hold as an integer. NULL on allocation failure. */
+static char *json_widen_big_ints(const char *p, size_t n, size_t *out_n) {
+    char *o = malloc(n * 2 + 1);
+    if (!o) return NULL;
+    size_t k = 0;
+    int in_str = 0;
+    for (size_t i = 0; i < n;) {
+        char c = p[i];
+        if (in_str) {
+            o[k++] = c;
+            if (c == '\\' && i + 1 < n) o[k++] = p[++i];
+            else if (c == '"') in_str = 0;
+            i++;
+            continue;
+        }
+        if (c == '"') {
+            in_str = 1;
+            o[k++] = p[i++];
+            continue;
+        }
+        if ((c >= '0' && c <= '9') || c == '-') {
+            size_t j = i + (c == '-');
+            while (j < n && p[j] >= '0' && p[j] <= '9') j++;
+            int is_int = !(j < n && (p[j] == '.' || p[j] == 'e' || p[j] == 'E'));
+            memcpy(o + k, p + i, j - i);
+            k += j - i;
+            if (is_int && j - i - (c == '-') > 18) memcpy(o + k, ".0", 2), k += 2;
+            i = j;
+            continue;
+        }
+        o[k++] = p[i++];
+    }
+    *out_n = k;
+    return o;
+}
+
 /* Parses a JSON document that must be an object. Nesting is bounded by jansson's parser
  * (JSON_PARSER_MAX_DEPTH), so hostile depth fails with a message rather than the stack. */
 static int json_open(const char *name, const char *p, size_t n, json_t **out, RadErr *e) {
@@ -33,6 +71,12 @@ static int json_open(const char *name, const char *p, size_t n, json_t **out, Ra
     if (n == 0 || !p) return rad_err_set(e, RAD_E_FORMAT, "%s: empty file", name);
     json_error_t je;
     json_t *j = json_loadb(p, n, JSON_REJECT_DUPLICATES, &je);
+    if (!j && strstr(je.text, "too big integer")) { /* retry with such integers read as reals */
+        size_t wn;
+        char *w = json_widen_big_ints(p, n, &wn);
+        if (w) j = json_loadb(w, wn, JSON_REJECT_DUPLICATES, &je);
+        free(w);
+    }
     if (!j)
         return rad_err_set(e, RAD_E_FORMAT, "%s: invalid JSON at line %d, column %d: %s", name,
                            je.line, je.column, je.text);

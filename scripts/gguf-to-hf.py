@@ -13,12 +13,24 @@ import os
 import sys
 
 import torch
+from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 src, out = sys.argv[1], sys.argv[2]
 folder, name = os.path.split(os.path.abspath(src))
 model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, torch_dtype=torch.bfloat16)
 tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-model.save_pretrained(out, safe_serialization=True)
+# transformers will not save_pretrained a model it loaded from GGUF; its weights are dequantised
+# plain tensors by now, so write them and the config ourselves.
+sd = {k: v.detach().to(torch.bfloat16).contiguous().clone() for k, v in model.state_dict().items()}
+if model.config.tie_word_embeddings:
+    sd.pop("lm_head.weight", None)
+os.makedirs(out, exist_ok=True)
+save_file(sd, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+cfg = model.config
+if hasattr(cfg, "quantization_config"):
+    del cfg.quantization_config
+cfg.torch_dtype = "bfloat16"
+cfg.save_pretrained(out)
 tok.save_pretrained(out)
 print(f"{src} -> {out}: {sum(p.numel() for p in model.parameters())} parameters, bf16")

@@ -130,6 +130,11 @@ static void write_hf(const char *sub, const char *drop, int ff_cfg, const char *
                " \"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\"}\n",
             arch, E, ff_cfg, L, H, KV, HD, V);
     fclose(f);
+    /* transformers writes model_max_length = int(1e30): more digits than any JSON integer type */
+    snprintf(p, sizeof p, "%s/%s/tokenizer_config.json", dir, sub);
+    f = fopen(p, "w");
+    fprintf(f, "{\"model_max_length\": 1000000000000000019884624838656, \"note\": \"12345678901234567890123\"}\n");
+    fclose(f);
     Tw t[64];
     int n = 0;
     t[n++] = (Tw){"model.embed_tokens.weight", {V, E}, 2};
