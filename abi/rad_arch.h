@@ -304,6 +304,22 @@ typedef struct RadAudioFormat {
     const char *transcript_start;
 } RadAudioFormat;
 
+/* Geometry of a video or encoder pass, for the optional exports below (media preprocessing is
+ * the core's; these say how the model lays the result out). */
+typedef struct RadVideoGeom {
+    uint32_t struct_size;
+    uint32_t frames, height, width;   /* after the core's resize */
+    uint32_t patch, temporal_patch;   /* patch edge, frames per temporal patch */
+    uint32_t merge;                   /* spatial merge factor */
+} RadVideoGeom;
+
+typedef struct RadEncodeGeom {
+    uint32_t struct_size;
+    uint32_t patches;                 /* patches the encoder pass takes */
+    uint32_t tokens;                  /* embeddings it yields for the decoder */
+    uint32_t merge;
+} RadEncodeGeom;
+
 /* ---- step ---------------------------------------------------------------------------------- */
 
 typedef enum RadPhase { RAD_PHASE_PREFILL = 0, RAD_PHASE_DECODE = 1, RAD_PHASE_MIXED = 2 } RadPhase;
@@ -495,6 +511,14 @@ typedef void (*rad_arch_step_fn)(RadCtx *, const struct RadBatch *);
 typedef int (*rad_arch_probe_fn)(const RadModelMeta *, RadArchProbe *);
 typedef const RadChatFormat *(*rad_arch_chat_format_fn)(const RadModelMeta *);
 typedef const RadAudioFormat *(*rad_arch_audio_format_fn)(const RadModelMeta *);
+/* Optional format exports a plugin writes by hand (RAD_EXPORT), looked up by name: */
+/* rewrite request text into the form the model was trained on; returns bytes written or < 0 */
+typedef long (*rad_arch_text_prepare_fn)(const RadModelMeta *, const char *in, char *out, size_t out_size);
+/* positions of a video pass: pos[n_tok * 3] (t, h, w) for the tokens the pack yields */
+typedef int (*rad_arch_video_positions_fn)(const RadModelMeta *, const RadVideoGeom *, int32_t *pos, uint32_t n_tok);
+/* how patches are packed into tokens: order[n_tok] patch indices */
+typedef int (*rad_arch_video_pack_fn)(const RadModelMeta *, const RadVideoGeom *, int32_t *order, uint32_t n_tok);
+typedef int (*rad_arch_encode_geom_fn)(const RadModelMeta *, uint32_t media_h, uint32_t media_w, RadEncodeGeom *out);
 
 /* What a plugin gives RAD_ARCH_PLUGIN: declare and step required, the rest optional (NULL). */
 typedef struct RadArchOps {

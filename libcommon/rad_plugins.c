@@ -108,6 +108,10 @@ int rad_plugins_load_file(RadPluginSet *s, const char *path, RadErr *e) {
         LOAD_FN(p.probe, p.dl, "rad_arch_probe");
         LOAD_FN(p.chat_format, p.dl, "rad_arch_chat_format");
         LOAD_FN(p.audio_format, p.dl, "rad_arch_audio_format");
+        LOAD_FN(p.text_prepare, p.dl, "rad_arch_text_prepare");
+        LOAD_FN(p.video_positions, p.dl, "rad_arch_video_positions");
+        LOAD_FN(p.video_pack, p.dl, "rad_arch_video_pack");
+        LOAD_FN(p.encode_geom, p.dl, "rad_arch_encode_geom");
         if (!id_fn || !quant_fn || !p.declare || !p.step) {
             rc = rad_err_set(e, RAD_E_FORMAT, "architecture plugin '%s' (%s): lacks rad_arch_id, rad_arch_quant, "
                              "rad_arch_declare or rad_arch_step", p.info->name, path);

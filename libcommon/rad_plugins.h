@@ -26,6 +26,10 @@ typedef struct RadPlugin {
     rad_arch_probe_fn probe;         /* NULL when not exported */
     rad_arch_chat_format_fn chat_format;
     rad_arch_audio_format_fn audio_format;
+    rad_arch_text_prepare_fn text_prepare;       /* the optional format exports, or NULL */
+    rad_arch_video_positions_fn video_positions;
+    rad_arch_video_pack_fn video_pack;
+    rad_arch_encode_geom_fn encode_geom;
     /* RAD_PLUGIN_KERNELS */
     const RadKernelLib *lib;
 } RadPlugin;
