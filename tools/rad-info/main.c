@@ -360,12 +360,12 @@ static int list_plugins(const Opts *o) {
     } else {
         printf("search path:");
         for (int i = 0; i < n_dirs; i++) printf(" %s", dirs[i]);
-        printf("\n\n%-16s %-8s %-10s %-8s %-9s %-5s %s\n", "name", "kind", "id", "quant", "version", "abi", "path");
+        printf("\n\n%-16s %-8s %-10s %-12s %-9s %-5s %s\n", "name", "kind", "id", "quant", "version", "abi", "path");
         for (int i = 0; i < s.n; i++) {
             const RadPlugin *p = &s.p[i];
             char quant[64];
             snprintf(quant, sizeof quant, "\"%s\"%s", p->quant ? p->quant : "", p->serves_imports ? "+imp" : "");
-            printf("%-16s %-8s %-10s %-8s %-9s %u.%-3u %s\n", p->info->name,
+            printf("%-16s %-8s %-10s %-12s %-9s %u.%-3u %s\n", p->info->name,
                    p->info->kind == RAD_PLUGIN_ARCH ? "arch" : "kernels", p->arch_id ? p->arch_id : "-",
                    p->info->kind == RAD_PLUGIN_ARCH ? quant : "-", p->info->version ? p->info->version : "?",
                    p->info->abi_major, p->info->abi_minor, p->path);
