@@ -8,7 +8,7 @@ SAN_B   ?= build-san
 CSTD     = -std=c11 -D_GNU_SOURCE
 WARN     = -Wall -Wextra -Werror
 OPT     ?= -O2 -g
-PKGS     = libarchive libzstd jansson libxxhash
+PKGS     = libarchive libzstd jansson libxxhash libpcre2-8
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CFLAGS  += $(CSTD) $(WARN) $(OPT) -I. -fPIC $(PKG_CFLAGS) -DRAD_PREFIX='"$(PREFIX)"'
@@ -44,7 +44,8 @@ tools: $(TOOLS:%=$(B)/%) plugins
 PLUGIN_CFLAGS = $(CSTD) $(WARN) $(OPT) -I. -fPIC -shared -fvisibility=hidden
 PLUGIN_LDLIBS = -lm
 ARCH_SO = $(if $(wildcard arch/llama/llama.c),$(B)/plugins/arch_llama.so $(B)/plugins/arch_llama_ggml.so)
-KERN_SO =
+REF_SRC = $(wildcard kernels/ref/*.c)
+KERN_SO = $(if $(REF_SRC),$(B)/plugins/kern_ref.so)
 TEST_SO = $(patsubst tests/plugins/%.c,$(B)/test-plugins/%.so,$(wildcard tests/plugins/*.c))
 ARCH_HDR = $(wildcard abi/*.h arch/*.h arch/common/*.h)
 plugins: $(ARCH_SO) $(KERN_SO)
@@ -54,6 +55,10 @@ $(B)/plugins/arch_llama.so: arch/llama/llama.c $(ARCH_HDR)
 $(B)/plugins/arch_llama_ggml.so: arch/llama/llama.c $(ARCH_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(PLUGIN_CFLAGS) -DRAD_PLUGIN_NAME='"llama_ggml"' -DRAD_LLAMA_QUANTISED=1 -o $@ $< $(PLUGIN_LDLIBS)
+# libref: every kernels/ref/*.c into one library (SIMD paths are chosen at run time inside it)
+$(B)/plugins/kern_ref.so: $(REF_SRC) $(wildcard kernels/ref/*.h) $(ARCH_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(PLUGIN_CFLAGS) -pthread -o $@ $(REF_SRC) $(PLUGIN_LDLIBS) -lpthread
 $(B)/test-plugins/%.so: tests/plugins/%.c $(ARCH_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(PLUGIN_CFLAGS) -o $@ $< $(PLUGIN_LDLIBS)

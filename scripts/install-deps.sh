@@ -3,7 +3,7 @@
 # Idempotent; run as root (or it uses sudo).
 set -eu
 PKGS="build-essential pkg-config clang libclang-rt-14-dev
-      libarchive-dev libzstd-dev libjansson-dev libxxhash-dev libcriterion-dev
+      libarchive-dev libzstd-dev libjansson-dev libxxhash-dev libpcre2-dev libcriterion-dev
       python3 python3-pip jq nix-bin"
 missing=""
 for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
