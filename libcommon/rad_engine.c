@@ -1,0 +1,461 @@
+/* The engine: load, declare, select, place, step. See rad_engine.h. */
+#include "rad_engine.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zstd.h>
+
+#define MAX_OPERANDS 16
+#define MAX_PARAMS 32
+
+static RadEngine *E(RadCtx *c) { return (RadEngine *)c; }
+
+/* ---- the weights the plugin declares, from the container ---------------------------------- */
+
+static RadEnc container_lookup(void *user, const char *name, const RadWeightDecl *d, const RadGMap *maps, int n_maps,
+                               uint32_t *rank, uint64_t *shape) {
+    (void)d, (void)maps, (void)n_maps;
+    const RadModelFile *m = user;
+    const RadTensor *t = rad_model_find(m, name);
+    if (!t) return RAD_ENC_COUNT;
+    *rank = t->rank;
+    memcpy(shape, t->shape, t->rank * sizeof *shape);
+    return t->enc;
+}
+
+static int bind_weights(RadEngine *en, RadErr *e) {
+    en->w = calloc((size_t)(en->g.n_w ? en->g.n_w : 1), sizeof *en->w);
+    if (!en->w) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+    for (int i = 0; i < en->g.n_w; i++) {
+        const RadGWeight *gw = &en->g.w[i];
+        if (gw->enc == RAD_ENC_COUNT) continue; /* an optional weight the container lacks */
+        const RadTensor *t = rad_model_find(&en->m, gw->d.source ? gw->d.source : gw->name);
+        const RadPlane *p = &t->planes[0];
+        RadKArg *a = &en->w[i].arg;
+        a->dtype = (RadDType)t->enc;
+        a->rows = t->rank >= 2 ? t->shape[0] : 1;
+        a->cols = t->rank >= 2 ? 1 : t->shape[0];
+        for (uint32_t d = 1; d < t->rank; d++) a->cols *= t->shape[d];
+        const RadEncInfo *ei = rad_enc_info(t->enc);
+        a->row_stride = a->cols / ei->block_elems * ei->block_bytes; /* bytes between rows */
+        if (p->compression) {
+            uint8_t *buf = malloc(p->nbytes ? p->nbytes : 1);
+            if (!buf) return rad_err_set(e, RAD_E_NOMEM, "tensor '%s': out of memory decompressing", t->name);
+            int rc = rad_plane_read(&en->m, t, 0, buf, e);
+            if (rc) return free(buf), rc;
+            en->w[i].owned = buf;
+            a->data = buf;
+        } else {
+            a->data = (void *)p->data;
+        }
+        for (uint32_t j = 0; j < t->n_planes && j < 4; j++)
+            a->planes[j] = j == 0 ? a->data : t->planes[j].data;
+    }
+    return RAD_OK;
+}
+
+/* ---- kernel libraries and selection ------------------------------------------------------- */
+
+static int pick_libs(RadEngine *en, RadErr *e) {
+    int n = 0;
+    for (int i = 0; i < en->plugins.n; i++) n += en->plugins.p[i].info->kind == RAD_PLUGIN_KERNELS;
+    en->libs = calloc((size_t)(n ? n : 1), sizeof *en->libs);
+    en->lib_state = calloc((size_t)(n ? n : 1), sizeof *en->lib_state);
+    if (!en->libs || !en->lib_state) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+    if (en->o.kernels && *en->o.kernels) {
+        char *list = strdup(en->o.kernels), *save = NULL;
+        for (char *name = strtok_r(list, ",", &save); name; name = strtok_r(NULL, ",", &save)) {
+            const RadPlugin *found = NULL;
+            for (int i = 0; i < en->plugins.n; i++)
+                if (en->plugins.p[i].info->kind == RAD_PLUGIN_KERNELS && strcmp(en->plugins.p[i].info->name, name) == 0)
+                    found = &en->plugins.p[i];
+            if (!found) {
+                int rc = rad_err_set(e, RAD_E_NOTFOUND, "--kernels: no kernel library named '%s' is installed", name);
+                free(list);
+                return rc;
+            }
+            en->libs[en->n_libs++] = found;
+        }
+        free(list);
+    } else {
+        for (int i = 0; i < en->plugins.n; i++)
+            if (en->plugins.p[i].info->kind == RAD_PLUGIN_KERNELS) en->libs[en->n_libs++] = &en->plugins.p[i];
+    }
+    if (!en->n_libs) return rad_err_set(e, RAD_E_NOTFOUND, "no kernel library installed (looked for RAD_PLUGIN_KERNELS plugins)");
+    en->sel.p = calloc((size_t)en->n_libs, sizeof *en->sel.p);
+    if (!en->sel.p) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+    for (int i = 0; i < en->n_libs; i++) en->sel.p[i] = *en->libs[i];
+    en->sel.n = en->n_libs;
+    RadKernelLibConfig cfg = {.struct_size = sizeof cfg, .n_threads = en->o.n_threads, .world_size = 1};
+    for (int i = 0; i < en->n_libs; i++) {
+        const RadKernelLib *l = en->libs[i]->lib;
+        if (l->init && l->init(&cfg, &en->lib_state[i]) != RAD_OK)
+            return rad_err_set(e, RAD_E_IO, "kernel library '%s': init failed", en->libs[i]->info->name);
+    }
+    return RAD_OK;
+}
+
+static int lib_of(const RadEngine *en, const RadKernel *k) {
+    for (int i = 0; i < en->n_libs; i++) {
+        const RadKernelLib *l = en->libs[i]->lib;
+        for (uint32_t j = 0; j < l->n_kernels; j++)
+            if (rad_kernel_at(l, j) == k) return i;
+    }
+    return -1;
+}
+
+/* Every kernel that can run each op, in preference order (libraries as given, then table
+ * order); the issue picks the first whose extent covers the call. */
+static int build_candidates(RadEngine *en, RadErr *e) {
+    en->cand = calloc((size_t)(en->g.n_ops ? en->g.n_ops : 1), sizeof *en->cand);
+    if (!en->cand) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+    for (int o = 0; o < en->g.n_ops; o++) {
+        const RadGOp *op = &en->g.ops[o];
+        RadEngineKernels *c = &en->cand[o];
+        if (!(c->k = malloc(64 * sizeof *c->k))) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+        for (int pass = 0; pass < (en->o.deterministic ? 2 : 1); pass++) {
+            for (int i = 0; i < en->n_libs; i++) {
+                const RadKernelLib *l = en->libs[i]->lib;
+                for (uint32_t j = 0; j < l->n_kernels; j++) {
+                    const RadKernel *k = rad_kernel_at(l, j);
+                    if (strcmp(k->op, op->op) != 0) continue;
+                    int ok = 1;
+                    for (uint32_t w = 0; w < op->n_w && ok; w++) {
+                        RadEnc enc = en->g.w[op->w[w].id].enc;
+                        if (enc != RAD_ENC_COUNT && !(k->weight_encs & RAD_ENC_BIT(enc))) ok = 0;
+                    }
+                    /* deterministic mode: batch-invariant kernels on the first pass, the rest after */
+                    if (en->o.deterministic && (pass == 0) != (k->batch_invariant != 0)) ok = 0;
+                    if (!ok || c->n == 64) continue;
+                    c->k[c->n++] = k;
+                    if (k->workspace) {
+                        int64_t hi = 1;
+                        for (uint32_t p = 0; p < op->n_params; p++)
+                            if (op->params[p].kind == RAD_PARAM_RANGE) hi = op->params[p].hi;
+                        size_t ws = k->workspace(op->params, op->n_params, hi);
+                        if (ws > en->workspace_bytes) en->workspace_bytes = ws;
+                    }
+                }
+            }
+        }
+    }
+    if (en->workspace_bytes && !(en->workspace = aligned_alloc(256, (en->workspace_bytes + 255) & ~(size_t)255)))
+        return rad_err_set(e, RAD_E_NOMEM, "out of memory for a %zu-byte kernel workspace", en->workspace_bytes);
+    return RAD_OK;
+}
+
+/* ---- KV ---------------------------------------------------------------------------------- */
+
+static int build_kv(RadEngine *en, RadErr *e) {
+    en->kv = calloc((size_t)(en->g.n_kvs ? en->g.n_kvs : 1), sizeof *en->kv);
+    en->kv_state = calloc((size_t)(en->g.n_layer_kv ? en->g.n_layer_kv : 1), sizeof *en->kv_state);
+    if (!en->kv || !en->kv_state) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+    for (int gi = 0; gi < en->g.n_kvs; gi++) {
+        const RadGKv *k = &en->g.kvs[gi];
+        if (k->d.kind != RAD_KV_FULL)
+            return rad_err_set(e, RAD_E_UNSUPPORTED, "KV group '%s': only FULL groups are served by this engine yet", k->name);
+        uint32_t layers = 0;
+        for (int l = 0; l < en->g.n_layer_kv; l++) layers += en->g.layer_kv[l] == gi;
+        const RadEncInfo *ei = rad_enc_info((RadEnc)k->d.dtype);
+        uint64_t bb = 2ull * k->d.n_head_kv * k->block_size * k->d.head_dim * ei->block_bytes;
+        uint32_t per_seq = (en->ctx.max_ctx + k->block_size - 1) / k->block_size;
+        uint32_t blocks = en->o.kv_blocks ? en->o.kv_blocks : per_seq * en->ctx.max_seqs;
+        int rc = rad_kvcache_init(&en->kv[gi], k->block_size, blocks, en->ctx.max_ctx, en->ctx.max_seqs,
+                                  layers ? layers : 1, bb, e);
+        if (rc) return rc;
+        uint32_t li = 0;
+        for (int l = 0; l < en->g.n_layer_kv; l++) {
+            if (en->g.layer_kv[l] != gi) continue;
+            en->kv_state[l] = (RadKvState){.group = {gi}, .pool = en->kv[gi].pools[li++], .dtype = k->d.dtype,
+                                           .block_size = k->block_size, .n_head_kv = k->d.n_head_kv,
+                                           .head_dim = k->d.head_dim, .layer = (uint32_t)l, .block_bytes = bb,
+                                           .max_blocks = en->kv[gi].max_blocks};
+        }
+    }
+    return RAD_OK;
+}
+
+/* ---- the step-time API ---------------------------------------------------------------------- */
+
+static int param_int(const RadGOp *op, const char *name, int64_t *out) {
+    for (uint32_t i = 0; i < op->n_params; i++)
+        if (strcmp(op->params[i].name, name) == 0) return *out = op->params[i].lo, 1;
+    return 0;
+}
+
+__attribute__((format(printf, 2, 3))) static int step_err(RadEngine *en, const char *fmt, ...) {
+    if (!en->step_failed) {
+        en->step_failed = 1;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(en->step_msg, sizeof en->step_msg, fmt, ap);
+        va_end(ap);
+    }
+    return RAD_E_SHAPE;
+}
+
+static int c_issue(RadCtx *c, rad_op h, const RadOperand *ops, uint32_t n_ops, uint64_t n) {
+    RadEngine *en = E(c);
+    if (h.id < 0 || h.id >= en->g.n_ops) return step_err(en, "an undeclared op was issued");
+    const RadGOp *op = &en->g.ops[h.id];
+    if (n == RAD_EXTENT_BATCH) n = en->batch->n_tok;
+    if (n == 0) return RAD_E_SHAPE; /* zero rows is not a call: nothing runs, nothing written */
+    const RadEngineKernels *cand = &en->cand[h.id];
+    const RadKernel *k = NULL;
+    for (int i = 0; i < cand->n && !k; i++)
+        if ((int64_t)n >= cand->k[i]->n_min && (!cand->k[i]->n_max || (int64_t)n <= cand->k[i]->n_max)) k = cand->k[i];
+    if (!k) return step_err(en, "op '%s' (#%d) over %" PRIu64 " rows: no selected kernel serves it", op->op, h.id, n);
+    if (op->n_params > MAX_PARAMS || n_ops > MAX_OPERANDS) return step_err(en, "op '%s': too many operands", op->op);
+    RadParam params[MAX_PARAMS];
+    memcpy(params, op->params, op->n_params * sizeof *params);
+    for (uint32_t i = 0; i < op->n_params; i++)
+        if (params[i].kind == RAD_PARAM_RANGE) params[i].lo = params[i].hi = (int64_t)n;
+    RadKArg args[MAX_OPERANDS];
+    memset(args, 0, sizeof args);
+    for (uint32_t i = 0; i < n_ops; i++) {
+        const RadOperand *o = &ops[i];
+        RadKArg *a = &args[i];
+        if (o->kind == RAD_OPND_WEIGHT) {
+            if (o->w.id < 0 || o->w.id >= en->g.n_w || !en->w[o->w.id].arg.data)
+                return step_err(en, "op '%s': weight operand %u is not loaded", op->op, i);
+            *a = en->w[o->w.id].arg;
+        } else if (o->kind == RAD_OPND_BUF) {
+            if (o->buf.id < 0 || o->buf.id >= en->g.n_bufs) return step_err(en, "op '%s': buffer operand %u undeclared", op->op, i);
+            const RadGBuf *b = &en->g.bufs[o->buf.id];
+            uint64_t cols = 1;
+            for (uint32_t d = 1; d < b->d.rank; d++) cols *= b->d.shape[d];
+            if (o->row0 + o->rows > b->d.shape[0])
+                return step_err(en, "op '%s': rows [%" PRIu64 ", +%" PRIu64 ") of buffer '%s' past its %" PRIu64 " rows", op->op,
+                                o->row0, o->rows, b->name, b->d.shape[0]);
+            uint8_t *base = (b->d.kind == RAD_BUF_TRANSIENT ? en->arena : en->persist) + b->offset;
+            size_t esz = rad_enc_info((RadEnc)b->d.dtype)->block_bytes;
+            a->data = base + o->row0 * cols * esz;
+            a->dtype = b->d.dtype;
+            a->rows = o->rows;
+            a->cols = cols;
+            a->row_stride = cols;
+        } else {
+            a->data = (void *)o->raw;
+            a->dtype = o->dtype;
+            a->rows = o->n;
+            a->cols = 1;
+            a->row_stride = 1;
+        }
+    }
+    RadKernelArgs ka = {.struct_size = sizeof ka, .params = params, .n_params = op->n_params, .n = (int64_t)n,
+                        .args = args, .n_args = n_ops, .batch = en->batch, .workspace = en->workspace,
+                        .n_threads = en->o.n_threads, .deterministic = (uint32_t)en->o.deterministic};
+    int64_t layer;
+    if (param_int(op, "layer", &layer) && layer >= 0 && layer < en->g.n_layer_kv) ka.kv = &en->kv_state[layer];
+    int li = lib_of(en, k);
+    ka.lib_state = li >= 0 ? en->lib_state[li] : NULL;
+    en->n_issues++;
+    int rc = k->run(&ka);
+    if (rc != RAD_OK)
+        return step_err(en, "op '%s' (#%d) on %s:%s over %" PRIu64 " rows failed: %s", op->op, h.id,
+                        li >= 0 ? en->libs[li]->info->name : "?", k->variant, n, rad_status_name(rc)), rc;
+    return RAD_OK;
+}
+
+static void c_step_fail(RadCtx *c, const char *what) { step_err(E(c), "%s", what ? what : "the plugin failed the step"); }
+static int c_lane(RadCtx *c, int lane) { (void)c; return lane == 0 ? RAD_OK : RAD_E_UNSUPPORTED; }
+
+static const RadCtxApi CTX_API = {sizeof(RadCtxApi), c_issue, c_step_fail, c_lane};
+
+/* ---- open / close ------------------------------------------------------------------------- */
+
+int rad_engine_open(RadEngine *en, const RadEngineOpts *o, RadErr *e) {
+    memset(en, 0, sizeof *en);
+    en->o = *o;
+    if (!en->o.max_tok) en->o.max_tok = 512;
+    if (!en->o.max_seqs) en->o.max_seqs = 1;
+    int rc = rad_model_open(o->model, &en->m, e);
+    if (rc) return rc;
+    if (strcmp(en->m.format, "rad") != 0)
+        return rad_err_set(e, RAD_E_UNSUPPORTED, "%s: a %s file; radiance runs .rad containers (make one with rad-convert)",
+                           o->model, en->m.format);
+    if ((rc = rad_model_meta(&en->m, &en->meta, e))) return rc;
+    if ((rc = rad_meta_kv_fill(&en->meta, &en->m.meta, &en->m.chat, &en->kv_keys, &en->kv_vals, e))) return rc;
+    char **dirs;
+    int n_dirs = rad_plugin_dirs(o->plugin_dirs, o->n_plugin_dirs, &dirs);
+    rc = rad_plugins_load(&en->plugins, dirs, n_dirs, e);
+    rad_plugin_dirs_free(dirs, n_dirs);
+    if (rc) return rc;
+    const char *origin = "native";
+    rad_kv_gets(&en->m.meta, "model.quant_origin", &origin, NULL);
+    if ((rc = rad_plugins_find_arch(&en->plugins, en->meta.arch_id, en->meta.quant, origin, &en->arch, e))) return rc;
+    RadDeployFlags flags = {0};
+    RadArchProbe probe;
+    if ((rc = rad_plugin_check_flags(en->arch, &en->meta, &flags, &probe, e))) return rc;
+    if ((rc = pick_libs(en, e))) return rc;
+    uint32_t ctx_len = o->max_ctx ? o->max_ctx : (en->meta.n_ctx_train > 0 ? (uint32_t)en->meta.n_ctx_train : 4096);
+    if (!o->max_ctx && ctx_len > 8192) ctx_len = 8192;
+    en->ctx = (RadBuildCtx){.struct_size = sizeof en->ctx, .world_size = 1, .max_tok = en->o.max_tok,
+                            .max_seqs = en->o.max_seqs, .max_ctx = ctx_len, .max_mixed_tok = en->o.max_tok,
+                            .kv_dtype = o->kv_dtype ? o->kv_dtype : RAD_F32, .state_dtype = RAD_F32, .scope = ""};
+    if ((rc = rad_graph_declare(&en->g, en->arch, &en->meta, &en->ctx, &en->sel, container_lookup, &en->m, e))) return rc;
+    if ((rc = rad_graph_check_encodings(&en->g, e))) return rc;
+    if ((rc = rad_graph_plan(&en->g, e))) return rc;
+    en->arena = aligned_alloc(256, en->g.arena_bytes ? en->g.arena_bytes : 256);
+    en->persist = aligned_alloc(256, en->g.persist_bytes ? en->g.persist_bytes : 256);
+    if (!en->arena || !en->persist)
+        return rad_err_set(e, RAD_E_NOMEM, "cannot allocate the %" PRIu64 "-byte activation arena", en->g.arena_bytes);
+    if ((rc = bind_weights(en, e))) return rc;
+    if ((rc = build_candidates(en, e))) return rc;
+    if ((rc = build_kv(en, e))) return rc;
+    en->head.struct_size = sizeof en->head;
+    en->head.api = &CTX_API;
+    en->head.model = en->g.model;
+    return RAD_OK;
+}
+
+void rad_engine_close(RadEngine *en) {
+    for (int i = 0; en->w && i < en->g.n_w; i++) free(en->w[i].owned);
+    free(en->w);
+    for (int i = 0; en->cand && i < en->g.n_ops; i++) free(en->cand[i].k);
+    free(en->cand);
+    for (int i = 0; en->kv && i < en->g.n_kvs; i++) rad_kvcache_free(&en->kv[i]);
+    free(en->kv);
+    free(en->kv_state);
+    free(en->arena);
+    free(en->persist);
+    free(en->workspace);
+    for (int i = 0; i < en->n_libs; i++)
+        if (en->libs[i]->lib->fini && en->lib_state[i]) en->libs[i]->lib->fini(en->lib_state[i]);
+    free(en->libs);
+    free(en->lib_state);
+    free(en->sel.p);
+    rad_graph_free(&en->g);
+    if (en->kv_keys) rad_meta_kv_free(&en->meta, en->kv_keys, en->kv_vals);
+    rad_plugins_free(&en->plugins);
+    rad_model_free(&en->m);
+    memset(en, 0, sizeof *en);
+}
+
+/* ---- steps -------------------------------------------------------------------------------- */
+
+int rad_engine_step(RadEngine *en, const RadBatch *b, RadErr *e) {
+    if (b->n_tok == 0) return rad_err_set(e, RAD_E_SHAPE, "a step of zero tokens");
+    if (b->n_tok > en->ctx.max_tok) return rad_err_set(e, RAD_E_LIMIT, "a step of %u tokens exceeds max_tok %u", b->n_tok, en->ctx.max_tok);
+    en->batch = b;
+    en->step_failed = 0;
+    en->step_msg[0] = 0;
+    /* every layer's state points at the step's block tables (one group: the batch's order) */
+    for (int l = 0; l < en->g.n_layer_kv; l++) {
+        int gi = en->g.layer_kv[l];
+        if (gi < 0) continue;
+        en->kv_state[l].block_table = b->kv && (uint32_t)gi < b->n_kv ? b->kv[gi].block_table : NULL;
+    }
+    en->arch->step(&en->head, b);
+    en->batch = NULL;
+    if (en->step_failed) return rad_err_set(e, RAD_E_SHAPE, "step: %s", en->step_msg);
+    return RAD_OK;
+}
+
+const float *rad_engine_logits(const RadEngine *en, uint32_t *n_vocab) {
+    if (en->g.logits.id < 0) return NULL;
+    const RadGBuf *b = &en->g.bufs[en->g.logits.id];
+    if (n_vocab) *n_vocab = (uint32_t)b->d.shape[1];
+    return (const float *)(void *)((b->d.kind == RAD_BUF_TRANSIENT ? en->arena : en->persist) + b->offset);
+}
+
+int rad_engine_forward(RadEngine *en, int32_t seq_id, const int32_t *tokens, uint32_t n, uint32_t pos, int want_logits,
+                       RadErr *e) {
+    if (!n) return rad_err_set(e, RAD_E_SHAPE, "a forward of zero tokens");
+    int slot = -1;
+    for (int gi = 0; gi < en->g.n_kvs; gi++) {
+        slot = rad_kvcache_seq(&en->kv[gi], seq_id);
+        if (slot < 0) return rad_err_set(e, RAD_E_LIMIT, "no free sequence slot (max_seqs %u)", en->ctx.max_seqs);
+        int rc = rad_kvcache_reserve(&en->kv[gi], slot, pos + n, e);
+        if (rc) return rc;
+    }
+    RadKvState gstate[8];
+    uint32_t n_kv = en->g.n_kvs < 8 ? (uint32_t)en->g.n_kvs : 8;
+    for (uint32_t gi = 0; gi < n_kv; gi++)
+        gstate[gi] = (RadKvState){.group = {(int32_t)gi}, .block_table = en->kv[gi].seqs[slot].blocks,
+                                  .max_blocks = en->kv[gi].max_blocks, .block_size = en->kv[gi].block_size};
+    int32_t *positions = malloc(en->ctx.max_tok * sizeof *positions);
+    if (!positions) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+    int rc = RAD_OK;
+    for (uint32_t done = 0; done < n && !rc;) {
+        uint32_t c = n - done < en->ctx.max_tok ? n - done : en->ctx.max_tok;
+        for (uint32_t i = 0; i < c; i++) positions[i] = (int32_t)(pos + done + i);
+        int last = done + c == n;
+        int32_t cu[2] = {0, (int32_t)c}, sid[1] = {seq_id}, ql[1] = {(int32_t)c}, cl[1] = {(int32_t)(pos + done + c)},
+                out[1] = {(int32_t)c - 1};
+        RadBatch b = {.struct_size = sizeof b, .phase = c == 1 ? RAD_PHASE_DECODE : RAD_PHASE_PREFILL, .n_tok = c, .n_seq = 1,
+                      .n_seq_decode = c == 1 ? 1 : 0, .token_ids = tokens + done, .positions = positions,
+                      .cu_seqlens = cu, .seq_ids = sid, .n_out = (want_logits && last) ? 1 : 0, .out_ids = out,
+                      .q_lens = ql, .ctx_lens = cl, .max_q_len = c, .max_ctx_len = pos + done + c, .kv = gstate, .n_kv = n_kv};
+        rc = rad_engine_step(en, &b, e);
+        done += c;
+    }
+    free(positions);
+    return rc;
+}
+
+void rad_engine_drop_seq(RadEngine *en, int32_t seq_id) {
+    for (int gi = 0; gi < en->g.n_kvs; gi++)
+        for (uint32_t s = 0; s < en->kv[gi].max_seqs; s++)
+            if (en->kv[gi].seqs[s].id == seq_id) rad_kvcache_release(&en->kv[gi], (int)s);
+}
+
+/* ---- debug views ---------------------------------------------------------------------------- */
+
+void rad_engine_dump_graph(const RadEngine *en, FILE *f) {
+    fprintf(f, "model %s: plugin '%s' (%s, \"%s\"), %d ops, %d weights, %d buffers; libraries:", en->o.model,
+            en->arch->info->name, en->arch->arch_id, en->arch->quant, en->g.n_ops, en->g.n_w, en->g.n_bufs);
+    for (int i = 0; i < en->n_libs; i++) fprintf(f, " %s", en->libs[i]->info->name);
+    fputc('\n', f);
+    for (int o = 0; o < en->g.n_ops; o++) {
+        const RadGOp *op = &en->g.ops[o];
+        const RadEngineKernels *c = &en->cand[o];
+        fprintf(f, "op %4d %-14s", o, op->op);
+        for (uint32_t w = 0; w < op->n_w; w++)
+            fprintf(f, " %s(%s)", en->g.w[op->w[w].id].name, rad_enc_info(en->g.w[op->w[w].id].enc) ? rad_enc_info(en->g.w[op->w[w].id].enc)->name : "absent");
+        if (!c->n) {
+            fprintf(f, "  -> unresolved: %s%s\n", op->why ? op->why : "no kernel", op->n_w ? "" : " (a fused form the plugin will not issue)");
+            continue;
+        }
+        fprintf(f, "  ->");
+        for (int i = 0; i < c->n; i++) {
+            int li = lib_of(en, c->k[i]);
+            char hi[24] = "inf";
+            if (c->k[i]->n_max) snprintf(hi, sizeof hi, "%" PRId64, c->k[i]->n_max);
+            fprintf(f, "%s %s:%s[%" PRId64 "..%s]", i ? "," : "", li >= 0 ? en->libs[li]->info->name : "?", c->k[i]->variant,
+                    c->k[i]->n_min, hi);
+        }
+        fprintf(f, "  (first whose layout takes the weights' encodings and whose extent covers the rows%s)\n",
+                en->o.deterministic ? "; batch-invariant first" : "");
+    }
+}
+
+void rad_engine_dump_placement(const RadEngine *en, FILE *f) {
+    uint64_t wbytes[RAD_ENC_COUNT] = {0}, total = 0;
+    for (int i = 0; i < en->g.n_w; i++) {
+        const RadGWeight *w = &en->g.w[i];
+        if (w->enc == RAD_ENC_COUNT) continue;
+        const RadTensor *t = rad_model_find(&en->m, w->d.source ? w->d.source : w->name);
+        wbytes[w->enc] += t->planes[0].nbytes;
+        total += t->planes[0].nbytes;
+    }
+    fprintf(f, "weights: %" PRIu64 " bytes, mapped from %s\n", total, en->o.model);
+    for (int k = 0; k < RAD_ENC_COUNT; k++)
+        if (wbytes[k]) fprintf(f, "  %-6s %" PRIu64 " bytes\n", rad_enc_info((RadEnc)k)->name, wbytes[k]);
+    fprintf(f, "arena: %" PRIu64 " bytes for %d transient buffers (%" PRIu64 " without sharing); persistent %" PRIu64 "\n",
+            en->g.arena_bytes, en->g.n_bufs, en->g.naive_bytes, en->g.persist_bytes);
+    for (int i = 0; i < en->g.n_bufs; i++) {
+        const RadGBuf *b = &en->g.bufs[i];
+        fprintf(f, "  %-14s offset %10" PRIu64 "  bytes %10" PRIu64 "  live ops [%d, %d]%s\n", b->name, b->offset, b->bytes,
+                b->first, b->last, b->undeclared_use ? " (no declared use: whole program)" : "");
+    }
+    for (int gi = 0; gi < en->g.n_kvs; gi++) {
+        const RadKvCache *c = &en->kv[gi];
+        fprintf(f, "kv group '%s': %u blocks of %u tokens, %" PRIu64 " bytes per block per layer, %u layers: %" PRIu64 " bytes\n",
+                en->g.kvs[gi].name, c->n_blocks, c->block_size, c->block_bytes, c->n_layers,
+                (uint64_t)c->n_blocks * c->block_bytes * c->n_layers);
+    }
+    fprintf(f, "workspace: %zu bytes\n", en->workspace_bytes);
+}

@@ -1,0 +1,87 @@
+/* rad_engine.h — the engine: a container mapped, its architecture plugin declared against the
+ * deployment, kernels selected from the loaded libraries, one arena for activations, the
+ * paged KV cache, and steps run through the plugin's rad_arch_step. */
+#ifndef RAD_ENGINE_H
+#define RAD_ENGINE_H
+
+#include "abi/rad_arch.h"
+#include "abi/rad_kernels.h"
+#include "rad_builder.h"
+#include "rad_container.h"
+#include "rad_kvcache.h"
+#include "rad_model.h"
+#include "rad_plugins.h"
+
+typedef struct RadEngineOpts {
+    const char *model;             /* a .rad container */
+    const char *const *plugin_dirs;/* --plugin-dir, in order */
+    int n_plugin_dirs;
+    const char *kernels;           /* "ref,kern_test": libraries by name, in preference order; NULL: all, by load order */
+    uint32_t n_threads;            /* 0: all cores */
+    uint32_t max_tok;              /* tokens per step (prefill chunk) */
+    uint32_t max_seqs;
+    uint32_t max_ctx;              /* 0: the model's n_ctx_train, capped at 8192 */
+    uint32_t kv_blocks;            /* 0: enough for max_seqs sequences of max_ctx */
+    RadDType kv_dtype;             /* RAD_F32 (default) */
+    int deterministic;             /* prefer batch-invariant kernels */
+} RadEngineOpts;
+
+typedef struct RadEngineWeight {
+    RadKArg arg;                   /* as kernels see it */
+    uint8_t *owned;                /* decompressed copy, or NULL (mapped in place) */
+} RadEngineWeight;
+
+typedef struct RadEngineKernels {
+    const RadKernel **k;           /* [n] candidates for one op, in preference order */
+    int n;
+} RadEngineKernels;
+
+typedef struct RadEngine {
+    RadCtx head;                   /* what the plugin's step sees; must stay first */
+    RadEngineOpts o;
+    RadModelFile m;
+    RadModelMeta meta;
+    char **kv_keys, **kv_vals;
+    RadPluginSet plugins;
+    const RadPlugin *arch;
+    const RadPlugin **libs;        /* [n_libs] kernel libraries used, preference order */
+    void **lib_state;              /* [n_libs] what init returned */
+    int n_libs;
+    RadPluginSet sel;              /* the same libraries as a set, for the builder */
+    RadBuildCtx ctx;
+    RadGraph g;
+    RadEngineWeight *w;            /* [g.n_w] */
+    RadEngineKernels *cand;        /* [g.n_ops] */
+    uint8_t *arena;                /* transient buffers (g.arena_bytes) */
+    uint8_t *persist;              /* persistent and derived buffers */
+    uint8_t *workspace;            /* the largest workspace any selected kernel asks */
+    size_t workspace_bytes;
+    RadKvCache *kv;                /* [g.n_kvs] */
+    RadKvState *kv_state;          /* [g.n_layer_kv] per layer, rebuilt each step */
+    const RadBatch *batch;         /* the step being run */
+    int step_failed;
+    char step_msg[512];
+    uint64_t n_issues;             /* ops issued, for --debug-graph and timing */
+} RadEngine;
+
+int rad_engine_open(RadEngine *en, const RadEngineOpts *o, RadErr *e);
+void rad_engine_close(RadEngine *en);
+
+/* Runs one step over `b` (built by the caller with rad_engine_batch_*). The KV blocks of the
+ * step's sequences must be reserved first (rad_kvcache_reserve). */
+int rad_engine_step(RadEngine *en, const RadBatch *b, RadErr *e);
+
+/* The logits the step produced: [n_out][n_vocab]. */
+const float *rad_engine_logits(const RadEngine *en, uint32_t *n_vocab);
+
+/* One sequence's forward over `n` new tokens at positions [pos, pos+n), cut into steps of at
+ * most max_tok; logits of the last token when want_logits. */
+int rad_engine_forward(RadEngine *en, int32_t seq_id, const int32_t *tokens, uint32_t n, uint32_t pos,
+                       int want_logits, RadErr *e);
+void rad_engine_drop_seq(RadEngine *en, int32_t seq_id);
+
+/* --debug-graph: every op, its resolved kernel and why. --debug-placement: the plan. */
+void rad_engine_dump_graph(const RadEngine *en, FILE *f);
+void rad_engine_dump_placement(const RadEngine *en, FILE *f);
+
+#endif

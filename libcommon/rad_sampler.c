@@ -1,0 +1,130 @@
+#include "rad_sampler.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+RadSamplerParams rad_sampler_defaults(void) {
+    return (RadSamplerParams){.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f,
+                              .repetition_penalty = 1.0f, .seed = 0x5eed};
+}
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t next_u64(uint64_t *s) {
+    uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0], s[3] ^= s[1], s[1] ^= s[2], s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return r;
+}
+
+/* Uniform in [0, 1) with 53 bits. */
+static double next_unit(uint64_t *s) { return (double)(next_u64(s) >> 11) * 0x1.0p-53; }
+
+int rad_sampler_init(RadSampler *s, const RadSamplerParams *p, uint32_t n_vocab, RadErr *e) {
+    memset(s, 0, sizeof *s);
+    if (p->temperature < 0 || !(p->top_p > 0 && p->top_p <= 1) || p->min_p < 0 || p->min_p > 1 || p->top_k < 0 ||
+        !(p->repetition_penalty > 0))
+        return rad_err_set(e, RAD_E_ARG, "sampler: temperature >= 0, top_p in (0,1], min_p in [0,1], top_k >= 0, "
+                                         "repetition_penalty > 0");
+    for (uint32_t i = 0; i < p->n_bias; i++)
+        if (p->bias[i].token < 0 || (uint32_t)p->bias[i].token >= n_vocab)
+            return rad_err_set(e, RAD_E_ARG, "logit_bias: token %d outside the vocabulary (%u)", p->bias[i].token, n_vocab);
+    s->p = *p;
+    s->n_vocab = n_vocab;
+    uint64_t x = p->seed;
+    for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&x);
+    s->counts = calloc(n_vocab, sizeof *s->counts);
+    s->work = malloc(n_vocab * sizeof *s->work);
+    s->idx = malloc(n_vocab * sizeof *s->idx);
+    if (!s->counts || !s->work || !s->idx) {
+        rad_sampler_free(s);
+        return rad_err_set(e, RAD_E_NOMEM, "sampler: out of memory for a %u-token vocabulary", n_vocab);
+    }
+    return RAD_OK;
+}
+
+void rad_sampler_free(RadSampler *s) {
+    free(s->counts);
+    free(s->work);
+    free(s->idx);
+    memset(s, 0, sizeof *s);
+}
+
+void rad_sampler_accept(RadSampler *s, int32_t t) {
+    if (t >= 0 && (uint32_t)t < s->n_vocab) s->counts[t]++;
+}
+
+static int by_logit_desc(const void *a, const void *b, void *ctx) {
+    const float *w = ctx;
+    float x = w[*(const int32_t *)a], y = w[*(const int32_t *)b];
+    if (x != y) return x > y ? -1 : 1;
+    return *(const int32_t *)a - *(const int32_t *)b; /* ties: lower id first, deterministically */
+}
+
+int32_t rad_sampler_sample(RadSampler *s, const float *logits) {
+    uint32_t n = s->n_vocab;
+    float *w = s->work;
+    memcpy(w, logits, n * sizeof *w);
+    for (uint32_t i = 0; i < s->p.n_bias; i++) w[s->p.bias[i].token] += s->p.bias[i].bias;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!s->counts[i]) continue;
+        float rp = s->p.repetition_penalty;
+        if (rp != 1.0f) w[i] = w[i] > 0 ? w[i] / rp : w[i] * rp;
+        w[i] -= s->p.presence_penalty + s->p.frequency_penalty * (float)s->counts[i];
+    }
+    if (s->p.temperature == 0.0f) { /* greedy: the first maximum */
+        uint32_t best = 0;
+        for (uint32_t i = 1; i < n; i++)
+            if (w[i] > w[best]) best = i;
+        return (int32_t)best;
+    }
+    /* candidates sorted by logit; top-k keeps a prefix */
+    uint32_t m = n;
+    for (uint32_t i = 0; i < n; i++) s->idx[i] = (int32_t)i;
+    qsort_r(s->idx, n, sizeof *s->idx, by_logit_desc, w);
+    if (s->p.top_k > 0 && (uint32_t)s->p.top_k < m) m = (uint32_t)s->p.top_k;
+    /* softmax at the temperature over the candidates, in double for a stable sum */
+    double mx = w[s->idx[0]], sum = 0;
+    double *pr = malloc(m * sizeof *pr);
+    if (!pr) return s->idx[0];
+    for (uint32_t i = 0; i < m; i++) sum += pr[i] = exp(((double)w[s->idx[i]] - mx) / s->p.temperature);
+    for (uint32_t i = 0; i < m; i++) pr[i] /= sum;
+    /* top-p: the smallest prefix whose mass reaches top_p; min-p: drop below min_p * best */
+    if (s->p.top_p < 1.0f) {
+        double c = 0;
+        for (uint32_t i = 0; i < m; i++) {
+            c += pr[i];
+            if (c >= s->p.top_p) {
+                m = i + 1;
+                break;
+            }
+        }
+    }
+    if (s->p.min_p > 0.0f) {
+        uint32_t k = 1;
+        while (k < m && pr[k] >= s->p.min_p * pr[0]) k++;
+        m = k;
+    }
+    double total = 0;
+    for (uint32_t i = 0; i < m; i++) total += pr[i];
+    double r = next_unit(s->rng) * total, c = 0;
+    int32_t pick = s->idx[m - 1];
+    for (uint32_t i = 0; i < m; i++) {
+        c += pr[i];
+        if (r < c) {
+            pick = s->idx[i];
+            break;
+        }
+    }
+    free(pr);
+    return pick;
+}
