@@ -404,6 +404,8 @@ typedef struct RadBuilderApi {
     /* appended in ABI 1.0 before release: the plugin's per-declare model state, handed back
      * to step as RadCtx::model (two models of one family in a process stay apart) */
     int (*set_model)(RadBuilder *, void *model);
+    /* zeroed memory that lives as long as the declared program (the plugin's model state) */
+    void *(*alloc)(RadBuilder *, size_t bytes);
 } RadBuilderApi;
 
 struct RadBuilder {
@@ -476,6 +478,7 @@ static inline int rad_declare_audio_generator(RadBuilder *b, RadGeneratorDecl d)
 static inline int rad_declare_video_generator(RadBuilder *b, RadGeneratorDecl d) { d.modality = "video"; return b->api->declare_generator(b, &d); }
 static inline int rad_declare_fail(RadBuilder *b, const char *what) { return b->api->fail(b, what); }
 static inline int rad_builder_set_model(RadBuilder *b, void *model) { return b->api->set_model(b, model); }
+static inline void *rad_builder_alloc(RadBuilder *b, size_t bytes) { return b->api->alloc(b, bytes); }
 static inline void *rad_ctx_model(const RadCtx *c) { return c->model; }
 
 /* rad_note: a line explaining the declared shape (shown by --debug-graph and --plan-only -v). */

@@ -439,12 +439,21 @@ static int b_set_model(RadBuilder *b, void *model) {
     return RAD_OK;
 }
 
+static void *b_alloc(RadBuilder *b, size_t bytes) {
+    RadGraph *g = G(b);
+    GROW(g->allocs, g->n_allocs);
+    if (g->failed) return NULL;
+    void *p = calloc(1, bytes ? bytes : 1);
+    if (!p) return gfail(g, "out of memory (%zu bytes for the plugin's state)", bytes), NULL;
+    return g->allocs[g->n_allocs++] = p;
+}
+
 static const RadBuilderApi API = {
     sizeof(RadBuilderApi), b_decl_weight, b_decl_name_map, b_weight_encoding, b_weight_shard_span,
     b_decl_buffer, b_decl_kv_group, b_kv_block_size, b_bind_layer_kv, b_kv_refine, b_decl_op,
     b_op_access, b_op_resolved, b_op_declared, b_buf_concurrent, b_lane1_window, b_declare_output,
     b_declare_drafter, b_drafter_refine, b_declare_encoder, b_declare_generator, b_note, b_fail,
-    b_set_model,
+    b_set_model, b_alloc,
 };
 
 /* ---- driving a declare ---------------------------------------------------------------------- */
@@ -496,6 +505,8 @@ void rad_graph_free(RadGraph *g) {
         free(o->op);
     }
     for (int i = 0; i < g->n_notes; i++) free(g->notes[i]);
+    for (int i = 0; i < g->n_allocs; i++) free(g->allocs[i]);
+    free(g->allocs);
     free(g->w), free(g->maps), free(g->bufs), free(g->kvs), free(g->ops), free(g->layer_kv), free(g->notes);
     memset(g, 0, sizeof *g);
 }

@@ -76,6 +76,7 @@ typedef struct RadGraph {
     int n_encoders, n_generators;
     int lane1_open, lane1_begin, lane1_end; /* op index range of the lane-1 window (-1: none) */
     void *model;                  /* rad_builder_set_model's value, for RadCtx::model */
+    void **allocs; int n_allocs;  /* rad_builder_alloc's blocks, freed with the graph */
     int failed;                   /* a builder call was refused: msg says why */
     char msg[512];
     uint64_t arena_bytes;         /* transient buffers, after planning */

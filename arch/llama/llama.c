@@ -71,7 +71,9 @@ typedef struct LlamaModel {
 
 /* The model step() runs, and a second one a shape-probe declare writes (spec: a sizing declare
  * "must not touch state the real declare wrote"). One model per loaded plugin: see README. */
-static LlamaModel g_model, g_probe_model;
+/* The model state lives in memory the core owns for as long as the declared program
+ * (rad_builder_alloc) and reaches step through RadCtx::model, so two models in one process
+ * (a drafter beside its target, two engines, a sizing declare) never share it. */
 
 /* ---- metadata ------------------------------------------------------------------------------ */
 
@@ -323,8 +325,9 @@ static int llama_declare(RadBuilder *b, const RadModelMeta *meta, const RadBuild
     RadBuildCtx ctx;
     memset(&ctx, 0, sizeof ctx);
     memcpy(&ctx, ctx_in, ctx_in->struct_size < sizeof ctx ? ctx_in->struct_size : sizeof ctx);
-    LlamaModel *m = ctx.shape_probe ? &g_probe_model : &g_model;
-    memset(m, 0, sizeof *m);
+    LlamaModel *m = rad_builder_alloc(b, sizeof *m);
+    if (!m) return 1;
+    rad_builder_set_model(b, m);
     int rc;
     if ((rc = llama_check_meta(b, meta, &ctx)) != 0) return rc;
 
@@ -519,10 +522,10 @@ static int llama_declare(RadBuilder *b, const RadModelMeta *meta, const RadBuild
 /* ---- step ---------------------------------------------------------------------------------- */
 
 static void llama_step(RadCtx *c, const RadBatch *bt) {
-    const LlamaModel *m = &g_model;
+    const LlamaModel *m = rad_ctx_model(c);
     const uint64_t n = bt->n_tok;
     int rc;
-    if (!m->ready) {
+    if (!m || !m->ready) {
         rad_step_fail(c, "llama: step before a successful declare");
         return;
     }

@@ -375,12 +375,73 @@ static int run_logits_gather(const RadKernelArgs *a) {
 
 /* ---- attn_paged: declared, not yet run ------------------------------------------------------ */
 
-/* The block size this library's attention requires is real (rad_kv_block_size reads it back);
- * the run is not: the KV pool's layout arrives with the paged KV manager (issue 4). */
+/* attn_paged exactly as docs/OPS.md writes its reference, over an f32 cache in the HND pool
+ * layout: append every row's k/v, then causal attention per row. */
 static int run_attn_paged(const RadKernelArgs *a) {
     int rc = preamble(a, 4);
     if (rc) return rc;
-    return RAD_E_UNSUPPORTED;
+    int64_t H, G, hd;
+    double scale;
+    if (!pint(a, "n_head", &H) || !pint(a, "n_head_kv", &G) || !pint(a, "head_dim", &hd) || !pflt(a, "scale", &scale) ||
+        H < 1 || G < 1 || hd < 1 || H % G)
+        return RAD_E_ARG;
+    const RadBatch *bt = a->batch;
+    const RadKvState *kv = a->kv;
+    if (!bt || !kv || !kv->pool || !kv->block_table || kv->dtype != RAD_F32 || !kv->block_size) return RAD_E_UNSUPPORTED;
+    const RadKArg *q = &a->args[0], *k = &a->args[1], *v = &a->args[2], *out = &a->args[3];
+    uint64_t M = (uint64_t)a->n;
+    if (M != bt->n_tok || !buf_ok(q, M, (uint64_t)(H * hd)) || !buf_ok(k, M, (uint64_t)(G * hd)) ||
+        !buf_ok(v, M, (uint64_t)(G * hd)) || !buf_ok(out, M, (uint64_t)(H * hd)))
+        return RAD_E_SHAPE;
+    uint32_t B = kv->block_size;
+    uint8_t *pool = kv->pool;
+    uint64_t bb = kv->block_bytes, vo = (uint64_t)G * B * hd * sizeof(float);
+#define KP(blk, g, o) ((float *)(pool + (uint64_t)(blk) * bb + (((uint64_t)(g) * B + (o)) * hd) * sizeof(float)))
+    for (uint32_t s = 0; s < bt->n_seq; s++) /* check the slots before writing anything */
+        if (bt->ctx_lens[s] < bt->q_lens[s] || (uint32_t)(bt->ctx_lens[s] + B - 1) / B > kv->max_blocks) return RAD_E_ARG;
+    for (uint32_t s = 0; s < bt->n_seq; s++)
+        for (int32_t t = bt->cu_seqlens[s]; t < bt->cu_seqlens[s + 1]; t++) {
+            int32_t j = bt->ctx_lens[s] - bt->q_lens[s] + (t - bt->cu_seqlens[s]);
+            int32_t blk = kv->block_table[(uint64_t)s * kv->max_blocks + (uint32_t)j / B];
+            for (int64_t g = 0; g < G; g++) {
+                memcpy(KP(blk, g, (uint32_t)j % B), frow(k, (uint64_t)t) + g * hd, (size_t)hd * sizeof(float));
+                memcpy((uint8_t *)KP(blk, g, (uint32_t)j % B) + vo, frow(v, (uint64_t)t) + g * hd, (size_t)hd * sizeof(float));
+            }
+        }
+    float *sc = malloc((size_t)kv->max_blocks * B * sizeof *sc);
+    if (!sc) return RAD_E_NOMEM;
+    for (uint32_t s = 0; s < bt->n_seq; s++)
+        for (int32_t t = bt->cu_seqlens[s]; t < bt->cu_seqlens[s + 1]; t++) {
+            int32_t jt = bt->ctx_lens[s] - bt->q_lens[s] + (t - bt->cu_seqlens[s]);
+            const int32_t *tab = kv->block_table + (uint64_t)s * kv->max_blocks;
+            for (int64_t h = 0; h < H; h++) {
+                int64_t g = h / (H / G);
+                const float *qh = frow(q, (uint64_t)t) + h * hd;
+                float m = -INFINITY;
+                for (int32_t i = 0; i <= jt; i++) {
+                    const float *ki = KP(tab[(uint32_t)i / B], g, (uint32_t)i % B);
+                    float dot = 0.0f;
+                    for (int64_t d = 0; d < hd; d++) { float pr = qh[d] * ki[d]; dot = dot + pr; }
+                    sc[i] = dot * (float)scale;
+                    if (sc[i] > m) m = sc[i];
+                }
+                float l = 0.0f;
+                for (int32_t i = 0; i <= jt; i++) { sc[i] = expf(sc[i] - m); l = l + sc[i]; }
+                float *oh = frow(out, (uint64_t)t) + h * hd;
+                for (int64_t d = 0; d < hd; d++) {
+                    float acc = 0.0f;
+                    for (int32_t i = 0; i <= jt; i++) {
+                        const float *vi = (const float *)(const void *)((const uint8_t *)KP(tab[(uint32_t)i / B], g, (uint32_t)i % B) + vo);
+                        float pv = sc[i] * vi[d];
+                        acc = acc + pv;
+                    }
+                    oh[d] = acc / l;
+                }
+            }
+        }
+#undef KP
+    free(sc);
+    return RAD_OK;
 }
 
 /* ---- the table -------------------------------------------------------------------------------- */

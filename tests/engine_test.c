@@ -1,0 +1,241 @@
+/* The engine end to end on a small random Llama written straight into a .rad: the Llama plugin,
+ * the test kernel library (scalar, exactly OPS.md's references), the arena, the paged KV cache.
+ * Checked against a plain C forward written here from the model's definition, and for the
+ * invariants of stepping: chunked prefill equals one step, prefill+decode equals a longer
+ * prefill, zero rows is not a call, n_out 0 skips the head. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "libcommon/rad_container.h"
+#include "libcommon/rad_engine.h"
+
+enum { L = 2, E = 32, H = 4, G = 2, HD = 8, FF = 48, V = 64, T = 11 };
+
+static char path[256];
+static float *W[64];
+static int n_w;
+
+static float *rnd(size_t n, unsigned *seed, float scale) {
+    float *p = malloc(n * sizeof *p);
+    for (size_t i = 0; i < n; i++) {
+        *seed = *seed * 1103515245u + 12345u;
+        p[i] = ((float)((*seed >> 8) & 0xffff) / 65535.0f - 0.5f) * scale;
+    }
+    W[n_w++] = p;
+    return p;
+}
+
+static float *tok_embd, *out_w, *out_norm, *attn_norm[L], *wq[L], *wk[L], *wv[L], *wo[L], *ffn_norm[L], *wg[L], *wu[L], *wd[L];
+
+static void add(RadWriter *w, const char *name, const float *d, uint32_t rank, uint64_t a, uint64_t b) {
+    uint64_t shape[2] = {a, b};
+    RadPlaneSrc p = {"data", d, (rank == 2 ? a * b : a) * sizeof(float)};
+    RadErr e = {0};
+    cr_assert_eq(rad_writer_add_tensor(w, name, RAD_ENC_F32, rank, shape, 1, &p, &e), RAD_OK, "%s", e.msg);
+}
+
+static void setup(void) {
+    snprintf(path, sizeof path, "/tmp/rad-engine-%d.rad", (int)getpid());
+    unsigned seed = 7;
+    n_w = 0;
+    tok_embd = rnd(V * E, &seed, 1.0f), out_w = rnd(V * E, &seed, 0.5f), out_norm = rnd(E, &seed, 0.2f);
+    for (int l = 0; l < L; l++) {
+        attn_norm[l] = rnd(E, &seed, 0.2f), ffn_norm[l] = rnd(E, &seed, 0.2f);
+        for (int i = 0; i < E; i++) attn_norm[l][i] += 1.0f, ffn_norm[l][i] += 1.0f;
+        wq[l] = rnd(H * HD * E, &seed, 0.4f), wk[l] = rnd(G * HD * E, &seed, 0.4f), wv[l] = rnd(G * HD * E, &seed, 0.4f);
+        wo[l] = rnd(E * H * HD, &seed, 0.4f), wg[l] = rnd(FF * E, &seed, 0.4f), wu[l] = rnd(FF * E, &seed, 0.4f);
+        wd[l] = rnd(E * FF, &seed, 0.4f);
+    }
+    for (int i = 0; i < E; i++) out_norm[i] += 1.0f;
+    RadKV meta;
+    rad_kv_init(&meta);
+    RadErr e = {0};
+    rad_kv_set_str(&meta, "model.arch_id", "llama", &e);
+    rad_kv_set_str(&meta, "model.quant", "", &e);
+    rad_kv_set_str(&meta, "model.quant_origin", "native", &e);
+    const char *k[] = {"model.n_layers", "model.n_embd", "model.n_head", "model.n_head_kv", "model.head_dim", "model.n_ff",
+                       "model.n_vocab", "model.n_ctx_train"};
+    uint32_t v[] = {L, E, H, G, HD, FF, V, 256};
+    for (int i = 0; i < 8; i++) rad_kv_set_u32(&meta, k[i], v[i], &e);
+    rad_kv_set_f32(&meta, "model.rms_eps", 1e-5f, &e);
+    rad_kv_set_f32(&meta, "model.rope_theta", 10000.0f, &e);
+    rad_kv_set_bool(&meta, "model.tie_embeddings", false, &e);
+    RadWriter *w;
+    cr_assert_eq(rad_writer_init(&w, path, NULL, 1, &e), RAD_OK, "%s", e.msg);
+    rad_writer_set_kv(w, 0, &meta, &e);
+    add(w, "tok_embd.weight", tok_embd, 2, V, E);
+    add(w, "output.weight", out_w, 2, V, E);
+    add(w, "output_norm.weight", out_norm, 1, E, 0);
+    for (int l = 0; l < L; l++) {
+        char n[64];
+#define ADD(suffix, d, r, a, b) snprintf(n, sizeof n, "blk.%d." suffix, l), add(w, n, d, r, a, b)
+        ADD("attn_norm.weight", attn_norm[l], 1, E, 0);
+        ADD("attn_q.weight", wq[l], 2, H * HD, E);
+        ADD("attn_k.weight", wk[l], 2, G * HD, E);
+        ADD("attn_v.weight", wv[l], 2, G * HD, E);
+        ADD("attn_output.weight", wo[l], 2, E, H * HD);
+        ADD("ffn_norm.weight", ffn_norm[l], 1, E, 0);
+        ADD("ffn_gate.weight", wg[l], 2, FF, E);
+        ADD("ffn_up.weight", wu[l], 2, FF, E);
+        ADD("ffn_down.weight", wd[l], 2, E, FF);
+#undef ADD
+    }
+    cr_assert_eq(rad_writer_finish(w, &e), RAD_OK, "%s", e.msg);
+    rad_writer_free(w);
+    rad_kv_free(&meta);
+}
+
+static void teardown(void) {
+    unlink(path);
+    for (int i = 0; i < n_w; i++) free(W[i]);
+}
+
+/* ---- the reference: Llama's forward written from its definition, in double ------------------ */
+
+static void rmsnorm(double *o, const double *x, const float *g) {
+    double ss = 0;
+    for (int i = 0; i < E; i++) ss += x[i] * x[i];
+    double r = 1.0 / sqrt(ss / E + 1e-5);
+    for (int i = 0; i < E; i++) o[i] = x[i] * r * g[i];
+}
+static void matvec(double *y, const float *w, const double *x, int n, int k) {
+    for (int i = 0; i < n; i++) {
+        double s = 0;
+        for (int j = 0; j < k; j++) s += (double)w[i * k + j] * x[j];
+        y[i] = s;
+    }
+}
+static void rope(double *x, int heads, int pos) { /* rotate-half */
+    for (int h = 0; h < heads; h++)
+        for (int i = 0; i < HD / 2; i++) {
+            double f = pos * pow(10000.0, -2.0 * i / HD), c = cos(f), s = sin(f);
+            double a = x[h * HD + i], b = x[h * HD + i + HD / 2];
+            x[h * HD + i] = a * c - b * s;
+            x[h * HD + i + HD / 2] = b * c + a * s;
+        }
+}
+
+/* Logits of the last of n tokens. */
+static void reference(const int32_t *ids, int n, double *logits) {
+    static double K[L][T + 4][G * HD], Vv[L][T + 4][G * HD];
+    double x[E], h[E], q[H * HD], att[H * HD], y[E], gt[FF], up[FF];
+    for (int t = 0; t < n; t++) {
+        for (int i = 0; i < E; i++) x[i] = tok_embd[ids[t] * E + i];
+        for (int l = 0; l < L; l++) {
+            rmsnorm(h, x, attn_norm[l]);
+            matvec(q, wq[l], h, H * HD, E);
+            matvec(K[l][t], wk[l], h, G * HD, E);
+            matvec(Vv[l][t], wv[l], h, G * HD, E);
+            rope(q, H, t);
+            rope(K[l][t], G, t);
+            for (int hh = 0; hh < H; hh++) {
+                int g = hh / (H / G);
+                double sc[T + 4], m = -1e300, sum = 0;
+                for (int i = 0; i <= t; i++) {
+                    double d = 0;
+                    for (int j = 0; j < HD; j++) d += q[hh * HD + j] * K[l][i][g * HD + j];
+                    sc[i] = d / sqrt((double)HD);
+                    if (sc[i] > m) m = sc[i];
+                }
+                for (int i = 0; i <= t; i++) sum += sc[i] = exp(sc[i] - m);
+                for (int j = 0; j < HD; j++) {
+                    double a = 0;
+                    for (int i = 0; i <= t; i++) a += sc[i] * Vv[l][i][g * HD + j];
+                    att[hh * HD + j] = a / sum;
+                }
+            }
+            matvec(y, wo[l], att, E, H * HD);
+            for (int i = 0; i < E; i++) x[i] += y[i];
+            rmsnorm(h, x, ffn_norm[l]);
+            matvec(gt, wg[l], h, FF, E);
+            matvec(up, wu[l], h, FF, E);
+            for (int i = 0; i < FF; i++) gt[i] = gt[i] / (1 + exp(-gt[i])) * up[i];
+            matvec(y, wd[l], gt, E, FF);
+            for (int i = 0; i < E; i++) x[i] += y[i];
+        }
+    }
+    rmsnorm(h, x, out_norm);
+    matvec(logits, out_w, h, V, E);
+}
+
+static void open_engine(RadEngine *en, uint32_t max_tok) {
+    const char *b = getenv("RAD_BUILD");
+    static char d1[256], d2[256];
+    snprintf(d1, sizeof d1, "%s/test-plugins", b ? b : "build");
+    snprintf(d2, sizeof d2, "%s/plugins", b ? b : "build");
+    static const char *dirs[2] = {d1, d2};
+    RadEngineOpts o = {.model = path, .plugin_dirs = dirs, .n_plugin_dirs = 2, .kernels = "kern_test", .max_tok = max_tok,
+                       .max_seqs = 2, .max_ctx = 64, .n_threads = 1};
+    RadErr e = {0};
+    cr_assert_eq(rad_engine_open(en, &o, &e), RAD_OK, "%s", e.msg);
+}
+
+static const int32_t IDS[T] = {1, 17, 5, 63, 22, 9, 40, 3, 3, 58, 11};
+
+TestSuite(engine, .init = setup, .fini = teardown);
+
+Test(engine, logits_match_the_reference_forward) {
+    RadEngine en;
+    open_engine(&en, 64);
+    RadErr e = {0};
+    cr_assert_eq(rad_engine_forward(&en, 0, IDS, T, 0, 1, &e), RAD_OK, "%s", e.msg);
+    uint32_t nv;
+    const float *lg = rad_engine_logits(&en, &nv);
+    cr_assert_eq(nv, V);
+    double ref[V], maxd = 0, maxr = 0;
+    reference(IDS, T, ref);
+    for (int i = 0; i < V; i++) {
+        double d = fabs(lg[i] - ref[i]);
+        if (d > maxd) maxd = d;
+        if (fabs(ref[i]) > maxr) maxr = fabs(ref[i]);
+    }
+    cr_assert_lt(maxd / (maxr + 1e-6), 1e-4, "max |engine - reference| = %g (max |ref| %g)", maxd, maxr);
+    rad_engine_close(&en);
+}
+
+Test(engine, chunked_prefill_and_decode_equal_one_step) {
+    RadEngine a, b;
+    open_engine(&a, 64);
+    open_engine(&b, 3); /* prefill cut into steps of 3 tokens */
+    RadErr e = {0};
+    cr_assert_eq(rad_engine_forward(&a, 0, IDS, T, 0, 1, &e), RAD_OK, "%s", e.msg);
+    /* b: the first T-1 tokens in chunks, then the last as a decode step */
+    cr_assert_eq(rad_engine_forward(&b, 0, IDS, T - 1, 0, 0, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_engine_forward(&b, 0, IDS + T - 1, 1, T - 1, 1, &e), RAD_OK, "%s", e.msg);
+    const float *la = rad_engine_logits(&a, NULL), *lb = rad_engine_logits(&b, NULL);
+    for (int i = 0; i < V; i++) cr_assert_float_eq(la[i], lb[i], 1e-4, "logit %d: %g vs %g", i, la[i], lb[i]);
+    rad_engine_close(&a), rad_engine_close(&b);
+}
+
+Test(engine, zero_rows_and_no_outputs) {
+    RadEngine en;
+    open_engine(&en, 64);
+    RadErr e = {0};
+    cr_assert_eq(rad_engine_forward(&en, 0, IDS, 0, 0, 1, &e), RAD_E_SHAPE);
+    /* n_out 0: the head's ops are not issued (a one-token step with and without logits) */
+    cr_assert_eq(rad_engine_forward(&en, 1, IDS, 4, 0, 0, &e), RAD_OK, "%s", e.msg);
+    uint64_t before = en.n_issues;
+    cr_assert_eq(rad_engine_forward(&en, 1, IDS + 4, 1, 4, 0, &e), RAD_OK, "%s", e.msg);
+    uint64_t no_head = en.n_issues - before;
+    before = en.n_issues;
+    cr_assert_eq(rad_engine_forward(&en, 1, IDS + 5, 1, 5, 1, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(en.n_issues - before, no_head + 3, "final norm, logits_gather and logits_gemm run only for n_out > 0");
+    /* a sequence past the context served is refused before anything runs */
+    static int32_t many[80];
+    rad_err_clear(&e);
+    cr_assert_eq(rad_engine_forward(&en, 0, many, 80, 0, 1, &e), RAD_E_LIMIT);
+    cr_assert(strstr(e.msg, "exceeds the context") != NULL, "%s", e.msg);
+    rad_engine_close(&en);
+}
+
+Test(engine, a_gguf_model_is_refused_with_the_way_forward) {
+    RadEngine en;
+    RadEngineOpts o = {.model = "models/SmolLM2-135M-Instruct.Q4_1.gguf"};
+    RadErr e = {0};
+    cr_assert_eq(rad_engine_open(&en, &o, &e), RAD_E_UNSUPPORTED);
+    cr_assert(strstr(e.msg, "rad-convert") != NULL, "%s", e.msg);
+    rad_engine_close(&en);
+}
