@@ -126,6 +126,7 @@ static int build_candidates(RadEngine *en, RadErr *e) {
                         RadEnc enc = en->g.w[op->w[w].id].enc;
                         if (enc != RAD_ENC_COUNT && !(k->weight_encs & RAD_ENC_BIT(enc))) ok = 0;
                     }
+                    if (k->exactness == RAD_EXACT_TOLERANCE && k->tolerance > en->o.max_tolerance) ok = 0;
                     /* deterministic mode: batch-invariant kernels on the first pass, the rest after */
                     if (en->o.deterministic && (pass == 0) != (k->batch_invariant != 0)) ok = 0;
                     if (!ok || c->n == 64) continue;
@@ -271,6 +272,7 @@ int rad_engine_open(RadEngine *en, const RadEngineOpts *o, RadErr *e) {
     en->o = *o;
     if (!en->o.max_tok) en->o.max_tok = 512;
     if (!en->o.max_seqs) en->o.max_seqs = 1;
+    if (en->o.max_tolerance <= 0) en->o.max_tolerance = 1e-3;
     int rc = rad_model_open(o->model, &en->m, e);
     if (rc) return rc;
     if (strcmp(en->m.format, "rad") != 0)
@@ -294,7 +296,8 @@ int rad_engine_open(RadEngine *en, const RadEngineOpts *o, RadErr *e) {
     if (!o->max_ctx && ctx_len > 8192) ctx_len = 8192;
     en->ctx = (RadBuildCtx){.struct_size = sizeof en->ctx, .world_size = 1, .max_tok = en->o.max_tok,
                             .max_seqs = en->o.max_seqs, .max_ctx = ctx_len, .max_mixed_tok = en->o.max_tok,
-                            .kv_dtype = o->kv_dtype ? o->kv_dtype : RAD_F32, .state_dtype = RAD_F32, .scope = ""};
+                            .kv_dtype = o->kv_dtype ? o->kv_dtype : RAD_F32, .state_dtype = RAD_F32, .scope = "",
+                            .max_out_rows = o->max_out_rows};
     if ((rc = rad_graph_declare(&en->g, en->arch, &en->meta, &en->ctx, &en->sel, container_lookup, &en->m, e))) return rc;
     if ((rc = rad_graph_check_encodings(&en->g, e))) return rc;
     if ((rc = rad_graph_plan(&en->g, e))) return rc;
@@ -361,8 +364,10 @@ const float *rad_engine_logits(const RadEngine *en, uint32_t *n_vocab) {
     return (const float *)(void *)((b->d.kind == RAD_BUF_TRANSIENT ? en->arena : en->persist) + b->offset);
 }
 
-int rad_engine_forward(RadEngine *en, int32_t seq_id, const int32_t *tokens, uint32_t n, uint32_t pos, int want_logits,
-                       RadErr *e) {
+/* One sequence's tokens in steps of at most max_tok; logits of the last token (want == 1) or of
+ * every token into all_out (want == 2). */
+static int forward(RadEngine *en, int32_t seq_id, const int32_t *tokens, uint32_t n, uint32_t pos, int want,
+                   float *all_out, RadErr *e) {
     if (!n) return rad_err_set(e, RAD_E_SHAPE, "a forward of zero tokens");
     int slot = -1;
     for (int gi = 0; gi < en->g.n_kvs; gi++) {
@@ -376,24 +381,40 @@ int rad_engine_forward(RadEngine *en, int32_t seq_id, const int32_t *tokens, uin
     for (uint32_t gi = 0; gi < n_kv; gi++)
         gstate[gi] = (RadKvState){.group = {(int32_t)gi}, .block_table = en->kv[gi].seqs[slot].blocks,
                                   .max_blocks = en->kv[gi].max_blocks, .block_size = en->kv[gi].block_size};
-    int32_t *positions = malloc(en->ctx.max_tok * sizeof *positions);
-    if (!positions) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+    int32_t *positions = malloc(en->ctx.max_tok * sizeof *positions), *out = malloc(en->ctx.max_tok * sizeof *out);
     int rc = RAD_OK;
+    if (!positions || !out) rc = rad_err_set(e, RAD_E_NOMEM, "out of memory");
     for (uint32_t done = 0; done < n && !rc;) {
         uint32_t c = n - done < en->ctx.max_tok ? n - done : en->ctx.max_tok;
-        for (uint32_t i = 0; i < c; i++) positions[i] = (int32_t)(pos + done + i);
+        for (uint32_t i = 0; i < c; i++) positions[i] = (int32_t)(pos + done + i), out[i] = (int32_t)i;
         int last = done + c == n;
-        int32_t cu[2] = {0, (int32_t)c}, sid[1] = {seq_id}, ql[1] = {(int32_t)c}, cl[1] = {(int32_t)(pos + done + c)},
-                out[1] = {(int32_t)c - 1};
+        uint32_t n_out = want == 2 ? c : (want == 1 && last) ? 1 : 0;
+        int32_t cu[2] = {0, (int32_t)c}, sid[1] = {seq_id}, ql[1] = {(int32_t)c}, cl[1] = {(int32_t)(pos + done + c)};
         RadBatch b = {.struct_size = sizeof b, .phase = c == 1 ? RAD_PHASE_DECODE : RAD_PHASE_PREFILL, .n_tok = c, .n_seq = 1,
                       .n_seq_decode = c == 1 ? 1 : 0, .token_ids = tokens + done, .positions = positions,
-                      .cu_seqlens = cu, .seq_ids = sid, .n_out = (want_logits && last) ? 1 : 0, .out_ids = out,
+                      .cu_seqlens = cu, .seq_ids = sid, .n_out = n_out, .out_ids = want == 2 ? out : out + c - 1,
                       .q_lens = ql, .ctx_lens = cl, .max_q_len = c, .max_ctx_len = pos + done + c, .kv = gstate, .n_kv = n_kv};
         rc = rad_engine_step(en, &b, e);
+        if (!rc && want == 2) {
+            uint32_t nv;
+            const float *lg = rad_engine_logits(en, &nv);
+            memcpy(all_out + (size_t)done * nv, lg, (size_t)c * nv * sizeof *lg);
+        }
         done += c;
     }
     free(positions);
+    free(out);
     return rc;
+}
+
+int rad_engine_forward(RadEngine *en, int32_t seq_id, const int32_t *tokens, uint32_t n, uint32_t pos, int want_logits,
+                       RadErr *e) {
+    return forward(en, seq_id, tokens, n, pos, want_logits ? 1 : 0, NULL, e);
+}
+
+int rad_engine_forward_all(RadEngine *en, int32_t seq_id, const int32_t *tokens, uint32_t n, uint32_t pos, float *out,
+                           RadErr *e) {
+    return forward(en, seq_id, tokens, n, pos, 2, out, e);
 }
 
 void rad_engine_drop_seq(RadEngine *en, int32_t seq_id) {

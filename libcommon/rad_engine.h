@@ -24,6 +24,10 @@ typedef struct RadEngineOpts {
     uint32_t kv_blocks;            /* 0: enough for max_seqs sequences of max_ctx */
     RadDType kv_dtype;             /* RAD_F32 (default) */
     int deterministic;             /* prefer batch-invariant kernels */
+    uint32_t max_out_rows;         /* logits rows a step may return (0: the plugin's rule) */
+    double max_tolerance;          /* kernels whose stated tolerance is looser are not chosen;
+                                      0: 1e-3 (exact paths: the oracle's greedy text); 2e-2 lets
+                                      quantised GEMMs quantise activations as llama.cpp does */
 } RadEngineOpts;
 
 typedef struct RadEngineWeight {
@@ -79,6 +83,11 @@ const float *rad_engine_logits(const RadEngine *en, uint32_t *n_vocab);
 int rad_engine_forward(RadEngine *en, int32_t seq_id, const int32_t *tokens, uint32_t n, uint32_t pos,
                        int want_logits, RadErr *e);
 void rad_engine_drop_seq(RadEngine *en, int32_t seq_id);
+
+/* Teacher forcing: the logits of every one of n tokens into out[n][n_vocab] (the engine must be
+ * opened with max_out_rows >= max_tok). */
+int rad_engine_forward_all(RadEngine *en, int32_t seq_id, const int32_t *tokens, uint32_t n, uint32_t pos, float *out,
+                           RadErr *e);
 
 /* --debug-graph: every op, its resolved kernel and why. --debug-placement: the plan. */
 void rad_engine_dump_graph(const RadEngine *en, FILE *f);

@@ -1,0 +1,67 @@
+#!/bin/sh
+# bench/run.sh — radiance beside llama.cpp on the same GGUF and threads, in one run:
+# prompt processing of 512 tokens (pp512) and generation of 128 tokens (tg128), tokens/s, plus
+# the machine's read bandwidth and the generation bound it implies. Not a test.
+#
+#   sh bench/run.sh [THREADS]        (default 2; results go in docs/BENCHMARKS.md by hand)
+#
+# llama.cpp is built from the llama-cpp-python source package on PyPI (its vendored llama.cpp)
+# into build/llama.cpp, once; LLAMA_BENCH=/path/to/llama-bench uses another build.
+set -eu
+T=${1:-2}
+GGUF=models/SmolLM2-135M-Instruct.Q4_1.gguf
+RAD=build/bench-smollm2.rad
+B=build/bench
+mkdir -p "$B"
+make -s tools model >/dev/null
+[ -f "$RAD" ] || build/rad-convert "$GGUF" -o "$RAD"
+
+if [ -z "${LLAMA_BENCH:-}" ]; then
+    LLAMA_BENCH=$(ls build/llama.cpp/*/vendor/llama.cpp/build/bin/llama-bench 2>/dev/null | head -1 || true)
+    if [ -z "$LLAMA_BENCH" ]; then
+        echo "bench: building llama.cpp from llama-cpp-python's source package (minutes)" >&2
+        mkdir -p build/llama.cpp
+        python3 -m pip download --quiet --no-deps --no-binary :all: llama-cpp-python -d build/llama.cpp
+        tar -C build/llama.cpp -xzf build/llama.cpp/llama_cpp_python-*.tar.gz
+        src=$(ls -d build/llama.cpp/llama_cpp_python-*/vendor/llama.cpp | head -1)
+        cmake -S "$src" -B "$src/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+              -DBUILD_SHARED_LIBS=OFF >/dev/null
+        cmake --build "$src/build" -j"$(nproc)" --target llama-bench >/dev/null
+        LLAMA_BENCH=$src/build/bin/llama-bench
+    fi
+fi
+
+cc -O2 -pthread -o "$B/membw" bench/membw.c
+BW=$("$B/membw" "$T" 1024)
+
+# radiance: a 512-token prompt of fixed ids, then 128 generated tokens, best of 3; --fast lets
+# the quantised GEMMs quantise activations to q8 as llama.cpp does (the same arithmetic class)
+ids=$(awk 'BEGIN { s = 1; for (i = 0; i < 512; i++) { s = (s * 1103515245 + 12345) % 2147483648; printf "%s%d", (i ? "," : ""), 100 + s % 40000 } }')
+best_pp=0 best_tg=0
+for r in 1 2 3; do
+    line=$(build/radiance --model "$RAD" --ids "$ids" -n 128 --temp 0 --threads "$T" --fast --print-ids 2>&1 >/dev/null | grep 'tok/s' || true)
+    pp=$(echo "$line" | sed -n 's/.*prompt [0-9]* tokens in [0-9.]* s (\([0-9.]*\) tok\/s).*/\1/p')
+    tg=$(echo "$line" | sed -n 's/.*generation [0-9]* tokens in [0-9.]* s (\([0-9.]*\) tok\/s).*/\1/p')
+    best_pp=$(echo "$best_pp $pp" | awk '{ print ($2 > $1) ? $2 : $1 }')
+    best_tg=$(echo "$best_tg $tg" | awk '{ print ($2 > $1) ? $2 : $1 }')
+done
+
+# llama.cpp: llama-bench's own pp512 / tg128 (its average over repetitions)
+"$LLAMA_BENCH" -m "$GGUF" -p 512 -n 128 -t "$T" -r 3 -o csv > "$B/llama-bench.csv" 2>/dev/null
+l_pp=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) { gsub(/"/, "", $i); c[$i] = i } next }
+               { gsub(/"/, ""); if ($c["n_prompt"] == 512 && $c["n_gen"] == 0) print $c["avg_ts"] }' "$B/llama-bench.csv")
+l_tg=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) { gsub(/"/, "", $i); c[$i] = i } next }
+               { gsub(/"/, ""); if ($c["n_prompt"] == 0 && $c["n_gen"] == 128) print $c["avg_ts"] }' "$B/llama-bench.csv")
+
+# bytes a generated token reads: every weight but the embedding table (one row is gathered)
+read_bytes=$(build/rad-info --json --tensors "$RAD" | jq '[.tensors[] | select(.name != "tok_embd.weight") | .bytes] | add')
+bound=$(echo "$BW $read_bytes" | awk '{ printf "%.1f", $1 * 1e9 / $2 }')
+
+cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
+printf '\n%s, %s threads, %s GB/s read bandwidth (bench/membw.c), %s\n\n' "$cpu" "$T" "$BW" "$(date -u +%Y-%m-%d)"
+printf '| test | radiance tok/s | llama.cpp tok/s | radiance / llama.cpp |\n|---|---|---|---|\n'
+printf '| pp512 | %s | %s | %s |\n' "$best_pp" "$l_pp" "$(echo "$best_pp $l_pp" | awk '{ printf "%.2f", $1 / $2 }')"
+printf '| tg128 | %s | %s | %s |\n' "$best_tg" "$l_tg" "$(echo "$best_tg $l_tg" | awk '{ printf "%.2f", $1 / $2 }')"
+printf '\ngeneration bound: %s GB/s / %s bytes per token = %s tok/s; radiance at %s of it, llama.cpp at %s\n' \
+    "$BW" "$read_bytes" "$bound" "$(echo "$best_tg $bound" | awk '{ printf "%.0f%%", 100 * $1 / $2 }')" \
+    "$(echo "$l_tg $bound" | awk '{ printf "%.0f%%", 100 * $1 / $2 }')"

@@ -1,0 +1,464 @@
+/* ref_attn.c — attn_paged: causal multi-head attention over the paged KV pool (docs/OPS.md).
+ *
+ * One call serves prefill, decode and mixed steps: the rows of the step are the batch's tokens,
+ * sequence s owning rows [cu_seqlens[s], cu_seqlens[s+1]) whose keys and values go to cache
+ * slots [ctx_lens[s] - q_lens[s], ctx_lens[s]). Everything is checked first (operands, the
+ * batch, the KV state, every block-table entry a row will touch); then every row's k and v is
+ * appended (rounded to the cache type: f32, f16 or bf16, to nearest even), and only then does
+ * any row attend, so the rows of a prefill chunk see each other's keys.
+ *
+ * The pool is "HND": block b holds B key slots then B value slots, each [n_head_kv][B][hd], so
+ * one head's page is contiguous. Query head h reads KV head h / (n_head / n_head_kv) (GQA).
+ *
+ * Softmax: online over chunks of slots (a running maximum, the sum and the output rescaled by
+ * e^(m_old - m_new) when the maximum grows), which needs no buffer the size of the context and
+ * is numerically stable; the result is the reference's within rounding: RAD_EXACT_TOLERANCE
+ * 1e-5. The order of every sum depends only on the slot index, so a row's result does not
+ * depend on the other rows or on the threads. Work items are (row, KV head) pairs — the query
+ * heads of a group read their keys and values once — or single (row, head) pairs when there are
+ * too few rows to keep the threads busy; the per-head arithmetic is the same either way. */
+#include <math.h>
+#include <stdatomic.h>
+
+#include "ref_common.h"
+#include "ref_math.h"
+#include "ref_quant.h"
+
+#define MAX_REP 8 /* query heads handled together */
+
+typedef struct AttnCtx {
+    const struct RadBatch *b;
+    const RadKvState *kv;
+    const RadKArg *q, *k, *v, *out;
+    int64_t M, n_head, n_kv, hd, rep;
+    float scale;
+    int isa;
+    RadDType dt;
+    size_t elem;
+    uint32_t B;
+    uint64_t block_bytes;
+    int64_t chunk;        /* slots per softmax chunk */
+    int by_head;          /* items are (row, head) rather than (row, KV head) */
+    int64_t n_items;
+    float *conv;          /* f16/bf16: [parts][2][chunk][hd] rows converted to f32 */
+    _Atomic int64_t next; /* next item to take */
+} AttnCtx;
+
+/* The sequence that owns row t (cu_seqlens is sorted; empty sequences are skipped). */
+static int64_t seq_of(const AttnCtx *c, int64_t t) {
+    const int32_t *cu = c->b->cu_seqlens;
+    int64_t lo = 0, hi = c->b->n_seq; /* cu[lo] <= t < cu[hi] */
+    while (hi - lo > 1) {
+        const int64_t mid = (lo + hi) / 2;
+        if (cu[mid] <= t) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+static uint8_t *kv_slot(const AttnCtx *c, int64_t s, int64_t slot, int64_t g, int is_v) {
+    const int32_t blk = c->kv->block_table[(uint64_t)s * c->kv->max_blocks + (uint64_t)(slot / c->B)];
+    const uint64_t o = (uint64_t)(slot % c->B);
+    uint8_t *base = (uint8_t *)c->kv->pool + (uint64_t)blk * c->block_bytes;
+    if (is_v) base += (uint64_t)c->n_kv * c->B * (uint64_t)c->hd * c->elem;
+    return base + (((uint64_t)g * c->B + o) * (uint64_t)c->hd) * c->elem;
+}
+
+/* Walks the slots of one sequence's KV head g in order, without a division per slot. */
+typedef struct SlotIter {
+    const AttnCtx *c;
+    const int32_t *table;
+    int64_t g, bi, off;
+    const uint8_t *k, *v; /* the current slot's key and value rows */
+} SlotIter;
+
+static inline void slot_block(SlotIter *it) {
+    const AttnCtx *c = it->c;
+    const uint8_t *base = (const uint8_t *)c->kv->pool + (uint64_t)it->table[it->bi] * c->block_bytes;
+    it->k = base + ((uint64_t)it->g * c->B + (uint64_t)it->off) * (uint64_t)c->hd * c->elem;
+    it->v = it->k + (uint64_t)c->n_kv * c->B * (uint64_t)c->hd * c->elem;
+}
+static inline void slot_begin(SlotIter *it, const AttnCtx *c, int64_t s, int64_t g) {
+    it->c = c;
+    it->table = c->kv->block_table + (uint64_t)s * c->kv->max_blocks;
+    it->g = g;
+    it->bi = 0;
+    it->off = 0;
+    slot_block(it);
+}
+static inline void slot_next(SlotIter *it) {
+    const int64_t row = it->c->hd * (int64_t)it->c->elem;
+    if (++it->off == it->c->B) {
+        it->off = 0;
+        it->bi++;
+        slot_block(it);
+    } else {
+        it->k += row;
+        it->v += row;
+    }
+}
+
+/* ---- append ---------------------------------------------------------------------------------- */
+
+static void store_row(const AttnCtx *c, uint8_t *dst, const float *src) {
+    switch ((int)c->dt) {
+    case RAD_F32: memcpy(dst, src, (size_t)c->hd * 4); break;
+    case RAD_F16:
+        for (int64_t d = 0; d < c->hd; d++) {
+            const uint16_t h = ref_f32_f16(src[d]);
+            memcpy(dst + 2 * d, &h, 2);
+        }
+        break;
+    default:
+        for (int64_t d = 0; d < c->hd; d++) {
+            const uint16_t h = ref_f32_bf16(src[d]);
+            memcpy(dst + 2 * d, &h, 2);
+        }
+        break;
+    }
+}
+
+static void append_task(void *ctx, int tid, int nth) {
+    const AttnCtx *c = ctx;
+    int64_t t0, t1;
+    ref_split(c->M, tid, nth, 1, &t0, &t1);
+    for (int64_t t = t0; t < t1; t++) {
+        const int64_t s = seq_of(c, t);
+        const int64_t slot = c->b->ctx_lens[s] - c->b->q_lens[s] + (t - c->b->cu_seqlens[s]);
+        const float *kr = ref_frow(c->k, (uint64_t)t), *vr = ref_frow(c->v, (uint64_t)t);
+        for (int64_t g = 0; g < c->n_kv; g++) {
+            store_row(c, kv_slot(c, s, slot, g, 0), kr + g * c->hd);
+            store_row(c, kv_slot(c, s, slot, g, 1), vr + g * c->hd);
+        }
+    }
+}
+
+/* ---- attend: portable C ----------------------------------------------------------------------- */
+
+static void load_row_generic(const AttnCtx *c, const uint8_t *src, float *dst) {
+    ref_dq_row_generic((int)c->dt, src, dst, (uint64_t)c->hd);
+}
+
+/* Heads h0 .. h0+nr-1 (one KV head g) of row t. */
+static void attend_generic(const AttnCtx *c, int64_t t, int64_t g, int64_t h0, int64_t nr, float *kb, float *vb) {
+    const int64_t s = seq_of(c, t), hd = c->hd;
+    const int64_t n = c->b->ctx_lens[s] - c->b->q_lens[s] + (t - c->b->cu_seqlens[s]) + 1;
+    const float *q[MAX_REP];
+    float m[MAX_REP], l[MAX_REP], sc[MAX_REP][64], acc[MAX_REP][256];
+    for (int64_t r = 0; r < nr; r++) {
+        q[r] = ref_frow(c->q, (uint64_t)t) + (h0 + r) * hd;
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+        for (int64_t d = 0; d < hd; d++) acc[r][d] = 0.0f;
+    }
+    SlotIter it;
+    slot_begin(&it, c, s, g);
+    for (int64_t i0 = 0; i0 < n; i0 += c->chunk) {
+        const int64_t cn = n - i0 < c->chunk ? n - i0 : c->chunk;
+        for (int64_t i = 0; i < cn; i++, slot_next(&it)) {
+            load_row_generic(c, it.k, kb + i * hd);
+            load_row_generic(c, it.v, vb + i * hd);
+        }
+        for (int64_t r = 0; r < nr; r++) {
+            float mc = m[r];
+            for (int64_t i = 0; i < cn; i++) {
+                float dot = 0.0f;
+                for (int64_t d = 0; d < hd; d++) {
+                    const float p = q[r][d] * kb[i * hd + d];
+                    dot = dot + p;
+                }
+                sc[r][i] = dot * c->scale;
+                if (sc[r][i] > mc) mc = sc[r][i];
+            }
+            const float alpha = i0 == 0 ? 0.0f : (float)exp((double)(m[r] - mc));
+            m[r] = mc;
+            float lc = 0.0f;
+            for (int64_t i = 0; i < cn; i++) {
+                sc[r][i] = (float)exp((double)(sc[r][i] - mc));
+                lc = lc + sc[r][i];
+            }
+            const float la = l[r] * alpha;
+            l[r] = la + lc;
+            for (int64_t d = 0; d < hd; d++) {
+                float a = acc[r][d] * alpha;
+                for (int64_t i = 0; i < cn; i++) {
+                    const float pv = sc[r][i] * vb[i * hd + d];
+                    a = a + pv;
+                }
+                acc[r][d] = a;
+            }
+        }
+    }
+    for (int64_t r = 0; r < nr; r++) {
+        float *o = ref_frow(c->out, (uint64_t)t) + (h0 + r) * hd;
+        for (int64_t d = 0; d < hd; d++) o[d] = acc[r][d] / l[r];
+    }
+}
+
+/* ---- attend: AVX2 ------------------------------------------------------------------------------- */
+#if REF_X86
+
+REF_AVX2 static void load_row_avx2(const AttnCtx *c, const uint8_t *src, float *dst) {
+    int64_t d = 0;
+    if (c->dt == RAD_F16) {
+        for (; d + 8 <= c->hd; d += 8)
+            _mm256_storeu_ps(dst + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(src + 2 * d))));
+    } else if (c->dt == RAD_BF16) {
+        for (; d + 8 <= c->hd; d += 8) {
+            const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(src + 2 * d)));
+            _mm256_storeu_ps(dst + d, _mm256_castsi256_ps(_mm256_slli_epi32(h, 16)));
+        }
+    }
+    for (; d < c->hd; d++) dst[d] = c->dt == RAD_F16 ? ref_f16_f32(ref_rd16(src + 2 * d)) : ref_bf16_f32(ref_rd16(src + 2 * d));
+}
+
+/* Eight dot products q · k[j] (j < 8) over hd, one 8-lane FMA chain each, reduced by one fixed
+ * tree per lane: a slot's score does not depend on the slots it is computed with. */
+REF_AVX2 REF_INLINE __m256 dots8(const float *q, const float *const *k, int64_t hd) {
+    __m256 a[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) a[j] = _mm256_setzero_ps();
+    int64_t d = 0;
+    for (; d + 8 <= hd; d += 8) {
+        const __m256 qv = _mm256_loadu_ps(q + d);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) a[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[j] + d), a[j]);
+    }
+    if (d < hd) {
+        const int t = (int)(hd - d);
+        const __m256 qv = ref_load_tail(q + d, t);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) a[j] = _mm256_fmadd_ps(qv, ref_load_tail(k[j] + d, t), a[j]);
+    }
+    const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
+    const __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
+    const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+/* acc[0..DN) += Σ_j p[j] · v[j][d0 .. d0 + DN), DN a multiple of 8 up to 64, chains in registers. */
+REF_AVX2 REF_INLINE void pv_chunk(const int DN, float *acc, const float *p, const float *const *v, int64_t cn, int64_t d0,
+                                  float alpha) {
+    __m256 a[8];
+    const __m256 va = _mm256_set1_ps(alpha);
+#pragma GCC unroll 8
+    for (int u = 0; u < DN / 8; u++) a[u] = _mm256_mul_ps(_mm256_loadu_ps(acc + 8 * u), va);
+    for (int64_t j = 0; j < cn; j++) {
+        const __m256 pj = _mm256_set1_ps(p[j]);
+        const float *vj = v[j] + d0;
+#pragma GCC unroll 8
+        for (int u = 0; u < DN / 8; u++) a[u] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 8 * u), a[u]);
+    }
+#pragma GCC unroll 8
+    for (int u = 0; u < DN / 8; u++) _mm256_storeu_ps(acc + 8 * u, a[u]);
+}
+
+REF_AVX2 static void attend_avx2(const AttnCtx *c, int64_t t, int64_t g, int64_t h0, int64_t nr, float *kb, float *vb) {
+    const int64_t s = seq_of(c, t), hd = c->hd;
+    const int64_t n = c->b->ctx_lens[s] - c->b->q_lens[s] + (t - c->b->cu_seqlens[s]) + 1;
+    const int f32 = c->dt == RAD_F32;
+    const float *q[MAX_REP];
+    float m[MAX_REP], l[MAX_REP];
+    _Alignas(32) float sc[MAX_REP][64 + 8];
+    _Alignas(32) float acc[MAX_REP][256];
+    const float *kr[64 + 8], *vr[64];
+    for (int64_t r = 0; r < nr; r++) {
+        q[r] = ref_frow(c->q, (uint64_t)t) + (h0 + r) * hd;
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+        for (int64_t d = 0; d < hd; d++) acc[r][d] = 0.0f;
+    }
+    SlotIter it;
+    slot_begin(&it, c, s, g);
+    for (int64_t i0 = 0; i0 < n; i0 += c->chunk) {
+        const int64_t cn = n - i0 < c->chunk ? n - i0 : c->chunk;
+        for (int64_t i = 0; i < cn; i++, slot_next(&it)) {
+            if (f32) {
+                kr[i] = (const float *)(const void *)it.k;
+                vr[i] = (const float *)(const void *)it.v;
+            } else {
+                load_row_avx2(c, it.k, kb + i * hd);
+                load_row_avx2(c, it.v, vb + i * hd);
+                kr[i] = kb + i * hd;
+                vr[i] = vb + i * hd;
+            }
+        }
+        for (int64_t i = cn; i < ((cn + 7) & ~(int64_t)7); i++) kr[i] = kr[cn - 1]; /* pad the last 8: results unused */
+        for (int64_t r = 0; r < nr; r++) {
+            const __m256 vs = _mm256_set1_ps(c->scale);
+            __m256 mx = _mm256_set1_ps(-INFINITY);
+            for (int64_t i = 0; i < cn; i += 8) {
+                const __m256 d8 = _mm256_mul_ps(dots8(q[r], kr + i, hd), vs);
+                _mm256_store_ps(&sc[r][i], d8);
+            }
+            int64_t i = 0;
+            for (; i + 8 <= cn; i += 8) mx = _mm256_max_ps(mx, _mm256_load_ps(&sc[r][i]));
+            float mc = m[r];
+            {
+                __m128 h = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+                h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+                h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 0x55));
+                const float hm = _mm_cvtss_f32(h);
+                if (hm > mc) mc = hm;
+            }
+            for (; i < cn; i++)
+                if (sc[r][i] > mc) mc = sc[r][i];
+            float alpha = 0.0f;
+            if (i0 > 0) alpha = _mm256_cvtss_f32(ref_exp8(_mm256_set1_ps(m[r] - mc)));
+            m[r] = mc;
+            __m256 ls = _mm256_setzero_ps();
+            const __m256 vm = _mm256_set1_ps(mc);
+            for (i = 0; i + 8 <= cn; i += 8) {
+                const __m256 p = ref_exp8(_mm256_sub_ps(_mm256_load_ps(&sc[r][i]), vm));
+                _mm256_store_ps(&sc[r][i], p);
+                ls = _mm256_add_ps(ls, p);
+            }
+            if (i < cn) {
+                const int tl = (int)(cn - i);
+                const __m256 p = ref_exp8(_mm256_sub_ps(ref_load_tail(&sc[r][i], tl), vm));
+                /* lanes past cn hold e^(0 - mc): masked out of the sum */
+                static const int32_t mk[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+                const __m256 msk = _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(const void *)(mk + 8 - tl)));
+                const __m256 pm = _mm256_and_ps(p, msk);
+                _mm256_store_ps(&sc[r][i], pm);
+                ls = _mm256_add_ps(ls, pm);
+            }
+            const float la = l[r] * alpha;
+            l[r] = la + ref_hsum8(ls);
+            int64_t d0 = 0;
+            for (; d0 + 64 <= hd; d0 += 64) pv_chunk(64, acc[r] + d0, sc[r], vr, cn, d0, alpha);
+            for (; d0 + 8 <= hd; d0 += 8) pv_chunk(8, acc[r] + d0, sc[r], vr, cn, d0, alpha);
+            for (int64_t d = d0; d < hd; d++) {
+                float a = acc[r][d] * alpha;
+                for (int64_t j = 0; j < cn; j++) a = fmaf(sc[r][j], vr[j][d], a);
+                acc[r][d] = a;
+            }
+        }
+    }
+    for (int64_t r = 0; r < nr; r++) {
+        float *o = ref_frow(c->out, (uint64_t)t) + (h0 + r) * hd;
+        const __m256 vl = _mm256_set1_ps(l[r]);
+        int64_t d = 0;
+        for (; d + 8 <= hd; d += 8) _mm256_storeu_ps(o + d, _mm256_div_ps(_mm256_load_ps(&acc[r][d]), vl));
+        for (; d < hd; d++) o[d] = acc[r][d] / l[r];
+    }
+}
+#endif
+
+static void attend_task(void *ctx, int tid, int nth) {
+    AttnCtx *c = ctx;
+    (void)nth;
+    /* this part's slice of the conversion buffer (one per part, so any thread may run any
+     * part); NULL where f32 rows are read in place */
+    float *kb = c->conv ? c->conv + (size_t)tid * 2 * (size_t)(c->chunk * c->hd) : NULL;
+    float *vb = kb ? kb + c->chunk * c->hd : NULL;
+    for (;;) {
+        const int64_t it = atomic_fetch_add(&c->next, 1);
+        if (it >= c->n_items) break;
+        int64_t t, g, h0, nr;
+        if (c->by_head) {
+            t = it / c->n_head;
+            h0 = it % c->n_head;
+            g = h0 / c->rep;
+            nr = 1;
+        } else {
+            const int64_t per = (c->rep + MAX_REP - 1) / MAX_REP; /* items per KV head */
+            t = it / (c->n_kv * per);
+            const int64_t rest = it % (c->n_kv * per);
+            g = rest / per;
+            h0 = g * c->rep + (rest % per) * MAX_REP;
+            nr = g * c->rep + c->rep - h0 < MAX_REP ? g * c->rep + c->rep - h0 : MAX_REP;
+        }
+#if REF_X86
+        if (c->isa >= REF_ISA_AVX2) {
+            attend_avx2(c, t, g, h0, nr, kb, vb);
+            continue;
+        }
+#endif
+        attend_generic(c, t, g, h0, nr, kb, vb);
+    }
+}
+
+/* ---- the run ------------------------------------------------------------------------------------ */
+
+static int check_batch(const AttnCtx *c) {
+    const struct RadBatch *b = c->b;
+    if (b->struct_size < offsetof(struct RadBatch, ctx_lens) + sizeof b->ctx_lens) return RAD_E_ARG;
+    if ((int64_t)b->n_tok != c->M) return RAD_E_SHAPE;
+    if (b->n_seq < 1 || b->n_seq_decode > b->n_seq) return RAD_E_ARG;
+    if (!b->cu_seqlens || !b->q_lens || !b->ctx_lens) return RAD_E_ARG;
+    if (b->cu_seqlens[0] != 0 || b->cu_seqlens[b->n_seq] != c->M) return RAD_E_SHAPE;
+    const RadKvState *kv = c->kv;
+    for (uint32_t s = 0; s < b->n_seq; s++) {
+        const int64_t q = b->q_lens[s], ctx = b->ctx_lens[s];
+        if (b->cu_seqlens[s + 1] < b->cu_seqlens[s] || q != b->cu_seqlens[s + 1] - b->cu_seqlens[s]) return RAD_E_SHAPE;
+        if (q == 0) continue;
+        if (ctx < q) return RAD_E_ARG;
+        const int64_t nblk = (ctx + c->B - 1) / c->B;
+        if (nblk > (int64_t)kv->max_blocks) return RAD_E_ARG;
+        for (int64_t j = 0; j < nblk; j++)
+            if (kv->block_table[(uint64_t)s * kv->max_blocks + (uint64_t)j] < 0) return RAD_E_ARG;
+    }
+    return RAD_OK;
+}
+
+int ref_run_attn_paged(const RadKernelArgs *a) {
+    int rc = ref_preamble(a, 4);
+    if (rc) return rc;
+    AttnCtx c;
+    memset(&c, 0, sizeof c);
+    double scale;
+    if (!ref_pint(a, "n_head", &c.n_head) || !ref_pint(a, "n_head_kv", &c.n_kv) || !ref_pint(a, "head_dim", &c.hd) ||
+        !ref_pflt(a, "scale", &scale))
+        return RAD_E_ARG;
+    if (c.n_head < 1 || c.n_kv < 1 || c.hd < 1 || c.n_head % c.n_kv) return RAD_E_ARG;
+    if (c.hd > 256) return RAD_E_UNSUPPORTED;
+    c.M = a->n;
+    c.rep = c.n_head / c.n_kv;
+    c.scale = (float)scale;
+    c.q = &a->args[0];
+    c.k = &a->args[1];
+    c.v = &a->args[2];
+    c.out = &a->args[3];
+    const uint64_t qw = (uint64_t)(c.n_head * c.hd), kw = (uint64_t)(c.n_kv * c.hd);
+    if (!ref_buf_ok(c.q, (uint64_t)c.M, qw) || !ref_buf_ok(c.k, (uint64_t)c.M, kw) || !ref_buf_ok(c.v, (uint64_t)c.M, kw) ||
+        !ref_buf_ok(c.out, (uint64_t)c.M, qw))
+        return RAD_E_SHAPE;
+    c.b = a->batch;
+    c.kv = a->kv;
+    if (!c.b || !c.kv || !c.kv->pool || !c.kv->block_table || c.kv->block_size < 1) return RAD_E_ARG;
+    if (c.kv->kv_quant != RAD_KVQ_NONE) return RAD_E_UNSUPPORTED;
+    c.dt = c.kv->dtype;
+    if (c.dt == RAD_F32) c.elem = 4;
+    else if (c.dt == RAD_F16 || c.dt == RAD_BF16) c.elem = 2;
+    else return RAD_E_UNSUPPORTED;
+    if ((int64_t)c.kv->n_head_kv != c.n_kv || (int64_t)c.kv->head_dim != c.hd) return RAD_E_SHAPE;
+    c.B = c.kv->block_size;
+    c.block_bytes = 2ull * (uint64_t)c.n_kv * c.B * (uint64_t)c.hd * c.elem;
+    if (c.kv->block_bytes && c.kv->block_bytes != c.block_bytes) return RAD_E_SHAPE;
+    if ((rc = check_batch(&c))) return rc;
+    c.isa = ref_isa(a);
+    c.chunk = 16384 / c.hd < 64 ? 16384 / c.hd : 64;
+    if (c.chunk < 1) c.chunk = 1;
+
+    /* sizes, and the one allocation, before anything is written */
+    double work = 0;
+    for (uint32_t s = 0; s < c.b->n_seq; s++) work += (double)c.b->q_lens[s] * (double)c.b->ctx_lens[s];
+    work *= (double)qw * 2.0;
+    const int nth = ref_threads(a, work, 32768.0);
+    if (c.dt != RAD_F32 || c.isa < REF_ISA_AVX2) { /* the portable path copies f32 rows too */
+        c.conv = ref_scratch(3, (size_t)nth * 2 * (size_t)(c.chunk * c.hd) * sizeof(float));
+        if (!c.conv) return RAD_E_NOMEM;
+    }
+    const int64_t per = (c.rep + MAX_REP - 1) / MAX_REP;
+    c.by_head = c.M * c.n_kv * per < 4 * (int64_t)nth;
+    c.n_items = c.by_head ? c.M * c.n_head : c.M * c.n_kv * per;
+
+    /* 1. append every row's k and v */
+    ref_parallel(a, ref_threads(a, (double)c.M * (double)kw, 65536.0), append_task, &c);
+
+    /* 2. attend */
+    atomic_init(&c.next, 0);
+    ref_parallel(a, nth, attend_task, &c);
+    return RAD_OK;
+}

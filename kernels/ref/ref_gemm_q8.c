@@ -1,0 +1,601 @@
+/* ref_gemm_q8.c — gemm_nt and logits_gemm, variant "q8act": GGML block weights against
+ * activations quantised to 8 bits, with integer dot products (llama.cpp's scheme).
+ *
+ * docs/OPS.md (gemm_nt, "Quantised activations") allows this for GGML weights under the bound
+ * 2e-2. Each row of x is quantised per block b of 32 elements (weights q8_0, q4_0, q4_1) or 256
+ * (q4_k, q6_k, as q8_K): amax_b = max |x_k|, d_b = amax_b / 127 kept in f32 (no f16 rounding,
+ * so the error is inside the stated bound with room), q_k = x_k * (1/d_b) rounded to nearest
+ * even. The weight codes times q are summed exactly in integers per block; the block sums are
+ * scaled and accumulated in f32. q4_1's offset m multiplies d_b * Σq (the sum of the quantised
+ * activations, llama.cpp's q8_1 `s`), so the whole product is x̂ · w exactly as the bound's
+ * derivation assumes. Portable C and AVX2 quantise identically (same f32 operations), and the
+ * integer sums are exact; only the f32 accumulation order differs between them.
+ *
+ * Per output the order is fixed (blocks ascending), so the result is batch-invariant and the
+ * same for every thread count. Work split: output columns in contiguous ranges per thread; each
+ * thread walks its columns a tile at a time (the tile's weights stay in L1/L2) against every
+ * quantised row. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "ref_gemm.h"
+#include "ref_quant.h"
+
+#define QTILE 16 /* columns per tile on the many-row path */
+
+/* One quantised row: codes q[K] (64-byte aligned), then for 32-element blocks the pairs
+ * (d_b, s_b) with s_b = d_b * Σq_b (q4_0: -8 d_b Σq_b, its codes' offset folded in), for 256-element
+ * blocks d_b then the i16 sums of q per 16 elements. On AVX2, for q4_0 and q4_1, each pair of
+ * blocks' codes is stored "paired" — [b lo 16 | b+1 lo 16 | b hi 16 | b+1 hi 16] — to meet the
+ * weights' nibbles of two blocks in one register (an odd last block stays as it is). */
+typedef struct QRow {
+    const int8_t *q;
+    const float *ds;      /* 32-element blocks: [2 * nb] */
+    const float *d;       /* 256-element blocks: [nb] */
+    const int16_t *bsums; /* 256-element blocks: [16 * nb] */
+} QRow;
+
+typedef float (*dot_fn)(const uint8_t *w, const QRow *x, int64_t K);
+typedef void (*dot4_fn)(const uint8_t *w, const QRow *x, int64_t K, float *out);
+
+typedef struct Q8Ctx {
+    RefGemmArgs g;
+    int isa;
+    int kq;               /* 1: 256-element activation blocks (q4_k, q6_k) */
+    int paired;           /* codes stored in pairs of blocks (AVX2, q4_0 / q4_1) */
+    float s_mul;          /* s_b = s_mul * d_b * Σq_b: -8 for q4_0, else 1 */
+    size_t row_bytes;     /* one quantised row in buf */
+    uint8_t *buf;         /* [M][row_bytes] */
+    dot_fn dot;           /* one row against one column */
+    dot4_fn dot4;         /* four rows against one column, each as dot would (NULL: none) */
+} Q8Ctx;
+
+static size_t q8_row_bytes(int64_t K, int kq) {
+    size_t q = ((size_t)K + 63) & ~(size_t)63;
+    size_t nb = (size_t)K / (kq ? 256 : 32);
+    size_t extra = kq ? nb * 4 + (size_t)K / 16 * 2 : nb * 8;
+    return (q + extra + 16 + 63) & ~(size_t)63; /* +16: a 16-byte load of the last (d, s) pair */
+}
+
+static QRow q8_row(const Q8Ctx *c, int64_t i) {
+    const uint8_t *base = c->buf + (size_t)i * c->row_bytes;
+    const size_t q = ((size_t)c->g.K + 63) & ~(size_t)63;
+    const size_t nb = (size_t)c->g.K / (c->kq ? 256 : 32);
+    QRow r;
+    r.q = (const int8_t *)base;
+    r.ds = c->kq ? NULL : (const float *)(const void *)(base + q);
+    r.d = c->kq ? (const float *)(const void *)(base + q) : NULL;
+    r.bsums = c->kq ? (const int16_t *)(const void *)(base + q + nb * 4) : NULL;
+    return r;
+}
+
+/* ---- quantising a row ------------------------------------------------------------------------------ */
+
+/* Block of n (32 or 256) elements: d = amax / 127, q = rint(x * (1/d)). Returns d. */
+static float quant_block_generic(const float *x, int n, int8_t *q) {
+    float amax = 0.0f;
+    for (int j = 0; j < n; j++) {
+        const float v = fabsf(x[j]);
+        amax = v > amax ? v : amax;
+    }
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int j = 0; j < n; j++) {
+        const float v = x[j] * id;
+        q[j] = (int8_t)lrintf(v);
+    }
+    return d;
+}
+
+static void quant_row_generic(const float *x, int64_t K, int kq, float s_mul, int8_t *q, float *dd, int16_t *bsums) {
+    const int bl = kq ? 256 : 32;
+    for (int64_t b = 0; b < K / bl; b++) {
+        const float d = quant_block_generic(x + b * bl, bl, q + b * bl);
+        if (kq) {
+            dd[b] = d;
+            for (int g = 0; g < 16; g++) {
+                int sum = 0;
+                for (int j = 0; j < 16; j++) sum += q[b * bl + g * 16 + j];
+                bsums[b * 16 + g] = (int16_t)sum;
+            }
+        } else {
+            int sum = 0;
+            for (int j = 0; j < 32; j++) sum += q[b * bl + j];
+            const float ds = d * (float)sum;
+            dd[2 * b] = d;
+            dd[2 * b + 1] = s_mul * ds;
+        }
+    }
+}
+
+#if REF_X86
+REF_AVX2 REF_INLINE int hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* 32 elements at x: codes into q (32 bytes), returns d; *sum gets Σq and s16 (if not NULL) the
+ * two 16-element sums. The same f32 operations as quant_block_generic. */
+REF_AVX2 REF_INLINE float quant32_avx2(const float *x, int8_t *q, float amax, int *sum, int16_t *s16) {
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const __m256 vid = _mm256_set1_ps(id);
+    const int rm = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    __m256i i0 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 0), vid), rm));
+    __m256i i1 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8), vid), rm));
+    __m256i i2 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 16), vid), rm));
+    __m256i i3 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 24), vid), rm));
+    if (s16) {
+        s16[0] = (int16_t)hsum_i32(_mm256_add_epi32(i0, i1));
+        s16[1] = (int16_t)hsum_i32(_mm256_add_epi32(i2, i3));
+    }
+    if (sum) *sum = hsum_i32(_mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3)));
+    i0 = _mm256_packs_epi32(i0, i1);
+    i2 = _mm256_packs_epi32(i2, i3);
+    i0 = _mm256_packs_epi16(i0, i2);
+    i0 = _mm256_permutevar8x32_epi32(i0, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)(void *)q, i0);
+    return d;
+}
+
+REF_AVX2 REF_INLINE float amax_avx2(const float *x, int n) {
+    const __m256 sgn = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_setzero_ps();
+    for (int j = 0; j < n; j += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sgn, _mm256_loadu_ps(x + j)));
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 0x55));
+    return _mm_cvtss_f32(h);
+}
+
+REF_AVX2 static void quant_row_avx2(const float *x, int64_t K, int kq, float s_mul, int paired, int8_t *q, float *dd,
+                                    int16_t *bsums) {
+    if (kq) {
+        for (int64_t b = 0; b < K / 256; b++) {
+            const float amax = amax_avx2(x + b * 256, 256);
+            float db = 0.0f;
+            for (int j = 0; j < 8; j++)
+                db = quant32_avx2(x + b * 256 + 32 * j, q + b * 256 + 32 * j, amax, NULL, bsums + b * 16 + 2 * j);
+            dd[b] = db;
+        }
+        return;
+    }
+    const int64_t nb = K / 32;
+    for (int64_t b = 0; b < nb; b++) {
+        int sum;
+        const float d = quant32_avx2(x + b * 32, q + b * 32, amax_avx2(x + b * 32, 32), &sum, NULL);
+        const float ds = d * (float)sum;
+        dd[2 * b] = d;
+        dd[2 * b + 1] = s_mul * ds;
+    }
+    if (paired)
+        for (int64_t b = 0; b + 2 <= nb; b += 2) { /* [A lo|A hi|B lo|B hi] -> [A lo|B lo|A hi|B hi] */
+            __m128i *p = (__m128i *)(void *)(q + 32 * b);
+            const __m128i ah = _mm_loadu_si128(p + 1), bl = _mm_loadu_si128(p + 2);
+            _mm_storeu_si128(p + 1, bl);
+            _mm_storeu_si128(p + 2, ah);
+        }
+}
+#endif
+
+static void quant_task(void *ctx, int tid, int nth) {
+    const Q8Ctx *c = ctx;
+    int64_t r0, r1;
+    ref_split(c->g.M, tid, nth, 1, &r0, &r1);
+    for (int64_t i = r0; i < r1; i++) {
+        QRow r = q8_row(c, i);
+        const float *x = ref_frow(c->g.x, (uint64_t)i);
+        float *dd = (float *)(c->kq ? r.d : r.ds);
+#if REF_X86
+        if (c->isa >= REF_ISA_AVX2) {
+            quant_row_avx2(x, c->g.K, c->kq, c->s_mul, c->paired, (int8_t *)r.q, dd, (int16_t *)r.bsums);
+            continue;
+        }
+#endif
+        quant_row_generic(x, c->g.K, c->kq, c->s_mul, (int8_t *)r.q, dd, (int16_t *)r.bsums);
+    }
+}
+
+/* ---- dot products: portable C ------------------------------------------------------------------- */
+
+static float dot_q8_0_generic(const uint8_t *w, const QRow *x, int64_t K) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < K / 32; b++, w += 34) {
+        const int8_t *q = (const int8_t *)(w + 2), *xq = x->q + 32 * b;
+        int sum = 0;
+        for (int j = 0; j < 32; j++) sum += q[j] * xq[j];
+        const float s = ref_f16_f32(ref_rd16(w)) * x->ds[2 * b];
+        const float p = s * (float)sum;
+        acc = acc + p;
+    }
+    return acc;
+}
+
+static float dot_q4_0_generic(const uint8_t *w, const QRow *x, int64_t K) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < K / 32; b++, w += 18) {
+        const uint8_t *qs = w + 2;
+        const int8_t *xq = x->q + 32 * b;
+        int sum = 0;
+        for (int j = 0; j < 16; j++) sum += ((qs[j] & 15) - 8) * xq[j] + ((qs[j] >> 4) - 8) * xq[j + 16];
+        const float s = ref_f16_f32(ref_rd16(w)) * x->ds[2 * b];
+        const float p = s * (float)sum;
+        acc = acc + p;
+    }
+    return acc;
+}
+
+static float dot_q4_1_generic(const uint8_t *w, const QRow *x, int64_t K) {
+    float acc = 0.0f, accm = 0.0f;
+    for (int64_t b = 0; b < K / 32; b++, w += 20) {
+        const uint8_t *qs = w + 4;
+        const int8_t *xq = x->q + 32 * b;
+        int sum = 0;
+        for (int j = 0; j < 16; j++) sum += (qs[j] & 15) * xq[j] + (qs[j] >> 4) * xq[j + 16];
+        const float s = ref_f16_f32(ref_rd16(w)) * x->ds[2 * b];
+        const float p = s * (float)sum;
+        acc = acc + p;
+        const float pm = ref_f16_f32(ref_rd16(w + 2)) * x->ds[2 * b + 1];
+        accm = accm + pm;
+    }
+    return acc + accm;
+}
+
+static float dot_q4_k_generic(const uint8_t *w, const QRow *x, int64_t K) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < K / 256; b++, w += 144) {
+        uint8_t sc[8], mn[8];
+        ref_scales_k4(w + 4, sc, mn);
+        const uint8_t *qs = w + 16;
+        const int8_t *xq = x->q + 256 * b;
+        const int16_t *bs = x->bsums + 16 * b;
+        int sumi = 0, summ = 0;
+        for (int j = 0; j < 4; j++) {
+            int s0 = 0, s1 = 0;
+            for (int l = 0; l < 32; l++) {
+                s0 += (qs[32 * j + l] & 15) * xq[64 * j + l];
+                s1 += (qs[32 * j + l] >> 4) * xq[64 * j + 32 + l];
+            }
+            sumi += sc[2 * j] * s0 + sc[2 * j + 1] * s1;
+        }
+        for (int j = 0; j < 8; j++) summ += mn[j] * (bs[2 * j] + bs[2 * j + 1]);
+        const float d = ref_f16_f32(ref_rd16(w)) * x->d[b], dmin = ref_f16_f32(ref_rd16(w + 2)) * x->d[b];
+        const float p = d * (float)sumi, pm = dmin * (float)summ;
+        const float t = p - pm;
+        acc = acc + t;
+    }
+    return acc;
+}
+
+static float dot_q6_k_generic(const uint8_t *w, const QRow *x, int64_t K) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < K / 256; b++, w += 210) {
+        const uint8_t *ql = w, *qh = w + 128;
+        const int8_t *sc = (const int8_t *)(w + 192);
+        const int8_t *xq = x->q + 256 * b;
+        int sumi = 0;
+        for (int n = 0; n < 2; n++, ql += 64, qh += 32, sc += 8, xq += 128) {
+            int g[8] = {0};
+            for (int l = 0; l < 32; l++) {
+                const int q1 = ((ql[l] & 0x0f) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                const int q2 = ((ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                const int is = l / 16;
+                g[is + 0] += q1 * xq[l];
+                g[is + 2] += q2 * xq[l + 32];
+                g[is + 4] += q3 * xq[l + 64];
+                g[is + 6] += q4 * xq[l + 96];
+            }
+            for (int j = 0; j < 8; j++) sumi += sc[j] * g[j];
+        }
+        const float d = ref_f16_f32(ref_rd16(w + 208)) * x->d[b];
+        const float p = d * (float)sumi;
+        acc = acc + p;
+    }
+    return acc;
+}
+
+/* ---- dot products: AVX2 --------------------------------------------------------------------------
+ * Each kernel is written once for RM rows of x against one weight column (RM = 1 or 4, a
+ * compile-time constant once inlined): every row's sequence of operations is the same whatever
+ * RM, so a row's result does not depend on the rows it was computed with. */
+#if REF_X86
+
+REF_INLINE uint32_t ld_u32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+REF_AVX2 REF_INLINE __m256i ld32(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+/* Four f16 (two u32, each a (lo, hi) pair) -> [lo0, hi0, lo1, hi1] in f32. */
+REF_AVX2 REF_INLINE __m128 f16x4(uint32_t a, uint32_t b) {
+    return _mm_cvtph_ps(_mm_unpacklo_epi32(_mm_cvtsi32_si128((int)a), _mm_cvtsi32_si128((int)b)));
+}
+/* 16 bytes of nibbles -> 32 codes: low nibbles (elements 0..15), then high (16..31). */
+REF_AVX2 REF_INLINE __m256i nibbles32(const uint8_t *p) {
+    const __m128i t = _mm_loadu_si128((const __m128i *)(const void *)p);
+    const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
+}
+REF_AVX2 REF_INLINE float lanes13(__m128 v) { /* v[1] + v[3] */
+    const __m128 h = _mm_movehdup_ps(v);
+    return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehl_ps(h, h)));
+}
+
+/* q4_0 / q4_1 (BB bytes a block, codes at QO, scales at 0 (and m at 2 for q4_1)): two blocks a step.
+ * Per pair the scale lanes are [d0·dx0, m0·s0, d1·dx1, m1·s1] (q4_0: m = d, s carries the -8). */
+REF_AVX2 REF_INLINE void q4x_rows(const int RM, const int BB, const int QO, const uint8_t *w, const QRow *x, int64_t K,
+                                  float *out) {
+    const int64_t nb = K / 32;
+    const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    const __m256i pidx = _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2);
+    __m256 acc[4];
+    __m128 accm[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < RM; r++) acc[r] = _mm256_setzero_ps(), accm[r] = _mm_setzero_ps();
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2, w += 2 * BB) {
+        const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(w + QO))),
+                                                  _mm_loadu_si128((const __m128i *)(const void *)(w + BB + QO)), 1);
+        const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        const uint32_t s0 = BB == 20 ? ld_u32(w) : ref_rd16(w) * 0x10001u;
+        const uint32_t s1 = BB == 20 ? ld_u32(w + BB) : ref_rd16(w + BB) * 0x10001u;
+        const __m128 dm = f16x4(s0, s1);
+#pragma GCC unroll 4
+        for (int r = 0; r < RM; r++) {
+            const int8_t *xq = x[r].q + 32 * b;
+            const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, ld32(xq)), _mm256_maddubs_epi16(hi, ld32(xq + 32)));
+            const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+            const __m128 sc = _mm_mul_ps(dm, _mm_loadu_ps(x[r].ds + 2 * b));
+            accm[r] = _mm_add_ps(accm[r], sc);
+            acc[r] = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(_mm256_castps128_ps256(sc), pidx), f, acc[r]);
+        }
+    }
+    if (b < nb) { /* an odd last block, codes in natural order */
+        const __m256i nib = nibbles32(w + QO);
+        const uint32_t s0 = BB == 20 ? ld_u32(w) : ref_rd16(w) * 0x10001u;
+        const __m128 dm = f16x4(s0, 0);
+#pragma GCC unroll 4
+        for (int r = 0; r < RM; r++) {
+            const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(nib, ld32(x[r].q + 32 * b)), ones));
+            const __m128 sc = _mm_mul_ps(dm, _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(const void *)(x[r].ds + 2 * b))));
+            accm[r] = _mm_add_ps(accm[r], sc);
+            acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(sc), f, acc[r]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < RM; r++) out[r] = ref_hsum8(acc[r]) + lanes13(accm[r]);
+}
+
+/* q8_0: two blocks a step; the signed product through |w| and sign(x, w). */
+REF_AVX2 REF_INLINE void q8_0_rows(const int RM, const uint8_t *w, const QRow *x, int64_t K, float *out) {
+    const int64_t nb = K / 32;
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i i0 = _mm256_setzero_si256(), i2 = _mm256_set1_epi32(2);
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < RM; r++) acc[r] = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2, w += 68) {
+        const __m256i w0 = ld32(w + 2), w1 = ld32(w + 36);
+        const __m256i a0 = _mm256_sign_epi8(w0, w0), a1 = _mm256_sign_epi8(w1, w1);
+        const __m128 dd = f16x4(ref_rd16(w), ref_rd16(w + 34));
+#pragma GCC unroll 4
+        for (int r = 0; r < RM; r++) {
+            const int8_t *xq = x[r].q + 32 * b;
+            const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(ld32(xq), w0)), ones);
+            const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(ld32(xq + 32), w1)), ones);
+            const __m256 sc = _mm256_castps128_ps256(_mm_mul_ps(dd, _mm_loadu_ps(x[r].ds + 2 * b)));
+            acc[r] = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(sc, i0), _mm256_cvtepi32_ps(p0), acc[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(sc, i2), _mm256_cvtepi32_ps(p1), acc[r]);
+        }
+    }
+    if (b < nb) {
+        const __m256i w0 = ld32(w + 2), a0 = _mm256_sign_epi8(w0, w0);
+        const __m128 dd = f16x4(ref_rd16(w), 0);
+#pragma GCC unroll 4
+        for (int r = 0; r < RM; r++) {
+            const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(ld32(x[r].q + 32 * b), w0)), ones);
+            const __m256 sc = _mm256_castps128_ps256(_mm_mul_ps(dd, _mm_loadu_ps(x[r].ds + 2 * b)));
+            acc[r] = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(sc, i0), _mm256_cvtepi32_ps(p0), acc[r]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < RM; r++) out[r] = ref_hsum8(acc[r]);
+}
+
+/* q4_k's 12 scale bytes -> [sc0..sc7, m0..m7] as u8 (GGML's 32-bit unpacking). */
+REF_INLINE __m128i k4_scales(const uint8_t *p) {
+    uint32_t u[4];
+    memcpy(u, p, 12);
+    const uint32_t k1 = 0x3f3f3f3f, k2 = 0x0f0f0f0f, k3 = 0x03030303;
+    u[3] = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);
+    const uint32_t mins_lo = u[1] & k1;
+    u[1] = (u[2] & k2) | (((u[0] >> 6) & k3) << 4);
+    u[2] = mins_lo;
+    u[0] &= k1;
+    return _mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]);
+}
+/* A shuffle that broadcasts i16 element e (of each 128-bit half) to the whole half. */
+REF_AVX2 REF_INLINE __m256i bcast16(int lo, int hi) {
+    return _mm256_set_m128i(_mm_set1_epi16((short)((2 * hi + 1) << 8 | 2 * hi)), _mm_set1_epi16((short)((2 * lo + 1) << 8 | 2 * lo)));
+}
+
+REF_AVX2 REF_INLINE void q4_k_rows(const int RM, const uint8_t *w, const QRow *x, int64_t K, float *out) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256 acc[4];
+    __m128 accm[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < RM; r++) acc[r] = _mm256_setzero_ps(), accm[r] = _mm_setzero_ps();
+    for (int64_t b = 0; b < K / 256; b++, w += 144) {
+        const __m256i ms = _mm256_cvtepu8_epi16(k4_scales(w + 4)); /* [sc0..7 | m0..7] */
+        const __m128i mins = _mm256_extracti128_si256(ms, 1);
+        const __m256i scales = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(ms));
+        const __m128 dm = f16x4(ld_u32(w), 0); /* [d, dmin] */
+        const uint8_t *qs = w + 16;
+        __m256i sumi[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < RM; r++) sumi[r] = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            const __m256i q4 = ld32(qs + 32 * j);
+            const __m256i lo = _mm256_and_si256(q4, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+            const __m256i sl = _mm256_shuffle_epi8(scales, bcast16(2 * j, 2 * j));
+            const __m256i sh = _mm256_shuffle_epi8(scales, bcast16(2 * j + 1, 2 * j + 1));
+#pragma GCC unroll 4
+            for (int r = 0; r < RM; r++) {
+                const int8_t *xq = x[r].q + 256 * b + 64 * j;
+                const __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ld32(xq)), sl);
+                const __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, ld32(xq + 32)), sh);
+                sumi[r] = _mm256_add_epi32(sumi[r], _mm256_add_epi32(pl, ph));
+            }
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < RM; r++) {
+            const __m128 s = _mm_mul_ps(dm, _mm_set1_ps(x[r].d[b])); /* [d·dx, dmin·dx] */
+            acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(s), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
+            const __m256i bs = ld32(x[r].bsums + 16 * b);
+            const __m128i s32 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1)); /* per 32 */
+            const __m128 pm = _mm_cvtepi32_ps(_mm_madd_epi16(mins, s32));
+            accm[r] = _mm_fmadd_ps(_mm_shuffle_ps(s, s, 0x55), pm, accm[r]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < RM; r++) {
+        __m128 m = _mm_add_ps(accm[r], _mm_movehl_ps(accm[r], accm[r]));
+        m = _mm_add_ss(m, _mm_shuffle_ps(m, m, 0x55));
+        out[r] = ref_hsum8(acc[r]) - _mm_cvtss_f32(m);
+    }
+}
+
+REF_AVX2 REF_INLINE void q6_k_rows(const int RM, const uint8_t *w, const QRow *x, int64_t K, float *out) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(3);
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < RM; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < K / 256; b++, w += 210) {
+        const uint8_t *ql = w, *qh = w + 128;
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(w + 192)));
+        const __m256i sc_lo = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(sc16));      /* sc[0..7] */
+        const __m256i sc_hi = _mm256_broadcastsi128_si256(_mm256_extracti128_si256(sc16, 1));  /* sc[8..15] */
+        const float d = _cvtsh_ss(ref_rd16(w + 208));
+        __m256i sumi[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < RM; r++) /* - 32 Σ_g sc_g bsum_g: the codes' offset, from the sums */
+            sumi[r] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(ld32(x[r].bsums + 16 * b), sc16), 5));
+        for (int n = 0; n < 2; n++, ql += 64, qh += 32) {
+            const __m256i scs = n ? sc_hi : sc_lo;
+            const __m256i l0 = ld32(ql), l1 = ld32(ql + 32), h = ld32(qh);
+            __m256i q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m3), 4));
+            q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m3), 4));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m3), 4));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m3), 4));
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) {
+                const __m256i sv = _mm256_shuffle_epi8(scs, bcast16(2 * g, 2 * g + 1));
+#pragma GCC unroll 4
+                for (int r = 0; r < RM; r++) {
+                    const __m256i p = _mm256_maddubs_epi16(q[g], ld32(x[r].q + 256 * b + 128 * n + 32 * g));
+                    sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(p, sv));
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < RM; r++) {
+            const float s = d * x[r].d[b];
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(s), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < RM; r++) out[r] = ref_hsum8(acc[r]);
+}
+
+#define DOT_PAIR(NAME, CALL)                                                                              \
+    REF_AVX2 static float NAME##_1(const uint8_t *w, const QRow *x, int64_t K) {                          \
+        float o;                                                                                         \
+        CALL(1, w, x, K, &o);                                                                            \
+        return o;                                                                                        \
+    }                                                                                                    \
+    REF_AVX2 static void NAME##_4(const uint8_t *w, const QRow *x, int64_t K, float *out) { CALL(4, w, x, K, out); }
+#define Q4_0_CALL(RM, w, x, K, o) q4x_rows(RM, 18, 2, w, x, K, o)
+#define Q4_1_CALL(RM, w, x, K, o) q4x_rows(RM, 20, 4, w, x, K, o)
+DOT_PAIR(dot_q4_0_avx2, Q4_0_CALL)
+DOT_PAIR(dot_q4_1_avx2, Q4_1_CALL)
+DOT_PAIR(dot_q8_0_avx2, q8_0_rows)
+DOT_PAIR(dot_q4_k_avx2, q4_k_rows)
+DOT_PAIR(dot_q6_k_avx2, q6_k_rows)
+#endif
+
+/* ---- the run -------------------------------------------------------------------------------------- */
+
+static void dot_task(void *ctx, int tid, int nth) {
+    const Q8Ctx *c = ctx;
+    int64_t c0, c1;
+    ref_split(c->g.N, tid, nth, 4, &c0, &c1);
+    for (int64_t t0 = c0; t0 < c1; t0 += QTILE) {
+        const int64_t t1 = c1 - t0 < QTILE ? c1 : t0 + QTILE;
+        int64_t i = 0;
+        if (c->dot4)
+            for (; i + 4 <= c->g.M; i += 4) {
+                const QRow r[4] = {q8_row(c, i), q8_row(c, i + 1), q8_row(c, i + 2), q8_row(c, i + 3)};
+                float *y[4];
+                for (int k = 0; k < 4; k++) y[k] = ref_frow(c->g.y, (uint64_t)(i + k));
+                for (int64_t n = t0; n < t1; n++) {
+                    float o[4];
+                    c->dot4(ref_wrow(c->g.w, (uint64_t)n), r, c->g.K, o);
+                    for (int k = 0; k < 4; k++) y[k][n] = o[k];
+                }
+            }
+        for (; i < c->g.M; i++) {
+            const QRow r = q8_row(c, i);
+            float *y = ref_frow(c->g.y, (uint64_t)i);
+            for (int64_t n = t0; n < t1; n++) y[n] = c->dot(ref_wrow(c->g.w, (uint64_t)n), &r, c->g.K);
+        }
+    }
+}
+
+int ref_run_gemm_q8act(const RadKernelArgs *a) {
+    Q8Ctx c;
+    int rc = ref_gemm_args(a, REF_ENCS_Q8ACT, &c.g);
+    if (rc) return rc;
+    c.isa = ref_isa(a);
+    const RadDType e = c.g.w->dtype;
+    c.kq = e == RAD_Q4_K || e == RAD_Q6_K;
+    c.s_mul = e == RAD_Q4_0 ? -8.0f : 1.0f;
+    c.paired = 0;
+    c.dot4 = NULL;
+    switch ((int)e) {
+    case RAD_Q8_0: c.dot = dot_q8_0_generic; break;
+    case RAD_Q4_0: c.dot = dot_q4_0_generic; break;
+    case RAD_Q4_1: c.dot = dot_q4_1_generic; break;
+    case RAD_Q4_K: c.dot = dot_q4_k_generic; break;
+    default: c.dot = dot_q6_k_generic; break;
+    }
+#if REF_X86
+    if (c.isa >= REF_ISA_AVX2) {
+        switch ((int)e) {
+        case RAD_Q8_0: c.dot = dot_q8_0_avx2_1, c.dot4 = dot_q8_0_avx2_4; break;
+        case RAD_Q4_0: c.dot = dot_q4_0_avx2_1, c.dot4 = dot_q4_0_avx2_4, c.paired = 1; break;
+        case RAD_Q4_1: c.dot = dot_q4_1_avx2_1, c.dot4 = dot_q4_1_avx2_4, c.paired = 1; break;
+        case RAD_Q4_K: c.dot = dot_q4_k_avx2_1, c.dot4 = dot_q4_k_avx2_4; break;
+        default: c.dot = dot_q6_k_avx2_1, c.dot4 = dot_q6_k_avx2_4; break;
+        }
+    }
+#endif
+    c.row_bytes = q8_row_bytes(c.g.K, c.kq);
+    c.buf = ref_scratch(1, c.row_bytes * (size_t)c.g.M);
+    if (!c.buf) return RAD_E_NOMEM;
+    /* quantise x (nothing is written to y yet), then the dots */
+    int nq = ref_threads(a, (double)c.g.M * (double)c.g.K, 16384.0);
+    if (nq > c.g.M) nq = (int)c.g.M;
+    ref_parallel(a, nq, quant_task, &c);
+    int nth = ref_threads(a, (double)c.g.M * (double)c.g.N * (double)c.g.K, 32768.0);
+    if (nth > (c.g.N + 3) / 4) nth = (int)((c.g.N + 3) / 4);
+    ref_parallel(a, nth, dot_task, &c);
+    return RAD_OK;
+}

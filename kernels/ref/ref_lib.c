@@ -1,0 +1,154 @@
+/* ref_lib.c — libref, the CPU kernel library: its table, init/fini, ISA choice and threads.
+ *
+ * Every op of the Llama vocabulary (docs/OPS.md), f32 activations, on any x86-64 (AVX2 + FMA
+ * paths chosen at run time, portable C otherwise) or other CPU (portable C). kernels/README.md
+ * describes the kernels, their variants and exactness, and the environment knobs:
+ *   RAD_REF_ISA=generic|avx2   cap the instruction set (read at init; default: the best)
+ *   RAD_REF_SPIN_US=N          how long idle pool threads spin before sleeping (default 1000) */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "ref_common.h"
+
+/* ---- ISA --------------------------------------------------------------------------------------- */
+
+int ref_isa_detect(void) {
+#if REF_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        return REF_ISA_AVX2;
+#endif
+    return REF_ISA_GENERIC;
+}
+
+const char *ref_isa_name(int isa) { return isa >= REF_ISA_AVX2 ? "avx2" : "generic"; }
+
+static int isa_from_env(void) {
+    const int best = ref_isa_detect();
+    const char *v = getenv("RAD_REF_ISA");
+    if (!v || !*v) return best;
+    if (strcmp(v, "generic") == 0) return REF_ISA_GENERIC;
+    if (strcmp(v, "avx2") == 0) return best < REF_ISA_AVX2 ? best : REF_ISA_AVX2;
+    return best; /* unknown names: the default */
+}
+
+static _Atomic int g_isa_default = -1;
+
+int ref_isa(const RadKernelArgs *a) {
+    const RefState *s = a->lib_state;
+    if (s) return s->isa;
+    int isa = atomic_load_explicit(&g_isa_default, memory_order_relaxed);
+    if (isa < 0) { /* no init: the CPU's best (every racing caller computes the same value) */
+        isa = ref_isa_detect();
+        atomic_store_explicit(&g_isa_default, isa, memory_order_relaxed);
+    }
+    return isa;
+}
+
+/* ---- threads ------------------------------------------------------------------------------------- */
+
+int ref_threads(const RadKernelArgs *a, double work, double grain) {
+    const RefState *s = a->lib_state;
+    int max = s ? ref_pool_size(s->pool) : 1;
+    if (a->n_threads > 0 && (int)a->n_threads < max) max = (int)a->n_threads;
+    const double w = work / grain;
+    if (!(w >= 2.0) || max <= 1) return 1;
+    return w >= (double)max ? max : (int)w;
+}
+
+void ref_parallel(const RadKernelArgs *a, int nth, ref_task_fn fn, void *ctx) {
+    const RefState *s = a->lib_state;
+    if (nth <= 1) {
+        fn(ctx, 0, 1);
+    } else if (s && s->pool) {
+        ref_pool_run(s->pool, nth, fn, ctx);
+    } else {
+        for (int t = 0; t < nth; t++) fn(ctx, t, nth);
+    }
+}
+
+/* ---- init / fini ----------------------------------------------------------------------------------- */
+
+static void ref_fini(void *state);
+
+static int ref_init(const RadKernelLibConfig *cfg, void **state) {
+    if (!state) return RAD_E_ARG;
+    RefState *s = calloc(1, sizeof *s);
+    if (!s) return RAD_E_NOMEM;
+    uint32_t n_threads = 0;
+    s->world_size = 1;
+    if (cfg && cfg->struct_size >= offsetof(RadKernelLibConfig, n_threads) + sizeof cfg->n_threads) n_threads = cfg->n_threads;
+    if (cfg && cfg->struct_size >= offsetof(RadKernelLibConfig, world_size) + sizeof cfg->world_size) {
+        s->rank = cfg->rank;
+        s->world_size = cfg->world_size ? cfg->world_size : 1;
+    }
+    if (n_threads == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        n_threads = n > 0 ? (uint32_t)n : 1;
+    }
+    s->isa = isa_from_env();
+    pthread_mutex_t *mu = malloc(sizeof *mu);
+    if (!mu || pthread_mutex_init(mu, NULL) != 0) {
+        free(mu);
+        free(s);
+        return RAD_E_NOMEM;
+    }
+    s->rope_mu = mu;
+    if (n_threads > 1) {
+        s->pool = ref_pool_create((int)n_threads);
+        if (!s->pool) {
+            ref_fini(s);
+            return RAD_E_NOMEM;
+        }
+    }
+    *state = s;
+    return RAD_OK;
+}
+
+static void ref_fini(void *state) {
+    RefState *s = state;
+    if (!s) return;
+    ref_pool_destroy(s->pool);
+    for (int i = 0; i < s->n_rope; i++) free(s->rope[i].inv);
+    if (s->rope_mu) {
+        pthread_mutex_destroy(s->rope_mu);
+        free(s->rope_mu);
+    }
+    free(s);
+}
+
+/* ---- the table ------------------------------------------------------------------------------------ */
+
+#define K2_(OP, VAR, ENCS, EX, TOL, WS, RUN, KVB, KVENC) \
+    {sizeof(RadKernel), OP, VAR, ENCS, RAD_F32, 1, 0, KVB, EX, TOL, 1, WS, RUN, KVENC, 0}
+#define K_(...) K2_(__VA_ARGS__) /* BITWISE and TOL(t) expand to two arguments first */
+#define BITWISE RAD_EXACT_BITWISE, 0.0
+#define TOL(t) RAD_EXACT_TOLERANCE, (t)
+#define KV_ENCS (RAD_ENC_BIT(RAD_ENC_F32) | RAD_ENC_BIT(RAD_ENC_F16) | RAD_ENC_BIT(RAD_ENC_BF16))
+
+static const RadKernel kernels[] = {
+    K_("embed_gather", "generic", REF_ENCS_ALL, BITWISE, NULL, ref_run_embed_gather, 0, 0),
+    K_("rmsnorm", "exact", RAD_ENC_PLAIN_FLOATS, BITWISE, NULL, ref_run_rmsnorm, 0, 0),
+    K_("rmsnorm", "simd", RAD_ENC_PLAIN_FLOATS, TOL(1e-5), NULL, ref_run_rmsnorm_simd, 0, 0),
+    K_("add_rmsnorm", "exact", RAD_ENC_PLAIN_FLOATS, BITWISE, NULL, ref_run_add_rmsnorm, 0, 0),
+    K_("add_rmsnorm", "simd", RAD_ENC_PLAIN_FLOATS, TOL(1e-5), NULL, ref_run_add_rmsnorm_simd, 0, 0),
+    /* q8act before exact: first fit gives GGML weights llama.cpp's arithmetic (and speed);
+     * a tune table naming ref:exact, or plain-float weights, get exact */
+    K_("gemm_nt", "q8act", REF_ENCS_Q8ACT, TOL(2e-2), NULL, ref_run_gemm_q8act, 0, 0),
+    K_("gemm_nt", "exact", REF_ENCS_ALL, TOL(1e-4), NULL, ref_run_gemm_exact, 0, 0),
+    K_("logits_gemm", "q8act", REF_ENCS_Q8ACT, TOL(2e-2), NULL, ref_run_gemm_q8act, 0, 0),
+    K_("logits_gemm", "exact", REF_ENCS_ALL, TOL(1e-4), NULL, ref_run_gemm_exact, 0, 0),
+    K_("rope", "generic", 0, TOL(1e-5), ref_rope_workspace, ref_run_rope, 0, 0),
+    K_("attn_paged", "generic", 0, TOL(1e-5), NULL, ref_run_attn_paged, 16, KV_ENCS),
+    K_("silu_mul", "generic", 0, TOL(1e-6), NULL, ref_run_silu_mul, 0, 0),
+    K_("add", "generic", 0, BITWISE, NULL, ref_run_add, 0, 0),
+    K_("all_reduce", "generic", 0, BITWISE, NULL, ref_run_all_reduce, 0, 0),
+    K_("logits_gather", "generic", 0, BITWISE, NULL, ref_run_logits_gather, 0, 0),
+};
+
+static const RadKernelLib lib = {sizeof(RadKernelLib), RAD_DEVICE_CPU, kernels, (uint32_t)(sizeof kernels / sizeof kernels[0]),
+                                 ref_init, ref_fini, NULL, NULL, NULL, NULL};
+
+RAD_KERNEL_LIB(lib, "ref", "0.1.0", "libref: CPU kernels for the Llama vocabulary (AVX2+FMA or portable C, pthreads)")

@@ -1,0 +1,163 @@
+/* ref_misc.c — embed_gather, logits_gather, add, silu_mul, all_reduce (docs/OPS.md).
+ *
+ * embed_gather decodes table rows with ref_dequant_row (bit-identical to rad_dequant on every
+ * path): RAD_EXACT_BITWISE for every encoding libref reads. logits_gather copies rows, add adds
+ * elementwise (one IEEE add each, 8 lanes at a time on AVX2): BITWISE. silu_mul evaluates
+ * gate / (1 + e^-gate) · up with e^-gate from ref_exp8 on AVX2 (about 2 ulp) or correctly rounded
+ * through double in portable C: RAD_EXACT_TOLERANCE 1e-6. all_reduce over one rank is the
+ * identity (BITWISE); libref has no transport, so more ranks are RAD_E_UNSUPPORTED. */
+#include <math.h>
+
+#include "ref_common.h"
+#include "ref_math.h"
+
+/* ---- embed_gather -------------------------------------------------------------------------------- */
+
+typedef struct EmbedCtx {
+    const RadKArg *t, *out;
+    const int32_t *ids;
+    int64_t M, N;
+    int isa;
+} EmbedCtx;
+
+static void embed_task(void *ctx, int tid, int nth) {
+    const EmbedCtx *c = ctx;
+    int64_t r0, r1;
+    ref_split(c->M, tid, nth, 1, &r0, &r1);
+    for (int64_t i = r0; i < r1; i++)
+        ref_dequant_row(c->isa, c->t->dtype, ref_wrow(c->t, (uint64_t)c->ids[i]), ref_frow(c->out, (uint64_t)i), (uint64_t)c->N);
+}
+
+int ref_run_embed_gather(const RadKernelArgs *a) {
+    int rc = ref_preamble(a, 3);
+    if (rc) return rc;
+    int64_t N, V;
+    if (!ref_pint(a, "N", &N) || !ref_pint(a, "V", &V) || N < 1 || V < 1) return RAD_E_ARG;
+    EmbedCtx c;
+    c.t = &a->args[0];
+    const RadKArg *ids = &a->args[1];
+    c.out = &a->args[2];
+    c.M = a->n;
+    c.N = N;
+    if (!ref_weight_ok(c.t, REF_ENCS_ALL, (uint64_t)V, (uint64_t)N) || !ref_raw_i32_ok(ids, (uint64_t)c.M) ||
+        !ref_buf_ok(c.out, (uint64_t)c.M, (uint64_t)N))
+        return RAD_E_SHAPE;
+    c.ids = ids->data;
+    for (int64_t i = 0; i < c.M; i++) /* every id first: no partial output */
+        if (c.ids[i] < 0 || c.ids[i] >= V) return RAD_E_ARG;
+    c.isa = ref_isa(a);
+    ref_parallel(a, ref_threads(a, (double)c.M * (double)N, 65536.0), embed_task, &c);
+    return RAD_OK;
+}
+
+/* ---- logits_gather --------------------------------------------------------------------------------- */
+
+int ref_run_logits_gather(const RadKernelArgs *a) {
+    int rc = ref_preamble(a, 3);
+    if (rc) return rc;
+    int64_t N;
+    if (!ref_pint(a, "N", &N) || N < 1) return RAD_E_ARG;
+    const RadKArg *x = &a->args[0], *rows = &a->args[1], *out = &a->args[2];
+    const uint64_t M = (uint64_t)a->n;
+    if (!ref_buf_ok(x, 1, (uint64_t)N) || !ref_raw_i32_ok(rows, M) || !ref_buf_ok(out, M, (uint64_t)N)) return RAD_E_SHAPE;
+    const int32_t *r = rows->data;
+    for (uint64_t i = 0; i < M; i++)
+        if (r[i] < 0 || (uint64_t)r[i] >= x->rows) return RAD_E_ARG;
+    for (uint64_t i = 0; i < M; i++) memcpy(ref_frow(out, i), ref_frow(x, (uint64_t)r[i]), (size_t)N * sizeof(float));
+    return RAD_OK;
+}
+
+/* ---- add, silu_mul: elementwise over [M, N] ----------------------------------------------------------- */
+
+typedef struct EwCtx {
+    const RadKArg *a, *b, *out;
+    int64_t M, N;
+    int isa;
+    void (*row)(const float *a, const float *b, float *out, int64_t n);
+} EwCtx;
+
+static void add_generic(const float *x, const float *y, float *o, int64_t n) {
+    for (int64_t j = 0; j < n; j++) o[j] = x[j] + y[j];
+}
+
+static void silu_generic(const float *g, const float *u, float *o, int64_t n) {
+    for (int64_t j = 0; j < n; j++) {
+        const float e = (float)exp(-(double)g[j]);
+        const float den = 1.0f + e;
+        const float s = g[j] / den;
+        o[j] = s * u[j];
+    }
+}
+
+#if REF_X86
+REF_AVX2 static void add_avx2(const float *x, const float *y, float *o, int64_t n) {
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) _mm256_storeu_ps(o + j, _mm256_add_ps(_mm256_loadu_ps(x + j), _mm256_loadu_ps(y + j)));
+    for (; j < n; j++) o[j] = x[j] + y[j];
+}
+
+REF_AVX2 static void silu_avx2(const float *g, const float *u, float *o, int64_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f), sgn = _mm256_set1_ps(-0.0f);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        const __m256 gv = _mm256_loadu_ps(g + j);
+        const __m256 e = ref_exp8(_mm256_xor_ps(gv, sgn));
+        const __m256 s = _mm256_div_ps(gv, _mm256_add_ps(one, e));
+        _mm256_storeu_ps(o + j, _mm256_mul_ps(s, _mm256_loadu_ps(u + j)));
+    }
+    if (j < n) {
+        const int t = (int)(n - j);
+        const __m256 gv = ref_load_tail(g + j, t);
+        const __m256 e = ref_exp8(_mm256_xor_ps(gv, sgn));
+        const __m256 s = _mm256_div_ps(gv, _mm256_add_ps(one, e));
+        ref_store_tail(o + j, _mm256_mul_ps(s, ref_load_tail(u + j, t)), t);
+    }
+}
+#endif
+
+static void ew_task(void *ctx, int tid, int nth) {
+    const EwCtx *c = ctx;
+    int64_t r0, r1;
+    ref_split(c->M, tid, nth, 1, &r0, &r1);
+    for (int64_t i = r0; i < r1; i++)
+        c->row(ref_frow(c->a, (uint64_t)i), ref_frow(c->b, (uint64_t)i), ref_frow(c->out, (uint64_t)i), c->N);
+}
+
+static int run_ew(const RadKernelArgs *a, int silu) {
+    int rc = ref_preamble(a, 3);
+    if (rc) return rc;
+    int64_t N;
+    if (!ref_pint(a, "N", &N) || N < 1) return RAD_E_ARG;
+    EwCtx c;
+    c.a = &a->args[0];
+    c.b = &a->args[1];
+    c.out = &a->args[2];
+    c.M = a->n;
+    c.N = N;
+    if (!ref_buf_ok(c.a, (uint64_t)c.M, (uint64_t)N) || !ref_buf_ok(c.b, (uint64_t)c.M, (uint64_t)N) ||
+        !ref_buf_ok(c.out, (uint64_t)c.M, (uint64_t)N))
+        return RAD_E_SHAPE;
+    c.isa = ref_isa(a);
+    c.row = silu ? silu_generic : add_generic;
+#if REF_X86
+    if (c.isa >= REF_ISA_AVX2) c.row = silu ? silu_avx2 : add_avx2;
+#endif
+    ref_parallel(a, ref_threads(a, (double)c.M * (double)N, silu ? 16384.0 : 65536.0), ew_task, &c);
+    return RAD_OK;
+}
+
+int ref_run_add(const RadKernelArgs *a) { return run_ew(a, 0); }
+int ref_run_silu_mul(const RadKernelArgs *a) { return run_ew(a, 1); }
+
+/* ---- all_reduce --------------------------------------------------------------------------------- */
+
+int ref_run_all_reduce(const RadKernelArgs *a) {
+    int rc = ref_preamble(a, 1);
+    if (rc) return rc;
+    int64_t N, exact;
+    if (!ref_pint(a, "N", &N) || !ref_pint(a, "exact", &exact) || N < 1) return RAD_E_ARG;
+    if (!ref_buf_ok(&a->args[0], (uint64_t)a->n, (uint64_t)N)) return RAD_E_SHAPE;
+    const RefState *s = a->lib_state;
+    if (s && s->world_size > 1) return RAD_E_UNSUPPORTED; /* no transport in libref */
+    return RAD_OK;
+}
