@@ -160,7 +160,7 @@ static void run_model(const char *model, const char *prefix, Score *s) {
     rad_engine_close(&en);
 }
 
-TestSuite(oracle, .init = setup, .fini = teardown, .timeout = 600);
+TestSuite(oracle, .init = setup, .fini = teardown);
 
 Test(oracle, smollm2_f32_matches_transformers) {
     char cmd[1024], model[300];
