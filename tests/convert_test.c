@@ -288,3 +288,21 @@ Test(convert, rad_info_lists_both_llama_plugins) {
                      "$INFO --plugins | grep -q llama_ggml", &err), 0, "%s", err);
     free(err);
 }
+
+Test(convert, vocab_only_from_a_gguf_and_a_tokenizer_only_folder) {
+    char *err;
+    const char *b = getenv("RAD_BUILD");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "$CONV " MODEL " --vocab-only -o $D/v.rad && $INFO --json --tensors $D/v.rad > $D/j && "
+             "jq -e '.totals.tensors == 0 and .tokenizer.n_tokens == 49152 and .chat[\"chat.kind\"] == \"chatml\"' $D/j && "
+             "$CONV " MODEL " -o $D/full.rad && "
+             "printf 'Hello world 12345 <|im_start|>' | %s/radiance --model $D/v.rad --tokenize > $D/a && "
+             "printf 'Hello world 12345 <|im_start|>' | %s/radiance --model $D/full.rad --tokenize > $D/b && cmp $D/a $D/b && "
+             "mkdir $D/tok && cp tests/fixtures/hf/tiny-llama/tokenizer.json tests/fixtures/hf/tiny-llama/tokenizer_config.json $D/tok && "
+             "$CONV $D/tok --vocab-only -o $D/t.rad && $INFO --json $D/t.rad | jq -e '.tokenizer.n_tokens > 0'",
+             b ? b : "build", b ? b : "build");
+    cr_assert_eq(run(cmd, &err), 0, "%s", err);
+    free(err);
+    refused("mkdir -p $D/empty && $CONV $D/empty --vocab-only -o $D/e.rad", "no tokenizer", "e.rad");
+}

@@ -9,13 +9,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "libcommon/hf.h"
 #include "libcommon/rad_container.h"
 #include "libcommon/rad_plugins.h"
+#include "libcommon/rad_src.h"
 #include "plan.h"
 
 typedef struct Opts {
     const char *src, *out;
-    int plan_only, verbose, force, zstd;
+    int plan_only, verbose, force, zstd, vocab_only;
     uint32_t align;
     QuantChoice quant;
     const char *sets[64];
@@ -37,7 +39,9 @@ static void usage(FILE *f) {
             "  --force            replace OUT if it exists\n"
             "  --zstd N           compress each tensor with zstd level N (1..19)\n"
             "  --align N          data alignment (power of two, default 64)\n"
-            "  --plugin-dir DIR   look for plugins in DIR first (repeatable)\n");
+            "  --plugin-dir DIR   look for plugins in DIR first (repeatable)\n"
+            "  --vocab-only       write only the tokenizer and chat format (SRC may hold no weights:\n"
+            "                     a GGUF with no tensors, or a folder with only tokenizer files)\n");
 }
 
 static int parse_quant(const char *s, QuantChoice *q) {
@@ -53,7 +57,7 @@ static int parse_args(int argc, char **argv, Opts *o) {
         {"plan-only", no_argument, 0, 'p'},   {"force", no_argument, 0, 'f'},
         {"zstd", required_argument, 0, 'z'},  {"align", required_argument, 0, 'a'},
         {"plugin-dir", required_argument, 0, 'D'}, {"help", no_argument, 0, 'h'},
-        {"output", required_argument, 0, 'o'}, {0, 0, 0, 0}};
+        {"output", required_argument, 0, 'o'}, {"vocab-only", no_argument, 0, 'V'}, {0, 0, 0, 0}};
     int c;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "o:vh", lo, NULL)) != -1) {
@@ -61,6 +65,7 @@ static int parse_args(int argc, char **argv, Opts *o) {
         case 'o': o->out = optarg; break;
         case 'v': o->verbose = 1; break;
         case 'p': o->plan_only = 1; break;
+        case 'V': o->vocab_only = 1; break;
         case 'f': o->force = 1; break;
         case 'q':
             if (!parse_quant(optarg, &o->quant)) {
@@ -170,6 +175,77 @@ static void progress(int on, int i, int n, const char *name) {
     if (i == n) fputc('\n', stderr);
 }
 
+/* ---- --vocab-only ------------------------------------------------------------------------- */
+
+static int slurp_member(RadSrc *s, const char *rel, RadIn *in, RadErr *e) {
+    if (!rad_src_has(s, rel)) return RAD_E_NOTFOUND;
+    return rad_src_read(s, rel, in, (uint64_t)64 << 20, e);
+}
+
+/* The tokenizer (and chat format) of SRC: any input rad_model_open reads, or a folder or
+ * archive holding only tokenizer.json (+ tokenizer_config.json). */
+static int load_vocab(const char *path, RadModelFile *m, RadErr *e) {
+    RadErr first = {0};
+    if (rad_model_open(path, m, &first) == RAD_OK && m->tok.n) return RAD_OK;
+    rad_model_free(m);
+    RadSrc s;
+    if (rad_src_open(&s, path, e) != RAD_OK) {
+        rad_err_clear(e);
+        return rad_err_set(e, first.code ? first.code : RAD_E_NOTFOUND, "%s", first.msg[0] ? first.msg : "no tokenizer found");
+    }
+    memset(m, 0, sizeof *m);
+    snprintf(m->format, sizeof m->format, "hf");
+    snprintf(m->path, sizeof m->path, "%s", path);
+    RadIn tj = {0}, tc = {0};
+    int rc = slurp_member(&s, "tokenizer.json", &tj, e);
+    if (rc == RAD_E_NOTFOUND) rc = rad_err_set(e, RAD_E_NOTFOUND, "%s: holds no tokenizer (no tokenizer.json, and %s)", path, first.msg);
+    int rc2 = rc ? rc : slurp_member(&s, "tokenizer_config.json", &tc, e);
+    if (!rc && rc2 && rc2 != RAD_E_NOTFOUND) rc = rc2;
+    if (!rc)
+        rc = rad_hf_read_tokenizer(m, "tokenizer.json", (const char *)tj.data, tj.size, tc.data ? "tokenizer_config.json" : NULL,
+                                   (const char *)tc.data, tc.data ? tc.size : 0, e);
+    rad_in_close(&tj);
+    rad_in_close(&tc);
+    rad_src_free(&s);
+    return rc;
+}
+
+static int vocab_only(const Opts *o) {
+    RadModelFile m;
+    RadErr e = {0};
+    int rc = load_vocab(o->src, &m, &e);
+    if (!rc && !m.tok.n) rc = rad_err_set(&e, RAD_E_NOTFOUND, "%s: holds no tokenizer", o->src);
+    RadKV meta;
+    rad_kv_init(&meta);
+    for (uint64_t i = 0; !rc && i < m.meta.n; i++) rc = rad_kv_set(&meta, m.meta.keys[i].p, &m.meta.vals[i], &e);
+    if (!rc) rc = rad_kv_set_bool(&meta, "model.vocab_only", true, &e);
+    for (int i = 0; i < o->n_sets && !rc; i++) {
+        char key[256];
+        const char *eq = strchr(o->sets[i], '=');
+        snprintf(key, sizeof key, "%.*s", (int)(eq - o->sets[i]), o->sets[i]);
+        rc = rad_kv_set_str(&meta, key, eq + 1, &e);
+    }
+    if (!rc && (o->plan_only || o->verbose)) {
+        const RadValue *t = rad_kv_get(&m.tok, "tokenizer.tokens");
+        fprintf(o->out && !strcmp(o->out, "-") ? stderr : stdout, "plan: %s -> %s: tokenizer only (%" PRIu64 " tokens), no weights\n",
+                o->src, o->out ? o->out : "(nothing)", t ? t->n : 0);
+    }
+    if (!rc && !o->plan_only) {
+        RadWriter *w = NULL;
+        RadWriteOpts wo = {.alignment = o->align, .zstd_level = o->zstd};
+        rc = rad_writer_init(&w, o->out, &wo, o->force, &e);
+        if (!rc) rc = rad_writer_set_kv(w, 0, &meta, &e);
+        if (!rc) rc = rad_writer_set_kv(w, 1, &m.tok, &e);
+        if (!rc) rc = rad_writer_set_kv(w, 2, &m.chat, &e);
+        if (!rc) rc = rad_writer_finish(w, &e);
+        rad_writer_free(w);
+    }
+    if (rc) fprintf(stderr, "rad-convert: %s\n", e.msg);
+    rad_kv_free(&meta);
+    rad_model_free(&m);
+    return rc ? 1 : 0;
+}
+
 /* ---- main -------------------------------------------------------------------------------- */
 
 static int fail(const char *msg) {
@@ -190,6 +266,7 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
+    if (o.vocab_only) return vocab_only(&o);
     RadModelFile src;
     if (rad_model_open(o.src, &src, &e) != RAD_OK) {
         rad_model_free(&src);
