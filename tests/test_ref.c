@@ -73,7 +73,7 @@ static void unload_lib(void) {
     g_lib = NULL;
 }
 
-TestSuite(ref, .init = load_lib, .fini = unload_lib, .timeout = 120);
+TestSuite(ref, .init = load_lib, .fini = unload_lib);
 
 static const RadKernel *find(const char *op, const char *variant) {
     for (uint32_t i = 0; i < g_lib->n_kernels; i++) {
