@@ -386,7 +386,7 @@ int rad_src_open(RadSrc *s, const char *path, RadErr *e) {
         size_t pl = strlen(s->path);
         while (pl > 1 && s->path[pl - 1] == '/') s->path[--pl] = 0;
         if ((rc = list_dir(s->path, s->path, "", 0, &l, e))) goto fail;
-        qsort(l.v, l.n, sizeof *l.v, cmp_entry_name);
+        if (l.n) qsort(l.v, l.n, sizeof *l.v, cmp_entry_name);
         char *real = realpath(s->path, NULL);
         s->stem = strdup(real ? base_name(real) : base_name(s->path));
         free(real);
