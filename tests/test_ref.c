@@ -1254,3 +1254,65 @@ Test(ref, attn_paged_chunked_prefill) {
     assert_rows_within(out + A_Q0 * A_H * A_HD, A_H * A_HD, ref + A_Q0 * A_H * A_HD, A_Q1, A_H * A_HD, 1e-5, "chunked prefill");
     free(out), free(ref), free(a->pool), free(a);
 }
+
+/* One decode row over a long context (300 slots, 19 blocks in shuffled order): with 3 threads and
+ * only 2 KV heads the kernel splits by query head instead of by KV head; the bits must not change,
+ * and both match a dense reference. */
+Test(ref, attn_paged_long_decode_split_by_head) {
+    enum { B = 16, HKV = 2, H = 6, HD = 40, CTX = 300, NB = (CTX + B - 1) / B };
+    const size_t bb = 2 * (size_t)HKV * B * HD * 4;
+    float *pool = xmalloc(bb * NB), *pool0 = xmalloc(bb * NB);
+    fill(pool, bb * NB / 4);
+    memcpy(pool0, pool, bb * NB);
+    int32_t table[NB];
+    for (int i = 0; i < NB; i++) table[i] = (i * 7) % NB; /* 7 is coprime with 19: a permutation */
+    float q[H * HD], k[HKV * HD], v[HKV * HD], out[N_ST][H * HD];
+    fill(q, H * HD), fill(k, HKV * HD), fill(v, HKV * HD);
+    for (int i = 0; i < H * HD; i++) q[i] *= 4.0f;
+    int32_t cu[2] = {0, 1}, ql[1] = {1}, cl[1] = {CTX}, pos[1] = {CTX - 1}, sid[1] = {0};
+    struct RadBatch b;
+    memset(&b, 0, sizeof b);
+    b.struct_size = sizeof b, b.phase = RAD_PHASE_DECODE, b.n_tok = 1, b.n_seq = 1, b.n_seq_decode = 1;
+    b.cu_seqlens = cu, b.q_lens = ql, b.ctx_lens = cl, b.positions = pos, b.seq_ids = sid;
+    RadKvState kv = {{0}, table, NB, pool, RAD_F32, RAD_KVQ_NONE, B, HKV, HD, 0, bb};
+    RadParam p[] = {RAD_RANGE_ROLE("M", 1, 64, RAD_PROLE_SEQ_CHUNK), RAD_INT("n_head", H), RAD_INT("n_head_kv", HKV),
+                    RAD_INT("head_dim", HD), RAD_INT("kv", 0), RAD_INT("layer", 0), RAD_FLOAT("scale", 1.0 / sqrt((double)HD)),
+                    RAD_INT("prefill_fp8", 0)};
+    for (int s = 0; s < N_ST; s++) {
+        memcpy(pool, pool0, bb * NB);
+        RadKArg a[4] = {fbuf(q, 1, H * HD), fbuf(k, 1, HKV * HD), fbuf(v, 1, HKV * HD), fbuf(out[s], 1, H * HD)};
+        Call c = {&b, &kv, 0};
+        cr_assert_eq(call_x(find("attn_paged", NULL), g_st[s], p, N_OF(p), 1, a, 4, &c), RAD_OK);
+    }
+    assert_bitwise(out[ST_BEST3], out[ST_BEST1], H * HD, "split by query head vs by KV head");
+    assert_bitwise(out[ST_GEN3], out[ST_GEN1], H * HD, "generic: split by query head vs by KV head");
+    /* dense reference over the cache as the kernel left it (the new row appended at slot 299) */
+    double ref[H * HD];
+    const float scale = (float)(1.0 / sqrt((double)HD));
+    for (int h = 0; h < H; h++) {
+        const int g = h / (H / HKV);
+        static double sc[CTX];
+        double m = -INFINITY, l = 0;
+        for (int i = 0; i < CTX; i++) {
+            const float *kr = pool + ((size_t)table[i / B] * bb + ((size_t)(g * B + i % B) * HD) * 4) / 4;
+            double dot = 0;
+            for (int d = 0; d < HD; d++) dot += (double)q[h * HD + d] * kr[d];
+            sc[i] = dot * scale;
+            m = fmax(m, sc[i]);
+        }
+        for (int i = 0; i < CTX; i++) sc[i] = exp(sc[i] - m), l += sc[i];
+        for (int d = 0; d < HD; d++) {
+            double acc = 0;
+            for (int i = 0; i < CTX; i++) {
+                const float *vr = pool + ((size_t)table[i / B] * bb + (size_t)HKV * B * HD * 4 + ((size_t)(g * B + i % B) * HD) * 4) / 4;
+                acc += sc[i] * vr[d];
+            }
+            ref[h * HD + d] = acc / l;
+        }
+    }
+    /* the appended row is this step's k and v */
+    const float *k299 = pool + ((size_t)table[(CTX - 1) / B] * bb + ((size_t)(1 * B + (CTX - 1) % B) * HD) * 4) / 4;
+    assert_bitwise(k299, k + HD, HD, "k of KV head 1 at slot 299");
+    for (int s = 0; s < N_ST; s++) assert_rows_within(out[s], H * HD, ref, 1, H * HD, 1e-5, st_name[s]);
+    free(pool), free(pool0);
+}

@@ -16,7 +16,7 @@
  * 1e-5. The order of every sum depends only on the slot index, so a row's result does not
  * depend on the other rows or on the threads. Work items are (row, KV head) pairs — the query
  * heads of a group read their keys and values once — or single (row, head) pairs when there are
- * too few rows to keep the threads busy; the per-head arithmetic is the same either way. */
+ * fewer of those than threads; the per-head arithmetic is the same either way. */
 #include <math.h>
 #include <stdatomic.h>
 
@@ -451,7 +451,7 @@ int ref_run_attn_paged(const RadKernelArgs *a) {
         if (!c.conv) return RAD_E_NOMEM;
     }
     const int64_t per = (c.rep + MAX_REP - 1) / MAX_REP;
-    c.by_head = c.M * c.n_kv * per < 4 * (int64_t)nth;
+    c.by_head = c.M * c.n_kv * per < (int64_t)nth;
     c.n_items = c.by_head ? c.M * c.n_head : c.M * c.n_kv * per;
 
     /* 1. append every row's k and v */

@@ -14,7 +14,7 @@
 #include "abi/rad_kernels.h"
 #include "ref_pool.h"
 
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(REF_NO_SIMD) /* -DREF_NO_SIMD: the portable build, as on other CPUs */
 #define REF_X86 1
 #include <immintrin.h>
 #define REF_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -53,7 +53,9 @@ int ref_isa(const RadKernelArgs *a);
 /* Threads for a job of `work` units where one thread should get at least `grain` of them:
  * min(RadKernelArgs::n_threads (0: all), the pool, work / grain), at least 1. */
 int ref_threads(const RadKernelArgs *a, double work, double grain);
-/* fn(ctx, tid, nth) for tid < nth on the library's pool (serially without one). */
+/* fn(ctx, part, nth) once for each part < nth, on the library's pool (serially without one). A
+ * part may run on any thread: per-thread scratch is the thread's, anything shared is indexed by
+ * part. */
 void ref_parallel(const RadKernelArgs *a, int nth, ref_task_fn fn, void *ctx);
 
 /* [begin, end) of part `tid` of `n` items split into `nth` contiguous parts, rounded to

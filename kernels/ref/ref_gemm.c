@@ -8,8 +8,8 @@
  * reference's serial order, hence RAD_EXACT_TOLERANCE 1e-4 (docs/OPS.md, gemm_nt: weights
  * dequantised exactly, f32 accumulation in any order).
  *
- * Work split: output columns N in contiguous ranges, one per thread, so a single row (decode)
- * uses every thread. One row (M = 1) takes NC = 4 columns at a time: f32 weights are read in
+ * Work split: output columns N in contiguous ranges, one per part (thread), so a single row
+ * (decode) uses every thread. One row (M = 1) takes NC = 4 columns at a time: f32 weights are read in
  * place, f16/bf16/q8_0/q4_0/q4_1 are decoded 32 elements at a time in registers, the other
  * encodings a chunk of CH = 256 elements at a time into an L1 buffer. More rows
  * (prefill) decode a tile of columns × all K once into a per-thread buffer (L2-sized) and run a
@@ -30,13 +30,6 @@ typedef struct ExactCtx {
     int plain;        /* f32 weights: read in place, nothing decoded */
 } ExactCtx;
 
-static int64_t tile_cols(int64_t K) {
-    int64_t t = TILE_BYTES / (K * 4);
-    if (t < 3) t = 3;
-    if (t > 48) t = 48;
-    return t / 3 * 3;
-}
-static int64_t kpad(int64_t K) { return (K + 15) & ~(int64_t)15; }
 
 /* ---- portable C -------------------------------------------------------------------------------- */
 
@@ -93,6 +86,15 @@ static void exact_generic(const ExactCtx *c, int64_t c0, int64_t c1) {
 
 /* ---- AVX2 + FMA -------------------------------------------------------------------------------- */
 #if REF_X86
+
+static int64_t tile_cols(int64_t K) {
+    int64_t t = TILE_BYTES / (K * 4);
+    if (t < 3) t = 3;
+    if (t > 48) t = 48;
+    return t / 3 * 3;
+}
+static int64_t kpad(int64_t K) { return (K + 15) & ~(int64_t)15; }
+
 
 /* acc[r][c] += x[r][0..n) · w[c][0..n) for RM rows and RN columns (compile-time constants once
  * inlined), 8 lanes at a time; a partial last 8 through masked loads (lanes past n add 0). */
@@ -246,6 +248,9 @@ REF_AVX2 static void exact_row_avx2(const ExactCtx *c, int64_t i, int64_t c0, in
     float *y = ref_frow(g->y, (uint64_t)i);
     _Alignas(64) float buf[NC][CH];
     const fused_fn fz = fused_for(g->w->dtype);
+    const uint64_t rb = ref_row_bytes(g->w->dtype, (uint64_t)g->K);
+    int64_t pf = (int64_t)(6144 / rb) / NC * NC; /* about 6 KiB ahead, whole groups */
+    pf = pf < NC ? NC : pf > 4 * NC ? 4 * NC : pf;
     for (int64_t n = c0; n < c1; n += NC) {
         const int nc = c1 - n < NC ? (int)(c1 - n) : NC;
         __m256 acc[NC] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
@@ -261,6 +266,11 @@ REF_AVX2 static void exact_row_avx2(const ExactCtx *c, int64_t i, int64_t c0, in
         } else if (fz) { /* whole 32-element steps decoded in registers, the rest (plain floats) via buf */
             const uint8_t *wb[NC];
             for (int q = 0; q < nc; q++) wb[q] = ref_wrow(g->w, (uint64_t)(n + q));
+            /* rows a few groups ahead: four interleaved streams defeat the hardware prefetcher */
+            for (int64_t q = n + pf; q < n + pf + NC && q < c1; q++) {
+                const char *p = (const char *)ref_wrow(g->w, (uint64_t)q);
+                for (uint64_t o = 0; o < rb; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+            }
             const int64_t K32 = g->K / 32 * 32;
             fz(nc, wb, x, K32, acc);
             if (K32 < g->K) {

@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#if defined(__x86_64__) || defined(__i386__)
+#if (defined(__x86_64__) || defined(__i386__)) && !defined(REF_NO_SIMD)
 #include <immintrin.h>
 #define cpu_relax() _mm_pause()
 #else
