@@ -15,27 +15,10 @@
 
 #include "libcommon/quant.h"
 
+#include "test_util.h"
+
 #define FIX "tests/fixtures/gguf/"
 
-static void *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    cr_assert(f, "%s: cannot open (run from the repository root)", path);
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    void *p = malloc(sz > 0 ? (size_t)sz : 1);
-    cr_assert(p);
-    cr_assert_eq(fread(p, 1, (size_t)sz, f), (size_t)sz);
-    fclose(f);
-    *n = (size_t)sz;
-    return p;
-}
-
-static uint32_t f32_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
 
 /* Dequantises quant_<name>.bin and compares with quant_<name>.f32, bit for bit. */
 static void check_golden(const char *name, RadEnc enc) {
