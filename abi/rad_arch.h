@@ -336,6 +336,7 @@ typedef struct RadKvState {
     uint32_t n_head_kv, head_dim;  /* per rank */
     uint32_t layer;
     uint64_t block_bytes;          /* bytes of one block (K and V) */
+    uint32_t n_blocks;             /* blocks in the pool: valid ids are [0, n_blocks) */
 } RadKvState;
 
 typedef struct RadBatch {

@@ -106,6 +106,65 @@ static int lib_of(const RadEngine *en, const RadKernel *k) {
     return -1;
 }
 
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int covers(const RadKernel *k, int64_t n) { return n >= k->n_min && (!k->n_max || n <= k->n_max); }
+
+/* The selector's bucket table over the op's RAD_RANGE [lo, hi]: every candidate's extent ends
+ * cut the range; each bucket gets the first candidate covering it. A row count inside the range
+ * that no candidate serves is refused here, at open, not mid-step. */
+static int build_buckets(RadEngine *en, int o, RadErr *e) {
+    const RadGOp *op = &en->g.ops[o];
+    RadEngineKernels *c = &en->cand[o];
+    if (!c->n) return RAD_OK; /* unresolved: the plugin emits the chain instead */
+    int64_t lo = 1, hi = 1;
+    for (uint32_t p = 0; p < op->n_params; p++)
+        if (op->params[p].kind == RAD_PARAM_RANGE) lo = op->params[p].lo < 1 ? 1 : op->params[p].lo, hi = op->params[p].hi;
+    int64_t *cut = malloc((2 * (size_t)c->n + 1) * sizeof *cut);
+    if (!cut) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+    int nc = 0;
+    cut[nc++] = lo;
+    for (int i = 0; i < c->n; i++) {
+        if (c->k[i]->n_min > lo && c->k[i]->n_min <= hi) cut[nc++] = c->k[i]->n_min;
+        if (c->k[i]->n_max && c->k[i]->n_max >= lo && c->k[i]->n_max < hi) cut[nc++] = c->k[i]->n_max + 1;
+    }
+    qsort(cut, (size_t)nc, sizeof *cut, cmp_i64);
+    c->lo = malloc((size_t)nc * sizeof *c->lo);
+    c->pick = malloc((size_t)nc * sizeof *c->pick);
+    if (!c->lo || !c->pick) return free(cut), rad_err_set(e, RAD_E_NOMEM, "out of memory");
+    for (int i = 0; i < nc; i++) {
+        if (c->n_buckets && c->lo[c->n_buckets - 1] == cut[i]) continue;
+        const RadKernel *k = NULL;
+        for (int j = 0; j < c->n && !k; j++)
+            if (covers(c->k[j], cut[i])) k = c->k[j];
+        if (!k) {
+            int64_t end = i + 1 < nc ? cut[i + 1] - 1 : hi;
+            free(cut);
+            return rad_err_set(e, RAD_E_UNSUPPORTED, "op '%s' (#%d): no selected kernel serves %" PRId64 "..%" PRId64
+                               " rows of its range [%" PRId64 ", %" PRId64 "]", op->op, o, cut[i], end, lo, hi);
+        }
+        c->lo[c->n_buckets] = cut[i];
+        c->pick[c->n_buckets++] = k;
+    }
+    free(cut);
+    return RAD_OK;
+}
+
+/* The kernel for n rows: the last bucket starting at or below n. */
+static const RadKernel *pick_kernel(const RadEngineKernels *c, int64_t n) {
+    if (!c->n_buckets || n < c->lo[0]) return NULL;
+    int a = 0, b = c->n_buckets - 1;
+    while (a < b) {
+        int m = (a + b + 1) / 2;
+        if (c->lo[m] <= n) a = m;
+        else b = m - 1;
+    }
+    return covers(c->pick[a], n) ? c->pick[a] : NULL;
+}
+
 /* Every kernel that can run each op, in preference order (libraries as given, then table
  * order); the issue picks the first whose extent covers the call. */
 static int build_candidates(RadEngine *en, RadErr *e) {
@@ -142,6 +201,10 @@ static int build_candidates(RadEngine *en, RadErr *e) {
             }
         }
     }
+    for (int o = 0; o < en->g.n_ops; o++) {
+        int rc = build_buckets(en, o, e);
+        if (rc) return rc;
+    }
     if (en->workspace_bytes && !(en->workspace = aligned_alloc(256, (en->workspace_bytes + 255) & ~(size_t)255)))
         return rad_err_set(e, RAD_E_NOMEM, "out of memory for a %zu-byte kernel workspace", en->workspace_bytes);
     return RAD_OK;
@@ -152,7 +215,9 @@ static int build_candidates(RadEngine *en, RadErr *e) {
 static int build_kv(RadEngine *en, RadErr *e) {
     en->kv = calloc((size_t)(en->g.n_kvs ? en->g.n_kvs : 1), sizeof *en->kv);
     en->kv_state = calloc((size_t)(en->g.n_layer_kv ? en->g.n_layer_kv : 1), sizeof *en->kv_state);
-    if (!en->kv || !en->kv_state) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+    en->step_table = calloc((size_t)(en->g.n_kvs ? en->g.n_kvs : 1), sizeof *en->step_table);
+    en->step_i32 = malloc((3ull * en->ctx.max_tok + 5ull * en->ctx.max_seqs + 1) * sizeof(int32_t));
+    if (!en->kv || !en->kv_state || !en->step_table || !en->step_i32) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
     for (int gi = 0; gi < en->g.n_kvs; gi++) {
         const RadGKv *k = &en->g.kvs[gi];
         if (k->d.kind != RAD_KV_FULL)
@@ -166,13 +231,15 @@ static int build_kv(RadEngine *en, RadErr *e) {
         int rc = rad_kvcache_init(&en->kv[gi], k->block_size, blocks, en->ctx.max_ctx, en->ctx.max_seqs,
                                   layers ? layers : 1, bb, e);
         if (rc) return rc;
+        if (!(en->step_table[gi] = calloc((size_t)en->ctx.max_seqs * en->kv[gi].max_blocks, sizeof(int32_t))))
+            return rad_err_set(e, RAD_E_NOMEM, "out of memory");
         uint32_t li = 0;
         for (int l = 0; l < en->g.n_layer_kv; l++) {
             if (en->g.layer_kv[l] != gi) continue;
             en->kv_state[l] = (RadKvState){.group = {gi}, .pool = en->kv[gi].pools[li++], .dtype = k->d.dtype,
                                            .block_size = k->block_size, .n_head_kv = k->d.n_head_kv,
                                            .head_dim = k->d.head_dim, .layer = (uint32_t)l, .block_bytes = bb,
-                                           .max_blocks = en->kv[gi].max_blocks};
+                                           .max_blocks = en->kv[gi].max_blocks, .n_blocks = en->kv[gi].n_blocks};
         }
     }
     return RAD_OK;
@@ -204,9 +271,7 @@ static int c_issue(RadCtx *c, rad_op h, const RadOperand *ops, uint32_t n_ops, u
     if (n == RAD_EXTENT_BATCH) n = en->batch->n_tok;
     if (n == 0) return RAD_E_SHAPE; /* zero rows is not a call: nothing runs, nothing written */
     const RadEngineKernels *cand = &en->cand[h.id];
-    const RadKernel *k = NULL;
-    for (int i = 0; i < cand->n && !k; i++)
-        if ((int64_t)n >= cand->k[i]->n_min && (!cand->k[i]->n_max || (int64_t)n <= cand->k[i]->n_max)) k = cand->k[i];
+    const RadKernel *k = pick_kernel(cand, (int64_t)n);
     if (!k) return step_err(en, "op '%s' (#%d) over %" PRIu64 " rows: no selected kernel serves it", op->op, h.id, n);
     if (op->n_params > MAX_PARAMS || n_ops > MAX_OPERANDS) return step_err(en, "op '%s': too many operands", op->op);
     RadParam params[MAX_PARAMS];
@@ -317,9 +382,12 @@ int rad_engine_open(RadEngine *en, const RadEngineOpts *o, RadErr *e) {
 void rad_engine_close(RadEngine *en) {
     for (int i = 0; en->w && i < en->g.n_w; i++) free(en->w[i].owned);
     free(en->w);
-    for (int i = 0; en->cand && i < en->g.n_ops; i++) free(en->cand[i].k);
+    for (int i = 0; en->cand && i < en->g.n_ops; i++) free(en->cand[i].k), free(en->cand[i].lo), free(en->cand[i].pick);
     free(en->cand);
     for (int i = 0; en->kv && i < en->g.n_kvs; i++) rad_kvcache_free(&en->kv[i]);
+    for (int i = 0; en->step_table && i < en->g.n_kvs; i++) free(en->step_table[i]);
+    free(en->step_table);
+    free(en->step_i32);
     free(en->kv);
     free(en->kv_state);
     free(en->arena);
@@ -364,6 +432,96 @@ const float *rad_engine_logits(const RadEngine *en, uint32_t *n_vocab) {
     return (const float *)(void *)((b->d.kind == RAD_BUF_TRANSIENT ? en->arena : en->persist) + b->offset);
 }
 
+int rad_engine_reserve(RadEngine *en, int32_t seq_id, uint32_t len, RadErr *e) {
+    for (int gi = 0; gi < en->g.n_kvs; gi++) {
+        RadKvCache *c = &en->kv[gi];
+        int slot = rad_kvcache_seq(c, seq_id);
+        if (slot < 0) return rad_err_set(e, RAD_E_LIMIT, "no free sequence slot (max_seqs %u)", en->ctx.max_seqs);
+        int fresh = c->seqs[slot].len == 0;
+        int rc = rad_kvcache_reserve(c, slot, len, e);
+        if (rc) {
+            if (fresh) rad_kvcache_release(c, slot);
+            return rc;
+        }
+    }
+    return RAD_OK;
+}
+
+int rad_engine_step_seqs(RadEngine *en, const RadEngineSeq *seqs, uint32_t n_seq, int32_t *out_row, RadErr *e) {
+    if (!n_seq) return rad_err_set(e, RAD_E_SHAPE, "a step of zero sequences");
+    if (n_seq > en->ctx.max_seqs)
+        return rad_err_set(e, RAD_E_LIMIT, "a step of %u sequences exceeds max_seqs %u", n_seq, en->ctx.max_seqs);
+    uint64_t n_tok = 0;
+    uint32_t n_out = 0, n_dec = 0;
+    for (uint32_t i = 0; i < n_seq; i++) {
+        if (!seqs[i].n || !seqs[i].tokens)
+            return rad_err_set(e, RAD_E_SHAPE, "sequence %d: a step of zero tokens", seqs[i].seq_id);
+        for (uint32_t j = 0; j < i; j++)
+            if (seqs[j].seq_id == seqs[i].seq_id)
+                return rad_err_set(e, RAD_E_ARG, "sequence %d appears twice in one step", seqs[i].seq_id);
+        if ((uint64_t)seqs[i].pos + seqs[i].n > en->ctx.max_ctx)
+            return rad_err_set(e, RAD_E_LIMIT, "sequence %d: %u tokens exceed the context served (%u)", seqs[i].seq_id,
+                               seqs[i].pos + seqs[i].n, en->ctx.max_ctx);
+        n_tok += seqs[i].n;
+        n_out += seqs[i].want_logits != 0;
+        n_dec += seqs[i].n == 1;
+    }
+    if (n_tok > en->ctx.max_tok)
+        return rad_err_set(e, RAD_E_LIMIT, "a step of %" PRIu64 " tokens exceeds max_tok %u", n_tok, en->ctx.max_tok);
+    /* all or nothing: the blocks every sequence needs are counted before any is taken */
+    for (int gi = 0; gi < en->g.n_kvs; gi++) {
+        uint64_t need = 0;
+        for (uint32_t i = 0; i < n_seq; i++) need += rad_kvcache_need(&en->kv[gi], seqs[i].seq_id, seqs[i].pos + seqs[i].n);
+        if (need > en->kv[gi].n_free)
+            return rad_err_set(e, RAD_E_LIMIT, "KV cache full: the step needs %" PRIu64 " more blocks, %u free", need,
+                               en->kv[gi].n_free);
+    }
+    for (uint32_t i = 0; i < n_seq; i++) {
+        int rc = rad_engine_reserve(en, seqs[i].seq_id, seqs[i].pos + seqs[i].n, e);
+        if (rc) return rc;
+    }
+    /* the batch: decode rows first (stable), then the prefill chunks */
+    uint32_t S = en->ctx.max_seqs, T = en->ctx.max_tok;
+    int32_t *tok = en->step_i32, *posv = tok + T, *outs = posv + T, *cu = outs + T, *sid = cu + S + 1,
+            *ql = sid + S, *cl = ql + S, *order = cl + S;
+    uint32_t k = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (uint32_t i = 0; i < n_seq; i++)
+            if ((seqs[i].n == 1) == (pass == 0)) order[k++] = (int32_t)i;
+    uint32_t t = 0, o = 0, max_q = 0, max_ctx = 0;
+    cu[0] = 0;
+    for (uint32_t b = 0; b < n_seq; b++) {
+        const RadEngineSeq *q = &seqs[order[b]];
+        for (uint32_t j = 0; j < q->n; j++) tok[t + j] = q->tokens[j], posv[t + j] = (int32_t)(q->pos + j);
+        t += q->n;
+        cu[b + 1] = (int32_t)t;
+        sid[b] = q->seq_id;
+        ql[b] = (int32_t)q->n;
+        cl[b] = (int32_t)(q->pos + q->n);
+        if (q->n > max_q) max_q = q->n;
+        if (q->pos + q->n > max_ctx) max_ctx = q->pos + q->n;
+        if (out_row) out_row[order[b]] = q->want_logits ? (int32_t)o : -1;
+        if (q->want_logits) outs[o++] = (int32_t)(t - 1);
+        for (int gi = 0; gi < en->g.n_kvs; gi++) {
+            const RadKvCache *c = &en->kv[gi];
+            int slot = rad_kvcache_seq(&en->kv[gi], q->seq_id);
+            memcpy(en->step_table[gi] + (size_t)b * c->max_blocks, c->seqs[slot].blocks, c->max_blocks * sizeof(int32_t));
+        }
+    }
+    RadKvState gstate[8];
+    uint32_t n_kv = en->g.n_kvs < 8 ? (uint32_t)en->g.n_kvs : 8;
+    for (uint32_t gi = 0; gi < n_kv; gi++)
+        gstate[gi] = (RadKvState){.group = {(int32_t)gi}, .block_table = en->step_table[gi],
+                                  .max_blocks = en->kv[gi].max_blocks, .block_size = en->kv[gi].block_size,
+                                  .n_blocks = en->kv[gi].n_blocks};
+    RadBatch bt = {.struct_size = sizeof bt,
+                   .phase = n_dec == n_seq ? RAD_PHASE_DECODE : n_dec ? RAD_PHASE_MIXED : RAD_PHASE_PREFILL,
+                   .n_tok = t, .n_seq = n_seq, .n_seq_decode = n_dec, .token_ids = tok, .positions = posv,
+                   .cu_seqlens = cu, .seq_ids = sid, .n_out = n_out, .out_ids = outs, .q_lens = ql, .ctx_lens = cl,
+                   .max_q_len = max_q, .max_ctx_len = max_ctx, .kv = gstate, .n_kv = n_kv};
+    return rad_engine_step(en, &bt, e);
+}
+
 /* One sequence's tokens in steps of at most max_tok; logits of the last token (want == 1) or of
  * every token into all_out (want == 2). */
 static int forward(RadEngine *en, int32_t seq_id, const int32_t *tokens, uint32_t n, uint32_t pos, int want,
@@ -380,7 +538,8 @@ static int forward(RadEngine *en, int32_t seq_id, const int32_t *tokens, uint32_
     uint32_t n_kv = en->g.n_kvs < 8 ? (uint32_t)en->g.n_kvs : 8;
     for (uint32_t gi = 0; gi < n_kv; gi++)
         gstate[gi] = (RadKvState){.group = {(int32_t)gi}, .block_table = en->kv[gi].seqs[slot].blocks,
-                                  .max_blocks = en->kv[gi].max_blocks, .block_size = en->kv[gi].block_size};
+                                  .max_blocks = en->kv[gi].max_blocks, .block_size = en->kv[gi].block_size,
+                                  .n_blocks = en->kv[gi].n_blocks};
     int32_t *positions = malloc(en->ctx.max_tok * sizeof *positions), *out = malloc(en->ctx.max_tok * sizeof *out);
     int rc = RAD_OK;
     if (!positions || !out) rc = rad_err_set(e, RAD_E_NOMEM, "out of memory");
@@ -448,7 +607,18 @@ void rad_engine_dump_graph(const RadEngine *en, FILE *f) {
             fprintf(f, "%s %s:%s[%" PRId64 "..%s]", i ? "," : "", li >= 0 ? en->libs[li]->info->name : "?", c->k[i]->variant,
                     c->k[i]->n_min, hi);
         }
-        fprintf(f, "  (first whose layout takes the weights' encodings and whose extent covers the rows%s)\n",
+        fprintf(f, "  buckets:");
+        for (int i = 0; i < c->n_buckets; i++) {
+            int li = lib_of(en, c->pick[i]);
+            char end[24] = "";
+            int64_t hi = 0;
+            for (uint32_t p = 0; p < op->n_params; p++)
+                if (op->params[p].kind == RAD_PARAM_RANGE) hi = op->params[p].hi;
+            snprintf(end, sizeof end, "%" PRId64, i + 1 < c->n_buckets ? c->lo[i + 1] - 1 : hi);
+            fprintf(f, "%s rows %" PRId64 "..%s %s:%s", i ? "," : "", c->lo[i], end, li >= 0 ? en->libs[li]->info->name : "?",
+                    c->pick[i]->variant);
+        }
+        fprintf(f, "  (each bucket: the first candidate whose layout takes the weights' encodings and whose extent covers its rows%s)\n",
                 en->o.deterministic ? "; batch-invariant first" : "");
     }
 }

@@ -38,6 +38,9 @@ typedef struct RadEngineWeight {
 typedef struct RadEngineKernels {
     const RadKernel **k;           /* [n] candidates for one op, in preference order */
     int n;
+    int64_t *lo;                   /* [n_buckets] ascending: bucket i covers rows [lo[i], lo[i+1]) */
+    const RadKernel **pick;        /* [n_buckets] the first candidate covering the bucket */
+    int n_buckets;                 /* over the op's RAD_RANGE; the last bucket ends at its hi */
 } RadEngineKernels;
 
 typedef struct RadEngine {
@@ -61,6 +64,8 @@ typedef struct RadEngine {
     uint8_t *workspace;            /* the largest workspace any selected kernel asks */
     size_t workspace_bytes;
     RadKvCache *kv;                /* [g.n_kvs] */
+    int32_t **step_table;          /* [g.n_kvs][max_seqs * max_blocks]: block tables in batch order */
+    int32_t *step_i32;             /* scratch for a step's batch arrays (see step_seqs) */
     RadKvState *kv_state;          /* [g.n_layer_kv] per layer, rebuilt each step */
     const RadBatch *batch;         /* the step being run */
     int step_failed;
@@ -74,6 +79,25 @@ void rad_engine_close(RadEngine *en);
 /* Runs one step over `b` (built by the caller with rad_engine_batch_*). The KV blocks of the
  * step's sequences must be reserved first (rad_kvcache_reserve). */
 int rad_engine_step(RadEngine *en, const RadBatch *b, RadErr *e);
+
+/* One sequence's part of a step: n new tokens at positions [pos, pos+n). */
+typedef struct RadEngineSeq {
+    int32_t seq_id;                /* the caller's id; a KV slot is taken on first use */
+    const int32_t *tokens;         /* [n] */
+    uint32_t n;                    /* >= 1; n == 1 is a decode row */
+    uint32_t pos;                  /* tokens of this sequence already in the cache */
+    int want_logits;               /* logits of tokens[n-1] */
+} RadEngineSeq;
+
+/* One step over several sequences (prefill, decode or mixed): the engine orders decode rows
+ * first, reserves KV blocks (RAD_E_LIMIT, nothing run, when they run out) and runs the step.
+ * out_row[i] receives the logits row of seqs[i] (-1 when not wanted). Sum of n <= max_tok,
+ * n_seq <= max_seqs, distinct seq_ids. */
+int rad_engine_step_seqs(RadEngine *en, const RadEngineSeq *seqs, uint32_t n_seq, int32_t *out_row, RadErr *e);
+
+/* Grows a sequence's KV to hold len tokens (taking a slot on first use); RAD_E_LIMIT when the
+ * blocks or slots run out (nothing taken then). */
+int rad_engine_reserve(RadEngine *en, int32_t seq_id, uint32_t len, RadErr *e);
 
 /* The logits the step produced: [n_out][n_vocab]. */
 const float *rad_engine_logits(const RadEngine *en, uint32_t *n_vocab);

@@ -71,6 +71,14 @@ int rad_kvcache_reserve(RadKvCache *c, int slot, uint32_t len, RadErr *e) {
     return RAD_OK;
 }
 
+uint32_t rad_kvcache_need(const RadKvCache *c, int32_t seq_id, uint32_t len) {
+    uint32_t held = 0;
+    for (uint32_t s = 0; s < c->max_seqs; s++)
+        if (c->seqs[s].id == seq_id) held = c->seqs[s].len;
+    uint32_t have = (held + c->block_size - 1) / c->block_size, need = (len + c->block_size - 1) / c->block_size;
+    return need > have ? need - have : 0;
+}
+
 void rad_kvcache_release(RadKvCache *c, int slot) {
     RadKvSeq *s = &c->seqs[slot];
     uint32_t have = (s->len + c->block_size - 1) / c->block_size;

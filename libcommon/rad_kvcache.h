@@ -38,6 +38,8 @@ int rad_kvcache_seq(RadKvCache *c, int32_t seq_id);
 /* Grows a sequence to hold `len` tokens; RAD_E_LIMIT naming the need when blocks run out
  * (nothing is allocated then). */
 int rad_kvcache_reserve(RadKvCache *c, int slot, uint32_t len, RadErr *e);
+/* Blocks that growing sequence seq_id (a slot or not) to `len` tokens would take. */
+uint32_t rad_kvcache_need(const RadKvCache *c, int32_t seq_id, uint32_t len);
 /* Drops a sequence and returns its blocks. */
 void rad_kvcache_release(RadKvCache *c, int slot);
 

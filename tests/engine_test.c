@@ -239,3 +239,21 @@ Test(engine, a_gguf_model_is_refused_with_the_way_forward) {
     cr_assert(strstr(e.msg, "rad-convert") != NULL, "%s", e.msg);
     rad_engine_close(&en);
 }
+
+Test(engine, debug_graph_shows_each_ops_bucket_table) {
+    RadEngine en;
+    open_engine(&en, 16);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    rad_engine_dump_graph(&en, f);
+    fclose(f);
+    /* gemm_nt's range is [1, max_tok]; kern_test's generic kernel is first and covers all of it */
+    const char *g = strstr(buf, "gemm_nt");
+    cr_assert_not_null(g, "%s", buf);
+    const char *eol = strchr(g, '\n');
+    cr_assert(strstr(g, "buckets: rows 1..16 kern_test:generic") != NULL && strstr(g, "buckets:") < eol, "%.*s",
+              (int)(eol - g), g);
+    free(buf);
+    rad_engine_close(&en);
+}

@@ -1021,7 +1021,7 @@ static void attn_setup(AttnSetup *a, RadDType dt) {
     a->ctx_lens[0] = A_C0, a->ctx_lens[1] = A_C1;
     a->seq_ids[0] = 11, a->seq_ids[1] = 4;
     for (int t = 0; t < A_M; t++) a->pos[t] = t < A_Q0 ? A_C0 - 1 : A_C1 - A_Q1 + (t - A_Q0);
-    a->kv = (RadKvState){{0}, a->table, A_MB, a->pool, dt, RAD_KVQ_NONE, A_B, A_HKV, A_HD, 0, a->block_bytes};
+    a->kv = (RadKvState){{0}, a->table, A_MB, a->pool, dt, RAD_KVQ_NONE, A_B, A_HKV, A_HD, 0, a->block_bytes, A_NBLK};
     a->batch.struct_size = sizeof a->batch;
     a->batch.phase = RAD_PHASE_MIXED;
     a->batch.n_tok = A_M;
@@ -1274,7 +1274,7 @@ Test(ref, attn_paged_long_decode_split_by_head) {
     memset(&b, 0, sizeof b);
     b.struct_size = sizeof b, b.phase = RAD_PHASE_DECODE, b.n_tok = 1, b.n_seq = 1, b.n_seq_decode = 1;
     b.cu_seqlens = cu, b.q_lens = ql, b.ctx_lens = cl, b.positions = pos, b.seq_ids = sid;
-    RadKvState kv = {{0}, table, NB, pool, RAD_F32, RAD_KVQ_NONE, B, HKV, HD, 0, bb};
+    RadKvState kv = {{0}, table, NB, pool, RAD_F32, RAD_KVQ_NONE, B, HKV, HD, 0, bb, NB};
     RadParam p[] = {RAD_RANGE_ROLE("M", 1, 64, RAD_PROLE_SEQ_CHUNK), RAD_INT("n_head", H), RAD_INT("n_head_kv", HKV),
                     RAD_INT("head_dim", HD), RAD_INT("kv", 0), RAD_INT("layer", 0), RAD_FLOAT("scale", 1.0 / sqrt((double)HD)),
                     RAD_INT("prefill_fp8", 0)};
