@@ -1,5 +1,6 @@
 /* The core's side of rad_arch.h's builder calls: records a plugin's declarations. */
 #include "rad_builder.h"
+#include "rad_opschema.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -319,6 +320,8 @@ static rad_op b_decl_op(RadBuilder *b, const char *op, const RadParam *p, uint32
     if (ranged != 1) return gfail(g, "op '%s': %d ranged parameters (exactly one gives the selector its buckets)", op, ranged), (rad_op){-1};
     for (uint32_t i = 0; i < nw; i++)
         if (!wvalid(g, w[i])) return gfail(g, "op '%s': weight operand %u was not declared", op, i), (rad_op){-1};
+    char why[300];
+    if (rad_opschema_check(op, p, np, nw, g->plugin_name, why, sizeof why) != RAD_OK) return gfail(g, "%s", why), (rad_op){-1};
     GROW(g->ops, g->n_ops);
     if (g->failed) return (rad_op){-1};
     RadGOp *o = &g->ops[g->n_ops];
@@ -467,6 +470,7 @@ int rad_graph_declare(RadGraph *g, const RadPlugin *plugin, const RadModelMeta *
     g->lookup_user = lookup_user;
     g->libs = libs;
     g->ctx = ctx;
+    g->plugin_name = plugin->info->name;
     g->logits = g->pooled = RAD_NONE_B;
     g->lane1_begin = g->lane1_end = -1;
     int rc = plugin->declare(&g->head, meta, ctx);

@@ -63,6 +63,7 @@ typedef struct RadGraph {
     void *lookup_user;
     const RadPluginSet *libs; /* kernel libraries to resolve against (may be NULL) */
     const RadBuildCtx *ctx;
+    const char *plugin_name;  /* the declaring plugin, for op-schema messages */
     RadGWeight *w; int n_w;
     RadGMap *maps; int n_maps;
     RadGBuf *bufs; int n_bufs;
