@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zstd.h>
 
 #define MAX_OPERANDS 16
@@ -123,10 +124,12 @@ static int build_buckets(RadEngine *en, int o, RadErr *e) {
     int64_t lo = 1, hi = 1;
     for (uint32_t p = 0; p < op->n_params; p++)
         if (op->params[p].kind == RAD_PARAM_RANGE) lo = op->params[p].lo < 1 ? 1 : op->params[p].lo, hi = op->params[p].hi;
-    int64_t *cut = malloc((2 * (size_t)c->n + 1) * sizeof *cut);
+    int64_t *cut = malloc((2 * (size_t)c->n + 65) * sizeof *cut);
     if (!cut) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
     int nc = 0;
     cut[nc++] = lo;
+    for (int64_t p2 = 2; p2 <= hi && nc < 64; p2 *= 2) /* powers of two: where a tuning table may differ */
+        if (p2 > lo) cut[nc++] = p2;
     for (int i = 0; i < c->n; i++) {
         if (c->k[i]->n_min > lo && c->k[i]->n_min <= hi) cut[nc++] = c->k[i]->n_min;
         if (c->k[i]->n_max && c->k[i]->n_max >= lo && c->k[i]->n_max < hi) cut[nc++] = c->k[i]->n_max + 1;
@@ -338,6 +341,10 @@ int rad_engine_open(RadEngine *en, const RadEngineOpts *o, RadErr *e) {
     if (!en->o.max_tok) en->o.max_tok = 512;
     if (!en->o.max_seqs) en->o.max_seqs = 1;
     if (en->o.max_tolerance <= 0) en->o.max_tolerance = 1e-3;
+    if (!en->o.n_threads) { /* "all cores", resolved once: kernels are never told 0 */
+        long nc = sysconf(_SC_NPROCESSORS_ONLN);
+        en->o.n_threads = nc > 0 ? (uint32_t)nc : 1;
+    }
     int rc = rad_model_open(o->model, &en->m, e);
     if (rc) return rc;
     if (strcmp(en->m.format, "rad") != 0)
@@ -608,15 +615,14 @@ void rad_engine_dump_graph(const RadEngine *en, FILE *f) {
                     c->k[i]->n_min, hi);
         }
         fprintf(f, "  buckets:");
-        for (int i = 0; i < c->n_buckets; i++) {
+        int64_t hi = 0;
+        for (uint32_t p = 0; p < op->n_params; p++)
+            if (op->params[p].kind == RAD_PARAM_RANGE) hi = op->params[p].hi;
+        for (int i = 0, j; i < c->n_buckets; i = j) { /* neighbours with the same kernel print as one */
+            for (j = i + 1; j < c->n_buckets && c->pick[j] == c->pick[i];) j++;
             int li = lib_of(en, c->pick[i]);
-            char end[24] = "";
-            int64_t hi = 0;
-            for (uint32_t p = 0; p < op->n_params; p++)
-                if (op->params[p].kind == RAD_PARAM_RANGE) hi = op->params[p].hi;
-            snprintf(end, sizeof end, "%" PRId64, i + 1 < c->n_buckets ? c->lo[i + 1] - 1 : hi);
-            fprintf(f, "%s rows %" PRId64 "..%s %s:%s", i ? "," : "", c->lo[i], end, li >= 0 ? en->libs[li]->info->name : "?",
-                    c->pick[i]->variant);
+            fprintf(f, "%s rows %" PRId64 "..%" PRId64 " %s:%s", i ? "," : "", c->lo[i], j < c->n_buckets ? c->lo[j] - 1 : hi,
+                    li >= 0 ? en->libs[li]->info->name : "?", c->pick[i]->variant);
         }
         fprintf(f, "  (each bucket: the first candidate whose layout takes the weights' encodings and whose extent covers its rows%s)\n",
                 en->o.deterministic ? "; batch-invariant first" : "");
