@@ -8,7 +8,7 @@ SAN_B   ?= build-san
 CSTD     = -std=c11 -D_GNU_SOURCE
 WARN     = -Wall -Wextra -Werror
 OPT     ?= -O2 -g
-PKGS     = libarchive libzstd jansson libxxhash libpcre2-8
+PKGS     = libarchive libzstd jansson libxxhash libpcre2-8 libmicrohttpd
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CFLAGS  += $(CSTD) $(WARN) $(OPT) -I. -fPIC $(PKG_CFLAGS) -DRAD_PREFIX='"$(PREFIX)"'

@@ -4,7 +4,7 @@
 set -eu
 PKGS="build-essential pkg-config clang libclang-rt-14-dev
       libarchive-dev libzstd-dev libjansson-dev libxxhash-dev libpcre2-dev libcriterion-dev
-      python3 python3-pip jq nix-bin"
+      libmicrohttpd-dev systemd python3 python3-pip python3-venv jq nix-bin"
 missing=""
 for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 [ -z "$missing" ] && { echo "install-deps: all present"; exit 0; }
