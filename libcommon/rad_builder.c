@@ -718,7 +718,7 @@ int rad_meta_kv_fill(RadModelMeta *m, const RadKV *meta, const RadKV *chat, char
     const RadKV *tabs[2] = {meta, chat};
     for (int t = 0; t < 2; t++)
         for (uint64_t i = 0; tabs[t] && i < tabs[t]->n; i++) {
-            if (tabs[t]->vals[i].type == RAD_VAL_ARRAY || (t == 1 && strcmp(tabs[t]->keys[i].p, "chat.template") == 0)) continue;
+            if (tabs[t]->vals[i].type == RAD_VAL_ARRAY) continue;
             k[n] = dup_str(tabs[t]->keys[i].p);
             v[n] = value_text(&tabs[t]->vals[i]);
             if (!k[n] || !v[n]) {

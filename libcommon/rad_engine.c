@@ -144,10 +144,10 @@ static int build_buckets(RadEngine *en, int o, RadErr *e) {
         for (int j = 0; j < c->n && !k; j++)
             if (covers(c->k[j], cut[i])) k = c->k[j];
         if (!k) {
-            int64_t end = i + 1 < nc ? cut[i + 1] - 1 : hi;
+            int64_t from = cut[i], end = i + 1 < nc ? cut[i + 1] - 1 : hi;
             free(cut);
             return rad_err_set(e, RAD_E_UNSUPPORTED, "op '%s' (#%d): no selected kernel serves %" PRId64 "..%" PRId64
-                               " rows of its range [%" PRId64 ", %" PRId64 "]", op->op, o, cut[i], end, lo, hi);
+                               " rows of its range [%" PRId64 ", %" PRId64 "]", op->op, o, from, end, lo, hi);
         }
         c->lo[c->n_buckets] = cut[i];
         c->pick[c->n_buckets++] = k;

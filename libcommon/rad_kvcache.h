@@ -22,8 +22,18 @@ typedef struct RadKvCache {
     uint64_t block_bytes;   /* one block of one layer (K and V) */
     uint32_t n_layers;      /* layers bound to the group */
     uint8_t **pools;        /* [n_layers] n_blocks * block_bytes each */
-    int32_t *free_list;     /* [n_blocks] stack of free ids */
-    uint32_t n_free;
+    int32_t *free_list;     /* [n_clean] stack of free blocks holding nothing */
+    uint32_t n_clean;
+    uint32_t n_free;        /* blocks that can be taken: n_clean + free cached blocks */
+    /* the prefix cache: a full block's content is named by a hash chained over the tokens of
+     * it and of every block before it; free blocks keep their content until evicted */
+    uint32_t *ref;          /* [n_blocks] sequences holding the block */
+    uint64_t *hash;         /* [n_blocks] chain hash of a published block, 0: none */
+    int32_t *lru_prev, *lru_next; /* [n_blocks] free cached blocks, least recently freed first */
+    int32_t lru_head, lru_tail;
+    uint32_t n_cached_free; /* blocks on the LRU list */
+    int32_t *map;           /* [map_cap] open addressing: hash -> block, -1 empty, -2 deleted */
+    uint32_t map_cap, map_gone; /* capacity; deleted entries (rebuilt past a quarter) */
     RadKvSeq *seqs;         /* [max_seqs] */
     uint32_t max_seqs;
     int32_t *table;         /* [max_seqs][max_blocks]: block tables of the step's sequences */
@@ -40,7 +50,19 @@ int rad_kvcache_seq(RadKvCache *c, int32_t seq_id);
 int rad_kvcache_reserve(RadKvCache *c, int slot, uint32_t len, RadErr *e);
 /* Blocks that growing sequence seq_id (a slot or not) to `len` tokens would take. */
 uint32_t rad_kvcache_need(const RadKvCache *c, int32_t seq_id, uint32_t len);
-/* Drops a sequence and returns its blocks. */
+/* Drops a sequence; blocks no other sequence holds become free (published ones stay cached,
+ * least recently freed evicted first, until a reservation needs them). */
 void rad_kvcache_release(RadKvCache *c, int slot);
+
+/* The chain hashes of the first n_blocks full blocks of tokens (never 0). */
+void rad_kvcache_hash_chain(const int32_t *tokens, uint32_t n_blocks, uint32_t block_size, uint64_t *out);
+/* How many leading hashes name cached blocks. */
+uint32_t rad_kvcache_lookup(const RadKvCache *c, const uint64_t *hashes, uint32_t n);
+/* A fresh sequence (slot holding nothing) takes the first n cached blocks named by hashes
+ * (n <= rad_kvcache_lookup), sharing them: it then holds n * block_size tokens. */
+void rad_kvcache_adopt(RadKvCache *c, int slot, const uint64_t *hashes, uint32_t n);
+/* Names the sequence's block b (full, written) by hash, so later sequences can share it. A
+ * hash already naming another block is left as it is. */
+void rad_kvcache_publish(RadKvCache *c, int slot, uint32_t b, uint64_t hash);
 
 #endif
