@@ -26,7 +26,9 @@
  * sees each write start a new live range. All activations are f32, [max_tok, width].
  *
  * Positions: rope takes the step's positions as a raw operand, praw(batch->positions, I32, n),
- * as the op vocabulary lists it (no derived buffer).
+ * as the op vocabulary lists it (no derived buffer). A model whose rope has per-pair frequency
+ * divisors (GGUF's rope_freqs.weight, Llama 3.1) sets RadBlockGeom::rope_has_freqs/rope_freqs;
+ * both rope ops then take that weight.
  *
  * Issue operand order: the op's weights first (RAD_W, in RAD_WEIGHTS order), then its buffer
  * and raw operands in the vocabulary's order (RadKernelArgs: "weights first, then buffers"). */
@@ -57,6 +59,8 @@ typedef struct RadBlockGeom {
     float rope_factor;        /* LINEAR, LLAMA3 (1 when NONE) */
     float rope_low_freq_factor, rope_high_freq_factor; /* LLAMA3 */
     uint32_t rope_orig_ctx;   /* LLAMA3: original_max_position_embeddings */
+    int rope_has_freqs;       /* 1: rope takes rope_freqs as its weight (per-pair frequency divisors) */
+    rad_weight rope_freqs;    /* f32 [n_rot/2] (GGUF's rope_freqs.weight); read when rope_has_freqs */
     /* attention */
     float attn_scale;         /* softmax scale; 0: 1/sqrt(head_dim) */
     uint32_t prefill_fp8;     /* RadBuildCtx::attn_prefill_fp8 */
@@ -302,6 +306,8 @@ typedef struct RadAttnBlock {
     rad_weight w_norm, w_q, w_k, w_v, w_o;
     RadPreNorm pre;
     rad_op op_q, op_k, op_v, op_rope_q, op_rope_k, op_attn, op_o;
+    int rope_has_freqs;       /* the rope ops take w_rope_freqs (RadBlockGeom::rope_freqs) */
+    rad_weight w_rope_freqs;
     RadAllReduce ar;
     RadAttnScratch s;
     rad_buf h, y;
@@ -345,7 +351,7 @@ static inline rad_op rad_attn_rope(RadBuilder *b, const RadBlockGeom *g, uint32_
                                   RAD_FLOAT("low_freq_factor", l3 ? g->rope_low_freq_factor : 0.0f),
                                   RAD_FLOAT("high_freq_factor", l3 ? g->rope_high_freq_factor : 0.0f),
                                   RAD_INT("orig_ctx", l3 ? g->rope_orig_ctx : 0)),
-                       RAD_NO_WEIGHTS);
+                       g->rope_has_freqs ? RAD_WEIGHTS(g->rope_freqs) : RAD_NO_WEIGHTS);
     if (op.id >= 0) {
         rad_op_reads(b, op, RAD_BUFS(x), 1);
         rad_op_writes(b, op, RAD_BUFS(x), 1);
@@ -367,6 +373,8 @@ static inline int rad_attn_declare_ops(RadBuilder *b, const RadBlockGeom *g, rad
     a->op_q = rad_attn_gemm(b, g, a->w_q, qw, g->n_embd, r->h, s->q);
     a->op_k = rad_attn_gemm(b, g, a->w_k, kw, g->n_embd, r->h, s->k);
     a->op_v = rad_attn_gemm(b, g, a->w_v, kw, g->n_embd, r->h, s->v);
+    a->rope_has_freqs = g->rope_has_freqs;
+    a->w_rope_freqs = g->rope_freqs;
     a->op_rope_q = rad_attn_rope(b, g, g->n_head, s->q);
     a->op_rope_k = rad_attn_rope(b, g, g->n_head_kv, s->k);
     a->op_attn = RAD_OP(b, "attn_paged",
@@ -405,8 +413,17 @@ static inline int rad_attn_step(RadCtx *c, const RadAttnBlock *a, const struct R
     if ((rc = RAD_ISSUE_N(c, a->op_q, n, RAD_W(a->w_q), brows(a->h, n), brows(a->s.q, n))) != 0) return rc;
     if ((rc = RAD_ISSUE_N(c, a->op_k, n, RAD_W(a->w_k), brows(a->h, n), brows(a->s.k, n))) != 0) return rc;
     if ((rc = RAD_ISSUE_N(c, a->op_v, n, RAD_W(a->w_v), brows(a->h, n), brows(a->s.v, n))) != 0) return rc;
-    if ((rc = RAD_ISSUE_N(c, a->op_rope_q, n, brows(a->s.q, n), praw(batch->positions, RAD_I32, n))) != 0) return rc;
-    if ((rc = RAD_ISSUE_N(c, a->op_rope_k, n, brows(a->s.k, n), praw(batch->positions, RAD_I32, n))) != 0) return rc;
+    if (a->rope_has_freqs) {
+        if ((rc = RAD_ISSUE_N(c, a->op_rope_q, n, RAD_W(a->w_rope_freqs), brows(a->s.q, n),
+                              praw(batch->positions, RAD_I32, n))) != 0)
+            return rc;
+        if ((rc = RAD_ISSUE_N(c, a->op_rope_k, n, RAD_W(a->w_rope_freqs), brows(a->s.k, n),
+                              praw(batch->positions, RAD_I32, n))) != 0)
+            return rc;
+    } else {
+        if ((rc = RAD_ISSUE_N(c, a->op_rope_q, n, brows(a->s.q, n), praw(batch->positions, RAD_I32, n))) != 0) return rc;
+        if ((rc = RAD_ISSUE_N(c, a->op_rope_k, n, brows(a->s.k, n), praw(batch->positions, RAD_I32, n))) != 0) return rc;
+    }
     if ((rc = RAD_ISSUE_N(c, a->op_attn, n, brows(a->s.q, n), brows(a->s.k, n), brows(a->s.v, n),
                           brows(a->s.o, n))) != 0)
         return rc;

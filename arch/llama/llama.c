@@ -200,7 +200,7 @@ static int llama_declare_map(RadBuilder *b, LlamaNames *nn, const RadModelMeta *
         rc |= map_entry(b, RAD_MAP_COPY, dst, hf_head, 0);
         rc |= map_entry(b, RAD_MAP_COPY, dst, gg_head, 0);
     }
-    /* GGUF's precomputed llama3 rope factors: declared only to notice them (see declare) */
+    /* GGUF's precomputed llama3 rope factors (optional; see declare) */
     rc |= map_copy1(b, dname(nn, dst, sizeof dst, "rope_freqs.weight"), "rope_freqs.weight");
     for (int32_t l = 0; l < meta->n_layers; l++) {
         for (int t = 0; t < T_COUNT; t++) {
@@ -231,6 +231,7 @@ static int llama_rope(RadBuilder *b, const RadModelMeta *meta, RadBlockGeom *g) 
     g->rope_factor = 1.0f;
     g->rope_low_freq_factor = g->rope_high_freq_factor = 0.0f;
     g->rope_orig_ctx = 0;
+    g->rope_has_freqs = 0; /* set by declare when the checkpoint has rope_freqs.weight */
     if (!type || !*type || !strcmp(type, "none") || !strcmp(type, "default")) {
         /* older GGUFs carry a linear factor as rope.scale_linear, with no type */
         if ((rc = meta_getf(meta, "rope.scale_linear", &f)) < 0 || (rc > 0 && !(f > 0)))
@@ -255,8 +256,12 @@ static int llama_rope(RadBuilder *b, const RadModelMeta *meta, RadBlockGeom *g) 
             return llama_fail(b, "llama: rope.scaling.low_freq_factor missing or not positive (llama3 rope)");
         if (meta_getf(meta, "rope.scaling.high_freq_factor", &hi) <= 0 || !(hi > lo))
             return llama_fail(b, "llama: rope.scaling.high_freq_factor missing or not above low_freq_factor (llama3 rope)");
-        if (meta_getu(meta, "rope.scaling.original_context_length", &orig) <= 0 || orig == 0)
-            return llama_fail(b, "llama: rope.scaling.original_context_length missing or zero (llama3 rope)");
+        /* absent: transformers takes max_position_embeddings (model.n_ctx_train) */
+        if ((rc = meta_getu(meta, "rope.scaling.original_context_length", &orig)) == 0)
+            orig = meta->n_ctx_train > 0 ? (uint32_t)meta->n_ctx_train : 0;
+        if (rc < 0 || orig == 0)
+            return llama_fail(b, "llama: rope.scaling.original_context_length (or model.n_ctx_train) missing or zero "
+                                 "(llama3 rope)");
         g->rope_low_freq_factor = (float)lo;
         g->rope_high_freq_factor = (float)hi;
         g->rope_orig_ctx = orig;
@@ -399,20 +404,27 @@ static int llama_declare(RadBuilder *b, const RadModelMeta *meta, const RadBuild
         m->w_out_norm = rad_block_norm_weight(b, g, dname(&nn, name, sizeof name, "output_norm.weight"),
                                               (RadGroup){RAD_GROUP_NONE, 0, 0}, g->n_embd);
         if (m->w_out_norm.id < 0) return llama_fail(b, "llama: weight %s was refused", name);
-        /* GGUF's llama3 rope factors (rope_freqs.weight, [n_rot/2]): the rope op takes no factor
-         * tensor, so a checkpoint carrying them without rope.scaling.* is refused, not run at
-         * the wrong frequencies. */
+        /* GGUF's llama3 rope (llama.cpp writes Llama 3.1's rope_scaling as this tensor, with no
+         * rope.scaling.* keys): f32 [n_rot/2] frequency divisors, inv_freq[i] / rope_freqs[i].
+         * When present both rope ops take it as their weight (docs/OPS.md, rope); a Hugging Face
+         * source has the scaling as rope.scaling.* keys instead, computed by the rope op itself.
+         * A wrong shape or encoding is refused by the core, naming the tensor. */
         memset(&d, 0, sizeof d);
         d.dtype = RAD_F32;
         d.rank = 1;
         d.shape[0] = g->n_rot / 2;
-        d.access = RAD_ACCESS_RARE;
+        d.access = RAD_ACCESS_PER_TOKEN; /* read by every layer's rope, every step */
+        d.shard = RAD_SHARD_NONE;
         d.optional = 1;
         m->w_rope_freqs = rad_decl_weight(b, dname(&nn, name, sizeof name, "rope_freqs.weight"), &d);
-        if (m->w_rope_freqs.id >= 0 && (unsigned)rad_weight_encoding(b, m->w_rope_freqs) < RAD_ENC_COUNT &&
-            g->rope_scaling != RAD_ROPE_SCALING_LLAMA3)
-            return llama_fail(b, "llama: rope_freqs.weight (GGUF llama3 rope factors) is present but "
-                                 "rope.scaling.type is not llama3; the rope op takes no factor tensor");
+        if (m->w_rope_freqs.id < 0) return llama_fail(b, "llama: weight %s was refused", name);
+        if ((unsigned)rad_weight_encoding(b, m->w_rope_freqs) < RAD_ENC_COUNT) {
+            if (g->rope_scaling == RAD_ROPE_SCALING_LLAMA3)
+                return llama_fail(b, "llama: %s and rope.scaling.type llama3 both scale the rope (the "
+                                     "scaling would apply twice): a checkpoint carries one of them", name);
+            g->rope_has_freqs = 1;
+            g->rope_freqs = m->w_rope_freqs;
+        }
     }
     for (uint32_t l = 0; l < m->n_layers; l++) {
         char nmv[T_COUNT][LLAMA_NAME];
@@ -494,7 +506,11 @@ static int llama_declare(RadBuilder *b, const RadModelMeta *meta, const RadBuild
                  RAD_PLUGIN_NAME_OF("llama"), (int)meta->n_layers, (int)meta->n_embd, (int)meta->n_head,
                  (int)meta->n_head_kv, (int)meta->head_dim, (int)meta->n_ff, (int)meta->n_vocab,
                  tied == 1 ? "tied" : tied == 0 ? "untied" : "head-or-embedding");
-        if (g->rope_scaling == RAD_ROPE_SCALING_LLAMA3)
+        if (g->rope_has_freqs)
+            rad_note(b, "rope: theta %g, n_rot %u, frequencies divided by rope_freqs.weight [%u] (GGUF's llama3 "
+                        "scaling)%s", (double)g->rope_theta, g->n_rot, g->n_rot / 2,
+                     g->rope_scaling == RAD_ROPE_SCALING_LINEAR ? ", after the linear factor" : "");
+        else if (g->rope_scaling == RAD_ROPE_SCALING_LLAMA3)
             rad_note(b, "rope: theta %g, n_rot %u, llama3 scaling factor %g low %g high %g orig_ctx %u",
                      (double)g->rope_theta, g->n_rot, (double)g->rope_factor, (double)g->rope_low_freq_factor,
                      (double)g->rope_high_freq_factor, g->rope_orig_ctx);

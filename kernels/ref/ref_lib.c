@@ -140,7 +140,7 @@ static const RadKernel kernels[] = {
     K_("gemm_nt", "exact", REF_ENCS_ALL, TOL(1e-4), NULL, ref_run_gemm_exact, 0, 0),
     K_("logits_gemm", "q8act", REF_ENCS_Q8ACT, TOL(2e-2), NULL, ref_run_gemm_q8act, 0, 0),
     K_("logits_gemm", "exact", REF_ENCS_ALL, TOL(1e-4), NULL, ref_run_gemm_exact, 0, 0),
-    K_("rope", "generic", 0, TOL(1e-5), ref_rope_workspace, ref_run_rope, 0, 0),
+    K_("rope", "generic", RAD_ENC_PLAIN_FLOATS, TOL(1e-5), ref_rope_workspace, ref_run_rope, 0, 0), /* weight: the optional freq_factors */
     K_("attn_paged", "generic", 0, TOL(1e-5), NULL, ref_run_attn_paged, 16, KV_ENCS),
     K_("silu_mul", "generic", 0, TOL(1e-6), NULL, ref_run_silu_mul, 0, 0),
     K_("add", "generic", 0, BITWISE, NULL, ref_run_add, 0, 0),

@@ -2,8 +2,10 @@
  *
  * The frequency table is computed with OPS.md's code, one f32 operation at a time (pow in
  * double, rounded), once per parameter set: the library keeps up to REF_ROPE_CACHE tables in
- * its state. Per row, the angle is one f32 product pos * inv[i] and cos/sin are evaluated in
- * double and rounded to f32 (correctly rounded but for double rounding's rare ties); the
+ * its state. With the optional weight operand (freq_factors, GGUF's rope_freqs.weight) each
+ * entry is then divided by its factor, one f32 division, per call into the workspace (the
+ * factors are model data, not parameters, so they are never cached). Per row, the angle is one
+ * f32 product pos * inv[i] and cos/sin are evaluated in double and rounded to f32 (correctly rounded but for double rounding's rare ties); the
  * rotation's products are rounded before the add, 8 pairs at a time on AVX2, so a kernel's
  * result differs from the reference only where the C library's cos/sin do: RAD_EXACT_TOLERANCE
  * 1e-5 (the op's bound). Rows are split across threads for long calls. */
@@ -12,6 +14,7 @@
 #include <stdlib.h>
 
 #include "ref_common.h"
+#include "ref_quant.h"
 
 #define HF_STACK 1024 /* n_rot / 2 held on the stack; more goes to scratch */
 
@@ -196,25 +199,45 @@ size_t ref_rope_workspace(const RadParam *p, uint32_t np, int64_t n_max) {
     return 0;
 }
 
+/* Factor i of the freq_factors weight (f32, or f16/bf16 widened exactly). */
+static float freq_factor(const RadKArg *w, int64_t i) {
+    switch ((int)w->dtype) {
+    case RAD_F16: return ref_f16_f32(((const uint16_t *)w->data)[i]);
+    case RAD_BF16: return ref_bf16_f32(((const uint16_t *)w->data)[i]);
+    default: return ((const float *)w->data)[i];
+    }
+}
+
 int ref_run_rope(const RadKernelArgs *a) {
-    int rc = ref_preamble(a, 2);
+    /* x, pos; or freq_factors (the weight, first), x, pos */
+    const uint32_t na = (a && a->args && a->n_args == 3) ? 3 : 2;
+    int rc = ref_preamble(a, na);
     if (rc) return rc;
     RopeCtx r;
     if ((rc = rope_cfg(a, &r.c))) return rc;
-    r.x = &a->args[0];
-    const RadKArg *pos = &a->args[1];
+    const int64_t hf = r.c.n_rot / 2;
+    const RadKArg *ff = na == 3 ? &a->args[0] : NULL;
+    r.x = &a->args[na - 2];
+    const RadKArg *pos = &a->args[na - 1];
     r.M = a->n;
     if (!ref_buf_ok(r.x, (uint64_t)r.M, (uint64_t)(r.c.n_head * r.c.head_dim)) || !ref_raw_i32_ok(pos, (uint64_t)r.M))
         return RAD_E_SHAPE;
+    if (ff && !ref_weight_ok(ff, RAD_ENC_PLAIN_FLOATS, 1, (uint64_t)hf)) return RAD_E_SHAPE;
     r.pos = pos->data;
     for (int64_t t = 0; t < r.M; t++)
         if (r.pos[t] < 0) return RAD_E_ARG;
+    for (int64_t i = 0; ff && i < hf; i++) { /* a divisor must be positive and finite */
+        const float f = freq_factor(ff, i);
+        if (!(f > 0.0f) || isinf(f)) return RAD_E_ARG;
+    }
     r.isa = ref_isa(a);
     r.inv = cached_table(a->lib_state, &r.c);
-    if (!r.inv) { /* no cache (no state, or full): the workspace, else scratch */
-        float *t = a->workspace ? a->workspace : ref_scratch(2, (size_t)(r.c.n_rot / 2) * sizeof(float));
+    if (!r.inv || ff) { /* no cache (no state, or full), or factors: the workspace, else scratch */
+        float *t = a->workspace ? a->workspace : ref_scratch(2, (size_t)hf * sizeof(float));
         if (!t) return RAD_E_NOMEM;
-        fill_table(&r.c, t);
+        if (r.inv) memcpy(t, r.inv, (size_t)hf * sizeof(float));
+        else fill_table(&r.c, t);
+        for (int64_t i = 0; ff && i < hf; i++) t[i] = t[i] / freq_factor(ff, i);
         r.inv = t;
     }
     int nth = ref_threads(a, (double)r.M * (double)(r.c.n_head * r.c.n_rot), 32768.0);
