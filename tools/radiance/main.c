@@ -1,5 +1,6 @@
-/* radiance — the engine: one-shot generation (-p), an interactive chat (--chat), tokenizer
- * round trips (--tokenize/--detokenize) and the debug views. The server is issue 5. */
+/* radiance — the engine: the OpenAI-compatible server (the default job; server.c), one-shot
+ * generation (-p), an interactive chat (--chat), tokenizer round trips (--tokenize/--detokenize)
+ * and the debug views. */
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -7,22 +8,16 @@
 #include <string.h>
 #include <time.h>
 
+#include "libcommon/rad_chat.h"
 #include "libcommon/rad_engine.h"
 #include "libcommon/rad_sampler.h"
 #include "libcommon/rad_tok.h"
-
-typedef struct Opts {
-    const char *model, *prompt, *ids, *kernels;
-    const char *plugin_dirs[16];
-    int n_plugin_dirs;
-    int n_predict, tokenize, detokenize, chat, debug_graph, debug_placement, print_ids, deterministic, fast;
-    uint32_t threads, ctx, batch;
-    RadSamplerParams sp;
-} Opts;
+#include "radiance.h"
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: radiance --model M.rad -p TEXT [options]     one-shot generation, streamed to stdout\n"
+            "usage: radiance --model M.rad [server options]      the OpenAI-compatible HTTP server (docs/SERVER.md)\n"
+            "       radiance --model M.rad -p TEXT [options]     one-shot generation, streamed to stdout\n"
             "       radiance --model M.rad --chat [options]      interactive chat in the model's chat format\n"
             "       radiance --model M.rad --tokenize|--detokenize   text on stdin -> ids, or ids -> text\n"
             "       radiance --model M.rad --debug-graph|--debug-placement\n"
@@ -39,7 +34,22 @@ static void usage(FILE *f) {
             "  --print-ids        print generated token ids (one per line) instead of text\n"
             "  --deterministic    batch-invariant kernels first\n"
             "  --fast             allow kernels within 2e-2 of the reference (quantised GEMMs quantise\n"
-            "                     activations to q8, as llama.cpp does); default: within 1e-3\n");
+            "                     activations to q8, as llama.cpp does); default: within 1e-3\n"
+            "server:\n"
+            "  --host H           listen address (default 127.0.0.1)\n"
+            "  --port P           TCP port (default 8080; 0: any free port, printed)\n"
+            "  --api-key KEY      require 'Authorization: Bearer KEY' on /v1/*, /tokenize, /detokenize\n"
+            "                     (default: $RADIANCE_API_KEY when set, else none)\n"
+            "  --served-model-name NAME   the model's name in the API (default: the container's file stem)\n"
+            "  --max-body BYTES   request body limit, 413 beyond it (default 2097152)\n"
+            "  --max-header BYTES request header limit, 431 beyond it (default 16384)\n"
+            "  --max-conns N      open connections; requests on connections past it get 503 (default 2048)\n"
+            "  --idle-timeout S   close a connection idle this long (default 60; 0: never)\n"
+            "  --max-seqs N       sequences generated at once (default 16)\n"
+            "  --max-mixed-tok N  tokens per engine step: decode rows plus prefill chunks (default 512)\n"
+            "  --max-queue N      waiting requests before 429 (default 1024)\n"
+            "  --no-prefix-cache  do not share prompt KV blocks between requests\n"
+            "  --drain-timeout S  on SIGTERM/SIGINT, seconds to let requests in flight finish (default 30)\n");
 }
 
 static double now(void) {
@@ -61,7 +71,8 @@ static int parse_num(const char *flag, const char *s, double lo, double hi, doub
 
 static int parse_args(int argc, char **argv, Opts *o) {
     enum { TEMP = 256, TOPK, TOPP, MINP, REP, PRES, FREQ, SEED, THREADS, CTX, BATCH, KERNELS, PDIR, IDS, TOKENIZE,
-           DETOK, CHAT, DGRAPH, DPLACE, PIDS, DET, FAST };
+           DETOK, CHAT, DGRAPH, DPLACE, PIDS, DET, FAST, HOST, PORT, APIKEY, SNAME, MAXBODY, MAXHDR, MAXCONNS,
+           IDLE, MAXSEQS, MAXMIXED, MAXQUEUE, NOPREFIX, DRAIN };
     static const struct option lo[] = {
         {"model", required_argument, 0, 'm'}, {"prompt", required_argument, 0, 'p'}, {"temp", required_argument, 0, TEMP},
         {"top-k", required_argument, 0, TOPK}, {"top-p", required_argument, 0, TOPP}, {"min-p", required_argument, 0, MINP},
@@ -71,9 +82,26 @@ static int parse_args(int argc, char **argv, Opts *o) {
         {"kernels", required_argument, 0, KERNELS}, {"plugin-dir", required_argument, 0, PDIR}, {"ids", required_argument, 0, IDS},
         {"tokenize", no_argument, 0, TOKENIZE}, {"detokenize", no_argument, 0, DETOK}, {"chat", no_argument, 0, CHAT},
         {"debug-graph", no_argument, 0, DGRAPH}, {"debug-placement", no_argument, 0, DPLACE}, {"print-ids", no_argument, 0, PIDS},
-        {"deterministic", no_argument, 0, DET}, {"fast", no_argument, 0, FAST}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"deterministic", no_argument, 0, DET}, {"fast", no_argument, 0, FAST}, {"help", no_argument, 0, 'h'},
+        {"host", required_argument, 0, HOST}, {"port", required_argument, 0, PORT}, {"api-key", required_argument, 0, APIKEY},
+        {"served-model-name", required_argument, 0, SNAME}, {"max-body", required_argument, 0, MAXBODY},
+        {"max-header", required_argument, 0, MAXHDR}, {"max-conns", required_argument, 0, MAXCONNS},
+        {"idle-timeout", required_argument, 0, IDLE}, {"max-seqs", required_argument, 0, MAXSEQS},
+        {"max-mixed-tok", required_argument, 0, MAXMIXED}, {"max-queue", required_argument, 0, MAXQUEUE},
+        {"no-prefix-cache", no_argument, 0, NOPREFIX}, {"drain-timeout", required_argument, 0, DRAIN}, {0, 0, 0, 0}};
     o->n_predict = 128;
     o->sp = rad_sampler_defaults();
+    o->host = "127.0.0.1";
+    o->port = 8080;
+    o->api_key = getenv("RADIANCE_API_KEY") && *getenv("RADIANCE_API_KEY") ? getenv("RADIANCE_API_KEY") : NULL;
+    o->max_body = 2u << 20;
+    o->max_header = 16384;
+    o->max_conns = 2048;
+    o->idle_timeout = 60;
+    o->drain_timeout = 30;
+    o->max_seqs = 16;
+    o->max_mixed_tok = 512;
+    o->max_queue = 1024;
     int c;
     double v;
     opterr = 0;
@@ -107,6 +135,22 @@ static int parse_args(int argc, char **argv, Opts *o) {
         case PIDS: o->print_ids = 1; break;
         case DET: o->deterministic = 1; break;
         case FAST: o->fast = 1; break;
+        case HOST: o->host = optarg; break;
+        case PORT: if (!parse_num("--port", optarg, 0, 65535, &v)) return 2; o->port = (unsigned)v; break;
+        case APIKEY: o->api_key = *optarg ? optarg : NULL; break;
+        case SNAME:
+            if (!*optarg || strlen(optarg) > 200) return fprintf(stderr, "radiance: --served-model-name: 1 to 200 characters\n"), 2;
+            o->served_model_name = optarg;
+            break;
+        case MAXBODY: if (!parse_num("--max-body", optarg, 1024, 1u << 30, &v)) return 2; o->max_body = (size_t)v; break;
+        case MAXHDR: if (!parse_num("--max-header", optarg, 1024, 1u << 24, &v)) return 2; o->max_header = (size_t)v; break;
+        case MAXCONNS: if (!parse_num("--max-conns", optarg, 1, 1 << 20, &v)) return 2; o->max_conns = (unsigned)v; break;
+        case IDLE: if (!parse_num("--idle-timeout", optarg, 0, 86400, &v)) return 2; o->idle_timeout = (unsigned)v; break;
+        case MAXSEQS: if (!parse_num("--max-seqs", optarg, 1, 4096, &v)) return 2; o->max_seqs = (uint32_t)v; break;
+        case MAXMIXED: if (!parse_num("--max-mixed-tok", optarg, 1, 1 << 20, &v)) return 2; o->max_mixed_tok = (uint32_t)v; break;
+        case MAXQUEUE: if (!parse_num("--max-queue", optarg, 1, 1 << 20, &v)) return 2; o->max_queue = (uint32_t)v; break;
+        case NOPREFIX: o->no_prefix_cache = 1; break;
+        case DRAIN: if (!parse_num("--drain-timeout", optarg, 0, 86400, &v)) return 2; o->drain_timeout = (unsigned)v; break;
         case 'h': usage(stdout); exit(0);
         default:
             fprintf(stderr, "radiance: unknown or incomplete option '%s' (see radiance --help)\n", argv[optind - 1]);
@@ -153,10 +197,29 @@ static int parse_ids(const char *s, int32_t **ids, size_t *n) {
     return *ids != NULL;
 }
 
-/* Generation state: prints text pieces as whole UTF-8 characters. */
+/* A growing list of token ids. */
+typedef struct RadIds {
+    int32_t *v;
+    size_t n, cap;
+} RadIds;
+
+static int ids_push(RadIds *a, int32_t id, RadErr *e) {
+    if (a->n == a->cap) {
+        size_t cap = a->cap ? a->cap * 2 : 256;
+        int32_t *v = realloc(a->v, cap * sizeof *v);
+        if (!v) return rad_err_set(e, RAD_E_NOMEM, "out of memory (%zu tokens)", a->n);
+        a->v = v;
+        a->cap = cap;
+    }
+    a->v[a->n++] = id;
+    return RAD_OK;
+}
+
+/* Generation state: prints text pieces as whole UTF-8 characters; keeps them in `text` when set. */
 typedef struct Out {
     char pend[16];
     int npend;
+    RadChatBuf *text;
 } Out;
 
 static void emit(const RadTok *tok, Out *o, int32_t id, int print_ids) {
@@ -169,22 +232,16 @@ static void emit(const RadTok *tok, Out *o, int32_t id, int print_ids) {
     char buf[256];
     int n = rad_tok_piece(tok, id, buf, sizeof buf);
     if (n > (int)sizeof buf) n = (int)sizeof buf;
+    if (n > 0 && o->text) rad_chat_buf_add(o->text, buf, (size_t)n, NULL);
     for (int i = 0; i < n; i++) {
         if (o->npend == (int)sizeof o->pend) { fwrite(o->pend, 1, (size_t)o->npend, stdout); o->npend = 0; }
         o->pend[o->npend++] = buf[i];
     }
     /* write all but an incomplete trailing UTF-8 sequence */
-    int keep = 0;
-    for (int i = o->npend - 1; i >= 0 && i >= o->npend - 4; i--) {
-        unsigned char c = (unsigned char)o->pend[i];
-        if ((c & 0xC0) == 0x80) continue;
-        int need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-        if (o->npend - i < need) keep = o->npend - i;
-        break;
-    }
-    fwrite(o->pend, 1, (size_t)(o->npend - keep), stdout);
-    memmove(o->pend, o->pend + o->npend - keep, (size_t)keep);
-    o->npend = keep;
+    size_t keep = rad_utf8_tail(o->pend, (size_t)o->npend);
+    fwrite(o->pend, 1, (size_t)o->npend - keep, stdout);
+    memmove(o->pend, o->pend + o->npend - keep, keep);
+    o->npend = (int)keep;
     fflush(stdout);
 }
 
@@ -192,22 +249,25 @@ static int is_stop(const RadTok *tok, int32_t id) {
     return id == rad_tok_eos(tok) || (rad_tok_eot(tok) >= 0 && id == rad_tok_eot(tok));
 }
 
-/* Feeds ids at *pos, then generates up to n_predict tokens, streaming them. */
+/* Feeds ids at *pos, then generates up to n_predict tokens, streaming them (and appending
+ * their ids to `hist` and their text to `text` when given). */
 static int generate(RadEngine *en, const RadTok *tok, RadSampler *s, const int32_t *ids, size_t n, uint32_t *pos,
-                    int n_predict, int print_ids, double *t_prompt, double *t_gen, int *n_gen, RadErr *e) {
+                    int n_predict, int print_ids, double *t_prompt, double *t_gen, int *n_gen, RadChatBuf *text,
+                    RadIds *hist, RadErr *e) {
     for (size_t i = 0; i < n; i++) rad_sampler_accept(s, ids[i]);
     double t0 = now();
     int rc = rad_engine_forward(en, 0, ids, (uint32_t)n, *pos, 1, e);
     *pos += (uint32_t)n;
     *t_prompt += now() - t0;
     if (rc) return rc;
-    Out out = {0};
+    Out out = {.text = text};
     double t1 = now();
     for (int i = 0; i < n_predict; i++) {
         int32_t next = rad_sampler_sample(s, rad_engine_logits(en, NULL));
         if (is_stop(tok, next)) break;
         emit(tok, &out, next, print_ids);
         rad_sampler_accept(s, next);
+        if (hist && (rc = ids_push(hist, next, e))) return rc;
         (*n_gen)++;
         if (i + 1 == n_predict) break;
         if ((rc = rad_engine_forward(en, 0, &next, 1, *pos, 1, e))) return rc;
@@ -218,48 +278,67 @@ static int generate(RadEngine *en, const RadTok *tok, RadSampler *s, const int32
     return RAD_OK;
 }
 
+/* --chat: each turn renders the whole conversation with rad_chat_render (as the model's template
+ * would, so the prompt's tokens equal transformers' apply_chat_template), encodes it, and feeds
+ * only what differs from the tokens already in the cache. */
 static int run_chat(RadEngine *en, const RadTok *tok, Opts *o, RadErr *e) {
     const RadChatFormat *cf = en->arch->chat_format ? en->arch->chat_format(&en->meta) : NULL;
     if (!cf) return rad_err_set(e, RAD_E_UNSUPPORTED, "plugin '%s' gives no chat format for this model", en->arch->info->name);
     RadSampler s;
     int rc = rad_sampler_init(&s, &o->sp, rad_tok_n_vocab(tok), e);
     if (rc) return rc;
+    RadChatMsg *msgs = NULL;     /* the conversation; contents owned here */
+    size_t n_msgs = 0;
+    RadIds cache = {0};          /* the tokens in the KV cache, in order */
     uint32_t pos = 0;
     double tp = 0, tg = 0;
-    int ng = 0, first = 1;
+    int ng = 0;
     char line[8192];
     fprintf(stderr, "radiance: chat (%s); an empty line or end of input quits\n", cf->kind);
-    while (fputs("> ", stderr), fgets(line, sizeof line, stdin)) {
+    while (!rc && (fputs("> ", stderr), fgets(line, sizeof line, stdin))) {
         line[strcspn(line, "\n")] = 0;
         if (!*line) break;
-        char *turn = malloc(strlen(line) + 4096);
-        size_t k = 0;
-        if (first && cf->bos && *cf->bos && rad_tok_bos(tok) < 0) k += (size_t)sprintf(turn + k, "%s", cf->bos);
-        if (first && cf->default_system && !(cf->flags & RAD_CHAT_SYSTEM_IN_FIRST_USER))
-            k += (size_t)sprintf(turn + k, "%s%s%s", cf->system_start, cf->default_system, cf->system_end);
-        k += (size_t)sprintf(turn + k, "%s", cf->user_start);
-        if (first && cf->default_system && (cf->flags & RAD_CHAT_SYSTEM_IN_FIRST_USER))
-            k += (size_t)sprintf(turn + k, "%s%s%s", cf->system_start, cf->default_system, cf->system_end);
-        k += (size_t)sprintf(turn + k, "%s%s%s", line, cf->user_end, cf->assistant_start);
+        RadChatMsg *nm = realloc(msgs, (n_msgs + 2) * sizeof *msgs);
+        char *user = strdup(line);
+        if (!nm || !user) {
+            free(user);
+            if (nm) msgs = nm;
+            rc = rad_err_set(e, RAD_E_NOMEM, "out of memory (chat history)");
+            break;
+        }
+        msgs = nm;
+        msgs[n_msgs++] = (RadChatMsg){RAD_ROLE_USER, user};
+        char *text;
+        size_t len;
+        int add_special;
+        unsigned flags = RAD_CHAT_GEN_PROMPT | (rad_tok_bos(tok) >= 0 ? RAD_CHAT_TOK_HAS_BOS : 0);
+        if ((rc = rad_chat_render(cf, msgs, n_msgs, flags, &text, &len, &add_special, e))) break;
         int32_t *ids;
         size_t n;
-        rc = rad_tok_encode(tok, turn, k, first, &ids, &n, e);
-        free(turn);
+        rc = rad_tok_encode(tok, text, len, add_special, &ids, &n, e);
+        free(text);
         if (rc) break;
-        rc = generate(en, tok, &s, ids, n, &pos, o->n_predict, 0, &tp, &tg, &ng, e);
+        /* the cache keeps the longest common prefix; at least one token is fed for logits */
+        size_t keep = 0;
+        while (keep < cache.n && keep < n && cache.v[keep] == ids[keep]) keep++;
+        if (keep == n) keep = n ? n - 1 : 0;
+        cache.n = keep;
+        pos = (uint32_t)keep;
+        for (size_t i = keep; !rc && i < n; i++) rc = ids_push(&cache, ids[i], e);
+        RadChatBuf reply = {0};
+        if (!rc) rc = rad_chat_buf_add(&reply, "", 0, e);
+        if (!rc) rc = generate(en, tok, &s, ids + keep, n - keep, &pos, o->n_predict, 0, &tp, &tg, &ng, &reply, &cache, e);
         free(ids);
-        if (rc) break;
-        printf("\n");
-        /* close the turn in the cache so the next one follows it */
-        size_t ne;
-        int32_t *end_ids;
-        if ((rc = rad_tok_encode(tok, cf->assistant_end, strlen(cf->assistant_end), 0, &end_ids, &ne, e))) break;
-        if (ne) rc = rad_engine_forward(en, 0, end_ids, (uint32_t)ne, pos, 0, e);
-        pos += (uint32_t)ne;
-        free(end_ids);
-        if (rc) break;
-        first = 0;
+        if (!rc) {
+            printf("\n");
+            msgs[n_msgs++] = (RadChatMsg){RAD_ROLE_ASSISTANT, reply.p};
+        } else {
+            rad_chat_buf_free(&reply);
+        }
     }
+    for (size_t i = 0; i < n_msgs; i++) free((char *)msgs[i].content);
+    free(msgs);
+    free(cache.v);
     rad_sampler_free(&s);
     return rc;
 }
@@ -269,10 +348,7 @@ int main(int argc, char **argv) {
     memset(&o, 0, sizeof o);
     int rc = parse_args(argc, argv, &o);
     if (rc) return rc;
-    if (!o.prompt && !o.ids && !o.tokenize && !o.detokenize && !o.chat && !o.debug_graph && !o.debug_placement) {
-        fprintf(stderr, "radiance: nothing to do: give -p TEXT, --chat, --tokenize or a debug view (the server arrives with issue 5)\n");
-        return 2;
-    }
+    if (!o.prompt && !o.ids && !o.tokenize && !o.detokenize && !o.chat && !o.debug_graph && !o.debug_placement) return serve(&o);
     RadErr e = {0};
     RadTok *tok = NULL;
     RadEngine en;
@@ -341,7 +417,7 @@ int main(int argc, char **argv) {
         if (!rc) {
             uint32_t pos = 0;
             if (o.prompt && !o.print_ids) fputs(o.prompt, stdout);
-            rc = generate(&en, tok, &s, ids, n_prompt, &pos, o.n_predict, o.print_ids, &tp, &tg, &ng, &e);
+            rc = generate(&en, tok, &s, ids, n_prompt, &pos, o.n_predict, o.print_ids, &tp, &tg, &ng, NULL, NULL, &e);
             if (!o.print_ids) printf("\n");
             rad_sampler_free(&s);
         }

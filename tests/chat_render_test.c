@@ -1,0 +1,217 @@
+/* rad_chat: OpenAI messages into a chat format's prompt text, and the reasoning split.
+ * The ChatML expectations are what transformers' apply_chat_template writes with
+ * SmolLM2-135M-Instruct's own template (the GGUF's tokenizer.chat_template), taken once with
+ * /work/venv/bin/python; the token ids are its tokenize=True output. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "arch/common/rad_chat_formats.h"
+#include "libcommon/rad_chat.h"
+#include "libcommon/rad_model.h"
+#include "libcommon/rad_tok.h"
+
+#define SMOL_SYS "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+
+/* Renders a JSON messages list; returns the text (free it). */
+static char *render(const RadChatFormat *f, const char *json, unsigned flags, int *add_special) {
+    json_error_t je;
+    json_t *j = json_loads(json, 0, &je);
+    cr_assert_not_null(j, "%s", je.text);
+    RadChatMsgs m;
+    RadErr e = {0};
+    char param[64];
+    cr_assert_eq(rad_chat_msgs_from_json(j, &m, param, sizeof param, &e), RAD_OK, "%s", e.msg);
+    char *text;
+    size_t len;
+    int as = -1;
+    cr_assert_eq(rad_chat_render(f, m.m, m.n, flags, &text, &len, &as, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(strlen(text), len);
+    if (add_special) *add_special = as;
+    rad_chat_msgs_free(&m);
+    json_decref(j);
+    return text;
+}
+
+static void expect_render(const RadChatFormat *f, const char *json, unsigned flags, const char *want) {
+    char *got = render(f, json, flags, NULL);
+    cr_expect_str_eq(got, want);
+    free(got);
+}
+
+Test(chat_render, smollm2_default_system_and_generation_prompt) {
+    expect_render(&rad_chat_chatml_smollm, "[{\"role\":\"user\",\"content\":\"Hi\"}]", RAD_CHAT_GEN_PROMPT,
+                  SMOL_SYS "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+}
+
+Test(chat_render, smollm2_own_system_replaces_default) {
+    expect_render(&rad_chat_chatml_smollm, "[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"Hi\"}]",
+                  RAD_CHAT_GEN_PROMPT,
+                  "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+    /* developer is OpenAI's newer name for system */
+    expect_render(&rad_chat_chatml_smollm, "[{\"role\":\"developer\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"Hi\"}]",
+                  RAD_CHAT_GEN_PROMPT,
+                  "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+}
+
+Test(chat_render, smollm2_history_and_no_generation_prompt) {
+    expect_render(&rad_chat_chatml_smollm,
+                  "[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\",\"content\":\"Hello!\"},"
+                  "{\"role\":\"user\",\"content\":\"Bye\"}]",
+                  RAD_CHAT_GEN_PROMPT,
+                  SMOL_SYS "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n"
+                           "<|im_start|>assistant\n");
+    expect_render(&rad_chat_chatml_smollm, "[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\",\"content\":\"Hello!\"}]", 0,
+                  SMOL_SYS "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n");
+}
+
+Test(chat_render, smollm2_tool_role_and_text_parts) {
+    expect_render(&rad_chat_chatml_smollm, "[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"tool\",\"content\":\"42\"}]",
+                  RAD_CHAT_GEN_PROMPT,
+                  SMOL_SYS "<|im_start|>user\nHi<|im_end|>\n<|im_start|>tool\n42<|im_end|>\n<|im_start|>assistant\n");
+    expect_render(&rad_chat_chatml_smollm,
+                  "[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"H\"},{\"type\":\"text\",\"text\":\"i\"}]}]",
+                  RAD_CHAT_GEN_PROMPT, SMOL_SYS "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+    /* an assistant message with null content (a tool call) renders as an empty turn */
+    expect_render(&rad_chat_chatml, "[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\",\"content\":null}]", 0,
+                  "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<|im_end|>\n");
+}
+
+/* The whole path the server and --chat take: render, then encode with the returned flag. */
+Test(chat_render, smollm2_token_ids_equal_transformers) {
+    RadModelFile m;
+    RadErr e = {0};
+    if (rad_model_open("models/SmolLM2-135M-Instruct.Q4_1.gguf", &m, &e)) cr_skip_test("default model absent: %s", e.msg);
+    RadTok *tok;
+    cr_assert_eq(rad_tok_init(&tok, &m.tok, &e), RAD_OK, "%s", e.msg);
+    int as;
+    char *text = render(&rad_chat_chatml_smollm, "[{\"role\":\"user\",\"content\":\"Hi\"}]",
+                        RAD_CHAT_GEN_PROMPT | (rad_tok_bos(tok) >= 0 ? RAD_CHAT_TOK_HAS_BOS : 0), &as);
+    int32_t *ids;
+    size_t n;
+    cr_assert_eq(rad_tok_encode(tok, text, strlen(text), as, &ids, &n, &e), RAD_OK, "%s", e.msg);
+    static const int32_t want[] = {1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511, 308, 34519, 28, 7018, 411,
+                                   407, 19712, 8182, 2, 198, 1, 4093, 198, 26843, 2, 198, 1, 520, 9531, 198};
+    cr_assert_eq(n, sizeof want / sizeof want[0]);
+    for (size_t i = 0; i < n; i++) cr_expect_eq(ids[i], want[i], "token %zu: %d, transformers %d", i, ids[i], want[i]);
+    free(ids);
+    free(text);
+    rad_tok_free(tok);
+    rad_model_free(&m);
+}
+
+Test(chat_render, llama2_system_inside_first_user_and_bos_text) {
+    int as = -1;
+    char *t = render(&rad_chat_llama2,
+                     "[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\",\"content\":\"A\"},"
+                     "{\"role\":\"assistant\",\"content\":\"B\"},{\"role\":\"user\",\"content\":\"C\"}]",
+                     RAD_CHAT_GEN_PROMPT | RAD_CHAT_TOK_HAS_BOS, &as);
+    cr_expect_str_eq(t, "<s>[INST] <<SYS>>\nS\n<</SYS>>\n\nA [/INST]B </s><s>[INST] C [/INST]");
+    cr_expect_eq(as, 0, "the format's <s> is the BOS: no special tokens added");
+    free(t);
+    /* a later system message has no place in Llama 2's template */
+    json_t *j = json_loads("[{\"role\":\"user\",\"content\":\"A\"},{\"role\":\"system\",\"content\":\"S\"}]", 0, NULL);
+    RadChatMsgs m;
+    RadErr e = {0};
+    cr_assert_eq(rad_chat_msgs_from_json(j, &m, NULL, 0, &e), RAD_OK);
+    char *text;
+    size_t len;
+    cr_expect_eq(rad_chat_render(&rad_chat_llama2, m.m, m.n, RAD_CHAT_GEN_PROMPT, &text, &len, &as, &e), RAD_E_ARG);
+    cr_expect(strstr(e.msg, "messages[1]") != NULL, "%s", e.msg);
+    rad_chat_msgs_free(&m);
+    json_decref(j);
+}
+
+Test(chat_render, llama3_bos_from_tokenizer_or_text) {
+    int as = -1;
+    char *t = render(&rad_chat_llama3, "[{\"role\":\"user\",\"content\":\"Hi\"}]", RAD_CHAT_GEN_PROMPT | RAD_CHAT_TOK_HAS_BOS, &as);
+    cr_expect_str_eq(t, "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+    cr_expect_eq(as, 1, "the tokenizer adds the BOS");
+    free(t);
+    t = render(&rad_chat_llama3, "[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"tool\",\"content\":\"7\"}]", 0, &as);
+    cr_expect_str_eq(t, "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                        "<|start_header_id|>ipython<|end_header_id|>\n\n7<|eot_id|>");
+    free(t);
+}
+
+Test(chat_render, malformed_messages_name_the_field) {
+    static const struct {
+        const char *json, *param;
+    } bad[] = {
+        {"{}", "messages"},
+        {"[]", "messages"},
+        {"[1]", "messages[0]"},
+        {"[{\"content\":\"x\"}]", "messages[0].role"},
+        {"[{\"role\":\"wizard\",\"content\":\"x\"}]", "messages[0].role"},
+        {"[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"user\"}]", "messages[1].content"},
+        {"[{\"role\":\"user\",\"content\":7}]", "messages[0].content"},
+        {"[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{}}]}]", "messages[0].content"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        json_t *j = json_loads(bad[i].json, JSON_DECODE_ANY, NULL);
+        cr_assert_not_null(j);
+        RadChatMsgs m;
+        RadErr e = {0};
+        char param[64] = "";
+        cr_expect_eq(rad_chat_msgs_from_json(j, &m, param, sizeof param, &e), RAD_E_ARG, "%s", bad[i].json);
+        cr_expect_str_eq(param, bad[i].param, "%s: %s", bad[i].json, e.msg);
+        cr_expect(e.msg[0] && !strchr(e.msg, '\n'));
+        json_decref(j);
+    }
+}
+
+/* ---- reasoning ---------------------------------------------------------------------------- */
+
+static const RadChatFormat think = {RAD_CHAT_CHATML_FIELDS, .default_system = NULL, .reasoning_start = "<think>",
+                                    .reasoning_end = "</think>"};
+
+/* Feeds text cut every `step` bytes; returns content and reasoning. */
+static void split(const RadChatFormat *f, int in_r, const char *text, size_t step, RadChatBuf *c, RadChatBuf *r) {
+    RadChatSplit s;
+    RadErr e = {0};
+    rad_chat_split_init(&s, f, in_r);
+    memset(c, 0, sizeof *c);
+    memset(r, 0, sizeof *r);
+    size_t n = strlen(text);
+    for (size_t i = 0; i < n; i += step) cr_assert_eq(rad_chat_split_feed(&s, text + i, n - i < step ? n - i : step, c, r, &e), 0);
+    cr_assert_eq(rad_chat_split_flush(&s, c, r, &e), 0);
+}
+
+Test(chat_render, reasoning_split_at_every_chunk_size) {
+    const char *text = "<think>plan: a < b</thi</think>\n\nThe answer <thin is 4.";
+    for (size_t step = 1; step <= strlen(text); step++) {
+        RadChatBuf c, r;
+        split(&think, 0, text, step, &c, &r);
+        cr_expect_str_eq(r.p, "plan: a < b</thi", "step %zu", step);
+        cr_expect_str_eq(c.p, "The answer <thin is 4.", "step %zu", step);
+        rad_chat_buf_free(&c);
+        rad_chat_buf_free(&r);
+    }
+}
+
+Test(chat_render, reasoning_open_in_prompt_unclosed_and_absent) {
+    RadChatBuf c, r;
+    split(&think, 1, "thinking</think>done", 3, &c, &r); /* the generation prompt opened it */
+    cr_expect_str_eq(r.p, "thinking");
+    cr_expect_str_eq(c.p, "done");
+    rad_chat_buf_free(&c);
+    rad_chat_buf_free(&r);
+    split(&think, 0, "<think>cut at the token lim", 2, &c, &r); /* never closed: all reasoning */
+    cr_expect_str_eq(r.p, "cut at the token lim");
+    cr_expect_str_eq(c.p, "");
+    rad_chat_buf_free(&c);
+    rad_chat_buf_free(&r);
+    split(&rad_chat_chatml, 0, "<think>no markup in this format</think>", 4, &c, &r);
+    cr_expect_str_eq(c.p, "<think>no markup in this format</think>");
+    cr_expect_str_eq(r.p, "");
+    rad_chat_buf_free(&c);
+    rad_chat_buf_free(&r);
+    split(&think, 0, "ends with a partial <thi", 5, &c, &r); /* the hold is released as content */
+    cr_expect_str_eq(c.p, "ends with a partial <thi");
+    rad_chat_buf_free(&c);
+    rad_chat_buf_free(&r);
+    cr_expect(rad_chat_prompt_opens_reasoning(&think, "<|im_start|>assistant\n<think>\n", 30));
+    cr_expect(!rad_chat_prompt_opens_reasoning(&think, "<|im_start|>assistant\n", 22));
+    cr_expect(!rad_chat_prompt_opens_reasoning(&rad_chat_chatml, "<think>", 7));
+}

@@ -1,0 +1,111 @@
+/* openai.h — the OpenAI-compatible API's JSON: request bodies into generation requests, and
+ * results into response objects, stream chunks and error objects. No HTTP here (server.c). */
+#ifndef RADIANCE_OPENAI_H
+#define RADIANCE_OPENAI_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "libcommon/rad_chat.h"
+#include "libcommon/rad_sched.h"
+#include "libcommon/rad_tok.h"
+
+#define API_MAX_N 128        /* choices per request (n x prompts) */
+#define API_MAX_STOP 16      /* stop strings */
+#define API_MAX_STOP_LEN 256 /* bytes per stop string */
+
+/* An error as OpenAI shapes it: {"error": {"message", "type", "param", "code"}}. */
+typedef struct ApiErr {
+    int status;              /* HTTP status */
+    const char *type;        /* "invalid_request_error", "authentication_error", "server_error", ... */
+    const char *code;        /* NULL or "model_not_found", "context_length_exceeded", ... */
+    char param[64];          /* "" when none */
+    char msg[512];
+} ApiErr;
+
+/* Fills e; returns e->status. */
+int api_err(ApiErr *e, int status, const char *type, const char *code, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+/* The error body (malloc'd JSON text). */
+char *api_err_body(const ApiErr *e);
+
+/* What the server knows that a request is checked against. */
+typedef struct ApiCtx {
+    const char *model;                /* served model name */
+    const RadTok *tok;
+    const RadChatFormat *chat;        /* NULL: /v1/chat/completions is refused */
+    uint32_t max_ctx;                 /* prompt + generated tokens */
+    RadSamplerParams defaults;        /* from the container's generation.* keys */
+} ApiCtx;
+
+typedef enum ApiKind { API_COMPLETIONS = 0, API_CHAT = 1 } ApiKind;
+
+/* A parsed generation request. */
+typedef struct ApiReq {
+    ApiKind kind;
+    int stream, include_usage;
+    uint32_t n;                       /* choices per prompt */
+    uint32_t n_prompts;
+    int32_t **prompt;                 /* [n_prompts][n_prompt[i]] token ids */
+    uint32_t *n_prompt;
+    RadSamplerParams sp;              /* bias points into `bias`; seed is the base seed */
+    RadLogitBias *bias;
+    int have_seed;                    /* the request gave a seed */
+    uint32_t max_tokens;              /* 0: up to the context */
+    char **stop;
+    uint32_t n_stop;
+    int logprobs;                     /* per-token logprobs wanted */
+    uint32_t top_logprobs;
+    int in_reasoning;                 /* chat: the prompt left the model inside reasoning */
+} ApiReq;
+
+/* Parses and checks a /v1/completions or /v1/chat/completions body. Returns 0 or the HTTP
+ * status of the error in e (400 invalid_request_error with param, 404 model_not_found). */
+int api_parse(ApiKind kind, const char *body, size_t len, const ApiCtx *cx, ApiReq *out, ApiErr *e);
+void api_req_free(ApiReq *r);
+
+/* One token's logprob record. */
+typedef struct ApiLp {
+    int32_t token;
+    float logprob;
+    uint32_t n_top;
+    RadGenTop top[RAD_SCHED_MAX_TOP];
+    size_t text_offset;               /* completions: bytes of the choice's text before it */
+} ApiLp;
+
+/* A finished (or streaming) choice. */
+typedef struct ApiChoice {
+    uint32_t index;
+    const char *text;                 /* completions text, or chat content */
+    size_t len;
+    const char *reasoning;            /* chat: reasoning_content, or NULL */
+    size_t reasoning_len;
+    const char *finish;               /* "stop", "length", or NULL (streaming, not finished) */
+    const ApiLp *lp;                  /* [n_lp] when logprobs were asked */
+    size_t n_lp;
+} ApiChoice;
+
+typedef struct ApiUsage {
+    uint32_t prompt, cached, completion;
+} ApiUsage;
+
+/* The whole non-streaming response body (malloc'd JSON text). */
+char *api_response(const ApiReq *r, const ApiCtx *cx, const char *id, long created, const ApiChoice *ch, uint32_t n,
+                   const ApiUsage *u);
+/* One streaming chunk as an SSE event "data: {...}\n\n" (malloc'd), for one choice; role_only:
+ * the chat stream's first chunk of a choice (delta {"role": "assistant", "content": ""}). */
+char *api_chunk(const ApiReq *r, const ApiCtx *cx, const char *id, long created, const ApiChoice *c, int role_only);
+/* The final usage chunk (stream_options.include_usage): choices [] and usage. */
+char *api_usage_chunk(const ApiReq *r, const ApiCtx *cx, const char *id, long created, const ApiUsage *u);
+/* An error inside a stream: "data: {"error": ...}\n\n". */
+char *api_stream_error(const ApiErr *e);
+
+/* GET /v1/models (and /v1/models/ID when one is non-NULL). */
+char *api_models(const ApiCtx *cx, long created);
+char *api_model(const ApiCtx *cx, long created);
+/* POST /tokenize and /detokenize: the response body, or NULL with e set. */
+char *api_tokenize(const char *body, size_t len, const ApiCtx *cx, ApiErr *e);
+char *api_detokenize(const char *body, size_t len, const ApiCtx *cx, ApiErr *e);
+
+#endif

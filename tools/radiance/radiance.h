@@ -1,0 +1,30 @@
+/* radiance.h — what main.c parses and the server (server.c) runs with. */
+#ifndef RADIANCE_H
+#define RADIANCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "libcommon/rad_sampler.h"
+
+typedef struct Opts {
+    const char *model, *prompt, *ids, *kernels;
+    const char *plugin_dirs[16];
+    int n_plugin_dirs;
+    int n_predict, tokenize, detokenize, chat, debug_graph, debug_placement, print_ids, deterministic, fast;
+    uint32_t threads, ctx, batch;
+    RadSamplerParams sp;
+    int seed_given;
+    /* the server */
+    const char *host, *api_key, *served_model_name;
+    unsigned port;
+    size_t max_body, max_header;
+    unsigned max_conns, idle_timeout, drain_timeout;
+    uint32_t max_seqs, max_mixed_tok, max_queue;
+    int no_prefix_cache;
+} Opts;
+
+/* Runs the server until SIGTERM/SIGINT and the drain; returns the exit status. */
+int serve(const Opts *o);
+
+#endif
