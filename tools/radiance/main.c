@@ -46,6 +46,7 @@ static void usage(FILE *f) {
             "  --max-conns N      open connections; requests on connections past it get 503 (default 2048)\n"
             "  --idle-timeout S   close a connection idle this long (default 60; 0: never)\n"
             "  --max-seqs N       sequences generated at once (default 16)\n"
+            "  --kv-blocks N      KV cache blocks (default: max-seqs full contexts)\n"
             "  --max-mixed-tok N  tokens per engine step: decode rows plus prefill chunks (default 512)\n"
             "  --max-queue N      waiting requests before 429 (default 1024)\n"
             "  --no-prefix-cache  do not share prompt KV blocks between requests\n"
@@ -72,7 +73,7 @@ static int parse_num(const char *flag, const char *s, double lo, double hi, doub
 static int parse_args(int argc, char **argv, Opts *o) {
     enum { TEMP = 256, TOPK, TOPP, MINP, REP, PRES, FREQ, SEED, THREADS, CTX, BATCH, KERNELS, PDIR, IDS, TOKENIZE,
            DETOK, CHAT, DGRAPH, DPLACE, PIDS, DET, FAST, HOST, PORT, APIKEY, SNAME, MAXBODY, MAXHDR, MAXCONNS,
-           IDLE, MAXSEQS, MAXMIXED, MAXQUEUE, NOPREFIX, DRAIN };
+           IDLE, MAXSEQS, MAXMIXED, MAXQUEUE, NOPREFIX, DRAIN, KVBLOCKS };
     static const struct option lo[] = {
         {"model", required_argument, 0, 'm'}, {"prompt", required_argument, 0, 'p'}, {"temp", required_argument, 0, TEMP},
         {"top-k", required_argument, 0, TOPK}, {"top-p", required_argument, 0, TOPP}, {"min-p", required_argument, 0, MINP},
@@ -87,6 +88,7 @@ static int parse_args(int argc, char **argv, Opts *o) {
         {"served-model-name", required_argument, 0, SNAME}, {"max-body", required_argument, 0, MAXBODY},
         {"max-header", required_argument, 0, MAXHDR}, {"max-conns", required_argument, 0, MAXCONNS},
         {"idle-timeout", required_argument, 0, IDLE}, {"max-seqs", required_argument, 0, MAXSEQS},
+        {"kv-blocks", required_argument, 0, KVBLOCKS},
         {"max-mixed-tok", required_argument, 0, MAXMIXED}, {"max-queue", required_argument, 0, MAXQUEUE},
         {"no-prefix-cache", no_argument, 0, NOPREFIX}, {"drain-timeout", required_argument, 0, DRAIN}, {0, 0, 0, 0}};
     o->n_predict = 128;
@@ -147,6 +149,7 @@ static int parse_args(int argc, char **argv, Opts *o) {
         case MAXCONNS: if (!parse_num("--max-conns", optarg, 1, 1 << 20, &v)) return 2; o->max_conns = (unsigned)v; break;
         case IDLE: if (!parse_num("--idle-timeout", optarg, 0, 86400, &v)) return 2; o->idle_timeout = (unsigned)v; break;
         case MAXSEQS: if (!parse_num("--max-seqs", optarg, 1, 4096, &v)) return 2; o->max_seqs = (uint32_t)v; break;
+        case KVBLOCKS: if (!parse_num("--kv-blocks", optarg, 1, 1 << 24, &v)) return 2; o->kv_blocks = (uint32_t)v; break;
         case MAXMIXED: if (!parse_num("--max-mixed-tok", optarg, 1, 1 << 20, &v)) return 2; o->max_mixed_tok = (uint32_t)v; break;
         case MAXQUEUE: if (!parse_num("--max-queue", optarg, 1, 1 << 20, &v)) return 2; o->max_queue = (uint32_t)v; break;
         case NOPREFIX: o->no_prefix_cache = 1; break;

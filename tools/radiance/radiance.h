@@ -21,6 +21,7 @@ typedef struct Opts {
     size_t max_body, max_header;
     unsigned max_conns, idle_timeout, drain_timeout;
     uint32_t max_seqs, max_mixed_tok, max_queue;
+    uint32_t kv_blocks;            /* 0: max_seqs full contexts */
     int no_prefix_cache;
 } Opts;
 
