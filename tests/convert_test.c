@@ -94,9 +94,14 @@ Test(convert, gguf_to_rad_file_and_pipe) {
     const RadTensor *a = rad_model_find(&g, "blk.3.ffn_down.weight"), *b = rad_model_find(&r, "blk.3.ffn_down.weight");
     cr_assert(a && b && a->planes[0].nbytes == b->planes[0].nbytes);
     cr_assert_eq(memcmp(a->planes[0].data, b->planes[0].data, a->planes[0].nbytes), 0);
-    /* the tied head is the embedding */
-    a = rad_model_find(&g, "token_embd.weight"), b = rad_model_find(&r, "output.weight");
-    cr_assert(a && b && memcmp(a->planes[0].data, b->planes[0].data, a->planes[0].nbytes) == 0);
+    /* the tied head (the GGUF has no output.weight) is stored once: as the embedding, which
+     * logits_gemm reads; the container holds the GGUF's tensors and no second copy */
+    cr_assert_null(rad_model_find(&g, "output.weight"));
+    cr_assert_null(rad_model_find(&r, "output.weight"), "a tied head is stored a second time");
+    a = rad_model_find(&g, "token_embd.weight"), b = rad_model_find(&r, "tok_embd.weight");
+    cr_assert(a && b && a->planes[0].nbytes == b->planes[0].nbytes);
+    cr_assert_eq(memcmp(a->planes[0].data, b->planes[0].data, a->planes[0].nbytes), 0);
+    cr_assert_eq(r.n_tensors, g.n_tensors);
     const char *q = NULL, *o = NULL;
     rad_kv_gets(&r.meta, "model.quant", &q, NULL);
     rad_kv_gets(&r.meta, "model.quant_origin", &o, NULL);
@@ -117,8 +122,9 @@ typedef struct Tw {
     int rank;
 } Tw;
 
-/* Writes config.json and model.safetensors; `drop` omits one tensor, `ff_cfg` lies about n_ff. */
-static void write_hf(const char *sub, const char *drop, int ff_cfg, const char *arch) {
+/* Writes config.json and model.safetensors; `drop` omits one tensor, `ff_cfg` lies about n_ff,
+ * `tie` is config's tie_word_embeddings (0 false, 1 true, -1 no such key). */
+static void write_hf_tie(const char *sub, const char *drop, int ff_cfg, const char *arch, int tie) {
     char p[512], cmd[600];
     snprintf(cmd, sizeof cmd, "mkdir -p %s/%s", dir, sub);
     cr_assert_eq(system(cmd), 0);
@@ -127,8 +133,9 @@ static void write_hf(const char *sub, const char *drop, int ff_cfg, const char *
     fprintf(f, "{\"architectures\": [\"%s\"], \"model_type\": \"llama\", \"hidden_size\": %d, \"intermediate_size\": %d,"
                " \"num_hidden_layers\": %d, \"num_attention_heads\": %d, \"num_key_value_heads\": %d, \"head_dim\": %d,"
                " \"vocab_size\": %d, \"max_position_embeddings\": 512, \"rms_norm_eps\": 1e-5, \"rope_theta\": 10000.0,"
-               " \"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\"}\n",
-            arch, E, ff_cfg, L, H, KV, HD, V);
+               "%s \"torch_dtype\": \"bfloat16\"}\n",
+            arch, E, ff_cfg, L, H, KV, HD, V,
+            tie < 0 ? "" : tie ? " \"tie_word_embeddings\": true," : " \"tie_word_embeddings\": false,");
     fclose(f);
     /* transformers writes model_max_length = int(1e30): more digits than any JSON integer type */
     snprintf(p, sizeof p, "%s/%s/tokenizer_config.json", dir, sub);
@@ -185,6 +192,10 @@ static void write_hf(const char *sub, const char *drop, int ff_cfg, const char *
     }
     fclose(f);
     free(hdr);
+}
+
+static void write_hf(const char *sub, const char *drop, int ff_cfg, const char *arch) {
+    write_hf_tie(sub, drop, ff_cfg, arch, 0);
 }
 
 static void compare_to_source(const char *hf_sub, const char *rad_rel, RadEnc want_linear) {
@@ -261,6 +272,115 @@ static void refused(const char *cmd, const char *needle, const char *must_not_ex
     snprintf(ls, sizeof ls, "! ls %s | grep -q tmp", dir);
     cr_assert_eq(system(ls), 0, "a temporary was left behind");
     free(err);
+}
+
+static void open_rel(const char *rel, RadModelFile *m) {
+    char p[512];
+    RadErr e = {0};
+    snprintf(p, sizeof p, "%s/%s", dir, rel);
+    cr_assert_eq(rad_model_open(p, m, &e), RAD_OK, "%s", e.msg);
+}
+
+static uint64_t tensor_bytes(const char *rel) {
+    RadModelFile m;
+    open_rel(rel, &m);
+    uint64_t n = 0;
+    for (uint64_t i = 0; i < m.n_tensors; i++)
+        for (uint32_t j = 0; j < m.tensors[i].n_planes; j++) n += m.tensors[i].planes[j].nbytes;
+    rad_model_free(&m);
+    return n;
+}
+
+/* The head and the embedding of a converted container: `head` null when not stored. */
+static void head_of(const RadModelFile *r, const RadTensor **embd, const RadTensor **head) {
+    *embd = rad_model_find(r, "tok_embd.weight");
+    *head = rad_model_find(r, "output.weight");
+    cr_assert_not_null(*embd);
+}
+
+/* A tied head (no lm_head.weight in the checkpoint) is stored once, as the embedding, which
+ * logits_gemm reads; a checkpoint with a head of its own keeps both, whatever its config says;
+ * a config that says untied but ships no head is refused. */
+Test(convert, tied_head_stored_once_untied_keeps_both) {
+    char *err;
+    const RadTensor *embd, *head, *x;
+    RadModelFile s, r;
+    RadErr e = {0};
+    /* untied: the random bf16 fixture keeps both, the head byte for byte lm_head.weight */
+    cr_assert_eq(run("$CONV tests/fixtures/tiny-llama-bf16 -o $D/untied.rad && "
+                     "$INFO --json --tensors $D/untied.rad | jq -e 'any(.tensors[]; .name == \"output.weight\") and "
+                     "any(.tensors[]; .name == \"tok_embd.weight\")' && "
+                     "$CONV tests/fixtures/tiny-llama-bf16 --plan-only -v > $D/plan_u && grep -q 'untied lm_head' $D/plan_u && "
+                     "! grep -q 'view of the embedding' $D/plan_u", &err), 0, "%s", err);
+    free(err);
+    cr_assert_eq(rad_model_open("tests/fixtures/tiny-llama-bf16", &s, &e), RAD_OK, "%s", e.msg);
+    open_rel("untied.rad", &r);
+    head_of(&r, &embd, &head);
+    x = rad_model_find(&s, "lm_head.weight");
+    cr_assert(head && x && head->planes[0].nbytes == x->planes[0].nbytes);
+    cr_assert_eq(memcmp(head->planes[0].data, x->planes[0].data, x->planes[0].nbytes), 0);
+    rad_model_free(&s), rad_model_free(&r);
+
+    /* tied (config says so, no lm_head.weight): one matrix, at each --quant, and plan -v says so */
+    write_hf("hf", NULL, FF, "LlamaForCausalLM");
+    write_hf_tie("tied", "lm_head.weight", FF, "LlamaForCausalLM", 1);
+    cr_assert_eq(run("$CONV $D/hf -o $D/hf.rad && cp tests/fixtures/hf/tiny-llama/tokenizer.json $D/tied/ && "
+                     "$CONV $D/tied -o $D/tied.rad && $CONV $D/tied --quant q8_0 -o $D/tied_q8.rad && "
+                     "$CONV $D/tied --quant f32 -o $D/tied_f32.rad && $CONV $D/tied.rad -o $D/tied_again.rad && "
+                     "for f in tied tied_q8 tied_f32 tied_again; do $INFO --check $D/$f.rad && "
+                     "$INFO --json --tensors $D/$f.rad | jq -e '(any(.tensors[]; .name == \"output.weight\") | not) and "
+                     "any(.tensors[]; .name == \"tok_embd.weight\")' || exit 1; done && "
+                     "$CONV $D/tied --plan-only -v > $D/plan_t && grep -q 'note: llama: .*, tied lm_head' $D/plan_t && "
+                     "grep -q 'head: tied, a view of the embedding: logits_gemm reads tok_embd.weight' $D/plan_t && "
+                     "! grep -q '^  output.weight ' $D/plan_t", &err), 0, "%s", err);
+    free(err);
+    /* the same weights but the head: the tensors of tied.rad are one bf16 [V, E] fewer bytes */
+    cr_assert_eq(tensor_bytes("hf.rad") - tensor_bytes("tied.rad"), (uint64_t)V * E * 2);
+    const struct { const char *rel; RadEnc enc; } tied[] = {
+        {"tied.rad", RAD_ENC_BF16}, {"tied_q8.rad", RAD_ENC_Q8_0}, {"tied_f32.rad", RAD_ENC_F32}, {"tied_again.rad", RAD_ENC_BF16}};
+    for (size_t i = 0; i < sizeof tied / sizeof tied[0]; i++) {
+        open_rel(tied[i].rel, &r);
+        head_of(&r, &embd, &head);
+        cr_assert_null(head, "%s stores the tied head a second time", tied[i].rel);
+        cr_assert_eq(embd->enc, tied[i].enc, "%s: the embedding (and so the head) is %d", tied[i].rel, embd->enc);
+        cr_assert_eq(r.n_tensors, 2 + 9 * L, "%s", tied[i].rel);
+        rad_model_free(&r);
+    }
+    /* the engine serves it: logits_gemm reads the embedding */
+    const char *b = getenv("RAD_BUILD");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s/radiance --model $D/tied.rad --debug-graph > $D/g 2>&1; "
+             "grep -q 'logits_gemm *tok_embd.weight(bf16)' $D/g || (cat $D/g >&2; exit 1)", b ? b : "build");
+    cr_assert_eq(run(cmd, &err), 0, "%s", err);
+    free(err);
+
+    /* no tie_word_embeddings key and no lm_head.weight: tied (the reader infers it) */
+    write_hf_tie("nokey", "lm_head.weight", FF, "LlamaForCausalLM", -1);
+    cr_assert_eq(run("$CONV $D/nokey -o $D/nokey.rad", &err), 0, "%s", err);
+    free(err);
+    open_rel("nokey.rad", &r);
+    head_of(&r, &embd, &head);
+    cr_assert_null(head);
+    rad_model_free(&r);
+
+    /* a tied config that ships lm_head.weight anyway keeps both (the checkpoint's own head wins) */
+    write_hf_tie("both", NULL, FF, "LlamaForCausalLM", 1);
+    cr_assert_eq(run("$CONV $D/both -o $D/both.rad", &err), 0, "%s", err);
+    free(err);
+    snprintf(cmd, sizeof cmd, "%s/both", dir);
+    cr_assert_eq(rad_model_open(cmd, &s, &e), RAD_OK, "%s", e.msg);
+    open_rel("both.rad", &r);
+    head_of(&r, &embd, &head);
+    x = rad_model_find(&s, "lm_head.weight");
+    cr_assert(head && x && head->planes[0].nbytes == x->planes[0].nbytes);
+    cr_assert_eq(memcmp(head->planes[0].data, x->planes[0].data, x->planes[0].nbytes), 0);
+    cr_assert_eq(r.n_tensors, 3 + 9 * L);
+    rad_model_free(&s), rad_model_free(&r);
+
+    /* an untied config without its head is an error, not a silent fallback to the embedding */
+    write_hf_tie("nohead", "lm_head.weight", FF, "LlamaForCausalLM", 0);
+    refused("$CONV $D/nohead -o $D/nohead.rad", "missing tensor: the plugin's 'output.weight' needs one of 'lm_head.weight'",
+            "nohead.rad");
 }
 
 Test(convert, refusals_are_one_line_and_leave_nothing) {

@@ -14,6 +14,9 @@
  *               h = rmsnorm(x, ffn_norm); x += gemm_nt(silu_mul(gemm_nt(h, gate), gemm_nt(h, up)), down)
  *   h = rmsnorm(x, output_norm); logits = logits_gemm(output, logits_gather(h, out_ids))
  *
+ * where `output` is the checkpoint's own head, or for a tied model (no head of its own) the
+ * tok_embd weight itself, so a tied head is stored once.
+ *
  * with each residual add settled by the following norm (fused add_rmsnorm where resolved). The
  * blocks are arch/common/rad_block_attn.h and rad_block_mlp.h. Every dimension comes from the
  * metadata; nothing is derived from the model's size. */
@@ -56,6 +59,7 @@ typedef struct LlamaLayer {
 
 typedef struct LlamaModel {
     int ready;                /* a declare completed: step may run */
+    int head_tied;            /* w_out is w_tok: the checkpoint has no head of its own */
     uint32_t n_layers, n_vocab, out_rows, max_tok;
     RadBlockGeom g;
     rad_weight w_tok, w_out_norm, w_out, w_rope_freqs;
@@ -193,13 +197,10 @@ static int llama_declare_map(RadBuilder *b, LlamaNames *nn, const RadModelMeta *
     rc |= map_copy1(b, dst, "token_embd.weight");
     rc |= map_copy1(b, dname(nn, dst, sizeof dst, "output_norm.weight"), "model.norm.weight");
     rc |= map_copy1(b, dst, "output_norm.weight");
-    {   /* the head: its own name first, then the embedding (tied) */
-        const char *const hf_head[] = {"lm_head.weight", "model.embed_tokens.weight", NULL};
-        const char *const gg_head[] = {"output.weight", "token_embd.weight", NULL};
-        dname(nn, dst, sizeof dst, "output.weight");
-        rc |= map_entry(b, RAD_MAP_COPY, dst, hf_head, 0);
-        rc |= map_entry(b, RAD_MAP_COPY, dst, gg_head, 0);
-    }
+    /* the head: its own name only. A tied checkpoint has none, and declare reads the head
+     * from the embedding's weight instead of storing a copy (see declare, the head) */
+    rc |= map_copy1(b, dname(nn, dst, sizeof dst, "output.weight"), "lm_head.weight");
+    rc |= map_copy1(b, dst, "output.weight");
     /* GGUF's precomputed llama3 rope factors (optional; see declare) */
     rc |= map_copy1(b, dname(nn, dst, sizeof dst, "rope_freqs.weight"), "rope_freqs.weight");
     for (int32_t l = 0; l < meta->n_layers; l++) {
@@ -398,9 +399,21 @@ static int llama_declare(RadBuilder *b, const RadModelMeta *meta, const RadBuild
         m->w_tok = rad_decl_weight(b, dname(&nn, name, sizeof name, "tok_embd.weight"), &d);
         if (m->w_tok.id < 0) return llama_fail(b, "llama: weight %s was refused", name);
         if ((rc = llama_check_enc(b, m->w_tok, name)) != 0) return rc;
+        /* The head. Stored under its own name when the checkpoint has one (an untied model, or
+         * one that ships lm_head.weight beside a tied config); absent, the model is tied and
+         * logits_gemm takes the embedding's weight itself, so the container holds the matrix
+         * once. Optional unless the metadata says untied: then a missing head is an error,
+         * never a silent fallback to the embedding. */
+        d.optional = meta_getb(meta, "model.tie_embeddings") != 0;
         m->w_out = rad_decl_weight(b, dname(&nn, name, sizeof name, "output.weight"), &d);
         if (m->w_out.id < 0) return llama_fail(b, "llama: weight %s was refused", name);
-        if ((rc = llama_check_enc(b, m->w_out, name)) != 0) return rc;
+        if ((unsigned)rad_weight_encoding(b, m->w_out) < RAD_ENC_COUNT) {
+            if ((rc = llama_check_enc(b, m->w_out, name)) != 0) return rc;
+            m->head_tied = 0;
+        } else {
+            m->w_out = m->w_tok; /* tied: its encoding was checked above */
+            m->head_tied = 1;
+        }
         m->w_out_norm = rad_block_norm_weight(b, g, dname(&nn, name, sizeof name, "output_norm.weight"),
                                               (RadGroup){RAD_GROUP_NONE, 0, 0}, g->n_embd);
         if (m->w_out_norm.id < 0) return llama_fail(b, "llama: weight %s was refused", name);
@@ -493,7 +506,6 @@ static int llama_declare(RadBuilder *b, const RadModelMeta *meta, const RadBuild
 
     /* 6. notes */
     {
-        int tied = meta_getb(meta, "model.tie_embeddings");
         const char *sw = meta_gets(meta, "attention.sliding_window");
         uint32_t fused = 0, norms = 0;
         for (uint32_t l = 0; l < m->n_layers; l++) {
@@ -505,7 +517,7 @@ static int llama_declare(RadBuilder *b, const RadModelMeta *meta, const RadBuild
         rad_note(b, "%s: %d layers, n_embd %d, GQA %d:%d, head_dim %d, n_ff %d, vocab %d, %s lm_head",
                  RAD_PLUGIN_NAME_OF("llama"), (int)meta->n_layers, (int)meta->n_embd, (int)meta->n_head,
                  (int)meta->n_head_kv, (int)meta->head_dim, (int)meta->n_ff, (int)meta->n_vocab,
-                 tied == 1 ? "tied" : tied == 0 ? "untied" : "head-or-embedding");
+                 m->head_tied ? "tied" : "untied");
         if (g->rope_has_freqs)
             rad_note(b, "rope: theta %g, n_rot %u, frequencies divided by rope_freqs.weight [%u] (GGUF's llama3 "
                         "scaling)%s", (double)g->rope_theta, g->n_rot, g->n_rot / 2,
@@ -525,6 +537,9 @@ static int llama_declare(RadBuilder *b, const RadModelMeta *meta, const RadBuild
                  g->n_head_kv, g->head_dim, g->max_tok);
         rad_note(b, "head: final norm over the step's rows, logits_gather of n_out rows, logits [%u, %u]",
                  m->out_rows, m->n_vocab);
+        if (m->head_tied)
+            rad_note(b, "head: tied, a view of the embedding: logits_gemm reads %stok_embd.weight (no %soutput.weight "
+                        "in the checkpoint; the matrix is stored once)", pfx, pfx);
         if (world > 1)
             rad_note(b, "tensor parallel: rank %u of %u, %u heads / %u kv heads / n_ff %u per rank, all_reduce %s",
                      ctx.rank, world, g->n_head, g->n_head_kv, g->n_ff, ctx.tp_wire_lossy ? "lossy above the floor" : "exact");

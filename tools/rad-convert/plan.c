@@ -68,6 +68,14 @@ RadEnc plan_lookup(void *user, const char *name, const RadWeightDecl *d, const R
     /* a .rad already holds weights under their declared names, transformed: maps apply only to
      * checkpoints (a second pass of GGUF's q/k un-interleave would scramble them) */
     int is_rad = strcmp(p->src->format, "rad") == 0;
+    /* a view (RadWeightDecl.source) of a weight already planned is that stored tensor: written
+     * once (a second item would be a tensor added twice) */
+    for (int i = 0; d->source && i < p->n; i++)
+        if (strcmp(p->items[i].dst, name) == 0) {
+            *rank = p->items[i].rank;
+            memcpy(shape, p->items[i].shape, p->items[i].rank * sizeof *shape);
+            return p->items[i].enc;
+        }
     for (int i = 0; i < n_maps && !m && !is_rad; i++) {
         if (strcmp(maps[i].m.dst, name) != 0) continue;
         n_entries++;
