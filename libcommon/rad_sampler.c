@@ -87,10 +87,20 @@ int32_t rad_sampler_sample(RadSampler *s, const float *logits) {
             if (w[i] > w[best]) best = i;
         return (int32_t)best;
     }
-    /* candidates sorted by logit; top-k keeps a prefix */
-    uint32_t m = n;
-    for (uint32_t i = 0; i < n; i++) s->idx[i] = (int32_t)i;
-    qsort_r(s->idx, n, sizeof *s->idx, by_logit_desc, w);
+    /* candidates sorted by logit; top-k keeps a prefix. Tokens more than 40 temperature units
+     * below the best are left out before sorting: each has probability below e^-40 of the
+     * best's, so all of them together hold under 1e-12 of the mass (no top-p, top-k or draw can
+     * tell), and sorting a few hundred candidates instead of the vocabulary keeps a sampled
+     * token's cost near a greedy one's */
+    float wmax = w[0];
+    for (uint32_t i = 1; i < n; i++)
+        if (w[i] > wmax) wmax = w[i];
+    const float floor_w = wmax - 40.0f * s->p.temperature;
+    uint32_t m = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (w[i] >= floor_w) s->idx[m++] = (int32_t)i;
+    if (!m) s->idx[m++] = 0; /* every logit NaN: nothing to rank */
+    qsort_r(s->idx, m, sizeof *s->idx, by_logit_desc, w);
     if (s->p.top_k > 0 && (uint32_t)s->p.top_k < m) m = (uint32_t)s->p.top_k;
     /* softmax at the temperature over the candidates, in double for a stable sum */
     double mx = w[s->idx[0]], sum = 0;
