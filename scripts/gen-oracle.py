@@ -3,8 +3,10 @@
 tests compare against, computed by Hugging Face transformers on the CPU in f32.
 
     /work/venv/bin/python scripts/gen-oracle.py               # ~3 minutes on 2 busy cores
-    /work/venv/bin/python scripts/gen-oracle.py --calibrate   # + ~3 min: how bf16 weights / f64 compute score
+    /work/venv/bin/python scripts/gen-oracle.py --calibrate   # + ~8 min: how bf16 weights / f64 compute / q8 activations score
     /work/venv/bin/python scripts/gen-oracle.py --verify      # only read the fixtures back and check them
+    /work/venv/bin/python scripts/gen-oracle.py --calibrate-q8act  # ~5 min: score q8-quantised activations
+                                                                    # against the committed files (meta.json only)
 
 Two models:
   smollm2          models/SmolLM2-135M-Instruct.Q4_1.gguf, dequantised to f32 by transformers'
@@ -245,9 +247,14 @@ def main():
     ap.add_argument("--calibrate", action="store_true",
                     help="also score bf16-rounded weights and f64 compute against the f32 oracle")
     ap.add_argument("--verify", action="store_true", help="only read the fixtures back and check them")
+    ap.add_argument("--calibrate-q8act", action="store_true",
+                    help="only score activations quantised to q8 blocks (radiance --fast's arithmetic) against "
+                         "the committed smollm2 files; records the result in meta.json's calibration")
     args = ap.parse_args()
     if args.verify:
         return verify()
+    if args.calibrate_q8act:
+        return calibrate_q8act()
 
     torch.manual_seed(0)
     torch.set_num_threads(THREADS)
@@ -359,6 +366,8 @@ def main():
     total = sum(os.path.getsize(os.path.join(OUT, f)) for f in os.listdir(OUT))
     print(f"{OUT}: {len(manifest)} cases, {total} bytes, {time.time() - t0:.0f}s")
     verify()
+    if args.calibrate:
+        calibrate_q8act()
 
 
 def read_case(path):
@@ -438,6 +447,82 @@ def calibrate_smollm2(model, runs):
         p.data = p.data.to(torch.bfloat16).to(torch.float32)
     score("bf16_weights_f32_compute", mb, torch.float32)
     return res
+
+
+def q8_blocks(x, f16_scale):
+    """x with every row quantised per 32-element block the way a q8-activation GEMM does
+    (docs/OPS.md, "Quantised activations"): d = amax / 127, q = roundf(x / d) (half away from
+    zero), x^ = q * d, with d kept in f32 (libref's q8act) or rounded to f16 (llama.cpp's q8_0 and
+    q8_1). SmolLM2's GGUF is q4_1 and q8_0 only, so every block is 32 elements."""
+    shape = x.shape
+    b = x.reshape(-1, 32)
+    d = b.abs().amax(-1, keepdim=True) / 127
+    inv = torch.where(d > 0, 1 / d, torch.zeros_like(d))
+    v = b * inv
+    q = torch.sign(v) * torch.floor(v.abs() + 0.5)
+    if f16_scale:
+        d = d.to(torch.float16).to(torch.float32)
+    return (q * d).reshape(shape)
+
+
+@torch.no_grad()
+def calibrate_q8act():
+    """Scores a transformers run whose every Linear (the 210 q4_1 projections and the q8_0 tied
+    head) sees its input quantised to q8 blocks, against the committed smollm2 files, by the
+    tests' measures: teacher-forced top-1 agreement, top-64 + rest KL (as tests/oracle_test.c),
+    the exact KL at the stored full rows, and greedy continuations identical to the oracle's.
+    That is the arithmetic radiance --fast lets the quantised GEMMs use; its numbers are what the
+    --fast bound in docs/ORACLE.md is judged against."""
+    torch.manual_seed(0)
+    torch.set_num_threads(THREADS)
+    torch.use_deterministic_algorithms(True)
+    model = load_smollm2()
+    rows = [l.split() for l in open(os.path.join(OUT, "MANIFEST"), encoding="utf-8")
+            if not l.startswith("#") and l.startswith("smollm2-")]
+    res = {}
+    for label, f16 in (("q8_activations_f32_scale", False), ("q8_activations_f16_scale", True)):
+        hooks = [m.register_forward_pre_hook(lambda mod, args, f16=f16: (q8_blocks(args[0], f16),))
+                 for m in model.modules() if isinstance(m, torch.nn.Linear)]
+        n = agree = 0
+        kl_sum, kl_max, full_kl, gen_same, gen_tok = 0.0, 0.0, [], 0, 0
+        for fn, *_ in rows:
+            c = read_case(os.path.join(OUT, fn))
+            p, g = [int(t) for t in c["prompt"]], [int(t) for t in c["gen"]]
+            lg = model(input_ids=torch.tensor([p + g[:-1]])).logits[0].to(torch.float64)
+            lo = torch.log_softmax(lg, -1)
+            ids = torch.from_numpy(c["top_id"].astype(np.int64))
+            lp = torch.from_numpy(c["top_lp"].astype(np.float64))
+            rest = torch.from_numpy(c["rest"].astype(np.float64))
+            q = lo.gather(-1, ids)
+            rest_o = (1 - q.exp().sum(-1)).clamp_min(1e-30)
+            kl = (lp.exp() * (lp - q)).sum(-1) + torch.where(rest > 0, rest * (rest.clamp_min(1e-300).log() - rest_o.log()),
+                                                            torch.zeros_like(rest))
+            agree += int((lo.argmax(-1) == ids[:, 0]).sum())
+            n += lo.shape[0]
+            kl_sum += float(kl.sum())
+            kl_max = max(kl_max, float(kl.max()))
+            for pos, row in zip(c["full_pos"], c["full"]):
+                r = torch.log_softmax(torch.from_numpy(row.astype(np.float64)), -1)
+                full_kl.append(float((r.exp() * (r - lo[int(pos)])).sum()))
+            gen, _, _ = run_case(model, p)
+            k = next((i for i in range(GEN) if gen[i] != g[i]), GEN)
+            gen_same += k == GEN
+            gen_tok += k
+        for h in hooks:
+            h.remove()
+        r = {"positions": n, "top1_agreement": agree / n, "mean_kl_topk_rest": kl_sum / n,
+             "max_kl_topk_rest": kl_max, "mean_kl_full_rows": sum(full_kl) / len(full_kl),
+             "greedy_identical": gen_same, "greedy_cases": len(rows), "greedy_tokens_before_difference": gen_tok}
+        print(f"  calibrate {label}: {r}")
+        res[label] = r
+    path = os.path.join(OUT, "meta.json")
+    with open(path, encoding="utf-8") as f:
+        meta = json.load(f)
+    meta.setdefault("calibration", {}).update(res)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(meta, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+    return 0
 
 
 if __name__ == "__main__":

@@ -3,9 +3,11 @@
  * in f32, and for a random-weight bf16 Llama. Teacher-forced top-1 agreement >= 99% and mean
  * KL(ref || ours) <= 1e-3 at every position; the greedy continuation identical token for token.
  *
- * The containers are made here with rad-convert (SmolLM2 --quant f32: the f32 path; the tiny
- * model kept in bf16: the bf16 path). RAD_ORACLE_QUICK=1 (the sanitizer build) runs the short
- * cases only (prompts of at most 5 tokens). */
+ * The containers are made here with rad-convert (SmolLM2 --quant f32: the f32 path; SmolLM2 as
+ * imported, q4_1 with a q8_0 head: the GGML path, exact and --fast; the tiny model kept in bf16:
+ * the bf16 path). The --fast path (quantised activations) has its own, stated bound
+ * (docs/ORACLE.md). RAD_ORACLE_QUICK=1 (the sanitizer build) runs the short cases only (prompts
+ * of at most 5 tokens). */
 #include <criterion/criterion.h>
 #include <inttypes.h>
 #include <math.h>
@@ -63,23 +65,28 @@ static void teardown(void) {
     cr_assert_eq(system(cmd), 0);
 }
 
-static void open_engine(RadEngine *en, const char *model) {
+/* max_tolerance: 0 is the engine's default (1e-3, the exact paths); 2e-2 is radiance --fast. */
+static void open_engine(RadEngine *en, const char *model, double max_tolerance) {
     const char *b = getenv("RAD_BUILD");
     static char d[256];
     snprintf(d, sizeof d, "%s/plugins", b ? b : "build");
     static const char *dirs[1] = {d};
     RadEngineOpts o = {.model = model, .plugin_dirs = dirs, .n_plugin_dirs = 1, .kernels = "ref", .max_tok = 128,
-                       .max_out_rows = 128, .max_seqs = 1, .max_ctx = 1024};
+                       .max_out_rows = 128, .max_seqs = 1, .max_ctx = 1024, .max_tolerance = max_tolerance};
     RadErr e = {0};
     cr_assert_eq(rad_engine_open(en, &o, &e), RAD_OK, "%s", e.msg);
 }
 
 typedef struct Score {
-    uint64_t positions, agree, gen_cases, gen_exact;
+    uint64_t positions, agree, gen_cases, gen_exact, gen_same; /* gen_same: greedy tokens equal before the first difference */
     double kl_sum, kl_max;
+    uint64_t loose_ops; /* ops whose first kernel states a tolerance looser than the exact paths' 1e-3 */
 } Score;
 
-static void score_case(RadEngine *en, const Case *c, Score *s, const char *name) {
+/* strict: every greedy continuation must be the oracle's (the exact paths); otherwise they are
+ * only counted (the --fast path, whose bound is on the totals). */
+static void score_case(RadEngine *en, const Case *c, Score *s, const char *name, int strict) {
+    Score before = *s;
     uint32_t n = c->n_pos, nv;
     int32_t *seq = malloc((n + 1) * sizeof *seq);
     memcpy(seq, c->prompt, c->n_prompt * sizeof *seq);
@@ -128,18 +135,26 @@ static void score_case(RadEngine *en, const Case *c, Score *s, const char *name)
         cr_assert_eq(rad_engine_forward(en, 0, &out[k], 1, c->n_prompt + k, 1, &e), RAD_OK, "%s", e.msg);
     }
     rad_engine_drop_seq(en, 0);
+    int same = k + 1 == c->n_gen && out[k] == c->gen[k];
     s->gen_cases++;
-    s->gen_exact += k + 1 == c->n_gen && out[k] == c->gen[k];
-    cr_expect(k + 1 == c->n_gen && out[k] == c->gen[k], "%s: greedy continuation differs at token %u (%d vs oracle %d)", name, k,
-              out[k], c->gen[k]);
+    s->gen_exact += same;
+    s->gen_same += same ? c->n_gen : k;
+    if (strict)
+        cr_expect(same, "%s: greedy continuation differs at token %u (%d vs oracle %d)", name, k, out[k], c->gen[k]);
+    else
+        printf("  %-22s %4u positions, top-1 %.4f, mean KL %.2e, greedy %s (%u/%u tokens)\n", name, n,
+               (double)(s->agree - before.agree) / n, (s->kl_sum - before.kl_sum) / n, same ? "identical" : "differs",
+               same ? c->n_gen : k, c->n_gen);
     free(out);
     free(lg);
     free(seq);
 }
 
-static void run_model(const char *model, const char *prefix, Score *s) {
+static void run_model(const char *model, const char *prefix, double max_tolerance, int strict, Score *s) {
     RadEngine en;
-    open_engine(&en, model);
+    open_engine(&en, model, max_tolerance);
+    for (int o = 0; o < en.g.n_ops; o++)
+        if (en.cand[o].n && en.cand[o].k[0]->exactness == RAD_EXACT_TOLERANCE && en.cand[o].k[0]->tolerance > 1e-3) s->loose_ops++;
     FILE *mf = fopen("tests/fixtures/oracle/MANIFEST", "r");
     cr_assert_not_null(mf);
     char line[512];
@@ -153,7 +168,7 @@ static void run_model(const char *model, const char *prefix, Score *s) {
         snprintf(path, sizeof path, "tests/fixtures/oracle/%s", fn);
         Case c;
         cr_assert(load_case(path, &c), "%s missing", path);
-        score_case(&en, &c, s, fn);
+        score_case(&en, &c, s, fn, strict);
         free(c.buf);
     }
     fclose(mf);
@@ -168,7 +183,7 @@ Test(oracle, smollm2_f32_matches_transformers) {
     snprintf(cmd, sizeof cmd, "%s models/SmolLM2-135M-Instruct.Q4_1.gguf --quant f32 -o %s", conv, model);
     cr_assert_eq(system(cmd), 0);
     Score s = {0};
-    run_model(model, "smollm2-", &s);
+    run_model(model, "smollm2-", 0, 1, &s);
     cr_assert_gt(s.gen_cases, 0);
     double agree = (double)s.agree / (double)s.positions, kl = s.kl_sum / (double)s.positions;
     printf("oracle smollm2 f32: %" PRIu64 " positions, top-1 agreement %.4f, mean KL %.2e (max %.2e), greedy %" PRIu64 "/%" PRIu64 "\n",
@@ -184,7 +199,7 @@ Test(oracle, tiny_bf16_llama_matches_transformers) {
     snprintf(cmd, sizeof cmd, "%s tests/fixtures/tiny-llama-bf16 -o %s", conv, model);
     cr_assert_eq(system(cmd), 0);
     Score s = {0};
-    run_model(model, "tiny-", &s);
+    run_model(model, "tiny-", 0, 1, &s);
     cr_assert_gt(s.gen_cases, 0);
     double agree = (double)s.agree / (double)s.positions, kl = s.kl_sum / (double)s.positions;
     printf("oracle tiny bf16: %" PRIu64 " positions, top-1 agreement %.4f, mean KL %.2e, greedy %" PRIu64 "/%" PRIu64 "\n",
@@ -206,4 +221,53 @@ Test(oracle, radiance_cli_prints_transformers_greedy_text) {
              "cmp %s/got %s/want",
              b ? b : "build", dir, b ? b : "build", dir, dir, dir, dir, dir, dir);
     cr_assert_eq(system(cmd), 0, "radiance's greedy text differs from transformers' (see %s/got)", dir);
+}
+
+/* The q4_1 container as rad-convert imports the GGUF by default (--quant keep: q4_1 layers, the
+ * q8_0 embedding that is also the tied head, plugin llama_ggml) holds exactly the weights the oracle dequantised, so
+ * the exact path (default tolerance 1e-3) must match it as tightly as the f32 container. */
+Test(oracle, smollm2_q4_1_exact_matches_transformers) {
+    char cmd[1024], model[300];
+    snprintf(model, sizeof model, "%s/smollm2-q4_1.rad", dir);
+    snprintf(cmd, sizeof cmd, "%s models/SmolLM2-135M-Instruct.Q4_1.gguf -o %s", conv, model);
+    cr_assert_eq(system(cmd), 0);
+    Score s = {0};
+    run_model(model, "smollm2-", 0, 1, &s);
+    cr_assert_gt(s.gen_cases, 0);
+    double agree = (double)s.agree / (double)s.positions, kl = s.kl_sum / (double)s.positions;
+    printf("oracle smollm2 q4_1 exact: %" PRIu64 " positions, top-1 agreement %.4f, mean KL %.2e (max %.2e), greedy %" PRIu64
+           "/%" PRIu64 "\n",
+           s.positions, agree, kl, s.kl_max, s.gen_exact, s.gen_cases);
+    cr_assert_eq(s.loose_ops, 0, "%" PRIu64 " ops chose a kernel looser than 1e-3 at the default tolerance", s.loose_ops);
+    cr_assert_geq(agree, 0.99, "top-1 agreement %.4f", agree);
+    cr_assert_leq(kl, 1e-3, "mean KL %.3e", kl);
+    /* tighter than the issue's bound: the exact path lands where the f32 container does
+     * (7.5e-10); rounding weights to bf16 scores 6e-5 and q8 activations 2.6e-3 */
+    cr_assert_leq(kl, 1e-6, "mean KL %.3e: the exact path is not as close as the f32 container", kl);
+    cr_assert_eq(s.gen_exact, s.gen_cases);
+}
+
+/* radiance --fast (max_tolerance 2e-2): the quantised GEMMs quantise activations to q8 as
+ * llama.cpp does. The stated bound (docs/ORACLE.md, "The q4_1 container") is on the totals over the
+ * oracle's positions; greedy continuations may part from the oracle's at a near-tie. */
+Test(oracle, smollm2_q4_1_fast_within_stated_bound) {
+    char cmd[1024], model[300];
+    snprintf(model, sizeof model, "%s/smollm2-q4_1.rad", dir);
+    snprintf(cmd, sizeof cmd, "%s models/SmolLM2-135M-Instruct.Q4_1.gguf -o %s", conv, model);
+    cr_assert_eq(system(cmd), 0);
+    Score s = {0};
+    run_model(model, "smollm2-", 2e-2, 0, &s);
+    cr_assert_gt(s.gen_cases, 0);
+    double agree = (double)s.agree / (double)s.positions, kl = s.kl_sum / (double)s.positions;
+    printf("oracle smollm2 q4_1 --fast: %" PRIu64 " positions, top-1 agreement %.4f, mean KL %.2e (max %.2e), greedy %" PRIu64
+           "/%" PRIu64 " (%" PRIu64 "/%" PRIu64 " tokens before a difference); %" PRIu64 " ops on q8-activation kernels\n",
+           s.positions, agree, kl, s.kl_max, s.gen_exact, s.gen_cases, s.gen_same, s.gen_cases * 32, s.loose_ops);
+    /* the path under test is the q8-activation one, not the exact one by a fallback */
+    cr_assert_gt(s.loose_ops, 0, "no op chose a kernel looser than 1e-3: --fast is not exercised");
+    /* the stated bound. Measured: top-1 0.962, mean KL 2.6e-3, max 0.082 (the quick subset:
+     * 0.971, 3.4e-3, 0.016); transformers with the same activation quantisation scores 0.960,
+     * 2.7e-3, 0.109 (meta.json, calibration). Greedy continuations are counted, not bounded. */
+    cr_assert_geq(agree, 0.94, "--fast top-1 agreement %.4f below the stated 0.94", agree);
+    cr_assert_leq(kl, 5e-3, "--fast mean KL %.3e above the stated 5e-3", kl);
+    cr_assert_leq(s.kl_max, 0.25, "--fast max KL %.3e above the stated 0.25", s.kl_max);
 }
