@@ -270,11 +270,11 @@ static int generate(RadEngine *en, const RadTok *tok, RadSampler *s, const int32
         if (is_stop(tok, next)) break;
         emit(tok, &out, next, print_ids);
         rad_sampler_accept(s, next);
-        if (hist && (rc = ids_push(hist, next, e))) return rc;
         (*n_gen)++;
-        if (i + 1 == n_predict) break;
+        if (i + 1 == n_predict) break; /* printed, never fed: not in the cache (hist) */
         if ((rc = rad_engine_forward(en, 0, &next, 1, *pos, 1, e))) return rc;
         (*pos)++;
+        if (hist && (rc = ids_push(hist, next, e))) return rc;
     }
     if (out.npend) fwrite(out.pend, 1, (size_t)out.npend, stdout);
     *t_gen += now() - t1;
@@ -284,7 +284,7 @@ static int generate(RadEngine *en, const RadTok *tok, RadSampler *s, const int32
 /* --chat: each turn renders the whole conversation with rad_chat_render (as the model's template
  * would, so the prompt's tokens equal transformers' apply_chat_template), encodes it, and feeds
  * only what differs from the tokens already in the cache. */
-static int run_chat(RadEngine *en, const RadTok *tok, Opts *o, RadErr *e) {
+static int run_chat(RadEngine *en, const RadTok *tok, Opts *o, size_t *n_fed, double *tp, double *tg, int *ng, RadErr *e) {
     const RadChatFormat *cf = en->arch->chat_format ? en->arch->chat_format(&en->meta) : NULL;
     if (!cf) return rad_err_set(e, RAD_E_UNSUPPORTED, "plugin '%s' gives no chat format for this model", en->arch->info->name);
     RadSampler s;
@@ -294,8 +294,6 @@ static int run_chat(RadEngine *en, const RadTok *tok, Opts *o, RadErr *e) {
     size_t n_msgs = 0;
     RadIds cache = {0};          /* the tokens in the KV cache, in order */
     uint32_t pos = 0;
-    double tp = 0, tg = 0;
-    int ng = 0;
     char line[8192];
     fprintf(stderr, "radiance: chat (%s); an empty line or end of input quits\n", cf->kind);
     while (!rc && (fputs("> ", stderr), fgets(line, sizeof line, stdin))) {
@@ -330,7 +328,8 @@ static int run_chat(RadEngine *en, const RadTok *tok, Opts *o, RadErr *e) {
         for (size_t i = keep; !rc && i < n; i++) rc = ids_push(&cache, ids[i], e);
         RadChatBuf reply = {0};
         if (!rc) rc = rad_chat_buf_add(&reply, "", 0, e);
-        if (!rc) rc = generate(en, tok, &s, ids + keep, n - keep, &pos, o->n_predict, 0, &tp, &tg, &ng, &reply, &cache, e);
+        *n_fed += n - keep;
+        if (!rc) rc = generate(en, tok, &s, ids + keep, n - keep, &pos, o->n_predict, 0, tp, tg, ng, &reply, &cache, e);
         free(ids);
         if (!rc) {
             printf("\n");
@@ -403,7 +402,7 @@ int main(int argc, char **argv) {
     int ng = 0;
     size_t n_prompt = 0;
     if (!rc && o.chat) {
-        rc = run_chat(&en, tok, &o, &e);
+        rc = run_chat(&en, tok, &o, &n_prompt, &tp, &tg, &ng, &e);
     } else if (!rc && (o.prompt || o.ids)) {
         int32_t *ids = NULL;
         if (o.ids) {
@@ -429,7 +428,7 @@ int main(int argc, char **argv) {
     if (rc) fprintf(stderr, "radiance: %s\n", e.msg);
     else if (o.prompt || o.ids || o.chat)
         fprintf(stderr, "radiance: load %.2f s; prompt %zu tokens in %.3f s (%.1f tok/s); generation %d tokens in %.3f s (%.1f tok/s); %u threads\n",
-                t_load, n_prompt, tp, tp > 0 ? (double)n_prompt / tp : 0.0, ng, tg, tg > 0 ? ng / tg : 0.0, o.threads);
+                t_load, n_prompt, tp, tp > 0 ? (double)n_prompt / tp : 0.0, ng, tg, tg > 0 ? ng / tg : 0.0, en.o.n_threads);
     rad_tok_free(tok);
     if (have_engine) rad_engine_close(&en);
     return rc ? 1 : 0;
