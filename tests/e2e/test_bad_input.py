@@ -1,7 +1,7 @@
 """Bad input: each answered with the right status and OpenAI's error shape, and the server still
 serving afterwards. Malformed JSON, wrong types, an unknown model, max_tokens beyond the context,
 a 10 MB body, a prompt longer than the context, 1,000 idle connections, clients that disconnect
-mid-stream."""
+mid-stream or while a non-streaming request is being generated."""
 import json
 import resource
 import socket
@@ -187,7 +187,7 @@ class TestConnections(E2E):
                 s.close()
         self.assert_serving("1,000 idle connections")
 
-    def _disconnect_mid_stream(self, n):
+    def _disconnect_mid_stream(self, n, stream=True):
         fams = metrics()
         run, used, gen, req = ("radiance_running_sequences", "radiance_kv_blocks_used",
                                "radiance_generation_tokens_total", "radiance_requests_total")
@@ -195,19 +195,22 @@ class TestConnections(E2E):
         c0, g0 = cancelled(fams), total(fams, gen)
         max_tokens = 300
         body = json.dumps({"model": model_id(), "prompt": "Count: 1, 2, 3, 4,", "max_tokens": max_tokens,
-                           "temperature": 0, "stream": True}).encode()
+                           "temperature": 0, "stream": stream}).encode()
         socks = []
         for _ in range(n):
             s = socket.create_connection((HOST, PORT), timeout=60)
             s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                       b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
             socks.append(s)
-        for s in socks:  # until two events have arrived: the sequence is running
-            got = b""
-            while got.count(b"data:") < 2:
-                b = s.recv(4096)
-                self.assertTrue(b, "the stream ended before two events: %r" % got)
-                got += b
+        if stream:
+            for s in socks:  # until two events have arrived: the sequence is running
+                got = b""
+                while got.count(b"data:") < 2:
+                    b = s.recv(4096)
+                    self.assertTrue(b, "the stream ended before two events: %r" % got)
+                    got += b
+        else:  # a non-streaming request says nothing until it ends: watch the server instead
+            wait_for(lambda: total(metrics(), gen) - g0 >= 2 * n or None, 30 if QUICK else 10)
         running = total(metrics(), run)
         self.assertGreaterEqual(running, 1, "no running sequence while %d streams are open" % n)
         for s in socks:
@@ -229,6 +232,11 @@ class TestConnections(E2E):
     def test_disconnect_mid_stream(self):
         self._disconnect_mid_stream(1)
         self.assert_serving("a client that disconnected mid-stream")
+
+    def test_disconnect_while_waiting_without_stream(self):
+        # a suspended non-streaming request: the server watches its socket for the hang-up
+        self._disconnect_mid_stream(2, stream=False)
+        self.assert_serving("clients that left a non-streaming request")
 
     def test_disconnect_many_mid_stream(self):
         self._disconnect_mid_stream(8)

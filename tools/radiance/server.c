@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -64,6 +65,12 @@ typedef struct Srv {
     unsigned live;
     pthread_t sup;
     atomic_int exiting;
+    /* the hang-up watch: a suspended non-streaming request's socket, for a client that leaves
+     * (libmicrohttpd does not look at a suspended connection) */
+    int watch_ep;                  /* epoll, or -1 */
+    int watch_pipe[2];             /* its read end in the set stops the watcher */
+    pthread_t watcher;
+    pthread_mutex_t watch_mu;      /* Req.watch_fd, and that a watched Req is alive */
 } Srv;
 
 /* A sink's event, copied. Text and alternatives live in the queue's buffers. */
@@ -127,6 +134,7 @@ typedef struct Req {
     long created;
     unsigned status;
     int outcome;                   /* MetOutcome, or -1: not a generation */
+    int watch_fd;                  /* (Srv.watch_mu) its socket in the hang-up watch, or -1 */
 } Req;
 
 static double now(void) {
@@ -160,6 +168,7 @@ static Req *req_new(Srv *s, struct MHD_Connection *c, const char *method, const 
     r->conn = c;
     r->t0 = now();
     r->outcome = -1;
+    r->watch_fd = -1;
     snprintf(r->method, sizeof r->method, "%s", method);
     snprintf(r->path, sizeof r->path, "%s", url);
     pthread_mutex_init(&r->mu, NULL);
@@ -494,6 +503,71 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
 
 static void sse_free(void *cls) { req_unref(cls); }
 
+/* ---- the hang-up watch ------------------------------------------------------------------------ */
+
+/* Watches a suspended non-streaming request's socket for the client closing it. */
+static void watch_add(Req *r, struct MHD_Connection *c) {
+    Srv *s = r->s;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (s->watch_ep < 0 || !ci) return;
+    pthread_mutex_lock(&s->watch_mu);
+    struct epoll_event ev = {.events = EPOLLRDHUP | EPOLLHUP | EPOLLERR, .data.ptr = r};
+    if (epoll_ctl(s->watch_ep, EPOLL_CTL_ADD, ci->connect_fd, &ev) == 0) r->watch_fd = ci->connect_fd;
+    pthread_mutex_unlock(&s->watch_mu);
+}
+
+/* Before MHD closes the socket (on_completed), and by the watcher once it fired. */
+static void watch_del_locked(Srv *s, Req *r) {
+    if (r->watch_fd < 0) return;
+    epoll_ctl(s->watch_ep, EPOLL_CTL_DEL, r->watch_fd, NULL);
+    r->watch_fd = -1;
+}
+
+/* A client that hangs up while its request waits has its choices cancelled: their blocks are
+ * freed at the scheduler's next step, and the finish events resume the connection, which MHD
+ * then closes. A request is only touched while it is in the set (watch_mu), and on_completed
+ * takes it out before dropping its reference, so the watcher never sees a freed request. */
+static void *watch_loop(void *arg) {
+    Srv *s = arg;
+    struct epoll_event evs[64];
+    for (;;) {
+        int n = epoll_wait(s->watch_ep, evs, 64, -1);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return NULL;
+        for (int i = 0; i < n; i++) {
+            if (evs[i].data.ptr == NULL) return NULL; /* the stop pipe */
+            Req *r = evs[i].data.ptr;
+            pthread_mutex_lock(&s->watch_mu);
+            int live = r->watch_fd >= 0;
+            if (live) {
+                watch_del_locked(s, r);
+                cancel_all(r);
+            }
+            pthread_mutex_unlock(&s->watch_mu);
+        }
+    }
+}
+
+static void watch_start(Srv *s) {
+    pthread_mutex_init(&s->watch_mu, NULL);
+    s->watch_ep = epoll_create1(EPOLL_CLOEXEC);
+    if (s->watch_ep < 0) return;
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+    if (pipe(s->watch_pipe) || epoll_ctl(s->watch_ep, EPOLL_CTL_ADD, s->watch_pipe[0], &ev) ||
+        pthread_create(&s->watcher, NULL, watch_loop, s)) {
+        close(s->watch_ep);
+        s->watch_ep = -1;
+    }
+}
+
+static void watch_stop(Srv *s) {
+    if (s->watch_ep < 0) return;
+    (void)!write(s->watch_pipe[1], "x", 1);
+    pthread_join(s->watcher, NULL);
+    close(s->watch_pipe[0]), close(s->watch_pipe[1]), close(s->watch_ep);
+    s->watch_ep = -1;
+}
+
 static enum MHD_Result start_generation(Req *r, struct MHD_Connection *c, ApiKind kind) {
     Srv *s = r->s;
     ApiErr e;
@@ -570,6 +644,7 @@ static enum MHD_Result start_generation(Req *r, struct MHD_Connection *c, ApiKin
         r->suspended = 1;
         MHD_suspend_connection(c);
         pthread_mutex_unlock(&r->mu);
+        watch_add(r, c);
         return MHD_YES;
     }
     pthread_mutex_unlock(&r->mu);
@@ -721,6 +796,9 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     (void)c;
     if (!r) return;
     *con_cls = NULL;
+    pthread_mutex_lock(&s->watch_mu);
+    watch_del_locked(s, r); /* before MHD closes the socket and before our reference goes */
+    pthread_mutex_unlock(&s->watch_mu);
     pthread_mutex_lock(&r->mu);
     r->conn = NULL;
     pthread_mutex_unlock(&r->mu);
@@ -900,7 +978,9 @@ int serve(const Opts *o) {
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGINT);
     pthread_sigmask(SIG_BLOCK, &set, NULL); /* every thread from here on: the supervisor takes them */
-    if (start_http(s)) return 1;
+    s->watch_ep = -1;
+    watch_start(s);
+    if (start_http(s)) return watch_stop(s), 1;
     pthread_create(&s->sup, NULL, supervise, s);
 
     RadErr e = {0};
@@ -958,6 +1038,7 @@ int serve(const Opts *o) {
     pthread_kill(s->sup, SIGTERM); /* wakes the supervisor if no signal came (it is pending there) */
     pthread_join(s->sup, NULL);
     MHD_stop_daemon(s->d);
+    watch_stop(s);
     rad_tok_free(s->tok);
     if (s->have_engine) rad_engine_close(&s->en);
     met_free(&s->met);
