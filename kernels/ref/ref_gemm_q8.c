@@ -2,20 +2,23 @@
  * activations quantised to 8 bits, with integer dot products (llama.cpp's scheme).
  *
  * docs/OPS.md (gemm_nt, "Quantised activations") allows this for GGML weights under the bound
- * 2e-2. Each row of x is quantised per block b of 32 elements (weights q8_0, q4_0, q4_1) or 256
- * (q4_k, q6_k, as q8_K): amax_b = max |x_k|, d_b = amax_b / 127 kept in f32 (no f16 rounding,
- * so the error is inside the stated bound with room), q_k = x_k * (1/d_b) rounded to nearest
- * even. The weight codes times q are summed exactly in integers per block; the block sums are
- * scaled and accumulated in f32. q4_1's offset m multiplies d_b * Σq (the sum of the quantised
- * activations, llama.cpp's q8_1 `s`), so the whole product is x̂ · w exactly as the bound's
- * derivation assumes. Portable C and AVX2 quantise identically (same f32 operations), and the
- * integer sums are exact; only the f32 accumulation order differs between them.
+ * 2e-2. Each row of x is quantised per block b of 32 elements, for every weight encoding (the
+ * K-quants too, as llama.cpp's CUDA q8_1 path does: q8_K's 256-element blocks spread one
+ * outlier's scale over 255 neighbours and broke the row bound): amax_b = max |x_k|,
+ * d_b = amax_b / 127 kept in f32 (no f16 rounding, so the error is inside the stated bound with
+ * room), q_k = x_k * (1/d_b) rounded to nearest even. The weight codes times q are summed exactly
+ * in integers per block (with the K-quants' 6/8-bit sub-block scales); the block sums are scaled
+ * by d_b and accumulated in f32. Offsets (q4_1's m, q4_k's mins) multiply d_b * Σq (the sum of
+ * the quantised activations, llama.cpp's q8_1 `s`), so the whole product is x̂ · w exactly as the
+ * bound's derivation assumes. Portable C and AVX2 quantise identically (same f32 operations), and
+ * the integer sums are exact; only the f32 accumulation order differs between them.
  *
  * Per output the order is fixed (blocks ascending), so the result is batch-invariant and the
  * same for every thread count. Work split: output columns in contiguous ranges per part; a part
  * walks its columns a tile at a time (the tile's weights stay in L1/L2) against every quantised
  * row, four rows per weight column at once on AVX2 (the weights unpacked once for the four).
- * One row (decode) prefetches weight rows about PF_BYTES ahead. */
+ * One row (decode) prefetches weight rows about PF_BYTES ahead (a four-column one-row kernel was
+ * faster with the weights in L2 but slower streaming them from memory, so there is none). */
 #include <math.h>
 #include <stdlib.h>
 
@@ -33,16 +36,17 @@ static inline void ref_prefetch(const char *p) {
 #endif
 }
 
-/* One quantised row: codes q[K] (64-byte aligned), then for 32-element blocks the pairs
- * (d_b, s_b) with s_b = d_b * Σq_b (q4_0: -8 d_b Σq_b, its codes' offset folded in), for 256-element
- * blocks d_b then the i16 sums of q per 16 elements. On AVX2, for q4_0 and q4_1, each pair of
- * blocks' codes is stored "paired" — [b lo 16 | b+1 lo 16 | b hi 16 | b+1 hi 16] — to meet the
- * weights' nibbles of two blocks in one register (an odd last block stays as it is). */
+/* One quantised row: codes q[K] (64-byte aligned), then per 32-element block b the scale d_b and
+ * s_b = d_b * Σq_b (q4_0: -8 d_b Σq_b, its codes' offset folded in): for the 32-element weight
+ * formats as pairs (d_b, s_b), for the K-quants as d[nb] then s[nb] then the i16 sums of q per
+ * 16 elements (q6_k's offset). On AVX2, for q4_0 and q4_1, each pair of blocks' codes is stored
+ * "paired" — [b lo 16 | b+1 lo 16 | b hi 16 | b+1 hi 16] — to meet the weights' nibbles of two
+ * blocks in one register (an odd last block stays as it is). */
 typedef struct QRow {
     const int8_t *q;
-    const float *ds;      /* 32-element blocks: [2 * nb] */
-    const float *d;       /* 256-element blocks: [nb] */
-    const int16_t *bsums; /* 256-element blocks: [16 * nb] */
+    const float *ds;      /* 32-element weight formats: [2 * nb] */
+    const float *d, *s;   /* K-quants: [nb] each */
+    const int16_t *bsums; /* K-quants: [K / 16] */
 } QRow;
 
 typedef float (*dot_fn)(const uint8_t *w, const QRow *x, int64_t K);
@@ -51,7 +55,7 @@ typedef void (*dot4_fn)(const uint8_t *w, const QRow *x, int64_t K, float *out);
 typedef struct Q8Ctx {
     RefGemmArgs g;
     int isa;
-    int kq;               /* 1: 256-element activation blocks (q4_k, q6_k) */
+    int kq;               /* K-quant weights (q4_k, q6_k): d, s apart, and 16-element sums */
     int paired;           /* codes stored in pairs of blocks (AVX2, q4_0 / q4_1) */
     float s_mul;          /* s_b = s_mul * d_b * Σq_b: -8 for q4_0, else 1 */
     size_t row_bytes;     /* one quantised row in buf */
@@ -64,26 +68,28 @@ typedef struct Q8Ctx {
 
 static size_t q8_row_bytes(int64_t K, int kq) {
     size_t q = ((size_t)K + 63) & ~(size_t)63;
-    size_t nb = (size_t)K / (kq ? 256 : 32);
-    size_t extra = kq ? nb * 4 + (size_t)K / 16 * 2 : nb * 8;
+    size_t nb = (size_t)K / 32;
+    size_t extra = nb * 8 + (kq ? (size_t)K / 16 * 2 : 0);
     return (q + extra + 16 + 63) & ~(size_t)63; /* +16: a 16-byte load of the last (d, s) pair */
 }
 
 static QRow q8_row(const Q8Ctx *c, int64_t i) {
     const uint8_t *base = c->buf + (size_t)i * c->row_bytes;
     const size_t q = ((size_t)c->g.K + 63) & ~(size_t)63;
-    const size_t nb = (size_t)c->g.K / (c->kq ? 256 : 32);
+    const size_t nb = (size_t)c->g.K / 32;
+    const float *f = (const float *)(const void *)(base + q);
     QRow r;
     r.q = (const int8_t *)base;
-    r.ds = c->kq ? NULL : (const float *)(const void *)(base + q);
-    r.d = c->kq ? (const float *)(const void *)(base + q) : NULL;
-    r.bsums = c->kq ? (const int16_t *)(const void *)(base + q + nb * 4) : NULL;
+    r.ds = c->kq ? NULL : f;
+    r.d = c->kq ? f : NULL;
+    r.s = c->kq ? f + nb : NULL;
+    r.bsums = c->kq ? (const int16_t *)(const void *)(f + 2 * nb) : NULL;
     return r;
 }
 
 /* ---- quantising a row ------------------------------------------------------------------------------ */
 
-/* Block of n (32 or 256) elements: d = amax / 127, q = rint(x * (1/d)). Returns d. */
+/* Block of n = 32 elements: d = amax / 127, q = rint(x * (1/d)). Returns d. */
 static float quant_block_generic(const float *x, int n, int8_t *q) {
     float amax = 0.0f;
     for (int j = 0; j < n; j++) {
@@ -99,21 +105,23 @@ static float quant_block_generic(const float *x, int n, int8_t *q) {
     return d;
 }
 
+/* dd: the (d, s) pairs, or for kq d[nb] then s[nb] (and bsums the 16-element sums). */
 static void quant_row_generic(const float *x, int64_t K, int kq, float s_mul, int8_t *q, float *dd, int16_t *bsums) {
-    const int bl = kq ? 256 : 32;
-    for (int64_t b = 0; b < K / bl; b++) {
-        const float d = quant_block_generic(x + b * bl, bl, q + b * bl);
+    const int64_t nb = K / 32;
+    for (int64_t b = 0; b < nb; b++) {
+        const float d = quant_block_generic(x + b * 32, 32, q + b * 32);
+        int sum = 0, s16 = 0;
+        for (int j = 0; j < 32; j++) {
+            sum += q[b * 32 + j];
+            if (j == 15) s16 = sum;
+        }
+        const float ds = d * (float)sum;
         if (kq) {
             dd[b] = d;
-            for (int g = 0; g < 16; g++) {
-                int sum = 0;
-                for (int j = 0; j < 16; j++) sum += q[b * bl + g * 16 + j];
-                bsums[b * 16 + g] = (int16_t)sum;
-            }
+            dd[nb + b] = ds;
+            bsums[2 * b] = (int16_t)s16;
+            bsums[2 * b + 1] = (int16_t)(sum - s16);
         } else {
-            int sum = 0;
-            for (int j = 0; j < 32; j++) sum += q[b * bl + j];
-            const float ds = d * (float)sum;
             dd[2 * b] = d;
             dd[2 * b + 1] = s_mul * ds;
         }
@@ -134,7 +142,7 @@ REF_AVX2 REF_INLINE float quant32_avx2(const float *x, int8_t *q, float amax, in
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     const __m256 vid = _mm256_set1_ps(id);
-    const int rm = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+#define rm (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC) /* an immediate even at -O0 */
     __m256i i0 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 0), vid), rm));
     __m256i i1 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8), vid), rm));
     __m256i i2 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 16), vid), rm));
@@ -150,6 +158,7 @@ REF_AVX2 REF_INLINE float quant32_avx2(const float *x, int8_t *q, float amax, in
     i0 = _mm256_permutevar8x32_epi32(i0, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     _mm256_storeu_si256((__m256i *)(void *)q, i0);
     return d;
+#undef rm
 }
 
 REF_AVX2 REF_INLINE float amax_avx2(const float *x, int n) {
@@ -164,17 +173,16 @@ REF_AVX2 REF_INLINE float amax_avx2(const float *x, int n) {
 
 REF_AVX2 static void quant_row_avx2(const float *x, int64_t K, int kq, float s_mul, int paired, int8_t *q, float *dd,
                                     int16_t *bsums) {
+    const int64_t nb = K / 32;
     if (kq) {
-        for (int64_t b = 0; b < K / 256; b++) {
-            const float amax = amax_avx2(x + b * 256, 256);
-            float db = 0.0f;
-            for (int j = 0; j < 8; j++)
-                db = quant32_avx2(x + b * 256 + 32 * j, q + b * 256 + 32 * j, amax, NULL, bsums + b * 16 + 2 * j);
-            dd[b] = db;
+        for (int64_t b = 0; b < nb; b++) {
+            int sum;
+            const float d = quant32_avx2(x + b * 32, q + b * 32, amax_avx2(x + b * 32, 32), &sum, bsums + 2 * b);
+            dd[b] = d;
+            dd[nb + b] = d * (float)sum;
         }
         return;
     }
-    const int64_t nb = K / 32;
     for (int64_t b = 0; b < nb; b++) {
         int sum;
         const float d = quant32_avx2(x + b * 32, q + b * 32, amax_avx2(x + b * 32, 32), &sum, NULL);
@@ -255,6 +263,7 @@ static float dot_q4_1_generic(const uint8_t *w, const QRow *x, int64_t K) {
     return acc + accm;
 }
 
+/* Per 32-element sub-block j of super-block b: d·dx_j·sc_j·Σ(code·q) − dmin·m_j·s_j. */
 static float dot_q4_k_generic(const uint8_t *w, const QRow *x, int64_t K) {
     float acc = 0.0f;
     for (int64_t b = 0; b < K / 256; b++, w += 144) {
@@ -262,32 +271,30 @@ static float dot_q4_k_generic(const uint8_t *w, const QRow *x, int64_t K) {
         ref_scales_k4(w + 4, sc, mn);
         const uint8_t *qs = w + 16;
         const int8_t *xq = x->q + 256 * b;
-        const int16_t *bs = x->bsums + 16 * b;
-        int sumi = 0, summ = 0;
-        for (int j = 0; j < 4; j++) {
-            int s0 = 0, s1 = 0;
-            for (int l = 0; l < 32; l++) {
-                s0 += (qs[32 * j + l] & 15) * xq[64 * j + l];
-                s1 += (qs[32 * j + l] >> 4) * xq[64 * j + 32 + l];
-            }
-            sumi += sc[2 * j] * s0 + sc[2 * j + 1] * s1;
+        const float d = ref_f16_f32(ref_rd16(w)), dmin = ref_f16_f32(ref_rd16(w + 2));
+        float sp = 0.0f, sm = 0.0f;
+        for (int j = 0; j < 8; j++) {
+            int s = 0;
+            for (int l = 0; l < 32; l++) s += (j & 1 ? qs[32 * (j / 2) + l] >> 4 : qs[32 * (j / 2) + l] & 15) * xq[32 * j + l];
+            const float p = x->d[8 * b + j] * (float)(sc[j] * s), pm = (float)mn[j] * x->s[8 * b + j];
+            sp = sp + p;
+            sm = sm + pm;
         }
-        for (int j = 0; j < 8; j++) summ += mn[j] * (bs[2 * j] + bs[2 * j + 1]);
-        const float d = ref_f16_f32(ref_rd16(w)) * x->d[b], dmin = ref_f16_f32(ref_rd16(w + 2)) * x->d[b];
-        const float p = d * (float)sumi, pm = dmin * (float)summ;
-        const float t = p - pm;
+        const float t = d * sp, tm = dmin * sm;
         acc = acc + t;
+        acc = acc - tm;
     }
     return acc;
 }
 
+/* Per 32-element block i (scale groups 2i, 2i+1 of 16): d·dx_i·Σ_g sc_g·Σ(code·q). */
 static float dot_q6_k_generic(const uint8_t *w, const QRow *x, int64_t K) {
     float acc = 0.0f;
     for (int64_t b = 0; b < K / 256; b++, w += 210) {
         const uint8_t *ql = w, *qh = w + 128;
         const int8_t *sc = (const int8_t *)(w + 192);
         const int8_t *xq = x->q + 256 * b;
-        int sumi = 0;
+        float sp = 0.0f;
         for (int n = 0; n < 2; n++, ql += 64, qh += 32, sc += 8, xq += 128) {
             int g[8] = {0};
             for (int l = 0; l < 32; l++) {
@@ -301,11 +308,14 @@ static float dot_q6_k_generic(const uint8_t *w, const QRow *x, int64_t K) {
                 g[is + 4] += q3 * xq[l + 64];
                 g[is + 6] += q4 * xq[l + 96];
             }
-            for (int j = 0; j < 8; j++) sumi += sc[j] * g[j];
+            for (int i = 0; i < 4; i++) { /* 32-element block 4n + i: groups 2i, 2i + 1 */
+                const int s = sc[2 * i] * g[2 * i] + sc[2 * i + 1] * g[2 * i + 1];
+                const float p = x->d[8 * b + 4 * n + i] * (float)s;
+                sp = sp + p;
+            }
         }
-        const float d = ref_f16_f32(ref_rd16(w + 208)) * x->d[b];
-        const float p = d * (float)sumi;
-        acc = acc + p;
+        const float t = ref_f16_f32(ref_rd16(w + 208)) * sp;
+        acc = acc + t;
     }
     return acc;
 }
@@ -336,7 +346,6 @@ REF_AVX2 REF_INLINE float lanes13(__m128 v) { /* v[1] + v[3] */
     const __m128 h = _mm_movehdup_ps(v);
     return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehl_ps(h, h)));
 }
-
 /* q4_0 / q4_1 (BB bytes a block, codes at QO, scales at 0 (and m at 2 for q4_1)): two blocks a step.
  * Per pair the scale lanes are [d0·dx0, m0·s0, d1·dx1, m1·s1] (q4_0: m = d, s carries the -8). */
 REF_AVX2 REF_INLINE void q4x_rows(const int RM, const int BB, const int QO, const uint8_t *w, const QRow *x, int64_t K,
@@ -436,21 +445,19 @@ REF_AVX2 REF_INLINE __m256i bcast16(int lo, int hi) {
     return _mm256_set_m128i(_mm_set1_epi16((short)((2 * hi + 1) << 8 | 2 * hi)), _mm_set1_epi16((short)((2 * lo + 1) << 8 | 2 * lo)));
 }
 
+/* q4_k: per 32-element sub-block j the integer sum times sc_j (eight i32 lanes), scaled by
+ * d·dx_j in f32; the mins' term Σ_j m_j·s_j eight lanes at once, scaled by dmin. */
 REF_AVX2 REF_INLINE void q4_k_rows(const int RM, const uint8_t *w, const QRow *x, int64_t K, float *out) {
     const __m256i m4 = _mm256_set1_epi8(0x0f);
-    __m256 acc[4];
-    __m128 accm[4];
+    __m256 acc[4], accm[4];
 #pragma GCC unroll 4
-    for (int r = 0; r < RM; r++) acc[r] = _mm256_setzero_ps(), accm[r] = _mm_setzero_ps();
+    for (int r = 0; r < RM; r++) acc[r] = _mm256_setzero_ps(), accm[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < K / 256; b++, w += 144) {
         const __m256i ms = _mm256_cvtepu8_epi16(k4_scales(w + 4)); /* [sc0..7 | m0..7] */
-        const __m128i mins = _mm256_extracti128_si256(ms, 1);
+        const __m256 mins = _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(ms, 1)));
         const __m256i scales = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(ms));
-        const __m128 dm = f16x4(ld_u32(w), 0); /* [d, dmin] */
+        const float d = _cvtsh_ss(ref_rd16(w)), dmin = _cvtsh_ss(ref_rd16(w + 2));
         const uint8_t *qs = w + 16;
-        __m256i sumi[4];
-#pragma GCC unroll 4
-        for (int r = 0; r < RM; r++) sumi[r] = _mm256_setzero_si256();
         for (int j = 0; j < 4; j++) {
             const __m256i q4 = ld32(qs + 32 * j);
             const __m256i lo = _mm256_and_si256(q4, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
@@ -461,42 +468,38 @@ REF_AVX2 REF_INLINE void q4_k_rows(const int RM, const uint8_t *w, const QRow *x
                 const int8_t *xq = x[r].q + 256 * b + 64 * j;
                 const __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ld32(xq)), sl);
                 const __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, ld32(xq + 32)), sh);
-                sumi[r] = _mm256_add_epi32(sumi[r], _mm256_add_epi32(pl, ph));
+                const float *dx = x[r].d + 8 * b + 2 * j;
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * dx[0]), _mm256_cvtepi32_ps(pl), acc[r]);
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * dx[1]), _mm256_cvtepi32_ps(ph), acc[r]);
             }
         }
 #pragma GCC unroll 4
-        for (int r = 0; r < RM; r++) {
-            const __m128 s = _mm_mul_ps(dm, _mm_set1_ps(x[r].d[b])); /* [d·dx, dmin·dx] */
-            acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(s), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
-            const __m256i bs = ld32(x[r].bsums + 16 * b);
-            const __m128i s32 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1)); /* per 32 */
-            const __m128 pm = _mm_cvtepi32_ps(_mm_madd_epi16(mins, s32));
-            accm[r] = _mm_fmadd_ps(_mm_shuffle_ps(s, s, 0x55), pm, accm[r]);
-        }
+        for (int r = 0; r < RM; r++)
+            accm[r] = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_mul_ps(mins, _mm256_loadu_ps(x[r].s + 8 * b)), accm[r]);
     }
 #pragma GCC unroll 4
-    for (int r = 0; r < RM; r++) {
-        __m128 m = _mm_add_ps(accm[r], _mm_movehl_ps(accm[r], accm[r]));
-        m = _mm_add_ss(m, _mm_shuffle_ps(m, m, 0x55));
-        out[r] = ref_hsum8(acc[r]) - _mm_cvtss_f32(m);
-    }
+    for (int r = 0; r < RM; r++) out[r] = ref_hsum8(acc[r]) - ref_hsum8(accm[r]);
 }
 
+/* q6_k: per 32-element block i the integer sum (codes 0..63, two 16-element scale groups) in
+ * eight i32 lanes, scaled by d·dx_i; the codes' offset 32 from the 16-element sums of q, one
+ * lane per block, scaled by the eight dx at once. */
 REF_AVX2 REF_INLINE void q6_k_rows(const int RM, const uint8_t *w, const QRow *x, int64_t K, float *out) {
     const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(3);
-    __m256 acc[4];
+    __m256 acc[4], acco[4];
 #pragma GCC unroll 4
-    for (int r = 0; r < RM; r++) acc[r] = _mm256_setzero_ps();
+    for (int r = 0; r < RM; r++) acc[r] = _mm256_setzero_ps(), acco[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < K / 256; b++, w += 210) {
         const uint8_t *ql = w, *qh = w + 128;
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(w + 192)));
         const __m256i sc_lo = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(sc16));      /* sc[0..7] */
         const __m256i sc_hi = _mm256_broadcastsi128_si256(_mm256_extracti128_si256(sc16, 1));  /* sc[8..15] */
         const float d = _cvtsh_ss(ref_rd16(w + 208));
-        __m256i sumi[4];
 #pragma GCC unroll 4
-        for (int r = 0; r < RM; r++) /* - 32 Σ_g sc_g bsum_g: the codes' offset, from the sums */
-            sumi[r] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(ld32(x[r].bsums + 16 * b), sc16), 5));
+        for (int r = 0; r < RM; r++) { /* lane i: sc_2i·bsum_2i + sc_2i+1·bsum_2i+1, block i's offset / 32 */
+            const __m256 o = _mm256_cvtepi32_ps(_mm256_madd_epi16(ld32(x[r].bsums + 16 * b), sc16));
+            acco[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_mul_ps(o, _mm256_loadu_ps(x[r].d + 8 * b)), acco[r]);
+        }
         for (int n = 0; n < 2; n++, ql += 64, qh += 32) {
             const __m256i scs = n ? sc_hi : sc_lo;
             const __m256i l0 = ld32(ql), l1 = ld32(ql + 32), h = ld32(qh);
@@ -513,18 +516,14 @@ REF_AVX2 REF_INLINE void q6_k_rows(const int RM, const uint8_t *w, const QRow *x
 #pragma GCC unroll 4
                 for (int r = 0; r < RM; r++) {
                     const __m256i p = _mm256_maddubs_epi16(q[g], ld32(x[r].q + 256 * b + 128 * n + 32 * g));
-                    sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(p, sv));
+                    const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, sv));
+                    acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * x[r].d[8 * b + 4 * n + g]), f, acc[r]);
                 }
             }
         }
-#pragma GCC unroll 4
-        for (int r = 0; r < RM; r++) {
-            const float s = d * x[r].d[b];
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(s), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
-        }
     }
 #pragma GCC unroll 4
-    for (int r = 0; r < RM; r++) out[r] = ref_hsum8(acc[r]);
+    for (int r = 0; r < RM; r++) out[r] = ref_hsum8(acc[r]) - 32.0f * ref_hsum8(acco[r]);
 }
 
 #define DOT_PAIR(NAME, CALL)                                                                              \
@@ -617,6 +616,8 @@ int ref_run_gemm_q8act(const RadKernelArgs *a) {
     ref_parallel(a, nq, quant_task, &c);
     int nth = ref_threads(a, (double)c.g.M * (double)c.g.N * (double)c.g.K, 32768.0);
     if (nth > (c.g.N + 3) / 4) nth = (int)((c.g.N + 3) / 4);
+    /* one part a thread: more parts (balancing) measured slower on decode, each part's first
+     * rows being past the prefetch */
     ref_parallel(a, nth, dot_task, &c);
     return RAD_OK;
 }

@@ -142,7 +142,9 @@ static int run_ew(const RadKernelArgs *a, int silu) {
 #if REF_X86
     if (c.isa >= REF_ISA_AVX2) c.row = silu ? silu_avx2 : add_avx2;
 #endif
-    ref_parallel(a, ref_threads(a, (double)c.M * (double)N, silu ? 16384.0 : 65536.0), ew_task, &c);
+    int nth = ref_threads(a, (double)c.M * (double)N, silu ? 16384.0 : 65536.0);
+    if (nth > c.M) nth = (int)c.M; /* parts are whole rows: more would be empty jobs */
+    ref_parallel(a, nth, ew_task, &c);
     return RAD_OK;
 }
 

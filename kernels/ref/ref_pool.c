@@ -27,6 +27,7 @@ struct RefPool {
     int n;                  /* threads in all, the caller included */
     int oversubscribed;     /* more threads than online CPUs: yield while spinning */
     long spin_ns;           /* how long an idle worker spins before it sleeps */
+    long yield_ns;          /* after this long spinning idle, yield between looks */
     int n_started;          /* workers actually running */
     pthread_t *th;
     RefWorker *w;
@@ -70,12 +71,19 @@ static void *worker_main(void *arg) {
         uint64_t g = atomic_load_explicit(&p->gen, memory_order_acquire);
         if (g == seen) {
             long t0 = now_ns();
+            int yielding = 0;
             for (unsigned i = 1;; i++) {
                 cpu_relax();
                 g = atomic_load_explicit(&p->gen, memory_order_acquire);
                 if (g != seen) break;
-                if (p->oversubscribed && (i & 15) == 0) sched_yield();
-                if ((i & 255) == 0 && now_ns() - t0 > p->spin_ns) break;
+                if ((i & 15) == 0 && (p->oversubscribed || yielding)) sched_yield();
+                if ((i & 255) == 0) {
+                    const long dt = now_ns() - t0;
+                    if (dt > p->spin_ns) break;
+                    /* a long wait means the caller is not running: on a shared core this
+                     * thread's spinning would only delay it */
+                    yielding = dt > p->yield_ns;
+                }
             }
             if (g == seen) { /* sleep until the next job (Dekker with the caller on gen/n_sleep) */
                 pthread_mutex_lock(&p->mu);
@@ -101,6 +109,7 @@ RefPool *ref_pool_create(int n_threads) {
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     p->oversubscribed = ncpu > 0 && n_threads > ncpu;
     p->spin_ns = 1000000L; /* 1 ms */
+    p->yield_ns = 50000L;  /* decode's gaps between jobs are a few µs to a few tens */
     const char *s = getenv("RAD_REF_SPIN_US");
     if (s && *s) {
         long us = strtol(s, NULL, 10);

@@ -1,0 +1,122 @@
+/* decode.c — the GEMMs of one SmolLM2-135M decode step through libref, nothing else (not a test;
+ * nothing asserts on time): 30 layers of q/k/v/o/gate/up/down at M = 1 in q4_1 and the q8_0
+ * lm_head, every weight its own buffer (96 MB in all, past any cache), as the engine issues them.
+ * Prints ms per step and the weight bytes streamed per second, best of R steps, for 1 and T
+ * threads, so the kernels and the pool can be judged against bench/membw.c without the engine.
+ *
+ *   cc -std=c11 -D_GNU_SOURCE -O2 -I. -o build/bench/decode bench/decode.c -ldl -lm
+ *   build/bench/decode [THREADS [STEPS [VARIANT [kern_ref.so]]]]   (default 2 50 q8act) */
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "abi/rad_kernels.h"
+
+static uint64_t g_rng = 88172645463325252ull;
+static uint64_t rnd(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return g_rng;
+}
+
+typedef struct Gemm {
+    int64_t N, K;
+    RadDType e;
+    uint8_t *w;
+    uint64_t rb;
+} Gemm;
+
+static void make(Gemm *g, int64_t N, int64_t K, RadDType e) {
+    const RadEncInfo *ei = rad_enc_info((RadEnc)e);
+    g->N = N, g->K = K, g->e = e;
+    g->rb = (uint64_t)K / ei->block_elems * ei->block_bytes;
+    const size_t bytes = (size_t)(g->rb * (uint64_t)N + 63) & ~(size_t)63;
+    g->w = aligned_alloc(64, bytes);
+    for (size_t i = 0; i < bytes; i++) g->w[i] = (uint8_t)rnd();
+    for (int64_t b = 0; b < N * K / (int64_t)ei->block_elems; b++) { /* small positive f16 scales */
+        uint8_t *blk = g->w + b * ei->block_bytes;
+        const uint16_t s = (uint16_t)(((5 + rnd() % 5) << 10) | (rnd() & 0x3ff));
+        memcpy(blk, &s, 2);
+        if (e == RAD_Q4_1) memcpy(blk + 2, &s, 2);
+    }
+}
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int main(int argc, char **argv) {
+    const int T = argc > 1 ? atoi(argv[1]) : 2, R = argc > 2 ? atoi(argv[2]) : 50;
+    const char *var = argc > 3 ? argv[3] : "q8act", *path = argc > 4 ? argv[4] : "build/plugins/kern_ref.so";
+    void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!dl) {
+        fprintf(stderr, "%s\n", dlerror());
+        return 1;
+    }
+    rad_kernels_fn kf;
+    void *p = dlsym(dl, "rad_kernels");
+    memcpy(&kf, &p, sizeof p);
+    const RadKernelLib *lib = kf();
+    const RadKernel *gemm = NULL, *head = NULL;
+    for (uint32_t i = 0; i < lib->n_kernels; i++) {
+        const RadKernel *k = rad_kernel_at(lib, i);
+        if (!strcmp(k->variant, var) && !strcmp(k->op, "gemm_nt")) gemm = k;
+        if (!strcmp(k->variant, var) && !strcmp(k->op, "logits_gemm")) head = k;
+    }
+    if (!gemm || !head) {
+        fprintf(stderr, "decode: no gemm_nt/logits_gemm variant %s\n", var);
+        return 1;
+    }
+    void *state = NULL;
+    RadKernelLibConfig cfg = {sizeof cfg, (uint32_t)T, 0, 0, 1, NULL};
+    if (lib->init(&cfg, &state)) {
+        fprintf(stderr, "init failed\n");
+        return 1;
+    }
+    enum { L = 30, PER = 7 };
+    static const int64_t shp[PER][2] = {{576, 576}, {192, 576}, {192, 576}, {576, 576}, {1536, 576}, {1536, 576}, {576, 1536}};
+    Gemm g[L * PER + 1];
+    double bytes = 0;
+    for (int l = 0; l < L; l++)
+        for (int j = 0; j < PER; j++) {
+            make(&g[l * PER + j], shp[j][0], shp[j][1], RAD_Q4_1);
+            bytes += (double)(g[l * PER + j].rb * (uint64_t)shp[j][0]);
+        }
+    make(&g[L * PER], 49152, 576, RAD_Q8_0);
+    bytes += (double)(g[L * PER].rb * 49152u);
+    float *x = malloc(sizeof(float) * 49152), *y = malloc(sizeof(float) * 49152);
+    for (int i = 0; i < 49152; i++) x[i] = (float)((double)(rnd() >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+    for (int th = 1; th <= T; th += (T > 1 ? T - 1 : 1)) {
+        double best = 1e30, sum = 0;
+        for (int r = 0; r < R + 2; r++) {
+            const double t0 = now();
+            for (int i = 0; i < L * PER + 1; i++) {
+                RadParam prm[3] = {RAD_RANGE("M", 1, 1), RAD_INT("N", g[i].N), RAD_INT("K", g[i].K)};
+                RadKArg args[3] = {{g[i].w, g[i].e, (uint64_t)g[i].N, (uint64_t)g[i].K, g[i].rb, {g[i].w, 0, 0, 0}},
+                                   {x, RAD_F32, 1, (uint64_t)g[i].K, (uint64_t)g[i].K, {0}},
+                                   {y, RAD_F32, 1, (uint64_t)g[i].N, (uint64_t)g[i].N, {0}}};
+                RadKernelArgs a = {sizeof a, prm, 3, 1, args, 3, NULL, NULL, NULL, state, (uint32_t)th, 1};
+                if ((i == L * PER ? head : gemm)->run(&a)) {
+                    fprintf(stderr, "run failed\n");
+                    return 1;
+                }
+            }
+            const double t = now() - t0;
+            if (r >= 2) { /* two warm-up steps */
+                best = t < best ? t : best;
+                sum += t;
+            }
+        }
+        printf("%s %d thread%s: best %.3f ms/step (%.2f GB/s, %.1f steps/s), mean %.3f ms\n", var, th, th > 1 ? "s" : "",
+               best * 1e3, bytes / best * 1e-9, 1.0 / best, sum / R * 1e3);
+    }
+    lib->fini(state);
+    dlclose(dl);
+    return 0;
+}
