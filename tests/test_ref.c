@@ -1196,6 +1196,8 @@ Test(ref, attn_paged_refusals_write_nothing) {
     a->ctx_lens[1] = A_C1;
     a->table[A_MB + 2] = -1; /* a block the sequence needs is missing */
     cr_assert_eq(attn_run(g_st[0], a, out, A_H, A_HKV, 0), RAD_E_ARG, "a negative block id");
+    a->table[A_MB + 2] = A_NBLK; /* one past the pool (RadKvState.n_blocks) */
+    cr_assert_eq(attn_run(g_st[0], a, out, A_H, A_HKV, 0), RAD_E_ARG, "a block id past the pool");
     a->table[A_MB + 2] = 3;
     a->ctx_lens[0] = 0; /* fewer tokens than this step adds */
     cr_assert_eq(attn_run(g_st[0], a, out, A_H, A_HKV, 0), RAD_E_ARG, "ctx_len < q_len");

@@ -396,8 +396,11 @@ static int check_batch(const AttnCtx *c) {
         if (ctx < q) return RAD_E_ARG;
         const int64_t nblk = (ctx + c->B - 1) / c->B;
         if (nblk > (int64_t)kv->max_blocks) return RAD_E_ARG;
-        for (int64_t j = 0; j < nblk; j++)
-            if (kv->block_table[(uint64_t)s * kv->max_blocks + (uint64_t)j] < 0) return RAD_E_ARG;
+        for (int64_t j = 0; j < nblk; j++) {
+            const int32_t id = kv->block_table[(uint64_t)s * kv->max_blocks + (uint64_t)j];
+            /* n_blocks 0: a caller from before the field (the pool's size is then unknown) */
+            if (id < 0 || (kv->n_blocks && (uint32_t)id >= kv->n_blocks)) return RAD_E_ARG;
+        }
     }
     return RAD_OK;
 }
