@@ -565,38 +565,102 @@ static int cmp_size_desc(const void *a, const void *b, void *ctx) {
     return *(const int *)a - *(const int *)b;
 }
 
+/* A buffer's live segments: from a write that does not read it (a new value) to the last use
+ * of that value. A buffer reused by every layer is live in short runs, so two buffers whose runs
+ * never meet (attention scratch and MLP scratch) share memory. */
+typedef struct Seg { int a, b; } Seg;
+typedef struct Live { Seg *s; int n, cap, open; } Live;
+
+static int live_add(Live *l, int a, int b) {
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 8;
+        Seg *g = realloc(l->s, (size_t)cap * sizeof *g);
+        if (!g) return -1;
+        l->s = g, l->cap = cap;
+    }
+    l->s[l->n++] = (Seg){a, b};
+    return 0;
+}
+
+static int uses(const rad_buf *v, uint32_t n, int id) {
+    for (uint32_t j = 0; j < n; j++)
+        if (v[j].id == id) return 1;
+    return 0;
+}
+
+static int live_together(const Live *x, const Live *y) {
+    for (int i = 0; i < x->n; i++)
+        for (int j = 0; j < y->n; j++)
+            if (x->s[i].a <= y->s[j].b && y->s[j].a <= x->s[i].b) return 1;
+    return 0;
+}
+
 int rad_graph_plan(RadGraph *g, RadErr *e) {
+    Live *lv = calloc((size_t)(g->n_bufs ? g->n_bufs : 1), sizeof *lv);
+    int *order = malloc((size_t)(g->n_bufs ? g->n_bufs : 1) * sizeof *order);
+    int rc = RAD_OK;
+    if (!lv || !order) {
+        rc = rad_err_set(e, RAD_E_NOMEM, "out of memory planning buffers");
+        goto out;
+    }
     for (int i = 0; i < g->n_ops; i++) {
         const RadGOp *o = &g->ops[i];
         for (int pass = 0; pass < 2; pass++) {
             const rad_buf *v = pass ? o->writes : o->reads;
             uint32_t n = pass ? o->n_writes : o->n_reads;
             for (uint32_t j = 0; j < n; j++) {
-                RadGBuf *x = &g->bufs[v[j].id];
+                int id = v[j].id;
+                RadGBuf *x = &g->bufs[id];
                 if (x->first < 0) x->first = i;
                 x->last = i;
+                Live *l = &lv[id];
+                int def = pass == 1 && !uses(o->reads, o->n_reads, id);
+                if (def || !l->open) { /* a new value (or one read before any write: live from 0) */
+                    if (l->open && l->s[l->n - 1].b < i) l->open = 0;
+                    if (!l->open) {
+                        if (live_add(l, def ? i : 0, i)) {
+                            rc = rad_err_set(e, RAD_E_NOMEM, "out of memory planning buffers");
+                            goto out;
+                        }
+                        l->open = 1;
+                        continue;
+                    }
+                }
+                l->s[l->n - 1].b = i;
             }
         }
     }
-    int *order = malloc((size_t)(g->n_bufs ? g->n_bufs : 1) * sizeof *order);
-    if (!order) return rad_err_set(e, RAD_E_NOMEM, "out of memory planning buffers");
     int n = 0;
     g->persist_bytes = g->naive_bytes = g->arena_bytes = 0;
     for (int i = 0; i < g->n_bufs; i++) {
         RadGBuf *x = &g->bufs[i];
+        Live *l = &lv[i];
         if (x->d.kind != RAD_BUF_TRANSIENT) {
             x->offset = g->persist_bytes;
             g->persist_bytes += align_up(x->bytes);
             continue;
         }
+        int whole = 0;
         if (x->first < 0) { /* no declared use: assumed live for the whole program */
             x->undeclared_use = 1;
             x->first = 0;
             x->last = g->n_ops ? g->n_ops - 1 : 0;
+            whole = 1;
         }
         if (x->concurrent && g->lane1_begin >= 0) { /* live across the whole lane-1 window */
             if (g->lane1_begin < x->first) x->first = g->lane1_begin;
             if (g->lane1_end > x->last) x->last = g->lane1_end;
+            whole = 1;
+        }
+        /* what the host reads after the step (logits, pooled) lives to the end */
+        if ((g->logits.id == i || g->pooled.id == i) && g->n_ops) x->last = g->n_ops - 1, whole = whole || l->n == 0;
+        if ((g->logits.id == i || g->pooled.id == i) && l->n) l->s[l->n - 1].b = g->n_ops - 1;
+        if (whole) {
+            l->n = 0;
+            if (live_add(l, x->first, x->last)) {
+                rc = rad_err_set(e, RAD_E_NOMEM, "out of memory planning buffers");
+                goto out;
+            }
         }
         g->naive_bytes += align_up(x->bytes);
         order[n++] = i;
@@ -610,8 +674,8 @@ int rad_graph_plan(RadGraph *g, RadErr *e) {
             again = 0;
             for (int c = 0; c < a; c++) {
                 const RadGBuf *y = &g->bufs[order[c]];
-                int live_together = x->first <= y->last && y->first <= x->last;
-                if (live_together && off < y->offset + align_up(y->bytes) && y->offset < off + align_up(x->bytes)) {
+                if (live_together(&lv[order[a]], &lv[order[c]]) && off < y->offset + align_up(y->bytes) &&
+                    y->offset < off + align_up(x->bytes)) {
                     off = y->offset + align_up(y->bytes);
                     again = 1;
                 }
@@ -620,8 +684,11 @@ int rad_graph_plan(RadGraph *g, RadErr *e) {
         x->offset = off;
         if (off + align_up(x->bytes) > g->arena_bytes) g->arena_bytes = off + align_up(x->bytes);
     }
+out:
+    for (int i = 0; lv && i < g->n_bufs; i++) free(lv[i].s);
+    free(lv);
     free(order);
-    return RAD_OK;
+    return rc;
 }
 
 /* ---- text ---------------------------------------------------------------------------------- */
