@@ -230,7 +230,16 @@ static int build_kv(RadEngine *en, RadErr *e) {
         const RadEncInfo *ei = rad_enc_info((RadEnc)k->d.dtype);
         uint64_t bb = 2ull * k->d.n_head_kv * k->block_size * k->d.head_dim * ei->block_bytes;
         uint32_t per_seq = (en->ctx.max_ctx + k->block_size - 1) / k->block_size;
-        uint32_t blocks = en->o.kv_blocks ? en->o.kv_blocks : per_seq * en->ctx.max_seqs;
+        uint32_t blocks = en->o.kv_blocks;
+        if (!blocks) { /* max_seqs full contexts, within a quarter of the machine's memory (at least one
+                        * full context): past it, the scheduler preempts rather than the pool failing */
+            uint64_t want = (uint64_t)per_seq * en->ctx.max_seqs, per_block = bb * (layers ? layers : 1);
+            long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+            uint64_t budget = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz / 4 : UINT64_MAX;
+            uint64_t fit = per_block ? budget / per_block : want;
+            if (fit < per_seq) fit = per_seq;
+            blocks = (uint32_t)(want < fit ? want : fit);
+        }
         int rc = rad_kvcache_init(&en->kv[gi], k->block_size, blocks, en->ctx.max_ctx, en->ctx.max_seqs,
                                   layers ? layers : 1, bb, e);
         if (rc) return rc;

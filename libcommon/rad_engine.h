@@ -21,7 +21,8 @@ typedef struct RadEngineOpts {
     uint32_t max_tok;              /* tokens per step (prefill chunk) */
     uint32_t max_seqs;
     uint32_t max_ctx;              /* 0: the model's n_ctx_train, capped at 8192 */
-    uint32_t kv_blocks;            /* 0: enough for max_seqs sequences of max_ctx */
+    uint32_t kv_blocks;            /* 0: enough for max_seqs sequences of max_ctx, within a
+                                      quarter of physical memory (at least one full context) */
     RadDType kv_dtype;             /* RAD_F32 (default) */
     int deterministic;             /* prefer batch-invariant kernels */
     uint32_t max_out_rows;         /* logits rows a step may return (0: the plugin's rule) */

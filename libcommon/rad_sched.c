@@ -249,6 +249,7 @@ int rad_sched_open(RadSched **out, RadEngine *en, const RadTok *tok, const RadSc
         rad_sched_close(s);
         return rad_err_set(e, RAD_E_NOMEM, "out of memory");
     }
+    update_stats(s); /* /metrics shows the pool before the first request */
     *out = s;
     return RAD_OK;
 }

@@ -46,7 +46,7 @@ static void usage(FILE *f) {
             "  --max-conns N      open connections; requests on connections past it get 503 (default 2048)\n"
             "  --idle-timeout S   close a connection idle this long (default 60; 0: never)\n"
             "  --max-seqs N       sequences generated at once (default 16)\n"
-            "  --kv-blocks N      KV cache blocks (default: max-seqs full contexts)\n"
+            "  --kv-blocks N      KV cache blocks (default: max-seqs full contexts, within 1/4 of memory)\n"
             "  --max-mixed-tok N  tokens per engine step: decode rows plus prefill chunks (default 512)\n"
             "  --max-queue N      waiting requests before 429 (default 1024)\n"
             "  --no-prefix-cache  do not share prompt KV blocks between requests\n"
