@@ -65,7 +65,7 @@ $(B)/test-plugins/%.so: tests/plugins/%.c $(ARCH_HDR)
 	$(CC) $(PLUGIN_CFLAGS) -o $@ $< $(PLUGIN_LDLIBS)
 
 # --- libcommon ---------------------------------------------------------------------------
-$(B)/obj/%.o: %.c $(LIB_HDR) $(wildcard tools/*/*.h)
+$(B)/obj/%.o: %.c $(LIB_HDR) $(wildcard tools/*/*.h tests/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 $(B)/libcommon.a: $(LIB_SRC:%.c=$(B)/obj/%.o)

@@ -17,40 +17,8 @@
 #include <unistd.h>
 
 #include "libcommon/rad_engine.h"
+#include "oracle_golden.h"
 
-typedef struct Case {
-    uint32_t vocab, n_prompt, n_gen, k, n_pos, n_full;
-    int32_t *prompt, *gen, *top_id;
-    float *lse, *rest, *top_lp;
-    uint8_t *buf;
-} Case;
-
-static int load_case(const char *path, Case *c) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return 0;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    c->buf = malloc((size_t)n);
-    cr_assert_eq(fread(c->buf, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    cr_assert_eq(memcmp(c->buf, "RADORCL1", 8), 0, "%s: bad magic", path);
-    uint32_t h[8];
-    memcpy(h, c->buf + 8, sizeof h);
-    c->vocab = h[1], c->n_prompt = h[2], c->n_gen = h[3], c->k = h[4], c->n_pos = h[5], c->n_full = h[6];
-    cr_assert_eq(c->n_pos, c->n_prompt + c->n_gen - 1, "%s: header", path);
-    uint8_t *p = c->buf + 40;
-#define TAKE(dst, type, count) (dst = (type *)(void *)p, p += 4 * (size_t)(count))
-    TAKE(c->prompt, int32_t, c->n_prompt);
-    TAKE(c->gen, int32_t, c->n_gen);
-    TAKE(c->lse, float, c->n_pos);
-    TAKE(c->rest, float, c->n_pos);
-    TAKE(c->top_id, int32_t, (size_t)c->n_pos * c->k);
-    TAKE(c->top_lp, float, (size_t)c->n_pos * c->k);
-#undef TAKE
-    cr_assert_leq(p - c->buf, n, "%s: shorter than its header says", path);
-    return 1;
-}
 
 static char dir[256], conv[512];
 static void setup(void) {

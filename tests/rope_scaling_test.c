@@ -28,48 +28,13 @@
 
 #include "abi/rad_kernels.h"
 #include "libcommon/rad_engine.h"
+#include "oracle_golden.h"
 
 #define FIX "tests/fixtures/rope-llama3"
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))
 
 /* ---- goldens (docs/ORACLE.md) --------------------------------------------------------------- */
 
-typedef struct Case {
-    uint32_t vocab, n_prompt, n_gen, k, n_pos, n_full;
-    int32_t *prompt, *gen, *top_id;
-    float *lse, *rest, *top_lp, *full;
-    uint32_t *full_pos;
-    uint8_t *buf;
-} Case;
-
-static void load_case(const char *path, Case *c) {
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "%s missing", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    cr_assert_gt(n, 40, "%s: too short", path);
-    c->buf = malloc((size_t)n);
-    cr_assert_eq(fread(c->buf, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    cr_assert_eq(memcmp(c->buf, "RADORCL1", 8), 0, "%s: bad magic", path);
-    uint32_t h[8];
-    memcpy(h, c->buf + 8, sizeof h);
-    c->vocab = h[1], c->n_prompt = h[2], c->n_gen = h[3], c->k = h[4], c->n_pos = h[5], c->n_full = h[6];
-    cr_assert_eq(c->n_pos, c->n_prompt + c->n_gen - 1, "%s: header", path);
-    uint8_t *p = c->buf + 40;
-#define TAKE(dst, type, count) (dst = (type *)(void *)p, p += 4 * (size_t)(count))
-    TAKE(c->prompt, int32_t, c->n_prompt);
-    TAKE(c->gen, int32_t, c->n_gen);
-    TAKE(c->lse, float, c->n_pos);
-    TAKE(c->rest, float, c->n_pos);
-    TAKE(c->top_id, int32_t, (size_t)c->n_pos * c->k);
-    TAKE(c->top_lp, float, (size_t)c->n_pos * c->k);
-    TAKE(c->full_pos, uint32_t, c->n_full);
-    TAKE(c->full, float, (size_t)c->n_full * c->vocab);
-#undef TAKE
-    cr_assert_eq(p - c->buf, n, "%s: size differs from its header's layout", path);
-}
 
 /* ---- converting and running ------------------------------------------------------------------- */
 
@@ -204,7 +169,7 @@ static int run_model(const char *model, Score *s, float **logits, size_t *rows, 
         char path[512];
         snprintf(path, sizeof path, FIX "/%s", fn);
         Case c;
-        load_case(path, &c);
+        cr_assert(load_case(path, &c), "%s missing", path);
         cr_assert_eq(c.n_prompt, np, "%s: MANIFEST", fn);
         score_case(&en, &c, s, fn, logits ? &logits[n] : NULL);
         if (rows) rows[n] = (size_t)c.n_pos * c.vocab;
