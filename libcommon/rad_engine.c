@@ -520,7 +520,7 @@ int rad_engine_step_seqs(RadEngine *en, const RadEngineSeq *seqs, uint32_t n_seq
         if (q->want_logits) outs[o++] = (int32_t)(t - 1);
         for (int gi = 0; gi < en->g.n_kvs; gi++) {
             const RadKvCache *c = &en->kv[gi];
-            int slot = rad_kvcache_seq(&en->kv[gi], q->seq_id);
+            int slot = rad_kvcache_find(c, q->seq_id); /* reserved above */
             memcpy(en->step_table[gi] + (size_t)b * c->max_blocks, c->seqs[slot].blocks, c->max_blocks * sizeof(int32_t));
         }
     }
@@ -593,9 +593,10 @@ int rad_engine_forward_all(RadEngine *en, int32_t seq_id, const int32_t *tokens,
 }
 
 void rad_engine_drop_seq(RadEngine *en, int32_t seq_id) {
-    for (int gi = 0; gi < en->g.n_kvs; gi++)
-        for (uint32_t s = 0; s < en->kv[gi].max_seqs; s++)
-            if (en->kv[gi].seqs[s].id == seq_id) rad_kvcache_release(&en->kv[gi], (int)s);
+    for (int gi = 0; gi < en->g.n_kvs; gi++) {
+        int slot = rad_kvcache_find(&en->kv[gi], seq_id);
+        if (slot >= 0) rad_kvcache_release(&en->kv[gi], slot);
+    }
 }
 
 /* ---- debug views ---------------------------------------------------------------------------- */

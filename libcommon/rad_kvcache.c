@@ -129,12 +129,17 @@ static void drop_block(RadKvCache *c, int32_t b) {
 
 /* ---- sequences -------------------------------------------------------------------------------- */
 
-int rad_kvcache_seq(RadKvCache *c, int32_t seq_id) {
-    int free_slot = -1;
-    for (uint32_t s = 0; s < c->max_seqs; s++) {
+int rad_kvcache_find(const RadKvCache *c, int32_t seq_id) {
+    for (uint32_t s = 0; s < c->max_seqs; s++)
         if (c->seqs[s].id == seq_id) return (int)s;
-        if (c->seqs[s].id < 0 && free_slot < 0) free_slot = (int)s;
-    }
+    return -1;
+}
+
+int rad_kvcache_seq(RadKvCache *c, int32_t seq_id) {
+    int free_slot = rad_kvcache_find(c, seq_id);
+    if (free_slot >= 0) return free_slot;
+    for (uint32_t s = 0; s < c->max_seqs && free_slot < 0; s++)
+        if (c->seqs[s].id < 0) free_slot = (int)s;
     if (free_slot >= 0) {
         c->seqs[free_slot].id = seq_id;
         c->seqs[free_slot].len = 0;
@@ -157,9 +162,8 @@ int rad_kvcache_reserve(RadKvCache *c, int slot, uint32_t len, RadErr *e) {
 }
 
 uint32_t rad_kvcache_need(const RadKvCache *c, int32_t seq_id, uint32_t len) {
-    uint32_t held = 0;
-    for (uint32_t s = 0; s < c->max_seqs; s++)
-        if (c->seqs[s].id == seq_id) held = c->seqs[s].len;
+    int slot = rad_kvcache_find(c, seq_id);
+    uint32_t held = slot >= 0 ? c->seqs[slot].len : 0;
     uint32_t have = (held + c->block_size - 1) / c->block_size, need = (len + c->block_size - 1) / c->block_size;
     return need > have ? need - have : 0;
 }
@@ -174,9 +178,9 @@ void rad_kvcache_release(RadKvCache *c, int slot) {
 
 /* ---- the prefix cache --------------------------------------------------------------------------- */
 
-void rad_kvcache_hash_chain(const int32_t *tokens, uint32_t n_blocks, uint32_t block_size, uint64_t *out) {
-    uint64_t h = 0x9e3779b97f4a7c15ull;
-    for (uint32_t b = 0; b < n_blocks; b++) {
+void rad_kvcache_hash_chain(const int32_t *tokens, uint32_t from, uint32_t n_blocks, uint32_t block_size, uint64_t *out) {
+    uint64_t h = from ? out[from - 1] : 0x9e3779b97f4a7c15ull;
+    for (uint32_t b = from; b < n_blocks; b++) {
         h = XXH3_64bits_withSeed(tokens + (size_t)b * block_size, block_size * sizeof *tokens, h);
         out[b] = h ? h : 1;
     }

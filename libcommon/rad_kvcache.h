@@ -43,6 +43,8 @@ int rad_kvcache_init(RadKvCache *c, uint32_t block_size, uint32_t n_blocks, uint
                      uint32_t n_layers, uint64_t block_bytes, RadErr *e);
 void rad_kvcache_free(RadKvCache *c);
 
+/* The slot holding a sequence, or -1 (nothing is allocated). */
+int rad_kvcache_find(const RadKvCache *c, int32_t seq_id);
 /* The slot of a sequence (allocated on first use), or -1 when every slot is taken. */
 int rad_kvcache_seq(RadKvCache *c, int32_t seq_id);
 /* Grows a sequence to hold `len` tokens; RAD_E_LIMIT naming the need when blocks run out
@@ -54,8 +56,9 @@ uint32_t rad_kvcache_need(const RadKvCache *c, int32_t seq_id, uint32_t len);
  * least recently freed evicted first, until a reservation needs them). */
 void rad_kvcache_release(RadKvCache *c, int slot);
 
-/* The chain hashes of the first n_blocks full blocks of tokens (never 0). */
-void rad_kvcache_hash_chain(const int32_t *tokens, uint32_t n_blocks, uint32_t block_size, uint64_t *out);
+/* The chain hashes (never 0) of full blocks [from, n_blocks) of tokens into out[from..): block
+ * b's hash is seeded with out[b-1], which must hold already when from > 0. */
+void rad_kvcache_hash_chain(const int32_t *tokens, uint32_t from, uint32_t n_blocks, uint32_t block_size, uint64_t *out);
 /* How many leading hashes name cached blocks. */
 uint32_t rad_kvcache_lookup(const RadKvCache *c, const uint64_t *hashes, uint32_t n);
 /* A fresh sequence (slot holding nothing) takes the first n cached blocks named by hashes

@@ -255,7 +255,7 @@ int rad_sched_open(RadSched **out, RadEngine *en, const RadTok *tok, const RadSc
 }
 
 static void release_seq(RadSched *s, Seq *q) {
-    int slot = rad_kvcache_seq(s->kv, q->eid);
+    int slot = rad_kvcache_find(s->kv, q->eid);
     if (slot >= 0) rad_kvcache_release(s->kv, slot);
     q->n_done = 0;
     q->n_published = 0;
@@ -406,7 +406,7 @@ static void adopt_prefix(RadSched *s, Seq *q) {
     uint32_t B = s->kv->block_size, nb = (q->n_tok - 1) / B;
     int slot = rad_kvcache_seq(s->kv, q->eid);
     if (slot < 0) return;
-    rad_kvcache_hash_chain(q->tok, nb, B, q->hash);
+    rad_kvcache_hash_chain(q->tok, 0, nb, B, q->hash);
     uint32_t hit = s->o.prefix_cache ? rad_kvcache_lookup(s->kv, q->hash, nb) : 0;
     rad_kvcache_adopt(s->kv, slot, q->hash, hit);
     q->n_done = hit * B;
@@ -423,9 +423,9 @@ static void publish(RadSched *s, Seq *q) {
     if (!s->o.prefix_cache) return;
     uint32_t B = s->kv->block_size, full = q->n_done / B;
     if (full <= q->n_published) return;
-    int slot = rad_kvcache_seq(s->kv, q->eid);
+    int slot = rad_kvcache_find(s->kv, q->eid);
     if (slot < 0) return;
-    if (q->n_published < full) rad_kvcache_hash_chain(q->tok, full, B, q->hash); /* chain from the start: cheap next to a step */
+    rad_kvcache_hash_chain(q->tok, q->n_published, full, B, q->hash); /* the new blocks only, chained on */
     for (uint32_t b = q->n_published; b < full; b++) rad_kvcache_publish(s->kv, slot, b, q->hash[b]);
     q->n_published = full;
 }
