@@ -14,7 +14,8 @@ RAD=build/bench-smollm2.rad
 B=build/bench
 mkdir -p "$B"
 make -s tools model >/dev/null
-[ -f "$RAD" ] || build/rad-convert "$GGUF" -o "$RAD"
+# reconverted when the converter is newer (a container from an older converter may differ)
+if [ ! -f "$RAD" ] || [ build/rad-convert -nt "$RAD" ]; then build/rad-convert "$GGUF" -o "$RAD" --force; fi
 
 if [ -z "${LLAMA_BENCH:-}" ]; then
     LLAMA_BENCH=$(ls build/llama.cpp/*/vendor/llama.cpp/build/bin/llama-bench 2>/dev/null | head -1 || true)

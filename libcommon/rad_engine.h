@@ -26,14 +26,16 @@ typedef struct RadEngineOpts {
     RadDType kv_dtype;             /* RAD_F32 (default) */
     int deterministic;             /* prefer batch-invariant kernels */
     uint32_t max_out_rows;         /* logits rows a step may return (0: the plugin's rule) */
+    int profile;                   /* time every issued op (rad_engine_dump_profile) */
+    int mmap_weights;              /* kernels read weights in the file mapping (no copy; slower
+                                      decode, shared page cache); 0: copied into huge pages */
     double max_tolerance;          /* kernels whose stated tolerance is looser are not chosen;
                                       0: 1e-3 (exact paths: the oracle's greedy text); 2e-2 lets
                                       quantised GEMMs quantise activations as llama.cpp does */
 } RadEngineOpts;
 
 typedef struct RadEngineWeight {
-    RadKArg arg;                   /* as kernels see it */
-    uint8_t *owned;                /* decompressed copy, or NULL (mapped in place) */
+    RadKArg arg;                   /* as kernels see it: bytes in wstore, or in the file mapping */
 } RadEngineWeight;
 
 typedef struct RadEngineKernels {
@@ -59,6 +61,9 @@ typedef struct RadEngine {
     RadBuildCtx ctx;
     RadGraph g;
     RadEngineWeight *w;            /* [g.n_w] */
+    uint8_t *wstore;               /* weights copied (or decompressed) into one anonymous map */
+    size_t wstore_bytes;           /* its length (whole 2 MiB pages) */
+    int wstore_huge;               /* huge pages asked for it (madvise accepted; THP decides) */
     RadEngineKernels *cand;        /* [g.n_ops] */
     uint8_t *arena;                /* transient buffers (g.arena_bytes) */
     uint8_t *persist;              /* persistent and derived buffers */
@@ -72,6 +77,8 @@ typedef struct RadEngine {
     int step_failed;
     char step_msg[512];
     uint64_t n_issues;             /* ops issued, for --debug-graph and timing */
+    uint64_t *prof_ns, *prof_calls;/* [g.n_ops] when o.profile: time in each op's kernel, calls */
+    uint64_t prof_step_ns, prof_steps; /* whole steps (the plugin's own work and the kernels) */
 } RadEngine;
 
 int rad_engine_open(RadEngine *en, const RadEngineOpts *o, RadErr *e);
@@ -115,6 +122,8 @@ int rad_engine_forward_all(RadEngine *en, int32_t seq_id, const int32_t *tokens,
                            RadErr *e);
 
 /* --debug-graph: every op, its resolved kernel and why. --debug-placement: the plan. */
+/* --profile: time per op (summed over layers by op name and kernel), against whole steps. */
+void rad_engine_dump_profile(const RadEngine *en, FILE *f);
 void rad_engine_dump_graph(const RadEngine *en, FILE *f);
 void rad_engine_dump_placement(const RadEngine *en, FILE *f);
 

@@ -4,6 +4,7 @@
  * invariants of stepping: chunked prefill equals one step, prefill+decode equals a longer
  * prefill, zero rows is not a call, n_out 0 skips the head. */
 #include <criterion/criterion.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,17 +162,19 @@ static void reference(const int32_t *ids, int n, double *logits) {
     matvec(logits, out_w, h, V, E);
 }
 
-static void open_engine(RadEngine *en, uint32_t max_tok) {
+static void open_engine_with(RadEngine *en, uint32_t max_tok, int mmap_weights, int profile) {
     const char *b = getenv("RAD_BUILD");
     static char d1[256], d2[256];
     snprintf(d1, sizeof d1, "%s/test-plugins", b ? b : "build");
     snprintf(d2, sizeof d2, "%s/plugins", b ? b : "build");
     static const char *dirs[2] = {d1, d2};
     RadEngineOpts o = {.model = path, .plugin_dirs = dirs, .n_plugin_dirs = 2, .kernels = "kern_test", .max_tok = max_tok,
-                       .max_seqs = 2, .max_ctx = 64, .n_threads = 1};
+                       .max_seqs = 2, .max_ctx = 64, .n_threads = 1, .mmap_weights = mmap_weights, .profile = profile};
     RadErr e = {0};
     cr_assert_eq(rad_engine_open(en, &o, &e), RAD_OK, "%s", e.msg);
 }
+
+static void open_engine(RadEngine *en, uint32_t max_tok) { open_engine_with(en, max_tok, 0, 0); }
 
 static const int32_t IDS[T] = {1, 17, 5, 63, 22, 9, 40, 3, 3, 58, 11};
 
@@ -193,6 +196,51 @@ Test(engine, logits_match_the_reference_forward) {
         if (fabs(ref[i]) > maxr) maxr = fabs(ref[i]);
     }
     cr_assert_lt(maxd / (maxr + 1e-6), 1e-4, "max |engine - reference| = %g (max |ref| %g)", maxd, maxr);
+    rad_engine_close(&en);
+}
+
+/* Weights copied into the engine's own region (the default) or read in the file mapping
+ * (--mmap): the same bytes, so the same logits bit for bit; every copied weight lies inside the
+ * region, every mapped one outside it. */
+Test(engine, copied_and_mapped_weights_give_the_same_logits) {
+    RadEngine a, b;
+    open_engine_with(&a, 64, 0, 0);
+    open_engine_with(&b, 64, 1, 0);
+    cr_assert_not_null(a.wstore, "the default copies the weights");
+    cr_assert_null(b.wstore, "--mmap copies nothing (no plane is compressed)");
+    for (int i = 0; i < a.g.n_w; i++) {
+        const uint8_t *pa = a.w[i].arg.data, *pb = b.w[i].arg.data;
+        if (!pa) continue;
+        cr_assert(pa >= a.wstore && pa < a.wstore + a.wstore_bytes, "weight '%s' outside the region", a.g.w[i].name);
+        cr_assert_not_null(pb);
+        cr_assert_eq(memcmp(pa, pb, a.w[i].arg.rows * a.w[i].arg.row_stride), 0, "weight '%s' differs", a.g.w[i].name);
+    }
+    RadErr e = {0};
+    cr_assert_eq(rad_engine_forward(&a, 0, IDS, T, 0, 1, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_engine_forward(&b, 0, IDS, T, 0, 1, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(memcmp(rad_engine_logits(&a, NULL), rad_engine_logits(&b, NULL), V * sizeof(float)), 0);
+    rad_engine_close(&a), rad_engine_close(&b);
+}
+
+/* --profile: every issued op is counted once, and whole steps are timed. */
+Test(engine, profile_counts_every_issue) {
+    RadEngine en;
+    open_engine_with(&en, 64, 0, 1);
+    RadErr e = {0};
+    cr_assert_eq(rad_engine_forward(&en, 0, IDS, T, 0, 1, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_engine_forward(&en, 0, IDS, 1, T, 1, &e), RAD_OK, "%s", e.msg);
+    uint64_t calls = 0;
+    for (int o = 0; o < en.g.n_ops; o++) calls += en.prof_calls[o];
+    cr_assert_eq(en.prof_steps, 2);
+    cr_assert_eq(calls, en.n_issues, "%" PRIu64 " timed calls, %" PRIu64 " issues", calls, en.n_issues);
+    cr_assert_gt(en.prof_step_ns, 0);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    rad_engine_dump_profile(&en, f);
+    fclose(f);
+    cr_assert(strstr(buf, "gemm_nt") && strstr(buf, "attn_paged") && strstr(buf, "(outside ops)"), "%s", buf);
+    free(buf);
     rad_engine_close(&en);
 }
 

@@ -33,6 +33,9 @@ static void usage(FILE *f) {
             "  --ids 1,2,3        the prompt as token ids instead of -p text\n"
             "  --print-ids        print generated token ids (one per line) instead of text\n"
             "  --deterministic    batch-invariant kernels first\n"
+            "  --profile          at exit, time per op and kernel a step (one-shot and chat)\n"
+            "  --mmap             kernels read the weights in the file's mapping (no copy: less memory\n"
+            "                     with several processes, slower decode); default: copied into huge pages\n"
             "  --fast             allow kernels within 2e-2 of the reference (quantised GEMMs quantise\n"
             "                     activations to q8, as llama.cpp does); default: within 1e-3\n"
             "server:\n"
@@ -73,7 +76,7 @@ static int parse_num(const char *flag, const char *s, double lo, double hi, doub
 static int parse_args(int argc, char **argv, Opts *o) {
     enum { TEMP = 256, TOPK, TOPP, MINP, REP, PRES, FREQ, SEED, THREADS, CTX, BATCH, KERNELS, PDIR, IDS, TOKENIZE,
            DETOK, CHAT, DGRAPH, DPLACE, PIDS, DET, FAST, HOST, PORT, APIKEY, SNAME, MAXBODY, MAXHDR, MAXCONNS,
-           IDLE, MAXSEQS, MAXMIXED, MAXQUEUE, NOPREFIX, DRAIN, KVBLOCKS };
+           IDLE, MAXSEQS, MAXMIXED, MAXQUEUE, NOPREFIX, DRAIN, KVBLOCKS, PROFILE, MMAPW };
     static const struct option lo[] = {
         {"model", required_argument, 0, 'm'}, {"prompt", required_argument, 0, 'p'}, {"temp", required_argument, 0, TEMP},
         {"top-k", required_argument, 0, TOPK}, {"top-p", required_argument, 0, TOPP}, {"min-p", required_argument, 0, MINP},
@@ -83,7 +86,7 @@ static int parse_args(int argc, char **argv, Opts *o) {
         {"kernels", required_argument, 0, KERNELS}, {"plugin-dir", required_argument, 0, PDIR}, {"ids", required_argument, 0, IDS},
         {"tokenize", no_argument, 0, TOKENIZE}, {"detokenize", no_argument, 0, DETOK}, {"chat", no_argument, 0, CHAT},
         {"debug-graph", no_argument, 0, DGRAPH}, {"debug-placement", no_argument, 0, DPLACE}, {"print-ids", no_argument, 0, PIDS},
-        {"deterministic", no_argument, 0, DET}, {"fast", no_argument, 0, FAST}, {"help", no_argument, 0, 'h'},
+        {"deterministic", no_argument, 0, DET}, {"fast", no_argument, 0, FAST}, {"profile", no_argument, 0, PROFILE}, {"mmap", no_argument, 0, MMAPW}, {"help", no_argument, 0, 'h'},
         {"host", required_argument, 0, HOST}, {"port", required_argument, 0, PORT}, {"api-key", required_argument, 0, APIKEY},
         {"served-model-name", required_argument, 0, SNAME}, {"max-body", required_argument, 0, MAXBODY},
         {"max-header", required_argument, 0, MAXHDR}, {"max-conns", required_argument, 0, MAXCONNS},
@@ -137,6 +140,8 @@ static int parse_args(int argc, char **argv, Opts *o) {
         case PIDS: o->print_ids = 1; break;
         case DET: o->deterministic = 1; break;
         case FAST: o->fast = 1; break;
+        case PROFILE: o->profile = 1; break;
+        case MMAPW: o->mmap_weights = 1; break;
         case HOST: o->host = optarg; break;
         case PORT: if (!parse_num("--port", optarg, 0, 65535, &v)) return 2; o->port = (unsigned)v; break;
         case APIKEY: o->api_key = *optarg ? optarg : NULL; break;
@@ -391,7 +396,8 @@ int main(int argc, char **argv) {
     }
     RadEngineOpts eo = {.model = o.model, .plugin_dirs = o.plugin_dirs, .n_plugin_dirs = o.n_plugin_dirs, .kernels = o.kernels,
                         .n_threads = o.threads, .max_tok = o.batch ? o.batch : 512, .max_seqs = 1, .max_ctx = o.ctx,
-                        .deterministic = o.deterministic, .max_tolerance = o.fast ? 2e-2 : 1e-3};
+                        .deterministic = o.deterministic, .max_tolerance = o.fast ? 2e-2 : 1e-3, .profile = o.profile,
+                        .mmap_weights = o.mmap_weights};
     rc = rad_engine_open(&en, &eo, &e);
     have_engine = 1;
     if (!rc) rc = rad_tok_init(&tok, &en.m.tok, &e);
@@ -429,6 +435,7 @@ int main(int argc, char **argv) {
     else if (o.prompt || o.ids || o.chat)
         fprintf(stderr, "radiance: load %.2f s; prompt %zu tokens in %.3f s (%.1f tok/s); generation %d tokens in %.3f s (%.1f tok/s); %u threads\n",
                 t_load, n_prompt, tp, tp > 0 ? (double)n_prompt / tp : 0.0, ng, tg, tg > 0 ? ng / tg : 0.0, en.o.n_threads);
+    if (!rc && o.profile) rad_engine_dump_profile(&en, stderr);
     rad_tok_free(tok);
     if (have_engine) rad_engine_close(&en);
     return rc ? 1 : 0;
