@@ -27,6 +27,8 @@ static const Schema VOCAB[] = {
     {"rmsnorm", "docs/OPS.md", 3, {"M", "N", "eps"}, {R, I, F}, 1, {RAD_PROLE_NONE}},
     {"add_rmsnorm", "docs/OPS.md", 3, {"M", "N", "eps"}, {R, I, F}, 1, {RAD_PROLE_NONE}},
     {"gemm_nt", "docs/OPS.md", 3, {"M", "N", "K"}, {R, I, I}, 1, {RAD_PROLE_NONE}},
+    {"gemm_nt2", "docs/OPS.md", 4, {"M", "N0", "N1", "K"}, {R, I, I, I}, 2, {RAD_PROLE_NONE}},
+    {"gemm_nt3", "docs/OPS.md", 5, {"M", "N0", "N1", "N2", "K"}, {R, I, I, I, I}, 3, {RAD_PROLE_NONE}},
     {"rope", "docs/OPS.md", 10,
      {"M", "n_head", "head_dim", "n_rot", "theta", "scaling", "factor", "low_freq_factor", "high_freq_factor", "orig_ctx"},
      {R, I, I, I, F, I, F, F, F, I}, 1, {RAD_PROLE_NONE}},

@@ -335,8 +335,9 @@ Test(ref, zero_rows) {
         RadParam prm[] = {RAD_RANGE("M", 1, 4), RAD_INT("N", 4), RAD_INT("K", 4), RAD_INT("V", 4), RAD_FLOAT("eps", 1e-5),
                           RAD_INT("n_head", 1), RAD_INT("head_dim", 4), RAD_INT("n_rot", 4), RAD_FLOAT("theta", 1e4),
                           RAD_INT("scaling", 0), RAD_FLOAT("factor", 1), RAD_FLOAT("low_freq_factor", 0),
-                          RAD_FLOAT("high_freq_factor", 0), RAD_INT("orig_ctx", 0), RAD_INT("exact", 1)};
-        RadKArg a[4];
+                          RAD_FLOAT("high_freq_factor", 0), RAD_INT("orig_ctx", 0), RAD_INT("exact", 1),
+                          RAD_INT("N0", 4), RAD_INT("N1", 4), RAD_INT("N2", 4)};
+        RadKArg a[7];
         uint32_t na = 0;
         memset(a, 0, sizeof a);
         RadDType wt = (k->weight_encs & RAD_ENC_BIT(RAD_F32)) ? RAD_F32 : RAD_Q8_0;
@@ -346,7 +347,11 @@ Test(ref, zero_rows) {
             a[0] = weight(w, RAD_F32, 1, 4), a[1] = fbuf(x, 4, 4), a[2] = fbuf(z, 4, 4), a[3] = fbuf(o, 4, 4), na = 4;
         else if (!strcmp(op, "gemm_nt") || !strcmp(op, "logits_gemm"))
             a[0] = weight(w, wt, 4, 4), a[1] = fbuf(x, 4, 4), a[2] = fbuf(o, 4, 4), na = 3;
-        else if (!strcmp(op, "rope")) a[0] = fbuf(o, 4, 4), a[1] = raw_i32(ids, 4), na = 2;
+        else if (!strcmp(op, "gemm_nt2") || !strcmp(op, "gemm_nt3")) {
+            const uint32_t np = op[7] == '2' ? 2 : 3;
+            for (uint32_t j = 0; j < np; j++) a[j] = weight(w, wt, 4, 4), a[np + 1 + j] = fbuf(o, 4, 4);
+            a[np] = fbuf(x, 4, 4), na = 2 * np + 1;
+        } else if (!strcmp(op, "rope")) a[0] = fbuf(o, 4, 4), a[1] = raw_i32(ids, 4), na = 2;
         else if (!strcmp(op, "attn_paged"))
             a[0] = fbuf(x, 4, 4), a[1] = fbuf(y, 4, 4), a[2] = fbuf(z, 4, 4), a[3] = fbuf(o, 4, 4), na = 4;
         else if (!strcmp(op, "silu_mul") || !strcmp(op, "add")) a[0] = fbuf(x, 4, 4), a[1] = fbuf(y, 4, 4), a[2] = fbuf(o, 4, 4), na = 3;
@@ -663,6 +668,81 @@ Test(ref, gemm_refusals_write_nothing) {
     cr_assert_eq(call(find("gemm_nt", "exact"), g_st[0], p48, 3, M, a48, 3), RAD_E_SHAPE);
     assert_untouched(y, sizeof y, "gemm after refusals");
     free(w);
+}
+
+/* ---- gemm_nt2 / gemm_nt3: several weights over one x ---------------------------------------------- */
+
+typedef struct MultiCase {
+    const char *var;
+    int n, M, K;
+    RadDType t[3];
+    int N[3];
+} MultiCase;
+
+/* The fused op against its `replaces` chain (docs/OPS.md): every output bit for bit what
+ * gemm_nt writes for its part, in every state (ISA, threads), for parts of one encoding (x
+ * quantised once) and of several (q4_k beside q6_k: two quantised layouts). */
+Test(ref, gemm_nt2_nt3_equal_the_chain) {
+    static const MultiCase cases[] = {
+        {"q8act", 3, 1, 256, {RAD_Q4_1, RAD_Q4_1, RAD_Q4_1}, {64, 32, 32}},
+        {"q8act", 3, 5, 256, {RAD_Q4_1, RAD_Q4_1, RAD_Q4_1}, {37, 13, 13}},
+        {"q8act", 3, 1, 512, {RAD_Q4_K, RAD_Q4_K, RAD_Q6_K}, {40, 24, 24}},
+        {"q8act", 3, 6, 512, {RAD_Q4_K, RAD_Q4_K, RAD_Q6_K}, {40, 24, 21}},
+        {"q8act", 2, 1, 96, {RAD_Q4_1, RAD_Q4_1}, {301, 301}},
+        {"q8act", 2, 7, 96, {RAD_Q8_0, RAD_Q4_0}, {50, 77}},
+        {"exact", 3, 1, 96, {RAD_F32, RAD_F32, RAD_F32}, {33, 11, 11}},
+        {"exact", 3, 4, 256, {RAD_Q4_1, RAD_Q4_1, RAD_Q4_K}, {29, 9, 9}},
+        {"exact", 2, 1, 128, {RAD_Q8_0, RAD_F16}, {257, 257}},
+        {"exact", 2, 5, 128, {RAD_BF16, RAD_Q4_0}, {19, 23}},
+    };
+    for (size_t ci = 0; ci < N_OF(cases); ci++) {
+        const MultiCase *mc = &cases[ci];
+        const char *op = mc->n == 2 ? "gemm_nt2" : "gemm_nt3";
+        const RadKernel *fused = find(op, mc->var);
+        cr_assert(fused, "%s:%s is in the table", op, mc->var);
+        GemmData g[3];
+        for (int i = 0; i < mc->n; i++) gemm_make(&g[i], mc->t[i], mc->M, mc->N[i], mc->K, 1);
+        float *chain[3], *got[3];
+        for (int i = 0; i < mc->n; i++) {
+            chain[i] = xmalloc(sizeof(float) * (size_t)mc->M * mc->N[i]);
+            got[i] = xmalloc(sizeof(float) * (size_t)mc->M * mc->N[i]);
+        }
+        for (int st = 0; st < N_ST; st++) {
+            for (int i = 0; i < mc->n; i++) { /* the chain, every part against part 0's x */
+                GemmData gi = g[i];
+                gi.x = g[0].x, gi.xs = g[0].xs;
+                cr_assert_eq(gemm_run("gemm_nt", mc->var, g_st[st], &gi, 0, mc->M, chain[i], 0), RAD_OK);
+                memset(got[i], 0x5a, sizeof(float) * (size_t)mc->M * mc->N[i]);
+            }
+            RadParam p[5];
+            uint32_t np = 0;
+            p[np++] = (RadParam)RAD_RANGE("M", 1, 64);
+            static const char *const nn[3] = {"N0", "N1", "N2"};
+            for (int i = 0; i < mc->n; i++) p[np++] = (RadParam)RAD_INT(nn[i], mc->N[i]);
+            p[np++] = (RadParam)RAD_INT("K", mc->K);
+            RadKArg a[7];
+            uint32_t na = 0;
+            for (int i = 0; i < mc->n; i++) a[na++] = weight(g[i].w, mc->t[i], (uint64_t)mc->N[i], (uint64_t)mc->K);
+            a[na++] = fbuf_s(g[0].x, (uint64_t)mc->M, (uint64_t)mc->K, (uint64_t)g[0].xs);
+            for (int i = 0; i < mc->n; i++) a[na++] = fbuf(got[i], (uint64_t)mc->M, (uint64_t)mc->N[i]);
+            cr_assert_eq(call(fused, g_st[st], p, np, mc->M, a, na), RAD_OK, "case %zu, %s", ci, st_name[st]);
+            for (int i = 0; i < mc->n; i++) {
+                char what[96];
+                snprintf(what, sizeof what, "%s:%s case %zu part %d, %s", op, mc->var, ci, i, st_name[st]);
+                assert_bitwise(got[i], chain[i], (size_t)mc->M * mc->N[i], what);
+            }
+            /* refusals write nothing: a part's rows not N_i, one operand short */
+            for (int i = 0; i < mc->n; i++) memset(got[i], 0x5a, sizeof(float) * (size_t)mc->M * mc->N[i]);
+            RadKArg bad = a[mc->n - 1];
+            a[mc->n - 1] = weight(g[mc->n - 1].w, mc->t[mc->n - 1], (uint64_t)mc->N[mc->n - 1] - 1, (uint64_t)mc->K);
+            cr_assert_eq(call(fused, g_st[st], p, np, mc->M, a, na), RAD_E_SHAPE, "W rows != N");
+            a[mc->n - 1] = bad;
+            cr_assert_eq(call(fused, g_st[st], p, np, mc->M, a, na - 1), RAD_E_SHAPE, "operand count");
+            cr_assert_eq(call(fused, g_st[st], p, np - 1, mc->M, a, na), RAD_E_ARG, "K missing");
+            for (int i = 0; i < mc->n; i++) assert_untouched(got[i], sizeof(float) * (size_t)mc->M * mc->N[i], "after refusals");
+        }
+        for (int i = 0; i < mc->n; i++) gemm_free(&g[i]), free(chain[i]), free(got[i]);
+    }
 }
 
 /* ---- rmsnorm, add_rmsnorm, add, silu_mul ------------------------------------------------------------- */

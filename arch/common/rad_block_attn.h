@@ -1,7 +1,7 @@
 /* rad_block_attn.h — a pre-norm GQA attention block, header-only (static inline + plain
  * structs), for every family whose layer is
  *
- *     h = rmsnorm(x); q,k,v = h·Wq^T, h·Wk^T, h·Wv^T; rope(q), rope(k);
+ *     h = rmsnorm(x); q,k,v = h·Wq^T, h·Wk^T, h·Wv^T; rope(q), rope(k);   (gemm_nt3 when resolved)
  *     o = attn_paged(q, k, v); x = x + o·Wo^T
  *
  * (Llama, Mistral, SmolLM2, TinyLlama; Qwen3 and Gemma 3 build on it). Ops, parameter names and
@@ -306,6 +306,7 @@ typedef struct RadAttnBlock {
     rad_weight w_norm, w_q, w_k, w_v, w_o;
     RadPreNorm pre;
     rad_op op_q, op_k, op_v, op_rope_q, op_rope_k, op_attn, op_o;
+    rad_op op_qkv;            /* gemm_nt3 when resolved (id < 0: op_q, op_k, op_v are issued) */
     int rope_has_freqs;       /* the rope ops take w_rope_freqs (RadBlockGeom::rope_freqs) */
     rad_weight w_rope_freqs;
     RadAllReduce ar;
@@ -341,6 +342,32 @@ static inline rad_op rad_attn_gemm(RadBuilder *b, const RadBlockGeom *g, rad_wei
     return op;
 }
 
+/* The fused form of two or three GEMMs over one input x (gemm_nt2, gemm_nt3: docs/OPS.md),
+ * asked for only when a library declares it; id < 0 when it is not declared or not resolved,
+ * and the caller then issues the chain of gemm_nt. One job instead of two or three is what
+ * decode, a few microseconds a GEMM, gains. */
+static inline rad_op rad_block_gemm_multi(RadBuilder *b, const RadBlockGeom *g, int n, const rad_weight *w,
+                                          const uint32_t *n_out, uint32_t n_in, rad_buf x, const rad_buf *y) {
+    rad_op none = {-1}, op;
+    if (n == 2) {
+        if (!rad_op_declared(b, "gemm_nt2")) return none;
+        op = RAD_OP(b, "gemm_nt2",
+                    RAD_PARAMS(RAD_RANGE("M", 1, g->max_tok), RAD_INT("N0", n_out[0]), RAD_INT("N1", n_out[1]),
+                               RAD_INT("K", n_in)),
+                    RAD_WEIGHTS(w[0], w[1]));
+    } else {
+        if (!rad_op_declared(b, "gemm_nt3")) return none;
+        op = RAD_OP(b, "gemm_nt3",
+                    RAD_PARAMS(RAD_RANGE("M", 1, g->max_tok), RAD_INT("N0", n_out[0]), RAD_INT("N1", n_out[1]),
+                               RAD_INT("N2", n_out[2]), RAD_INT("K", n_in)),
+                    RAD_WEIGHTS(w[0], w[1], w[2]));
+    }
+    if (op.id < 0 || !rad_op_resolved(b, op)) return none; /* unresolved: never issued, no access declared */
+    rad_op_reads(b, op, RAD_BUFS(x), 1);
+    rad_op_writes(b, op, y, (uint32_t)n);
+    return op;
+}
+
 static inline rad_op rad_attn_rope(RadBuilder *b, const RadBlockGeom *g, uint32_t n_head, rad_buf x) {
     int none = g->rope_scaling == RAD_ROPE_SCALING_NONE, l3 = g->rope_scaling == RAD_ROPE_SCALING_LLAMA3;
     rad_op op = RAD_OP(b, "rope",
@@ -370,9 +397,18 @@ static inline int rad_attn_declare_ops(RadBuilder *b, const RadBlockGeom *g, rad
     a->h = r->h;
     a->y = r->y;
     if (rad_prenorm_declare(b, g, r, a->w_norm, &a->pre) != 0) return -1;
-    a->op_q = rad_attn_gemm(b, g, a->w_q, qw, g->n_embd, r->h, s->q);
-    a->op_k = rad_attn_gemm(b, g, a->w_k, kw, g->n_embd, r->h, s->k);
-    a->op_v = rad_attn_gemm(b, g, a->w_v, kw, g->n_embd, r->h, s->v);
+    {
+        const rad_weight w[3] = {a->w_q, a->w_k, a->w_v};
+        const uint32_t n_out[3] = {qw, kw, kw};
+        const rad_buf y[3] = {s->q, s->k, s->v};
+        a->op_qkv = rad_block_gemm_multi(b, g, 3, w, n_out, g->n_embd, r->h, y);
+    }
+    a->op_q = a->op_k = a->op_v = a->op_qkv;
+    if (a->op_qkv.id < 0) {
+        a->op_q = rad_attn_gemm(b, g, a->w_q, qw, g->n_embd, r->h, s->q);
+        a->op_k = rad_attn_gemm(b, g, a->w_k, kw, g->n_embd, r->h, s->k);
+        a->op_v = rad_attn_gemm(b, g, a->w_v, kw, g->n_embd, r->h, s->v);
+    }
     a->rope_has_freqs = g->rope_has_freqs;
     a->w_rope_freqs = g->rope_freqs;
     a->op_rope_q = rad_attn_rope(b, g, g->n_head, s->q);
@@ -410,9 +446,15 @@ static inline int rad_attn_step(RadCtx *c, const RadAttnBlock *a, const struct R
     int rc;
     if (n == 0) return 0;
     if ((rc = rad_prenorm_step(c, &a->pre, n)) != 0) return rc;
-    if ((rc = RAD_ISSUE_N(c, a->op_q, n, RAD_W(a->w_q), brows(a->h, n), brows(a->s.q, n))) != 0) return rc;
-    if ((rc = RAD_ISSUE_N(c, a->op_k, n, RAD_W(a->w_k), brows(a->h, n), brows(a->s.k, n))) != 0) return rc;
-    if ((rc = RAD_ISSUE_N(c, a->op_v, n, RAD_W(a->w_v), brows(a->h, n), brows(a->s.v, n))) != 0) return rc;
+    if (a->op_qkv.id >= 0) {
+        if ((rc = RAD_ISSUE_N(c, a->op_qkv, n, RAD_W(a->w_q), RAD_W(a->w_k), RAD_W(a->w_v), brows(a->h, n),
+                              brows(a->s.q, n), brows(a->s.k, n), brows(a->s.v, n))) != 0)
+            return rc;
+    } else {
+        if ((rc = RAD_ISSUE_N(c, a->op_q, n, RAD_W(a->w_q), brows(a->h, n), brows(a->s.q, n))) != 0) return rc;
+        if ((rc = RAD_ISSUE_N(c, a->op_k, n, RAD_W(a->w_k), brows(a->h, n), brows(a->s.k, n))) != 0) return rc;
+        if ((rc = RAD_ISSUE_N(c, a->op_v, n, RAD_W(a->w_v), brows(a->h, n), brows(a->s.v, n))) != 0) return rc;
+    }
     if (a->rope_has_freqs) {
         if ((rc = RAD_ISSUE_N(c, a->op_rope_q, n, RAD_W(a->w_rope_freqs), brows(a->s.q, n),
                               praw(batch->positions, RAD_I32, n))) != 0)

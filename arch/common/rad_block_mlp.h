@@ -2,6 +2,8 @@
  *
  *     h = rmsnorm(x); g = h·Wgate^T; u = h·Wup^T; a = silu(g) * u; x = x + a·Wdown^T
  *
+ * (g and u as one gemm_nt2 when a library resolves it, else two gemm_nt).
+ *
  * The geometry, residual stream, pre-norm and all-reduce are rad_block_attn.h's (included);
  * as there, the block leaves its output pending in the residual's y and the next pre-norm adds
  * it (fused add_rmsnorm when resolved, else add + rmsnorm).
@@ -36,6 +38,7 @@ typedef struct RadMlpBlock {
     rad_weight w_norm, w_gate, w_up, w_down;
     RadPreNorm pre;
     rad_op op_gate, op_up, op_act, op_down;
+    rad_op op_gate_up;        /* gemm_nt2 when resolved (id < 0: op_gate, op_up are issued) */
     RadAllReduce ar;
     RadMlpScratch s;
     rad_buf h, y;
@@ -60,8 +63,17 @@ static inline int rad_mlp_declare_ops(RadBuilder *b, const RadBlockGeom *g, RadR
     m->h = r->h;
     m->y = r->y;
     if (rad_prenorm_declare(b, g, r, m->w_norm, &m->pre) != 0) return -1;
-    m->op_gate = rad_attn_gemm(b, g, m->w_gate, g->n_ff, g->n_embd, r->h, s->gate);
-    m->op_up = rad_attn_gemm(b, g, m->w_up, g->n_ff, g->n_embd, r->h, s->up);
+    {
+        const rad_weight w[2] = {m->w_gate, m->w_up};
+        const uint32_t n_out[2] = {g->n_ff, g->n_ff};
+        const rad_buf y[2] = {s->gate, s->up};
+        m->op_gate_up = rad_block_gemm_multi(b, g, 2, w, n_out, g->n_embd, r->h, y);
+    }
+    m->op_gate = m->op_up = m->op_gate_up;
+    if (m->op_gate_up.id < 0) {
+        m->op_gate = rad_attn_gemm(b, g, m->w_gate, g->n_ff, g->n_embd, r->h, s->gate);
+        m->op_up = rad_attn_gemm(b, g, m->w_up, g->n_ff, g->n_embd, r->h, s->up);
+    }
     m->op_act = RAD_OP(b, "silu_mul", RAD_PARAMS(RAD_RANGE("M", 1, g->max_tok), RAD_INT("N", g->n_ff)),
                        RAD_NO_WEIGHTS);
     if (m->op_act.id >= 0) {
@@ -86,8 +98,14 @@ static inline int rad_mlp_step(RadCtx *c, const RadMlpBlock *m, const struct Rad
     int rc;
     if (n == 0) return 0;
     if ((rc = rad_prenorm_step(c, &m->pre, n)) != 0) return rc;
-    if ((rc = RAD_ISSUE_N(c, m->op_gate, n, RAD_W(m->w_gate), brows(m->h, n), brows(m->s.gate, n))) != 0) return rc;
-    if ((rc = RAD_ISSUE_N(c, m->op_up, n, RAD_W(m->w_up), brows(m->h, n), brows(m->s.up, n))) != 0) return rc;
+    if (m->op_gate_up.id >= 0) {
+        if ((rc = RAD_ISSUE_N(c, m->op_gate_up, n, RAD_W(m->w_gate), RAD_W(m->w_up), brows(m->h, n), brows(m->s.gate, n),
+                              brows(m->s.up, n))) != 0)
+            return rc;
+    } else {
+        if ((rc = RAD_ISSUE_N(c, m->op_gate, n, RAD_W(m->w_gate), brows(m->h, n), brows(m->s.gate, n))) != 0) return rc;
+        if ((rc = RAD_ISSUE_N(c, m->op_up, n, RAD_W(m->w_up), brows(m->h, n), brows(m->s.up, n))) != 0) return rc;
+    }
     if ((rc = RAD_ISSUE_N(c, m->op_act, n, brows(m->s.gate, n), brows(m->s.up, n), brows(m->s.act, n))) != 0) return rc;
     if ((rc = RAD_ISSUE_N(c, m->op_down, n, RAD_W(m->w_down), brows(m->s.act, n), brows(m->y, n))) != 0) return rc;
     return rad_allreduce_step(c, &m->ar, m->y, n);

@@ -272,13 +272,22 @@ REF_AVX2 static void attend_avx2(const AttnCtx *c, int64_t t, int64_t g, int64_t
     slot_begin(&it, c, s, g);
     for (int64_t i0 = 0; i0 < n; i0 += c->chunk) {
         const int64_t cn = n - i0 < c->chunk ? n - i0 : c->chunk;
-        for (int64_t i = 0; i < cn; i++, slot_next(&it)) {
+        const uint8_t *rk[64], *rv[64];
+        for (int64_t i = 0; i < cn; i++, slot_next(&it)) rk[i] = it.k, rv[i] = it.v;
+        /* the chunk's rows at once: a page holds a block's few slots, too short for the
+         * hardware prefetcher, and one slot at a time would leave the memory system idle */
+        for (int64_t i = 0; i < cn; i++)
+            for (int64_t o = 0; o < hd * (int64_t)c->elem; o += 64) {
+                _mm_prefetch((const char *)rk[i] + o, _MM_HINT_T0);
+                _mm_prefetch((const char *)rv[i] + o, _MM_HINT_T0);
+            }
+        for (int64_t i = 0; i < cn; i++) {
             if (f32) {
-                kr[i] = (const float *)(const void *)it.k;
-                vr[i] = (const float *)(const void *)it.v;
+                kr[i] = (const float *)(const void *)rk[i];
+                vr[i] = (const float *)(const void *)rv[i];
             } else {
-                load_row_avx2(c, it.k, kb + i * hd);
-                load_row_avx2(c, it.v, vb + i * hd);
+                load_row_avx2(c, rk[i], kb + i * hd);
+                load_row_avx2(c, rv[i], vb + i * hd);
                 kr[i] = kb + i * hd;
                 vr[i] = vb + i * hd;
             }

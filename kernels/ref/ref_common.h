@@ -158,6 +158,8 @@ REF_AVX2 REF_INLINE void ref_store_tail(float *p, __m256 v, int n) {
 
 int ref_run_gemm_exact(const RadKernelArgs *a);
 int ref_run_gemm_q8act(const RadKernelArgs *a);
+int ref_run_gemm_multi_exact(const RadKernelArgs *a); /* gemm_nt2, gemm_nt3 */
+int ref_run_gemm_multi_q8act(const RadKernelArgs *a);
 int ref_run_rmsnorm(const RadKernelArgs *a);
 int ref_run_rmsnorm_simd(const RadKernelArgs *a);
 int ref_run_add_rmsnorm(const RadKernelArgs *a);

@@ -344,10 +344,8 @@ REF_AVX2 static void exact_tiles_avx2(const ExactCtx *c, int64_t c0, int64_t c1)
 }
 #endif
 
-static void exact_task(void *ctx, int tid, int nth) {
-    const ExactCtx *c = ctx;
-    int64_t c0, c1;
-    ref_split(c->g.N, tid, nth, NC, &c0, &c1);
+/* Every row of x against columns [c0, c1). */
+static void exact_range(const ExactCtx *c, int64_t c0, int64_t c1) {
     if (c0 >= c1) return;
 #if REF_X86
     if (c->isa >= REF_ISA_AVX2) {
@@ -357,6 +355,13 @@ static void exact_task(void *ctx, int tid, int nth) {
     }
 #endif
     exact_generic(c, c0, c1);
+}
+
+static void exact_task(void *ctx, int tid, int nth) {
+    const ExactCtx *c = ctx;
+    int64_t c0, c1;
+    ref_split(c->g.N, tid, nth, NC, &c0, &c1);
+    exact_range(c, c0, c1);
 }
 
 int ref_run_gemm_exact(const RadKernelArgs *a) {
@@ -369,5 +374,39 @@ int ref_run_gemm_exact(const RadKernelArgs *a) {
     int nth = ref_threads(a, work, 32768.0);
     if (nth > (c.g.N + NC - 1) / NC) nth = (int)((c.g.N + NC - 1) / NC);
     ref_parallel(a, nth, exact_task, &c);
+    return RAD_OK;
+}
+
+/* ---- gemm_nt2 / gemm_nt3: several weights against one x, one job ------------------------------- */
+
+typedef struct ExactMulti {
+    ExactCtx part[REF_GEMM_MAX_PARTS];
+    RefGemmUnits u;
+} ExactMulti;
+
+static void exact_multi_range(const void *ctx, int i, int64_t c0, int64_t c1) {
+    exact_range(&((const ExactMulti *)ctx)->part[i], c0, c1);
+}
+
+static void exact_multi_task(void *ctx, int tid, int nth) {
+    ref_gemm_units_run(&((ExactMulti *)ctx)->u, tid, nth, exact_multi_range, ctx);
+}
+
+int ref_run_gemm_multi_exact(const RadKernelArgs *a) {
+    ExactMulti m;
+    RefGemmArgs g[REF_GEMM_MAX_PARTS];
+    int np, rc = ref_gemm_multi_args(a, REF_ENCS_ALL, g, &np);
+    if (rc) return rc;
+    int64_t n_all = 0;
+    for (int i = 0; i < np; i++) {
+        m.part[i].g = g[i];
+        m.part[i].isa = ref_isa(a);
+        m.part[i].plain = g[i].w->dtype == RAD_F32;
+        n_all += g[i].N;
+    }
+    ref_gemm_units_init(&m.u, g, np, NC);
+    int nth = ref_threads(a, (double)g[0].M * (double)n_all * (double)g[0].K, 32768.0);
+    if (nth > m.u.u0[np]) nth = (int)m.u.u0[np];
+    ref_parallel(a, nth, exact_multi_task, &m);
     return RAD_OK;
 }

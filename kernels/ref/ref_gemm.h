@@ -28,4 +28,65 @@ static inline int ref_gemm_args(const RadKernelArgs *a, uint64_t encs, RefGemmAr
     return RAD_OK;
 }
 
+/* gemm_nt2 / gemm_nt3 (docs/OPS.md): parameters N0, N1[, N2], K; weights W_i [N_i, K], then
+ * x [M, K], then y_i [M, N_i]; the parts' count is n_args / 2. Fills g[0 .. *n_parts). */
+#define REF_GEMM_MAX_PARTS 3
+static inline int ref_gemm_multi_args(const RadKernelArgs *a, uint64_t encs, RefGemmArgs *g, int *n_parts) {
+    if (!a || (a->n_args != 5 && a->n_args != 7)) return RAD_E_SHAPE;
+    int rc = ref_preamble(a, a->n_args);
+    if (rc) return rc;
+    static const char *const names[REF_GEMM_MAX_PARTS] = {"N0", "N1", "N2"};
+    const int np = (int)(a->n_args / 2);
+    int64_t K;
+    if (!ref_pint(a, "K", &K) || K < 1) return RAD_E_ARG;
+    for (int i = 0; i < np; i++) {
+        int64_t N;
+        if (!ref_pint(a, names[i], &N) || N < 1) return RAD_E_ARG;
+        g[i].w = &a->args[i];
+        g[i].x = &a->args[np];
+        g[i].y = &a->args[np + 1 + i];
+        g[i].M = a->n;
+        g[i].N = N;
+        g[i].K = K;
+        if (!ref_weight_ok(g[i].w, encs, (uint64_t)N, (uint64_t)K)) return RAD_E_SHAPE;
+        if (!ref_buf_ok(g[i].x, (uint64_t)g[i].M, (uint64_t)K) || !ref_buf_ok(g[i].y, (uint64_t)g[i].M, (uint64_t)N))
+            return RAD_E_SHAPE;
+    }
+    *n_parts = np;
+    return RAD_OK;
+}
+
+/* The parts of one multi-weight GEMM as one job: the parts' columns in units of `align`
+ * columns of one part (a part's last unit may be short), so a job part's boundaries fall where
+ * a one-weight split would put them and every output is computed as gemm_nt computes it. */
+typedef struct RefGemmUnits {
+    int n;                                  /* parts */
+    int64_t N[REF_GEMM_MAX_PARTS];          /* columns of each part */
+    int64_t u0[REF_GEMM_MAX_PARTS + 1];     /* first unit of each part; u0[n]: all units */
+    int64_t align;
+} RefGemmUnits;
+
+static inline void ref_gemm_units_init(RefGemmUnits *u, const RefGemmArgs *g, int n, int64_t align) {
+    u->n = n;
+    u->align = align;
+    u->u0[0] = 0;
+    for (int i = 0; i < n; i++) {
+        u->N[i] = g[i].N;
+        u->u0[i + 1] = u->u0[i] + (g[i].N + align - 1) / align;
+    }
+}
+
+/* Calls fn(ctx, part, c0, c1) for each part's column range within job part tid of nth. */
+static inline void ref_gemm_units_run(const RefGemmUnits *u, int tid, int nth,
+                                      void (*fn)(const void *ctx, int part, int64_t c0, int64_t c1), const void *ctx) {
+    int64_t b, e;
+    ref_split(u->u0[u->n], tid, nth, 1, &b, &e);
+    for (int i = 0; i < u->n && b < e; i++) {
+        const int64_t lo = b > u->u0[i] ? b : u->u0[i], hi = e < u->u0[i + 1] ? e : u->u0[i + 1];
+        if (lo >= hi) continue;
+        const int64_t c0 = (lo - u->u0[i]) * u->align, c1 = (hi - u->u0[i]) * u->align;
+        fn(ctx, i, c0, c1 < u->N[i] ? c1 : u->N[i]);
+    }
+}
+
 #endif

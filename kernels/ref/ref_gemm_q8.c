@@ -544,10 +544,8 @@ DOT_PAIR(dot_q6_k_avx2, q6_k_rows)
 
 /* ---- the run -------------------------------------------------------------------------------------- */
 
-static void dot_task(void *ctx, int tid, int nth) {
-    const Q8Ctx *c = ctx;
-    int64_t c0, c1;
-    ref_split(c->g.N, tid, nth, 4, &c0, &c1);
+/* Every row of x against weight columns [c0, c1). */
+static void dot_range(const Q8Ctx *c, int64_t c0, int64_t c1) {
     for (int64_t t0 = c0; t0 < c1; t0 += QTILE) {
         const int64_t t1 = c1 - t0 < QTILE ? c1 : t0 + QTILE;
         int64_t i = 0;
@@ -576,48 +574,115 @@ static void dot_task(void *ctx, int tid, int nth) {
     }
 }
 
+static void dot_task(void *ctx, int tid, int nth) {
+    const Q8Ctx *c = ctx;
+    int64_t c0, c1;
+    ref_split(c->g.N, tid, nth, 4, &c0, &c1);
+    dot_range(c, c0, c1);
+}
+
+/* The dot functions and sizes for c->g's weight encoding (c->buf is left to the caller). */
+static void q8_prepare(Q8Ctx *c, int isa) {
+    c->isa = isa;
+    const RadDType e = c->g.w->dtype;
+    c->kq = e == RAD_Q4_K || e == RAD_Q6_K;
+    c->s_mul = e == RAD_Q4_0 ? -8.0f : 1.0f;
+    c->paired = 0;
+    c->dot4 = NULL;
+    switch ((int)e) {
+    case RAD_Q8_0: c->dot = dot_q8_0_generic; break;
+    case RAD_Q4_0: c->dot = dot_q4_0_generic; break;
+    case RAD_Q4_1: c->dot = dot_q4_1_generic; break;
+    case RAD_Q4_K: c->dot = dot_q4_k_generic; break;
+    default: c->dot = dot_q6_k_generic; break;
+    }
+#if REF_X86
+    if (c->isa >= REF_ISA_AVX2) {
+        switch ((int)e) {
+        case RAD_Q8_0: c->dot = dot_q8_0_avx2_1, c->dot4 = dot_q8_0_avx2_4; break;
+        case RAD_Q4_0: c->dot = dot_q4_0_avx2_1, c->dot4 = dot_q4_0_avx2_4, c->paired = 1; break;
+        case RAD_Q4_1: c->dot = dot_q4_1_avx2_1, c->dot4 = dot_q4_1_avx2_4, c->paired = 1; break;
+        case RAD_Q4_K: c->dot = dot_q4_k_avx2_1, c->dot4 = dot_q4_k_avx2_4; break;
+        default: c->dot = dot_q6_k_avx2_1, c->dot4 = dot_q6_k_avx2_4; break;
+        }
+    }
+#endif
+    c->row_bytes = q8_row_bytes(c->g.K, c->kq);
+    c->wrb = ref_row_bytes(e, (uint64_t)c->g.K);
+    c->pf_rows = (int64_t)(PF_BYTES / c->wrb);
+    c->pf_rows = c->pf_rows < 1 ? 1 : c->pf_rows > 16 ? 16 : c->pf_rows;
+}
+
+static void quantize(const RadKernelArgs *a, Q8Ctx *c) {
+    int nq = ref_threads(a, (double)c->g.M * (double)c->g.K, 16384.0);
+    if (nq > c->g.M) nq = (int)c->g.M;
+    ref_parallel(a, nq, quant_task, c);
+}
+
 int ref_run_gemm_q8act(const RadKernelArgs *a) {
     Q8Ctx c;
     int rc = ref_gemm_args(a, REF_ENCS_Q8ACT, &c.g);
     if (rc) return rc;
-    c.isa = ref_isa(a);
-    const RadDType e = c.g.w->dtype;
-    c.kq = e == RAD_Q4_K || e == RAD_Q6_K;
-    c.s_mul = e == RAD_Q4_0 ? -8.0f : 1.0f;
-    c.paired = 0;
-    c.dot4 = NULL;
-    switch ((int)e) {
-    case RAD_Q8_0: c.dot = dot_q8_0_generic; break;
-    case RAD_Q4_0: c.dot = dot_q4_0_generic; break;
-    case RAD_Q4_1: c.dot = dot_q4_1_generic; break;
-    case RAD_Q4_K: c.dot = dot_q4_k_generic; break;
-    default: c.dot = dot_q6_k_generic; break;
-    }
-#if REF_X86
-    if (c.isa >= REF_ISA_AVX2) {
-        switch ((int)e) {
-        case RAD_Q8_0: c.dot = dot_q8_0_avx2_1, c.dot4 = dot_q8_0_avx2_4; break;
-        case RAD_Q4_0: c.dot = dot_q4_0_avx2_1, c.dot4 = dot_q4_0_avx2_4, c.paired = 1; break;
-        case RAD_Q4_1: c.dot = dot_q4_1_avx2_1, c.dot4 = dot_q4_1_avx2_4, c.paired = 1; break;
-        case RAD_Q4_K: c.dot = dot_q4_k_avx2_1, c.dot4 = dot_q4_k_avx2_4; break;
-        default: c.dot = dot_q6_k_avx2_1, c.dot4 = dot_q6_k_avx2_4; break;
-        }
-    }
-#endif
-    c.row_bytes = q8_row_bytes(c.g.K, c.kq);
-    c.wrb = ref_row_bytes(e, (uint64_t)c.g.K);
-    c.pf_rows = (int64_t)(PF_BYTES / c.wrb);
-    c.pf_rows = c.pf_rows < 1 ? 1 : c.pf_rows > 16 ? 16 : c.pf_rows;
+    q8_prepare(&c, ref_isa(a));
     c.buf = ref_scratch(1, c.row_bytes * (size_t)c.g.M);
     if (!c.buf) return RAD_E_NOMEM;
     /* quantise x (nothing is written to y yet), then the dots */
-    int nq = ref_threads(a, (double)c.g.M * (double)c.g.K, 16384.0);
-    if (nq > c.g.M) nq = (int)c.g.M;
-    ref_parallel(a, nq, quant_task, &c);
+    quantize(a, &c);
     int nth = ref_threads(a, (double)c.g.M * (double)c.g.N * (double)c.g.K, 32768.0);
     if (nth > (c.g.N + 3) / 4) nth = (int)((c.g.N + 3) / 4);
     /* one part a thread: more parts (balancing) measured slower on decode, each part's first
      * rows being past the prefetch */
     ref_parallel(a, nth, dot_task, &c);
+    return RAD_OK;
+}
+
+/* ---- gemm_nt2 / gemm_nt3: several weights against one x, one job ------------------------------- */
+
+typedef struct Q8Multi {
+    Q8Ctx part[REF_GEMM_MAX_PARTS];
+    RefGemmUnits u;
+} Q8Multi;
+
+static void multi_range(const void *ctx, int i, int64_t c0, int64_t c1) { dot_range(&((const Q8Multi *)ctx)->part[i], c0, c1); }
+
+static void multi_task(void *ctx, int tid, int nth) { ref_gemm_units_run(&((Q8Multi *)ctx)->u, tid, nth, multi_range, ctx); }
+
+/* x is quantised once per quantised-row layout (parts of one encoding share it), and the parts'
+ * columns run as one job: the point is decode, where each GEMM is a few microseconds and every
+ * job costs a hand-over between threads. Every output equals gemm_nt's for its part. */
+int ref_run_gemm_multi_q8act(const RadKernelArgs *a) {
+    Q8Multi m;
+    RefGemmArgs g[REF_GEMM_MAX_PARTS];
+    int np, rc = ref_gemm_multi_args(a, REF_ENCS_Q8ACT, g, &np);
+    if (rc) return rc;
+    const int isa = ref_isa(a);
+    size_t bytes = 0;
+    int owner[REF_GEMM_MAX_PARTS];
+    for (int i = 0; i < np; i++) {
+        m.part[i].g = g[i];
+        q8_prepare(&m.part[i], isa);
+        owner[i] = i;
+        for (int j = 0; j < i && owner[i] == i; j++)
+            if (m.part[j].kq == m.part[i].kq && m.part[j].paired == m.part[i].paired && m.part[j].s_mul == m.part[i].s_mul) owner[i] = j;
+        if (owner[i] == i) bytes += m.part[i].row_bytes * (size_t)g[i].M;
+    }
+    uint8_t *buf = ref_scratch(1, bytes);
+    if (!buf) return RAD_E_NOMEM;
+    size_t off = 0;
+    for (int i = 0; i < np; i++) {
+        if (owner[i] != i) {
+            m.part[i].buf = m.part[owner[i]].buf;
+            continue;
+        }
+        m.part[i].buf = buf + off;
+        off += m.part[i].row_bytes * (size_t)g[i].M;
+        quantize(a, &m.part[i]);
+    }
+    ref_gemm_units_init(&m.u, g, np, 4);
+    int64_t n_all = 0;
+    for (int i = 0; i < np; i++) n_all += g[i].N;
+    int nth = ref_threads(a, (double)g[0].M * (double)n_all * (double)g[0].K, 32768.0);
+    if (nth > m.u.u0[np]) nth = (int)m.u.u0[np];
+    ref_parallel(a, nth, multi_task, &m);
     return RAD_OK;
 }

@@ -138,6 +138,10 @@ static const RadKernel kernels[] = {
      * a tune table naming ref:exact, or plain-float weights, get exact */
     K_("gemm_nt", "q8act", REF_ENCS_Q8ACT, TOL(2e-2), NULL, ref_run_gemm_q8act, 0, 0),
     K_("gemm_nt", "exact", REF_ENCS_ALL, TOL(1e-4), NULL, ref_run_gemm_exact, 0, 0),
+    K_("gemm_nt2", "q8act", REF_ENCS_Q8ACT, TOL(2e-2), NULL, ref_run_gemm_multi_q8act, 0, 0),
+    K_("gemm_nt2", "exact", REF_ENCS_ALL, TOL(1e-4), NULL, ref_run_gemm_multi_exact, 0, 0),
+    K_("gemm_nt3", "q8act", REF_ENCS_Q8ACT, TOL(2e-2), NULL, ref_run_gemm_multi_q8act, 0, 0),
+    K_("gemm_nt3", "exact", REF_ENCS_ALL, TOL(1e-4), NULL, ref_run_gemm_multi_exact, 0, 0),
     K_("logits_gemm", "q8act", REF_ENCS_Q8ACT, TOL(2e-2), NULL, ref_run_gemm_q8act, 0, 0),
     K_("logits_gemm", "exact", REF_ENCS_ALL, TOL(1e-4), NULL, ref_run_gemm_exact, 0, 0),
     K_("rope", "generic", RAD_ENC_PLAIN_FLOATS, TOL(1e-5), ref_rope_workspace, ref_run_rope, 0, 0), /* weight: the optional freq_factors */

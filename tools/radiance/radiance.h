@@ -12,6 +12,7 @@ typedef struct Opts {
     const char *plugin_dirs[16];
     int n_plugin_dirs;
     int n_predict, tokenize, detokenize, chat, debug_graph, debug_placement, print_ids, deterministic, fast, profile, mmap_weights;
+    int kv_dtype;           /* RadDType of the KV cache (0: the engine's default, f32) */
     uint32_t threads, ctx, batch;
     RadSamplerParams sp;
     int seed_given;
