@@ -45,7 +45,8 @@ int rad_sampler_init(RadSampler *s, const RadSamplerParams *p, uint32_t n_vocab,
     s->counts = calloc(n_vocab, sizeof *s->counts);
     s->work = malloc(n_vocab * sizeof *s->work);
     s->idx = malloc(n_vocab * sizeof *s->idx);
-    if (!s->counts || !s->work || !s->idx) {
+    s->seen = malloc(n_vocab * sizeof *s->seen);
+    if (!s->counts || !s->work || !s->idx || !s->seen) {
         rad_sampler_free(s);
         return rad_err_set(e, RAD_E_NOMEM, "sampler: out of memory for a %u-token vocabulary", n_vocab);
     }
@@ -56,11 +57,12 @@ void rad_sampler_free(RadSampler *s) {
     free(s->counts);
     free(s->work);
     free(s->idx);
+    free(s->seen);
     memset(s, 0, sizeof *s);
 }
 
 void rad_sampler_accept(RadSampler *s, int32_t t) {
-    if (t >= 0 && (uint32_t)t < s->n_vocab) s->counts[t]++;
+    if (t >= 0 && (uint32_t)t < s->n_vocab && s->counts[t]++ == 0) s->seen[s->n_seen++] = t;
 }
 
 static int by_logit_desc(const void *a, const void *b, void *ctx) {
@@ -72,12 +74,19 @@ static int by_logit_desc(const void *a, const void *b, void *ctx) {
 
 int32_t rad_sampler_sample(RadSampler *s, const float *logits) {
     uint32_t n = s->n_vocab;
+    const float rp = s->p.repetition_penalty;
+    const int adjusted = s->p.n_bias || rp != 1.0f || s->p.presence_penalty != 0.0f || s->p.frequency_penalty != 0.0f;
+    if (s->p.temperature == 0.0f && !adjusted) { /* plain greedy reads the logits in place */
+        uint32_t best = 0;
+        for (uint32_t i = 1; i < n; i++)
+            if (logits[i] > logits[best]) best = i;
+        return (int32_t)best;
+    }
     float *w = s->work;
     memcpy(w, logits, n * sizeof *w);
     for (uint32_t i = 0; i < s->p.n_bias; i++) w[s->p.bias[i].token] += s->p.bias[i].bias;
-    for (uint32_t i = 0; i < n; i++) {
-        if (!s->counts[i]) continue;
-        float rp = s->p.repetition_penalty;
+    for (uint32_t j = 0; j < s->n_seen; j++) { /* the history's tokens, not the vocabulary */
+        const int32_t i = s->seen[j];
         if (rp != 1.0f) w[i] = w[i] > 0 ? w[i] / rp : w[i] * rp;
         w[i] -= s->p.presence_penalty + s->p.frequency_penalty * (float)s->counts[i];
     }

@@ -32,6 +32,8 @@ typedef struct RadSampler {
     uint64_t rng[4];         /* xoshiro256** state from the seed */
     uint32_t n_vocab;
     uint32_t *counts;        /* [n_vocab] occurrences in the history */
+    int32_t *seen;           /* [n_vocab] the distinct tokens of the history, first seen first */
+    uint32_t n_seen;
     float *work;             /* [n_vocab] scratch logits */
     int32_t *idx;            /* [n_vocab] scratch indices */
 } RadSampler;
