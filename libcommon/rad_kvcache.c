@@ -2,6 +2,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <xxhash.h>
 
 #define MAP_EMPTY (-1)
@@ -31,8 +32,26 @@ int rad_kvcache_init(RadKvCache *c, uint32_t block_size, uint32_t n_blocks, uint
     if (!c->pools || !c->free_list || !c->seqs || !c->table || !c->ref || !c->hash || !c->lru_prev || !c->lru_next ||
         !c->map)
         goto oom;
-    for (uint32_t l = 0; l < n_layers; l++)
-        if (!(c->pools[l] = calloc(n_blocks, block_bytes))) goto oom;
+    /* One anonymous map for every layer's pool, each pool starting on a 2 MiB boundary, with
+     * transparent huge pages asked: attention walks a sequence's blocks scattered through the
+     * pool, and on 4 KiB pages every block costs a TLB miss and every page its fault and
+     * zeroing in the middle of generation. Zero-filled, touched as blocks are first used. */
+    {
+        const uint64_t huge = (uint64_t)2 << 20;
+        c->pool_stride = ((uint64_t)n_blocks * block_bytes + huge - 1) & ~(huge - 1);
+        if (c->pool_stride / huge > (uint64_t)SIZE_MAX / huge / n_layers) goto oom;
+        c->pool_map_bytes = (size_t)(c->pool_stride * n_layers);
+        void *m = mmap(NULL, c->pool_map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED) {
+            c->pool_map_bytes = 0;
+            goto oom;
+        }
+        c->pool_map = m;
+#ifdef MADV_HUGEPAGE
+        (void)madvise(m, c->pool_map_bytes, MADV_HUGEPAGE); /* a hint: without THP, 4 KiB pages */
+#endif
+        for (uint32_t l = 0; l < n_layers; l++) c->pools[l] = c->pool_map + (size_t)(c->pool_stride * l);
+    }
     for (uint32_t i = 0; i < n_blocks; i++) c->free_list[i] = (int32_t)(n_blocks - 1 - i);
     c->n_clean = c->n_free = n_blocks;
     for (uint32_t i = 0; i < c->map_cap; i++) c->map[i] = MAP_EMPTY;
@@ -49,8 +68,7 @@ oom:
 }
 
 void rad_kvcache_free(RadKvCache *c) {
-    if (c->pools)
-        for (uint32_t l = 0; l < c->n_layers; l++) free(c->pools[l]);
+    if (c->pool_map) munmap(c->pool_map, c->pool_map_bytes);
     free(c->pools);
     free(c->free_list);
     free(c->seqs);
