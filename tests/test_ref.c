@@ -745,6 +745,56 @@ Test(ref, gemm_nt2_nt3_equal_the_chain) {
     }
 }
 
+/* Decode on two threads runs from both ends of the weight rows (kernels/README.md): every output
+ * bit for bit what fixed halves give (RAD_REF_TWO_ENDS=0), and what one thread gives, for one
+ * weight and for gemm_nt3's parts in a row. */
+Test(ref, decode_from_both_ends_equals_halves) {
+    setenv("RAD_REF_TWO_ENDS", "0", 1);
+    void *halves = init_state(NULL, 2, 1);
+    unsetenv("RAD_REF_TWO_ENDS");
+    void *ends = init_state(NULL, 2, 1);
+    static const struct { RadDType t; int N, K; } cases[] = {
+        {RAD_Q4_1, 1536, 576}, {RAD_Q4_1, 577, 96}, {RAD_Q8_0, 4099, 64}, {RAD_Q6_K, 301, 512}, {RAD_Q4_K, 1023, 256}};
+    for (size_t ci = 0; ci < N_OF(cases); ci++) {
+        GemmData g;
+        gemm_make(&g, cases[ci].t, 1, cases[ci].N, cases[ci].K, 1);
+        float *a = xmalloc(sizeof(float) * (size_t)g.N), *b = xmalloc(sizeof(float) * (size_t)g.N);
+        float *c = xmalloc(sizeof(float) * (size_t)g.N);
+        for (int rep = 0; rep < 4; rep++) { /* the meeting point moves with timing: several runs */
+            cr_assert_eq(gemm_run("gemm_nt", "q8act", halves, &g, 0, 1, a, 2), RAD_OK);
+            cr_assert_eq(gemm_run("gemm_nt", "q8act", ends, &g, 0, 1, b, 2), RAD_OK);
+            cr_assert_eq(gemm_run("gemm_nt", "q8act", g_st[ST_BEST1], &g, 0, 1, c, 1), RAD_OK);
+            assert_bitwise(b, a, (size_t)g.N, "both ends vs halves");
+            assert_bitwise(b, c, (size_t)g.N, "both ends vs one thread");
+        }
+        free(a), free(b), free(c);
+        gemm_free(&g);
+    }
+    /* gemm_nt3: the three parts' rows one after another, met anywhere */
+    GemmData p[3];
+    const int N3[3] = {576, 192, 192};
+    float *y1[3], *y2[3];
+    for (int i = 0; i < 3; i++) {
+        gemm_make(&p[i], RAD_Q4_1, 1, N3[i], 576, 1);
+        y1[i] = xmalloc(sizeof(float) * (size_t)N3[i]);
+        y2[i] = xmalloc(sizeof(float) * (size_t)N3[i]);
+    }
+    RadParam prm[] = {RAD_RANGE("M", 1, 1), RAD_INT("N0", N3[0]), RAD_INT("N1", N3[1]), RAD_INT("N2", N3[2]), RAD_INT("K", 576)};
+    for (int rep = 0; rep < 4; rep++) {
+        for (int v = 0; v < 2; v++) {
+            RadKArg a[7];
+            for (int i = 0; i < 3; i++) a[i] = weight(p[i].w, RAD_Q4_1, (uint64_t)N3[i], 576), a[4 + i] = fbuf(v ? y2[i] : y1[i], 1, (uint64_t)N3[i]);
+            a[3] = fbuf(p[0].x, 1, 576);
+            Call cl = {NULL, NULL, 2};
+            cr_assert_eq(call_x(find("gemm_nt3", "q8act"), v ? ends : halves, prm, 5, 1, a, 7, &cl), RAD_OK);
+        }
+        for (int i = 0; i < 3; i++) assert_bitwise(y2[i], y1[i], (size_t)N3[i], "gemm_nt3 both ends vs halves");
+    }
+    for (int i = 0; i < 3; i++) gemm_free(&p[i]), free(y1[i]), free(y2[i]);
+    g_lib->fini(halves);
+    g_lib->fini(ends);
+}
+
 /* ---- rmsnorm, add_rmsnorm, add, silu_mul ------------------------------------------------------------- */
 
 static void ref_rmsnorm_row(const float *x, const float *g, float *out, int N, float eps) {

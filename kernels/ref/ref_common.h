@@ -42,6 +42,7 @@ typedef struct RefRopeEntry {
 typedef struct RefState {
     RefPool *pool;
     int isa;
+    int two_ends;                  /* decode GEMMs on two threads from both ends (RAD_REF_TWO_ENDS) */
     uint32_t rank, world_size;
     void *rope_mu;                 /* pthread_mutex_t *, guards rope[] */
     RefRopeEntry rope[REF_ROPE_CACHE];

@@ -4,7 +4,8 @@
  * paths chosen at run time, portable C otherwise) or other CPU (portable C). kernels/README.md
  * describes the kernels, their variants and exactness, and the environment knobs:
  *   RAD_REF_ISA=generic|avx2   cap the instruction set (read at init; default: the best)
- *   RAD_REF_SPIN_US=N          how long idle pool threads spin before sleeping (default 1000) */
+ *   RAD_REF_SPIN_US=N          how long idle pool threads spin before sleeping (default 1000)
+ *   RAD_REF_TWO_ENDS=0         decode GEMMs on two threads in fixed halves, not from both ends */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -89,6 +90,8 @@ static int ref_init(const RadKernelLibConfig *cfg, void **state) {
         n_threads = n > 0 ? (uint32_t)n : 1;
     }
     s->isa = isa_from_env();
+    const char *te = getenv("RAD_REF_TWO_ENDS");
+    s->two_ends = !(te && strcmp(te, "0") == 0);
     pthread_mutex_t *mu = malloc(sizeof *mu);
     if (!mu || pthread_mutex_init(mu, NULL) != 0) {
         free(mu);
