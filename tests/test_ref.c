@@ -1390,9 +1390,10 @@ Test(ref, attn_paged_chunked_prefill) {
 }
 
 /* One decode row over a long context (300 slots, 19 blocks in shuffled order): with 3 threads and
- * only 2 KV heads the kernel splits by query head instead of by KV head; the bits must not change,
- * and both match a dense reference. */
-Test(ref, attn_paged_long_decode_split_by_head) {
+ * only 2 KV heads the kernel runs each part of the row's keys (10 parts of 32 slots) as an item
+ * and merges the parts after; on one thread one item runs the parts in turn. The bits must not
+ * change, and both match a dense reference. */
+Test(ref, attn_paged_long_decode_split_into_parts) {
     enum { B = 16, HKV = 2, H = 6, HD = 40, CTX = 300, NB = (CTX + B - 1) / B };
     const size_t bb = 2 * (size_t)HKV * B * HD * 4;
     float *pool = xmalloc(bb * NB), *pool0 = xmalloc(bb * NB);
@@ -1418,8 +1419,8 @@ Test(ref, attn_paged_long_decode_split_by_head) {
         Call c = {&b, &kv, 0};
         cr_assert_eq(call_x(find("attn_paged", NULL), g_st[s], p, N_OF(p), 1, a, 4, &c), RAD_OK);
     }
-    assert_bitwise(out[ST_BEST3], out[ST_BEST1], H * HD, "split by query head vs by KV head");
-    assert_bitwise(out[ST_GEN3], out[ST_GEN1], H * HD, "generic: split by query head vs by KV head");
+    assert_bitwise(out[ST_BEST3], out[ST_BEST1], H * HD, "parts as items vs in turn");
+    assert_bitwise(out[ST_GEN3], out[ST_GEN1], H * HD, "generic: parts as items vs in turn");
     /* dense reference over the cache as the kernel left it (the new row appended at slot 299) */
     double ref[H * HD];
     const float scale = (float)(1.0 / sqrt((double)HD));

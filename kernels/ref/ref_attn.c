@@ -13,10 +13,12 @@
  * Softmax: online over chunks of slots (a running maximum, the sum and the output rescaled by
  * e^(m_old - m_new) when the maximum grows), which needs no buffer the size of the context and
  * is numerically stable; the result is the reference's within rounding: RAD_EXACT_TOLERANCE
- * 1e-5. The order of every sum depends only on the slot index, so a row's result does not
- * depend on the other rows or on the threads. Work items are (row, KV head) pairs — the query
- * heads of a group read their keys and values once — or single (row, head) pairs when there are
- * fewer of those than threads; the per-head arithmetic is the same either way. */
+ * 1e-5. A row's keys are cut into parts (32 slots, more past 512 keys, at most 16 parts) whose
+ * states are merged in order; the order of every sum depends only on the slot index and the
+ * row's key count, so a row's result does not depend on the other rows or on the threads. Work
+ * items are (row, KV head) pairs — the query heads of a group read their keys and values once —
+ * or, for a few rows (decode), (row, KV head, part) triples whose states are merged after, or
+ * single (row, head) pairs; the per-head arithmetic is the same every way. */
 #include <math.h>
 #include <stdatomic.h>
 
@@ -25,6 +27,7 @@
 #include "ref_quant.h"
 
 #define MAX_REP 8 /* query heads handled together */
+#define PARTS_MAX 16 /* a row's keys are cut into at most this many parts */
 
 typedef struct AttnCtx {
     const struct RadBatch *b;
@@ -39,7 +42,9 @@ typedef struct AttnCtx {
     uint64_t block_bytes;
     int64_t chunk;        /* slots per softmax chunk */
     int by_head;          /* items are (row, head) rather than (row, KV head) */
+    int split;            /* items are (row, KV head, part): partial states to part_buf, merged after */
     int64_t n_items;
+    float *part_buf;      /* split: [M][n_head][PARTS_MAX][hd + 2] (m, l, acc) */
     float *conv;          /* f16/bf16: [parts][2][chunk][hd] rows converted to f32 */
     _Atomic int64_t next; /* next item to take */
 } AttnCtx;
@@ -84,6 +89,15 @@ static inline void slot_begin(SlotIter *it, const AttnCtx *c, int64_t s, int64_t
     it->g = g;
     it->bi = 0;
     it->off = 0;
+    slot_block(it);
+}
+/* Starts at slot `lo` of the sequence. */
+static inline void slot_seek(SlotIter *it, const AttnCtx *c, int64_t s, int64_t g, int64_t lo) {
+    it->c = c;
+    it->table = c->kv->block_table + (uint64_t)s * c->kv->max_blocks;
+    it->g = g;
+    it->bi = lo / c->B;
+    it->off = lo % c->B;
     slot_block(it);
 }
 static inline void slot_next(SlotIter *it) {
@@ -139,12 +153,20 @@ static void load_row_generic(const AttnCtx *c, const uint8_t *src, float *dst) {
     ref_dq_row_generic((int)c->dt, src, dst, (uint64_t)c->hd);
 }
 
-/* Heads h0 .. h0+nr-1 (one KV head g) of row t. */
-static void attend_generic(const AttnCtx *c, int64_t t, int64_t g, int64_t h0, int64_t nr, float *kb, float *vb) {
+/* The online softmax's state over one part of a row's keys, for up to MAX_REP query heads:
+ * the running maximum m, the sum l and the unnormalised output acc. */
+typedef struct PartState {
+    float m[MAX_REP], l[MAX_REP];
+    _Alignas(32) float acc[MAX_REP][256];
+} PartState;
+
+/* Heads h0 .. h0+nr-1 (one KV head g) of row t over the keys in slots [lo, hi): the part's state. */
+static void attend_part_generic(const AttnCtx *c, int64_t t, int64_t g, int64_t h0, int64_t nr, int64_t lo, int64_t hi,
+                                float *kb, float *vb, PartState *ps) {
     const int64_t s = seq_of(c, t), hd = c->hd;
-    const int64_t n = c->b->ctx_lens[s] - c->b->q_lens[s] + (t - c->b->cu_seqlens[s]) + 1;
     const float *q[MAX_REP];
-    float m[MAX_REP], l[MAX_REP], sc[MAX_REP][64], acc[MAX_REP][256];
+    float *m = ps->m, *l = ps->l, sc[MAX_REP][64];
+    float (*acc)[256] = ps->acc;
     for (int64_t r = 0; r < nr; r++) {
         q[r] = ref_frow(c->q, (uint64_t)t) + (h0 + r) * hd;
         m[r] = -INFINITY;
@@ -152,9 +174,9 @@ static void attend_generic(const AttnCtx *c, int64_t t, int64_t g, int64_t h0, i
         for (int64_t d = 0; d < hd; d++) acc[r][d] = 0.0f;
     }
     SlotIter it;
-    slot_begin(&it, c, s, g);
-    for (int64_t i0 = 0; i0 < n; i0 += c->chunk) {
-        const int64_t cn = n - i0 < c->chunk ? n - i0 : c->chunk;
+    slot_seek(&it, c, s, g, lo);
+    for (int64_t i0 = lo; i0 < hi; i0 += c->chunk) {
+        const int64_t cn = hi - i0 < c->chunk ? hi - i0 : c->chunk;
         for (int64_t i = 0; i < cn; i++, slot_next(&it)) {
             load_row_generic(c, it.k, kb + i * hd);
             load_row_generic(c, it.v, vb + i * hd);
@@ -170,7 +192,7 @@ static void attend_generic(const AttnCtx *c, int64_t t, int64_t g, int64_t h0, i
                 sc[r][i] = dot * c->scale;
                 if (sc[r][i] > mc) mc = sc[r][i];
             }
-            const float alpha = i0 == 0 ? 0.0f : (float)exp((double)(m[r] - mc));
+            const float alpha = i0 == lo ? 0.0f : (float)exp((double)(m[r] - mc));
             m[r] = mc;
             float lc = 0.0f;
             for (int64_t i = 0; i < cn; i++) {
@@ -188,10 +210,6 @@ static void attend_generic(const AttnCtx *c, int64_t t, int64_t g, int64_t h0, i
                 acc[r][d] = a;
             }
         }
-    }
-    for (int64_t r = 0; r < nr; r++) {
-        float *o = ref_frow(c->out, (uint64_t)t) + (h0 + r) * hd;
-        for (int64_t d = 0; d < hd; d++) o[d] = acc[r][d] / l[r];
     }
 }
 
@@ -253,14 +271,14 @@ REF_AVX2 REF_INLINE void pv_chunk(const int DN, float *acc, const float *p, cons
     for (int u = 0; u < DN / 8; u++) _mm256_storeu_ps(acc + 8 * u, a[u]);
 }
 
-REF_AVX2 static void attend_avx2(const AttnCtx *c, int64_t t, int64_t g, int64_t h0, int64_t nr, float *kb, float *vb) {
+REF_AVX2 static void attend_part_avx2(const AttnCtx *c, int64_t t, int64_t g, int64_t h0, int64_t nr, int64_t lo,
+                                      int64_t hi, float *kb, float *vb, PartState *ps) {
     const int64_t s = seq_of(c, t), hd = c->hd;
-    const int64_t n = c->b->ctx_lens[s] - c->b->q_lens[s] + (t - c->b->cu_seqlens[s]) + 1;
     const int f32 = c->dt == RAD_F32;
     const float *q[MAX_REP];
-    float m[MAX_REP], l[MAX_REP];
+    float *m = ps->m, *l = ps->l;
     _Alignas(32) float sc[MAX_REP][64 + 8];
-    _Alignas(32) float acc[MAX_REP][256];
+    float (*acc)[256] = ps->acc;
     const float *kr[64 + 8], *vr[64];
     for (int64_t r = 0; r < nr; r++) {
         q[r] = ref_frow(c->q, (uint64_t)t) + (h0 + r) * hd;
@@ -269,9 +287,9 @@ REF_AVX2 static void attend_avx2(const AttnCtx *c, int64_t t, int64_t g, int64_t
         for (int64_t d = 0; d < hd; d++) acc[r][d] = 0.0f;
     }
     SlotIter it;
-    slot_begin(&it, c, s, g);
-    for (int64_t i0 = 0; i0 < n; i0 += c->chunk) {
-        const int64_t cn = n - i0 < c->chunk ? n - i0 : c->chunk;
+    slot_seek(&it, c, s, g, lo);
+    for (int64_t i0 = lo; i0 < hi; i0 += c->chunk) {
+        const int64_t cn = hi - i0 < c->chunk ? hi - i0 : c->chunk;
         const uint8_t *rk[64], *rv[64];
         for (int64_t i = 0; i < cn; i++, slot_next(&it)) rk[i] = it.k, rv[i] = it.v;
         /* the chunk's rows at once: a page holds a block's few slots, too short for the
@@ -313,7 +331,7 @@ REF_AVX2 static void attend_avx2(const AttnCtx *c, int64_t t, int64_t g, int64_t
             for (; i < cn; i++)
                 if (sc[r][i] > mc) mc = sc[r][i];
             float alpha = 0.0f;
-            if (i0 > 0) alpha = _mm256_cvtss_f32(ref_exp8(_mm256_set1_ps(m[r] - mc)));
+            if (i0 > lo) alpha = _mm256_cvtss_f32(ref_exp8(_mm256_set1_ps(m[r] - mc)));
             m[r] = mc;
             __m256 ls = _mm256_setzero_ps();
             const __m256 vm = _mm256_set1_ps(mc);
@@ -344,15 +362,91 @@ REF_AVX2 static void attend_avx2(const AttnCtx *c, int64_t t, int64_t g, int64_t
             }
         }
     }
-    for (int64_t r = 0; r < nr; r++) {
-        float *o = ref_frow(c->out, (uint64_t)t) + (h0 + r) * hd;
-        const __m256 vl = _mm256_set1_ps(l[r]);
-        int64_t d = 0;
-        for (; d + 8 <= hd; d += 8) _mm256_storeu_ps(o + d, _mm256_div_ps(_mm256_load_ps(&acc[r][d]), vl));
-        for (; d < hd; d++) o[d] = acc[r][d] / l[r];
-    }
 }
 #endif
+
+/* ---- parts of a row, and their merge ---------------------------------------------------------------
+ * A row's n keys are cut into parts of part_size(n) slots (a function of n alone), each part's
+ * online-softmax state computed as above, and the states merged in part order:
+ * m = max(m1, m2), l = l1·e^(m1-m) + l2·e^(m2-m), acc likewise. Whether one item runs a row's
+ * parts one after another or each part is its own item (decode: a few rows, so the parts are
+ * what spreads the work over the threads), the arithmetic is the same, so a row's result does
+ * not depend on the other rows or the threads. A row of at most 32 keys is one part, computed
+ * exactly as without parts. */
+static int64_t part_size(int64_t n) {
+    int64_t sz = 32;
+    while (sz * PARTS_MAX < n) sz *= 2;
+    return sz;
+}
+
+static int64_t row_keys(const AttnCtx *c, int64_t t) {
+    const int64_t s = seq_of(c, t);
+    return c->b->ctx_lens[s] - c->b->q_lens[s] + (t - c->b->cu_seqlens[s]) + 1;
+}
+
+static void attend_part(const AttnCtx *c, int64_t t, int64_t g, int64_t h0, int64_t nr, int64_t lo, int64_t hi, float *kb,
+                        float *vb, PartState *ps) {
+#if REF_X86
+    if (c->isa >= REF_ISA_AVX2) {
+        attend_part_avx2(c, t, g, h0, nr, lo, hi, kb, vb, ps);
+        return;
+    }
+#endif
+    attend_part_generic(c, t, g, h0, nr, lo, hi, kb, vb, ps);
+}
+
+/* run := merge(run, part) for one head (scalar, the same on every path). */
+static void merge_state(float *m, float *l, float *acc, float pm, float pl, const float *pacc, int64_t hd) {
+    const float mx = pm > *m ? pm : *m;
+    const float a = (float)exp((double)(*m - mx)), b = (float)exp((double)(pm - mx));
+    const float la = *l * a, lb = pl * b;
+    *l = la + lb;
+    for (int64_t d = 0; d < hd; d++) {
+        const float x = acc[d] * a, y = pacc[d] * b;
+        acc[d] = x + y;
+    }
+    *m = mx;
+}
+
+static void finish_head(const AttnCtx *c, int64_t t, int64_t h, const float *acc, float l) {
+    float *o = ref_frow(c->out, (uint64_t)t) + h * c->hd;
+    for (int64_t d = 0; d < c->hd; d++) o[d] = acc[d] / l;
+}
+
+/* Every part of row t for heads h0 .. h0+nr-1, merged in order, then the output. */
+static void attend_row(const AttnCtx *c, int64_t t, int64_t g, int64_t h0, int64_t nr, float *kb, float *vb) {
+    const int64_t n = row_keys(c, t), sz = part_size(n);
+    PartState run, ps;
+    attend_part(c, t, g, h0, nr, 0, sz < n ? sz : n, kb, vb, &run);
+    for (int64_t lo = sz; lo < n; lo += sz) {
+        attend_part(c, t, g, h0, nr, lo, lo + sz < n ? lo + sz : n, kb, vb, &ps);
+        for (int64_t r = 0; r < nr; r++) merge_state(&run.m[r], &run.l[r], run.acc[r], ps.m[r], ps.l[r], ps.acc[r], c->hd);
+    }
+    for (int64_t r = 0; r < nr; r++) finish_head(c, t, h0 + r, run.acc[r], run.l[r]);
+}
+
+static float *part_slot(const AttnCtx *c, int64_t t, int64_t h, int64_t p) {
+    return c->part_buf + (((size_t)t * (size_t)c->n_head + (size_t)h) * PARTS_MAX + (size_t)p) * (size_t)(c->hd + 2);
+}
+
+/* Split: every head of every row, its parts' states merged in order (after all parts ran). */
+static void merge_task(void *ctx, int tid, int nth) {
+    const AttnCtx *c = ctx;
+    int64_t i0, i1;
+    ref_split(c->M * c->n_head, tid, nth, 1, &i0, &i1);
+    _Alignas(32) float acc[256];
+    for (int64_t i = i0; i < i1; i++) {
+        const int64_t t = i / c->n_head, h = i % c->n_head, n = row_keys(c, t), sz = part_size(n);
+        const float *p0 = part_slot(c, t, h, 0);
+        float m = p0[0], l = p0[1];
+        memcpy(acc, p0 + 2, (size_t)c->hd * sizeof(float));
+        for (int64_t p = 1; p * sz < n; p++) {
+            const float *pp = part_slot(c, t, h, p);
+            merge_state(&m, &l, acc, pp[0], pp[1], pp + 2, c->hd);
+        }
+        finish_head(c, t, h, acc, l);
+    }
+}
 
 static void attend_task(void *ctx, int tid, int nth) {
     AttnCtx *c = ctx;
@@ -361,30 +455,41 @@ static void attend_task(void *ctx, int tid, int nth) {
      * part); NULL where f32 rows are read in place */
     float *kb = c->conv ? c->conv + (size_t)tid * 2 * (size_t)(c->chunk * c->hd) : NULL;
     float *vb = kb ? kb + c->chunk * c->hd : NULL;
+    const int64_t per = (c->rep + MAX_REP - 1) / MAX_REP; /* items per KV head */
     for (;;) {
-        const int64_t it = atomic_fetch_add(&c->next, 1);
+        int64_t it = atomic_fetch_add(&c->next, 1);
         if (it >= c->n_items) break;
-        int64_t t, g, h0, nr;
+        int64_t t, g, h0, nr, p = 0;
+        if (c->split) {
+            p = it % PARTS_MAX;
+            it /= PARTS_MAX;
+        }
         if (c->by_head) {
             t = it / c->n_head;
             h0 = it % c->n_head;
             g = h0 / c->rep;
             nr = 1;
         } else {
-            const int64_t per = (c->rep + MAX_REP - 1) / MAX_REP; /* items per KV head */
             t = it / (c->n_kv * per);
             const int64_t rest = it % (c->n_kv * per);
             g = rest / per;
             h0 = g * c->rep + (rest % per) * MAX_REP;
             nr = g * c->rep + c->rep - h0 < MAX_REP ? g * c->rep + c->rep - h0 : MAX_REP;
         }
-#if REF_X86
-        if (c->isa >= REF_ISA_AVX2) {
-            attend_avx2(c, t, g, h0, nr, kb, vb);
+        if (!c->split) {
+            attend_row(c, t, g, h0, nr, kb, vb);
             continue;
         }
-#endif
-        attend_generic(c, t, g, h0, nr, kb, vb);
+        const int64_t n = row_keys(c, t), sz = part_size(n), lo = p * sz;
+        if (lo >= n) continue; /* this row has fewer parts */
+        PartState ps;
+        attend_part(c, t, g, h0, nr, lo, lo + sz < n ? lo + sz : n, kb, vb, &ps);
+        for (int64_t r = 0; r < nr; r++) {
+            float *d = part_slot(c, t, h0 + r, p);
+            d[0] = ps.m[r];
+            d[1] = ps.l[r];
+            memcpy(d + 2, ps.acc[r], (size_t)c->hd * sizeof(float));
+        }
     }
 }
 
@@ -463,14 +568,28 @@ int ref_run_attn_paged(const RadKernelArgs *a) {
         if (!c.conv) return RAD_E_NOMEM;
     }
     const int64_t per = (c.rep + MAX_REP - 1) / MAX_REP;
-    c.by_head = c.M * c.n_kv * per < (int64_t)nth;
+    /* a few rows (decode): the parts of each row's keys are items of their own, so every
+     * thread gets a share of the few (row, KV head) pairs; else whole rows */
+    int64_t max_keys = 0;
+    for (int64_t t = 0; t < c.M; t++) {
+        const int64_t n = row_keys(&c, t);
+        max_keys = n > max_keys ? n : max_keys;
+    }
+    c.split = nth > 1 && c.M * c.n_kv * per < 2 * (int64_t)nth && max_keys > part_size(max_keys);
+    c.by_head = !c.split && c.M * c.n_kv * per < (int64_t)nth;
     c.n_items = c.by_head ? c.M * c.n_head : c.M * c.n_kv * per;
+    if (c.split) {
+        c.n_items *= PARTS_MAX;
+        c.part_buf = ref_scratch(2, (size_t)c.M * (size_t)c.n_head * PARTS_MAX * (size_t)(c.hd + 2) * sizeof(float));
+        if (!c.part_buf) return RAD_E_NOMEM;
+    }
 
     /* 1. append every row's k and v */
     ref_parallel(a, ref_threads(a, (double)c.M * (double)kw, 65536.0), append_task, &c);
 
-    /* 2. attend */
+    /* 2. attend (3. split: merge each row's parts) */
     atomic_init(&c.next, 0);
     ref_parallel(a, nth, attend_task, &c);
+    if (c.split) ref_parallel(a, ref_threads(a, (double)(c.M * c.n_head * c.hd) * PARTS_MAX, 16384.0), merge_task, &c);
     return RAD_OK;
 }
