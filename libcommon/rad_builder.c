@@ -21,6 +21,19 @@ static char *dup_str(const char *s) {
     return d;
 }
 
+/* name, stored once per graph (ops share their parameters' names). NULL when out of memory. */
+static const char *intern_name(RadGraph *g, const char *name) {
+    if (!name) return NULL;
+    for (int i = 0; i < g->n_pnames; i++)
+        if (strcmp(g->pnames[i], name) == 0) return g->pnames[i];
+    char **np = realloc(g->pnames, (size_t)(g->n_pnames + 1) * sizeof *np);
+    if (!np) return NULL;
+    g->pnames = np;
+    char *d = dup_str(name);
+    if (!d) return NULL;
+    return g->pnames[g->n_pnames++] = d;
+}
+
 /* The first refusal wins; later calls see g->failed and do nothing harmful. */
 __attribute__((format(printf, 2, 3))) static void gfail(RadGraph *g, const char *fmt, ...) {
     if (g->failed) return;
@@ -332,7 +345,8 @@ static rad_op b_decl_op(RadBuilder *b, const char *op, const RadParam *p, uint32
     if (!o->op || !o->params || !o->w) return gfail(g, "out of memory"), (rad_op){-1};
     for (uint32_t i = 0; i < np; i++) {
         o->params[i] = p[i];
-        o->params[i].name = dup_str(p[i].name);
+        o->params[i].name = intern_name(g, p[i].name);
+        if (p[i].name && !o->params[i].name) return gfail(g, "out of memory"), (rad_op){-1};
     }
     o->n_params = np;
     if (nw) memcpy(o->w, w, nw * sizeof *w);
@@ -501,7 +515,6 @@ void rad_graph_free(RadGraph *g) {
     for (int i = 0; i < g->n_kvs; i++) free(g->kvs[i].name);
     for (int i = 0; i < g->n_ops; i++) {
         RadGOp *o = &g->ops[i];
-        for (uint32_t j = 0; j < o->n_params; j++) free((void *)o->params[j].name);
         free(o->params);
         free(o->w);
         free(o->reads);
@@ -509,6 +522,8 @@ void rad_graph_free(RadGraph *g) {
         free(o->op);
     }
     for (int i = 0; i < g->n_notes; i++) free(g->notes[i]);
+    for (int i = 0; i < g->n_pnames; i++) free(g->pnames[i]);
+    free(g->pnames);
     for (int i = 0; i < g->n_allocs; i++) free(g->allocs[i]);
     free(g->allocs);
     free(g->w), free(g->maps), free(g->bufs), free(g->kvs), free(g->ops), free(g->layer_kv), free(g->notes);

@@ -71,6 +71,8 @@ typedef struct RadGraph {
     RadGOp *ops; int n_ops;
     int *layer_kv; int n_layer_kv; /* [layer] -> kv group */
     char **notes; int n_notes;
+    char **pnames; int n_pnames;  /* parameter names, each stored once: every op's params point here,
+                                     so a kernel's lookups by name touch a few hot lines */
     rad_buf logits, pooled;
     int scores;
     RadDrafterDecl drafter; int has_drafter, drafter_shared_kv, drafter_tree, drafter_short_block;
