@@ -43,13 +43,19 @@ static const RadTensor *weight_tensor(const RadEngine *en, int i) {
  * tied head) is copied once. */
 static int bind_weights(RadEngine *en, RadErr *e) {
     en->w = calloc((size_t)(en->g.n_w ? en->g.n_w : 1), sizeof *en->w);
-    if (!en->w) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+    const RadTensor **tens = malloc((size_t)(en->g.n_w ? en->g.n_w : 1) * sizeof *tens);
+    int *first = malloc((size_t)(en->g.n_w ? en->g.n_w : 1) * sizeof *first); /* the first weight reading the same tensor */
+    if (!en->w || !tens || !first) {
+        free(tens), free(first);
+        return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+    }
     size_t need = 0;
     for (int i = 0; i < en->g.n_w; i++) {
-        const RadTensor *t = weight_tensor(en, i);
-        int seen = 0;
-        for (int j = 0; t && j < i && !seen; j++) seen = weight_tensor(en, j) == t;
-        for (uint32_t k = 0; t && !seen && k < t->n_planes; k++)
+        const RadTensor *t = tens[i] = weight_tensor(en, i);
+        first[i] = i;
+        for (int j = 0; t && j < i && first[i] == i; j++)
+            if (tens[j] == t) first[i] = j;
+        for (uint32_t k = 0; t && first[i] == i && k < t->n_planes; k++)
             if (!en->o.mmap_weights || t->planes[k].compression) need += (t->planes[k].nbytes + 63) & ~(size_t)63;
     }
     if (need) {
@@ -58,6 +64,7 @@ static int bind_weights(RadEngine *en, RadErr *e) {
         void *r = mmap(NULL, en->wstore_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (r == MAP_FAILED) {
             en->wstore_bytes = 0;
+            free(tens), free(first);
             return rad_err_set(e, RAD_E_NOMEM, "%s: cannot allocate %zu bytes for the weights", en->o.model, need);
         }
         en->wstore = r;
@@ -67,14 +74,11 @@ static int bind_weights(RadEngine *en, RadErr *e) {
     }
     size_t used = 0;
     for (int i = 0; i < en->g.n_w; i++) {
-        const RadTensor *t = weight_tensor(en, i);
+        const RadTensor *t = tens[i];
         if (!t) continue;
         RadKArg *a = &en->w[i].arg;
-        int same = -1;
-        for (int j = 0; j < i && same < 0; j++)
-            if (weight_tensor(en, j) == t) same = j;
-        if (same >= 0) { /* the same stored tensor: share its bytes */
-            *a = en->w[same].arg;
+        if (first[i] != i) { /* the same stored tensor: share its bytes */
+            *a = en->w[first[i]].arg;
             continue;
         }
         a->dtype = (RadDType)t->enc;
@@ -92,11 +96,15 @@ static int bind_weights(RadEngine *en, RadErr *e) {
             uint8_t *dst = en->wstore + used;
             used += (p->nbytes + 63) & ~(size_t)63;
             int rc = rad_plane_read(&en->m, t, k, dst, e);
-            if (rc) return rc;
+            if (rc) {
+                free(tens), free(first);
+                return rc;
+            }
             a->planes[k] = dst;
         }
         a->data = (void *)a->planes[0];
     }
+    free(tens), free(first);
     return RAD_OK;
 }
 
@@ -741,8 +749,8 @@ void rad_engine_dump_placement(const RadEngine *en, FILE *f) {
     uint64_t wbytes[RAD_ENC_COUNT] = {0}, total = 0;
     for (int i = 0; i < en->g.n_w; i++) {
         const RadTensor *t = weight_tensor(en, i);
-        int seen = 0;
-        for (int j = 0; t && j < i && !seen; j++) seen = weight_tensor(en, j) == t; /* a tied head counts once */
+        int seen = 0; /* a tied head counts once: the weights reading one tensor share its bytes */
+        for (int j = 0; t && j < i && !seen; j++) seen = en->w[j].arg.data == en->w[i].arg.data;
         if (!t || seen) continue;
         wbytes[en->g.w[i].enc] += t->planes[0].nbytes;
         total += t->planes[0].nbytes;
