@@ -32,14 +32,15 @@ int rad_kvcache_init(RadKvCache *c, uint32_t block_size, uint32_t n_blocks, uint
     if (!c->pools || !c->free_list || !c->seqs || !c->table || !c->ref || !c->hash || !c->lru_prev || !c->lru_next ||
         !c->map)
         goto oom;
-    /* One anonymous map for every layer's pool, each pool starting on a 2 MiB boundary, with
-     * transparent huge pages asked: attention walks a sequence's blocks scattered through the
-     * pool, and on 4 KiB pages every block costs a TLB miss and every page its fault and
-     * zeroing in the middle of generation. Zero-filled, touched as blocks are first used. */
+    /* One anonymous map for every layer's pool, each pool starting on a page boundary, on
+     * ordinary pages, zero-filled and touched as blocks are first used. Huge pages were tried
+     * (madvise): 2% faster decode at 512 tokens, but every layer enters a new 2 MiB page at the
+     * same step, so one step in 85 blocks zeroes 60 MB (SmolLM2) and may wait on compaction: a
+     * latency spike a server should not have. */
     {
-        const uint64_t huge = (uint64_t)2 << 20;
-        c->pool_stride = ((uint64_t)n_blocks * block_bytes + huge - 1) & ~(huge - 1);
-        if (c->pool_stride / huge > (uint64_t)SIZE_MAX / huge / n_layers) goto oom;
+        const uint64_t page = 4096;
+        c->pool_stride = ((uint64_t)n_blocks * block_bytes + page - 1) & ~(page - 1);
+        if (c->pool_stride / page > (uint64_t)SIZE_MAX / page / n_layers) goto oom;
         c->pool_map_bytes = (size_t)(c->pool_stride * n_layers);
         void *m = mmap(NULL, c->pool_map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (m == MAP_FAILED) {
@@ -47,9 +48,6 @@ int rad_kvcache_init(RadKvCache *c, uint32_t block_size, uint32_t n_blocks, uint
             goto oom;
         }
         c->pool_map = m;
-#ifdef MADV_HUGEPAGE
-        (void)madvise(m, c->pool_map_bytes, MADV_HUGEPAGE); /* a hint: without THP, 4 KiB pages */
-#endif
         for (uint32_t l = 0; l < n_layers; l++) c->pools[l] = c->pool_map + (size_t)(c->pool_stride * l);
     }
     for (uint32_t i = 0; i < n_blocks; i++) c->free_list[i] = (int32_t)(n_blocks - 1 - i);

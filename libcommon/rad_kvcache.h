@@ -22,9 +22,9 @@ typedef struct RadKvCache {
     uint64_t block_bytes;   /* one block of one layer (K and V) */
     uint32_t n_layers;      /* layers bound to the group */
     uint8_t **pools;        /* [n_layers] n_blocks * block_bytes each, inside pool_map */
-    uint8_t *pool_map;      /* one anonymous map for every layer's pool (huge pages asked) */
+    uint8_t *pool_map;      /* one anonymous map for every layer's pool */
     size_t pool_map_bytes;
-    uint64_t pool_stride;   /* bytes from one layer's pool to the next (whole 2 MiB) */
+    uint64_t pool_stride;   /* bytes from one layer's pool to the next (whole 4 KiB pages) */
     int32_t *free_list;     /* [n_clean] stack of free blocks holding nothing */
     uint32_t n_clean;
     uint32_t n_free;        /* blocks that can be taken: n_clean + free cached blocks */
