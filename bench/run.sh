@@ -67,6 +67,18 @@ read_bytes=$(build/rad-info --json --tensors "$RAD" | jq '([.tensors[].name] | i
     | [.tensors[] | select(.name != "tok_embd.weight" or $head == null) | .bytes] | add')
 bound=$(echo "$BW $read_bytes" | awk '{ printf "%.1f", $1 * 1e9 / $2 }')
 
+# paired: the bandwidth and a tg128 one right after the other, five times; each pair's share of
+# its own bound, and the median (a shared VM's bandwidth moves from one minute to the next, so a
+# bound measured minutes away from the run it divides is off by as much)
+pairs=""
+for r in 1 2 3 4 5; do
+    bw=$("$B/membw" "$T" 512 2>/dev/null)
+    line=$(build/radiance --model "$RAD" --ids "${ids%%,*}" -n 128 --temp 0 --threads "$T" --fast --print-ids 2>&1 >/dev/null | grep 'tok/s' || true)
+    tg=$(echo "$line" | sed -n 's/.*generation [0-9]* tokens in [0-9.]* s (\([0-9.]*\) tok\/s).*/\1/p')
+    pairs="$pairs $(echo "$tg $read_bytes $bw" | awk '{ printf "%.3f", $1 * $2 / ($3 * 1e9) }')"
+done
+paired=$(echo "$pairs" | tr ' ' '\n' | grep . | sort -n | awk '{ v[NR] = $1 } END { printf "median %.0f%% (%.0f%% to %.0f%%)", 100 * v[int((NR + 1) / 2)], 100 * v[1], 100 * v[NR] }')
+
 cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
 printf '\n%s, %s threads, %s GB/s read bandwidth (bench/membw.c: %s before the runs, %s after; the higher), %s\n\n' \
     "$cpu" "$T" "$BW" "$BW0" "$BW1" "$(date -u +%Y-%m-%d)"
@@ -76,3 +88,4 @@ printf '| tg128 | %s | %s | %s |\n' "$best_tg" "$l_tg" "$(echo "$best_tg $l_tg" 
 printf '\ngeneration bound: %s GB/s / %s bytes per token = %s tok/s; radiance at %s of it, llama.cpp at %s\n' \
     "$BW" "$read_bytes" "$bound" "$(echo "$best_tg $bound" | awk '{ printf "%.0f%%", 100 * $1 / $2 }')" \
     "$(echo "$l_tg $bound" | awk '{ printf "%.0f%%", 100 * $1 / $2 }')"
+printf 'paired (membw, then tg128, five times): radiance at %s of the bound measured just before\n' "$paired"
