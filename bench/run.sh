@@ -9,28 +9,9 @@
 # into build/llama.cpp, once; LLAMA_BENCH=/path/to/llama-bench uses another build.
 set -eu
 T=${1:-2}
-GGUF=models/SmolLM2-135M-Instruct.Q4_1.gguf
-RAD=build/bench-smollm2.rad
-B=build/bench
-mkdir -p "$B"
-make -s tools model >/dev/null
-# reconverted when the converter is newer (a container from an older converter may differ)
-if [ ! -f "$RAD" ] || [ build/rad-convert -nt "$RAD" ]; then build/rad-convert "$GGUF" -o "$RAD" --force; fi
-
-if [ -z "${LLAMA_BENCH:-}" ]; then
-    LLAMA_BENCH=$(ls build/llama.cpp/*/vendor/llama.cpp/build/bin/llama-bench 2>/dev/null | head -1 || true)
-    if [ -z "$LLAMA_BENCH" ]; then
-        echo "bench: building llama.cpp from llama-cpp-python's source package (minutes)" >&2
-        mkdir -p build/llama.cpp
-        python3 -m pip download --quiet --no-deps --no-binary :all: llama-cpp-python -d build/llama.cpp
-        tar -C build/llama.cpp -xzf build/llama.cpp/llama_cpp_python-*.tar.gz
-        src=$(ls -d build/llama.cpp/llama_cpp_python-*/vendor/llama.cpp | head -1)
-        cmake -S "$src" -B "$src/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
-              -DBUILD_SHARED_LIBS=OFF >/dev/null
-        cmake --build "$src/build" -j"$(nproc)" --target llama-bench >/dev/null
-        LLAMA_BENCH=$src/build/bin/llama-bench
-    fi
-fi
+. bench/common.sh
+bench_container
+LLAMA_BENCH=${LLAMA_BENCH:-$(llama_cpp_tool llama-bench)}
 
 cc -O2 -march=native -pthread -o "$B/membw" bench/membw.c
 BW0=$("$B/membw" "$T" 1024 2>/dev/null)

@@ -25,35 +25,13 @@ MAX_TOKENS=${MAX_TOKENS:-64}
 ROUNDS=${ROUNDS:-2}
 RAD_FLAGS=${RAD_FLAGS:---fast}
 LLAMA_FLAGS=${LLAMA_FLAGS:---poll 0}
-GGUF=models/SmolLM2-135M-Instruct.Q4_1.gguf
-RAD=build/bench-smollm2.rad
-B=build/bench
+. bench/common.sh
 PY=.venv-e2e/bin/python
 SLOTS=32
 SLOT_CTX=1024
-mkdir -p "$B"
 [ -x "$PY" ] || { echo "serve.sh: .venv-e2e missing: run scripts/install-deps.sh" >&2; exit 1; }
-make -s tools model >/dev/null
-[ -f "$RAD" ] || build/rad-convert "$GGUF" -o "$RAD"
-
-if [ -z "${LLAMA_SERVER:-}" ]; then
-    LLAMA_SERVER=$(ls build/llama.cpp/*/vendor/llama.cpp/build/bin/llama-server 2>/dev/null | head -1 || true)
-    if [ -z "$LLAMA_SERVER" ]; then
-        src=$(ls -d build/llama.cpp/llama_cpp_python-*/vendor/llama.cpp 2>/dev/null | head -1 || true)
-        if [ -z "$src" ]; then
-            echo "serve.sh: building llama.cpp from llama-cpp-python's source package (minutes)" >&2
-            mkdir -p build/llama.cpp
-            python3 -m pip download --quiet --no-deps --no-binary :all: llama-cpp-python -d build/llama.cpp
-            tar -C build/llama.cpp -xzf build/llama.cpp/llama_cpp_python-*.tar.gz
-            src=$(ls -d build/llama.cpp/llama_cpp_python-*/vendor/llama.cpp | head -1)
-        fi
-        [ -f "$src/build/CMakeCache.txt" ] ||
-            cmake -S "$src" -B "$src/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
-                  -DBUILD_SHARED_LIBS=OFF >/dev/null
-        cmake --build "$src/build" -j"$(nproc)" --target llama-server >/dev/null
-        LLAMA_SERVER=$src/build/bin/llama-server
-    fi
-fi
+bench_container
+LLAMA_SERVER=${LLAMA_SERVER:-$(llama_cpp_tool llama-server)}
 
 PIN=""
 command -v taskset >/dev/null && [ "$(nproc)" -ge "$T" ] && PIN="taskset -c 0-$((T - 1))"

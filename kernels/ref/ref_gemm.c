@@ -397,15 +397,15 @@ int ref_run_gemm_multi_exact(const RadKernelArgs *a) {
     RefGemmArgs g[REF_GEMM_MAX_PARTS];
     int np, rc = ref_gemm_multi_args(a, REF_ENCS_ALL, g, &np);
     if (rc) return rc;
-    int64_t n_all = 0;
+    int64_t N[REF_GEMM_MAX_PARTS];
     for (int i = 0; i < np; i++) {
         m.part[i].g = g[i];
         m.part[i].isa = ref_isa(a);
         m.part[i].plain = g[i].w->dtype == RAD_F32;
-        n_all += g[i].N;
+        N[i] = g[i].N;
     }
-    ref_gemm_units_init(&m.u, g, np, NC);
-    int nth = ref_threads(a, (double)g[0].M * (double)n_all * (double)g[0].K, 32768.0);
+    ref_gemm_units_init(&m.u, N, np, NC);
+    int nth = ref_threads(a, (double)g[0].M * (double)m.u.cols * (double)g[0].K, 32768.0);
     if (nth > m.u.u0[np]) nth = (int)m.u.u0[np];
     ref_parallel(a, nth, exact_multi_task, &m);
     return RAD_OK;

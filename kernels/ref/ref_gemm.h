@@ -56,37 +56,47 @@ static inline int ref_gemm_multi_args(const RadKernelArgs *a, uint64_t encs, Ref
     return RAD_OK;
 }
 
-/* The parts of one multi-weight GEMM as one job: the parts' columns in units of `align`
- * columns of one part (a part's last unit may be short), so a job part's boundaries fall where
- * a one-weight split would put them and every output is computed as gemm_nt computes it. */
+/* The parts of one multi-weight GEMM as one column space: the parts' columns in units of
+ * `align` columns of one part (a part's last unit may be short). With the GEMM's own align, a
+ * job part's boundaries fall where a one-weight split would put them, so every output is
+ * computed as gemm_nt computes it; with align 1 a unit is a column. */
 typedef struct RefGemmUnits {
     int n;                                  /* parts */
     int64_t N[REF_GEMM_MAX_PARTS];          /* columns of each part */
     int64_t u0[REF_GEMM_MAX_PARTS + 1];     /* first unit of each part; u0[n]: all units */
     int64_t align;
+    int64_t cols;                           /* all parts' columns */
 } RefGemmUnits;
 
-static inline void ref_gemm_units_init(RefGemmUnits *u, const RefGemmArgs *g, int n, int64_t align) {
+static inline void ref_gemm_units_init(RefGemmUnits *u, const int64_t *N, int n, int64_t align) {
     u->n = n;
     u->align = align;
     u->u0[0] = 0;
+    u->cols = 0;
     for (int i = 0; i < n; i++) {
-        u->N[i] = g[i].N;
-        u->u0[i + 1] = u->u0[i] + (g[i].N + align - 1) / align;
+        u->N[i] = N[i];
+        u->u0[i + 1] = u->u0[i] + (N[i] + align - 1) / align;
+        u->cols += N[i];
     }
 }
 
-/* Calls fn(ctx, part, c0, c1) for each part's column range within job part tid of nth. */
-static inline void ref_gemm_units_run(const RefGemmUnits *u, int tid, int nth,
-                                      void (*fn)(const void *ctx, int part, int64_t c0, int64_t c1), const void *ctx) {
-    int64_t b, e;
-    ref_split(u->u0[u->n], tid, nth, 1, &b, &e);
+typedef void (*ref_units_fn)(const void *ctx, int part, int64_t c0, int64_t c1);
+
+/* Calls fn(ctx, part, c0, c1) for each part's columns within units [b, e). */
+static inline void ref_gemm_units_each(const RefGemmUnits *u, int64_t b, int64_t e, ref_units_fn fn, const void *ctx) {
     for (int i = 0; i < u->n && b < e; i++) {
         const int64_t lo = b > u->u0[i] ? b : u->u0[i], hi = e < u->u0[i + 1] ? e : u->u0[i + 1];
         if (lo >= hi) continue;
         const int64_t c0 = (lo - u->u0[i]) * u->align, c1 = (hi - u->u0[i]) * u->align;
         fn(ctx, i, c0, c1 < u->N[i] ? c1 : u->N[i]);
     }
+}
+
+/* The same for job part tid of nth (the units split evenly). */
+static inline void ref_gemm_units_run(const RefGemmUnits *u, int tid, int nth, ref_units_fn fn, const void *ctx) {
+    int64_t b, e;
+    ref_split(u->u0[u->n], tid, nth, 1, &b, &e);
+    ref_gemm_units_each(u, b, e, fn, ctx);
 }
 
 #endif

@@ -625,8 +625,7 @@ static void dot_task(void *ctx, int tid, int nth) {
  * change. The rows are the parts' columns one after another (gemm_nt2/3 run as one). */
 typedef struct TwoEnds {
     const Q8Ctx *part;
-    int n;                                  /* parts */
-    int64_t off[REF_GEMM_MAX_PARTS + 1];    /* first row of each part; off[n]: all rows */
+    RefGemmUnits rows;                      /* the parts' rows one after another (align 1) */
     int64_t min_chunk;
     _Alignas(64) _Atomic uint64_t fb;       /* next row from the front | (end from the back) << 32 */
 } TwoEnds;
@@ -649,21 +648,20 @@ static int two_ends_claim(TwoEnds *t, int back, int64_t *lo, int64_t *hi) {
     }
 }
 
+static void two_ends_range(const void *ctx, int i, int64_t c0, int64_t c1) {
+    const Q8Ctx *c = &((const TwoEnds *)ctx)->part[i];
+    for (int64_t n = c0; !c->range1 && n < c0 + c->pf_rows && n < c1; n++) { /* the chunk's first rows at once */
+        const char *p = (const char *)ref_wrow(c->g.w, (uint64_t)n);
+        for (uint64_t o = 0; o < c->wrb; o += 64) ref_prefetch(p + o);
+    }
+    dot_range(c, c0, c1);
+}
+
 static void two_ends_task(void *ctx, int tid, int nth) {
     TwoEnds *t = ctx;
     (void)nth;
     int64_t lo, hi;
-    while (two_ends_claim(t, tid == 1, &lo, &hi))
-        for (int i = 0; i < t->n; i++) {
-            const int64_t a = lo > t->off[i] ? lo : t->off[i], b = hi < t->off[i + 1] ? hi : t->off[i + 1];
-            if (a >= b) continue;
-            const Q8Ctx *c = &t->part[i];
-            for (int64_t n = a; !c->range1 && n < a + c->pf_rows && n < b; n++) { /* the chunk's first rows at once */
-                const char *p = (const char *)ref_wrow(c->g.w, (uint64_t)(n - t->off[i]));
-                for (uint64_t o = 0; o < c->wrb; o += 64) ref_prefetch(p + o);
-            }
-            dot_range(c, a - t->off[i], b - t->off[i]);
-        }
+    while (two_ends_claim(t, tid == 1, &lo, &hi)) ref_gemm_units_each(&t->rows, lo, hi, two_ends_range, t);
 }
 
 /* Runs parts[0 .. n) (M = 1) from both ends; 0 when that does not apply (not two threads). */
@@ -672,17 +670,17 @@ static int two_ends_run(const RadKernelArgs *a, int nth, const Q8Ctx *parts, int
     if (nth != 2 || parts[0].g.M != 1 || !st || !st->two_ends) return 0;
     TwoEnds t;
     t.part = parts;
-    t.n = n;
-    t.off[0] = 0;
+    int64_t N[REF_GEMM_MAX_PARTS];
     uint64_t wrb = 0;
     for (int i = 0; i < n; i++) {
-        t.off[i + 1] = t.off[i] + parts[i].g.N;
+        N[i] = parts[i].g.N;
         wrb = parts[i].wrb > wrb ? parts[i].wrb : wrb;
     }
-    if (t.off[n] >= ((int64_t)1 << 31)) return 0;
+    ref_gemm_units_init(&t.rows, N, n, 1);
+    if (t.rows.cols >= ((int64_t)1 << 31)) return 0;
     t.min_chunk = (int64_t)(16384 / wrb); /* about 16 KiB a claim near the end */
     t.min_chunk = t.min_chunk < 4 ? 4 : t.min_chunk;
-    atomic_init(&t.fb, (uint64_t)t.off[n] << 32);
+    atomic_init(&t.fb, (uint64_t)t.rows.cols << 32);
     ref_parallel(a, 2, two_ends_task, &t);
     return 1;
 }
@@ -786,10 +784,10 @@ int ref_run_gemm_multi_q8act(const RadKernelArgs *a) {
         off += m.part[i].row_bytes * (size_t)g[i].M;
         quantize(a, &m.part[i]);
     }
-    ref_gemm_units_init(&m.u, g, np, 4);
-    int64_t n_all = 0;
-    for (int i = 0; i < np; i++) n_all += g[i].N;
-    int nth = ref_threads(a, (double)g[0].M * (double)n_all * (double)g[0].K, 32768.0);
+    int64_t N[REF_GEMM_MAX_PARTS];
+    for (int i = 0; i < np; i++) N[i] = g[i].N;
+    ref_gemm_units_init(&m.u, N, np, 4);
+    int nth = ref_threads(a, (double)g[0].M * (double)m.u.cols * (double)g[0].K, 32768.0);
     if (nth > m.u.u0[np]) nth = (int)m.u.u0[np];
     if (two_ends_run(a, nth, m.part, np)) return RAD_OK;
     ref_parallel(a, nth, multi_task, &m);
