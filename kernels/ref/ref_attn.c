@@ -83,14 +83,6 @@ static inline void slot_block(SlotIter *it) {
     it->k = base + ((uint64_t)it->g * c->B + (uint64_t)it->off) * (uint64_t)c->hd * c->elem;
     it->v = it->k + (uint64_t)c->n_kv * c->B * (uint64_t)c->hd * c->elem;
 }
-static inline void slot_begin(SlotIter *it, const AttnCtx *c, int64_t s, int64_t g) {
-    it->c = c;
-    it->table = c->kv->block_table + (uint64_t)s * c->kv->max_blocks;
-    it->g = g;
-    it->bi = 0;
-    it->off = 0;
-    slot_block(it);
-}
 /* Starts at slot `lo` of the sequence. */
 static inline void slot_seek(SlotIter *it, const AttnCtx *c, int64_t s, int64_t g, int64_t lo) {
     it->c = c;
