@@ -38,6 +38,8 @@ typedef enum RadDType {
     RAD_Q5_0 = RAD_ENC_Q5_0, RAD_Q5_1 = RAD_ENC_Q5_1, RAD_Q4_K = RAD_ENC_Q4_K,
     RAD_Q5_K = RAD_ENC_Q5_K, RAD_Q6_K = RAD_ENC_Q6_K,
     RAD_ANY = 255,
+    RAD_PACKED = 0x100, /* or'ed into a weight's encoding as a kernel sees it: its library's
+                           load-time layout of that encoding (RadKernelLib.pack, rad_kernels.h) */
 } RadDType;
 
 /* ---- handles ------------------------------------------------------------------------------

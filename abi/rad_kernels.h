@@ -77,6 +77,8 @@ typedef struct RadKernel {
     int (*run)(const RadKernelArgs *a); /* RAD_OK or a RadStatus; never partial output on error */
     uint64_t kv_encs;           /* attention: RAD_ENC_BIT set of KV cache types it reads (0: f32/f16/bf16) */
     uint32_t kvq_ok;            /* attention: bits (1 << RadKvQuant) of narrow KV layouts it reads */
+    uint64_t packed_encs;       /* RAD_ENC_BIT set of weight encodings it also reads in its library's
+                                   packed layout (RadKArg.dtype = enc | RAD_PACKED; RadKernelLib.pack) */
 } RadKernel;
 
 
@@ -100,6 +102,16 @@ typedef struct RadKernelLib {
     void (*free)(void *state, void *p);
     int (*copy)(void *state, void *dst, const void *src, size_t bytes, int to_device);
     int (*sync)(void *state);
+    /* Load-time weight layout (both may be NULL). The core packs a weight [rows, cols] of
+     * encoding enc once, at load, when every kernel it picked to read that weight lists enc in
+     * packed_encs; the kernels then see dtype enc | RAD_PACKED, rows, cols and row_stride =
+     * the stored layout's bytes per row, and the packed bytes at data. pack_size: the packed
+     * bytes, or 0 when this library keeps the stored layout for such a weight. pack: src holds
+     * the stored rows (src_row_stride bytes apart); writes pack_size bytes at dst (64-byte
+     * aligned); RAD_OK or a RadStatus. */
+    size_t (*pack_size)(void *state, RadDType enc, uint64_t rows, uint64_t cols);
+    int (*pack)(void *state, RadDType enc, uint64_t rows, uint64_t cols, const void *src, uint64_t src_row_stride,
+                void *dst);
 } RadKernelLib;
 
 /* A library's kernels, indexed by the library's own struct size (RadKernel grows in minor

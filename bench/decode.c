@@ -88,6 +88,13 @@ int main(int argc, char **argv) {
             make(&g[l * PER + j], shp[j][0], shp[j][1], RAD_Q4_1);
             bytes += (double)(g[l * PER + j].rb * (uint64_t)shp[j][0]);
         }
+    const int packed = getenv("DECODE_PACK") && atoi(getenv("DECODE_PACK"));
+    for (int i = 0; packed && i < L * PER; i++) { /* the library's load-time layout, as the engine packs it */
+        uint8_t *pw = aligned_alloc(64, (lib->pack_size(state, RAD_Q4_1, (uint64_t)g[i].N, (uint64_t)g[i].K) + 63) & ~(size_t)63);
+        lib->pack(state, RAD_Q4_1, (uint64_t)g[i].N, (uint64_t)g[i].K, g[i].w, g[i].rb, pw);
+        free(g[i].w);
+        g[i].w = pw, g[i].e = (RadDType)(RAD_Q4_1 | RAD_PACKED);
+    }
     make(&g[L * PER], 49152, 576, RAD_Q8_0);
     bytes += (double)(g[L * PER].rb * 49152u);
     float *x = malloc(sizeof(float) * 49152), *y = malloc(sizeof(float) * 49152);

@@ -35,36 +35,106 @@ static const RadTensor *weight_tensor(const RadEngine *en, int i) {
     return rad_model_find(&en->m, gw->d.source ? gw->d.source : gw->name);
 }
 
+static int lib_of(const RadEngine *en, const RadKernel *k);
+
+static int kernel_packs(const RadKernel *k, RadEnc enc) {
+    return k->struct_size >= offsetof(RadKernel, packed_encs) + sizeof k->packed_encs &&
+           (k->packed_encs & RAD_ENC_BIT(enc));
+}
+
+/* Which library packs each stored tensor at load (-1: none), by weight index (first[i] == i
+ * owns the tensor; pack[i] is set for owners). A tensor is packed when every kernel picked to
+ * read it, in every bucket of every op, is one library's and lists its encoding in
+ * packed_encs, and that library's pack_size takes the shape: then no reader can meet a layout
+ * it does not know. Only single-plane tensors of rank 2 whole (no views by row). */
+static size_t pack_plan(const RadEngine *en, const RadTensor **tens, const int *first, int *pack) {
+    enum { UNSEEN = -2, NO = -1 };
+    size_t bytes = 0;
+    for (int i = 0; i < en->g.n_w; i++) pack[i] = UNSEEN;
+    for (int o = 0; o < en->g.n_ops; o++) {
+        const RadGOp *op = &en->g.ops[o];
+        const RadEngineKernels *c = &en->cand[o];
+        for (uint32_t w = 0; w < op->n_w; w++) {
+            const int id = op->w[w].id;
+            if (id < 0 || id >= en->g.n_w || !tens[id]) continue;
+            const int own = first[id];
+            for (int b = 0; b < c->n_buckets && pack[own] != NO; b++) {
+                const int li = lib_of(en, c->pick[b]);
+                if (li < 0 || !kernel_packs(c->pick[b], tens[own]->enc) || (pack[own] != UNSEEN && pack[own] != li)) pack[own] = NO;
+                else pack[own] = li;
+            }
+        }
+    }
+    for (int i = 0; i < en->g.n_w; i++) {
+        const RadTensor *t = tens[i];
+        if (first[i] != i || pack[i] < 0 || !t || en->o.no_repack || t->n_planes != 1 || t->rank != 2) {
+            pack[i] = NO;
+            continue;
+        }
+        const RadKernelLib *l = en->libs[pack[i]]->lib;
+        size_t pb = 0;
+        if (l->struct_size >= offsetof(RadKernelLib, pack) + sizeof l->pack && l->pack_size && l->pack)
+            pb = l->pack_size(en->lib_state[pack[i]], (RadDType)t->enc, t->shape[0], t->shape[1]);
+        if (!pb) pack[i] = NO;
+        bytes += (pb + 63) & ~(size_t)63;
+    }
+    return bytes;
+}
+
+/* The stored bytes of a single-plane tensor packed into dst by library li. */
+static int pack_tensor(RadEngine *en, const RadTensor *t, int li, RadKArg *a, uint8_t *dst, RadErr *e) {
+    const RadPlane *p = &t->planes[0];
+    void *tmp = NULL;
+    const void *src = p->data;
+    if (p->compression) {
+        if (!(tmp = malloc(p->nbytes ? p->nbytes : 1))) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+        int rc = rad_plane_read(&en->m, t, 0, tmp, e);
+        if (rc) return free(tmp), rc;
+        src = tmp;
+    }
+    const RadKernelLib *l = en->libs[li]->lib;
+    int rc = l->pack(en->lib_state[li], a->dtype, a->rows, a->cols, src, a->row_stride, dst);
+    free(tmp);
+    if (rc) return rad_err_set(e, rc, "%s: tensor '%s': kernel library '%s' could not pack it (%s)", en->o.model, t->name,
+                               en->libs[li]->info->name, rad_status_name(rc));
+    a->dtype = (RadDType)(a->dtype | RAD_PACKED);
+    a->planes[0] = a->data = dst;
+    return RAD_OK;
+}
+
 /* Weights are copied into one anonymous region with transparent huge pages requested, unless
  * the caller keeps them in the file mapping (mmap_weights). Decode streams every weight once a
  * token: on 4 KiB file pages each page costs a TLB walk and the hardware prefetchers stop at
  * every page boundary; on 2 MiB pages the same GEMMs ran 14% faster (docs/BENCHMARKS.md).
- * Compressed planes are always decompressed into the region. A tensor two weights read (a
- * tied head) is copied once. */
+ * Compressed planes are always decompressed into the region, and tensors a kernel library
+ * packs (pack_plan) are always packed into it. A tensor two weights read (a tied head) is
+ * copied once. */
 static int bind_weights(RadEngine *en, RadErr *e) {
     en->w = calloc((size_t)(en->g.n_w ? en->g.n_w : 1), sizeof *en->w);
     const RadTensor **tens = malloc((size_t)(en->g.n_w ? en->g.n_w : 1) * sizeof *tens);
     int *first = malloc((size_t)(en->g.n_w ? en->g.n_w : 1) * sizeof *first); /* the first weight reading the same tensor */
-    if (!en->w || !tens || !first) {
-        free(tens), free(first);
+    int *pack = malloc((size_t)(en->g.n_w ? en->g.n_w : 1) * sizeof *pack);     /* pack_plan */
+    if (!en->w || !tens || !first || !pack) {
+        free(tens), free(first), free(pack);
         return rad_err_set(e, RAD_E_NOMEM, "out of memory");
     }
-    size_t need = 0;
     for (int i = 0; i < en->g.n_w; i++) {
         const RadTensor *t = tens[i] = weight_tensor(en, i);
         first[i] = i;
         for (int j = 0; t && j < i && first[i] == i; j++)
             if (tens[j] == t) first[i] = j;
-        for (uint32_t k = 0; t && first[i] == i && k < t->n_planes; k++)
-            if (!en->o.mmap_weights || t->planes[k].compression) need += (t->planes[k].nbytes + 63) & ~(size_t)63;
     }
+    size_t need = pack_plan(en, tens, first, pack);
+    for (int i = 0; i < en->g.n_w; i++)
+        for (uint32_t k = 0; tens[i] && first[i] == i && pack[i] < 0 && k < tens[i]->n_planes; k++)
+            if (!en->o.mmap_weights || tens[i]->planes[k].compression) need += (tens[i]->planes[k].nbytes + 63) & ~(size_t)63;
     if (need) {
         const size_t huge = (size_t)2 << 20;
         en->wstore_bytes = (need + huge - 1) & ~(huge - 1);
         void *r = mmap(NULL, en->wstore_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (r == MAP_FAILED) {
             en->wstore_bytes = 0;
-            free(tens), free(first);
+            free(tens), free(first), free(pack);
             return rad_err_set(e, RAD_E_NOMEM, "%s: cannot allocate %zu bytes for the weights", en->o.model, need);
         }
         en->wstore = r;
@@ -87,6 +157,17 @@ static int bind_weights(RadEngine *en, RadErr *e) {
         for (uint32_t d = 1; d < t->rank; d++) a->cols *= t->shape[d];
         const RadEncInfo *ei = rad_enc_info(t->enc);
         a->row_stride = a->cols / ei->block_elems * ei->block_bytes; /* bytes between rows */
+        if (pack[i] >= 0) {
+            uint8_t *dst = en->wstore + used;
+            used += (en->libs[pack[i]]->lib->pack_size(en->lib_state[pack[i]], a->dtype, a->rows, a->cols) + 63) & ~(size_t)63;
+            int rc = pack_tensor(en, t, pack[i], a, dst, e);
+            if (rc) {
+                free(tens), free(first), free(pack);
+                return rc;
+            }
+            en->n_packed++, en->packed_bytes += t->planes[0].nbytes;
+            continue;
+        }
         for (uint32_t k = 0; k < t->n_planes && k < 4; k++) {
             const RadPlane *p = &t->planes[k];
             if (en->o.mmap_weights && !p->compression) {
@@ -97,14 +178,14 @@ static int bind_weights(RadEngine *en, RadErr *e) {
             used += (p->nbytes + 63) & ~(size_t)63;
             int rc = rad_plane_read(&en->m, t, k, dst, e);
             if (rc) {
-                free(tens), free(first);
+                free(tens), free(first), free(pack);
                 return rc;
             }
             a->planes[k] = dst;
         }
         a->data = (void *)a->planes[0];
     }
-    free(tens), free(first);
+    free(tens), free(first), free(pack);
     return RAD_OK;
 }
 
@@ -361,6 +442,8 @@ static int c_issue(RadCtx *c, rad_op h, const RadOperand *ops, uint32_t n_ops, u
             if (o->w.id < 0 || o->w.id >= en->g.n_w || !en->w[o->w.id].arg.data)
                 return step_err(en, "op '%s': weight operand %u is not loaded", op->op, i);
             *a = en->w[o->w.id].arg;
+            if ((a->dtype & RAD_PACKED) && !kernel_packs(k, (RadEnc)(a->dtype & ~RAD_PACKED)))
+                return step_err(en, "op '%s': weight operand %u is packed for another kernel's layout", op->op, i);
         } else if (o->kind == RAD_OPND_BUF) {
             if (o->buf.id < 0 || o->buf.id >= en->g.n_bufs) return step_err(en, "op '%s': buffer operand %u undeclared", op->op, i);
             const RadGBuf *b = &en->g.bufs[o->buf.id];
@@ -450,8 +533,8 @@ int rad_engine_open(RadEngine *en, const RadEngineOpts *o, RadErr *e) {
     en->persist = aligned_alloc(256, en->g.persist_bytes ? en->g.persist_bytes : 256);
     if (!en->arena || !en->persist)
         return rad_err_set(e, RAD_E_NOMEM, "cannot allocate the %" PRIu64 "-byte activation arena", en->g.arena_bytes);
+    if ((rc = build_candidates(en, e))) return rc; /* first: the picks decide which weights are packed */
     if ((rc = bind_weights(en, e))) return rc;
-    if ((rc = build_candidates(en, e))) return rc;
     if ((rc = build_kv(en, e))) return rc;
     en->head.struct_size = sizeof en->head;
     en->head.api = &CTX_API;
@@ -762,6 +845,9 @@ void rad_engine_dump_placement(const RadEngine *en, FILE *f) {
         fprintf(f, "weights: %" PRIu64 " bytes, read in place from the mapping of %s (--mmap)\n", total, en->o.model);
     for (int k = 0; k < RAD_ENC_COUNT; k++)
         if (wbytes[k]) fprintf(f, "  %-6s %" PRIu64 " bytes\n", rad_enc_info((RadEnc)k)->name, wbytes[k]);
+    if (en->n_packed)
+        fprintf(f, "  packed at load: %d tensors, %" PRIu64 " bytes, in their kernel library's layout (--no-repack: none)\n",
+                en->n_packed, en->packed_bytes);
     fprintf(f, "arena: %" PRIu64 " bytes for %d transient buffers (%" PRIu64 " without sharing); persistent %" PRIu64 "\n",
             en->g.arena_bytes, en->g.n_bufs, en->g.naive_bytes, en->g.persist_bytes);
     for (int i = 0; i < en->g.n_bufs; i++) {

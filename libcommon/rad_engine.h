@@ -29,6 +29,8 @@ typedef struct RadEngineOpts {
     int profile;                   /* time every issued op (rad_engine_dump_profile) */
     int mmap_weights;              /* kernels read weights in the file mapping (no copy; slower
                                       decode, shared page cache); 0: copied into huge pages */
+    int no_repack;                 /* keep every weight in its stored layout; 0: a kernel library
+                                      packs the weights only its kernels read (RadKernelLib.pack) */
     double max_tolerance;          /* kernels whose stated tolerance is looser are not chosen;
                                       0: 1e-3 (exact paths: the oracle's greedy text); 2e-2 lets
                                       quantised GEMMs quantise activations as llama.cpp does */
@@ -64,6 +66,8 @@ typedef struct RadEngine {
     uint8_t *wstore;               /* weights copied (or decompressed) into one anonymous map */
     size_t wstore_bytes;           /* its length (whole 2 MiB pages) */
     int wstore_huge;               /* huge pages asked for it (madvise accepted; THP decides) */
+    int n_packed;                  /* tensors a kernel library packed at load */
+    uint64_t packed_bytes;         /* their stored bytes */
     RadEngineKernels *cand;        /* [g.n_ops] */
     uint8_t *arena;                /* transient buffers (g.arena_bytes) */
     uint8_t *persist;              /* persistent and derived buffers */

@@ -34,16 +34,18 @@ static void teardown(void) {
 }
 
 /* max_tolerance: 0 is the engine's default (1e-3, the exact paths); 2e-2 is radiance --fast. */
-static void open_engine(RadEngine *en, const char *model, double max_tolerance) {
+static void open_engine_x(RadEngine *en, const char *model, double max_tolerance, int no_repack) {
     const char *b = getenv("RAD_BUILD");
     static char d[256];
     snprintf(d, sizeof d, "%s/plugins", b ? b : "build");
     static const char *dirs[1] = {d};
     RadEngineOpts o = {.model = model, .plugin_dirs = dirs, .n_plugin_dirs = 1, .kernels = "ref", .max_tok = 128,
-                       .max_out_rows = 128, .max_seqs = 1, .max_ctx = 1024, .max_tolerance = max_tolerance};
+                       .max_out_rows = 128, .max_seqs = 1, .max_ctx = 1024, .max_tolerance = max_tolerance,
+                       .no_repack = no_repack};
     RadErr e = {0};
     cr_assert_eq(rad_engine_open(en, &o, &e), RAD_OK, "%s", e.msg);
 }
+static void open_engine(RadEngine *en, const char *model, double max_tolerance) { open_engine_x(en, model, max_tolerance, 0); }
 
 typedef struct Score {
     uint64_t positions, agree, gen_cases, gen_exact, gen_same; /* gen_same: greedy tokens equal before the first difference */
@@ -238,4 +240,48 @@ Test(oracle, smollm2_q4_1_fast_within_stated_bound) {
     cr_assert_geq(agree, 0.94, "--fast top-1 agreement %.4f below the stated 0.94", agree);
     cr_assert_leq(kl, 5e-3, "--fast mean KL %.3e above the stated 5e-3", kl);
     cr_assert_leq(s.kl_max, 0.25, "--fast max KL %.3e above the stated 0.25", s.kl_max);
+}
+
+/* Under --fast libref packs the q4_1 weights at load (docs/KERNELS.md "Packed weights"): every
+ * q4_1 tensor its q8act GEMMs read, none under the exact path's tolerance or --no-repack. (The
+ * packed kernels' bits are the portable dot's: tests/test_ref.c; the --fast bound against the
+ * oracle above runs on them.) Here: which weights are packed, and the packed engine is
+ * batch-invariant: a position's logits are the same from a prefill row as from a decode step. */
+Test(oracle, smollm2_q4_1_packed_at_load) {
+    char cmd[1024], model[300];
+    snprintf(model, sizeof model, "%s/smollm2-q4_1.rad", dir);
+    snprintf(cmd, sizeof cmd, "%s models/SmolLM2-135M-Instruct.Q4_1.gguf -o %s", conv, model);
+    cr_assert_eq(system(cmd), 0);
+    RadEngine a, b, x;
+    open_engine(&a, model, 2e-2);
+    open_engine_x(&b, model, 2e-2, 1);
+    open_engine(&x, model, 0);
+    int n_q4_1 = 0;
+    for (int i = 0; i < a.g.n_w; i++) {
+        if (!a.w[i].arg.data || (a.g.w[i].enc != RAD_ENC_Q4_1)) continue;
+        n_q4_1++;
+        cr_assert(a.w[i].arg.dtype == (RadDType)(RAD_Q4_1 | RAD_PACKED), "q4_1 weight '%s' not packed", a.g.w[i].name);
+        cr_assert(b.w[i].arg.dtype == RAD_Q4_1 && x.w[i].arg.dtype == RAD_Q4_1, "'%s' packed under --no-repack or exact",
+                  a.g.w[i].name);
+    }
+    cr_assert_gt(n_q4_1, 0);
+    cr_assert_eq(a.n_packed, n_q4_1);
+    cr_assert_eq(b.n_packed, 0);
+    cr_assert_eq(x.n_packed, 0, "the exact GEMMs do not read the packed layout");
+    enum { N = 40 };
+    int32_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = 100 + (i * 7919) % 40000;
+    uint32_t nv;
+    rad_engine_logits(&a, &nv);
+    float *la = malloc(sizeof(float) * N * nv);
+    RadErr e = {0};
+    cr_assert_eq(rad_engine_forward_all(&a, 0, ids, N, 0, la, &e), RAD_OK, "%s", e.msg);
+    rad_engine_drop_seq(&a, 0);
+    /* prefill of N - 1 then one decode step: the last row's bits */
+    cr_assert_eq(rad_engine_forward(&a, 0, ids, N - 1, 0, 0, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_engine_forward(&a, 0, &ids[N - 1], 1, N - 1, 1, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(memcmp(rad_engine_logits(&a, NULL), la + (size_t)(N - 1) * nv, sizeof(float) * nv), 0,
+                 "decode step and prefill row differ");
+    free(la);
+    rad_engine_close(&a), rad_engine_close(&b), rad_engine_close(&x);
 }

@@ -117,8 +117,20 @@ static inline uint64_t ref_row_bytes(RadDType e, uint64_t cols) {
     if (!ei || cols == 0 || cols % ei->block_elems) return 0;
     return cols / ei->block_elems * ei->block_bytes;
 }
-/* A weight [rows, cols] in an encoding of `encs`, rows whole blocks apart. */
+/* In a kernel's `encs`: it also reads libref's packed layouts (ref_gemm_x8.c; RAD_PACKED). */
+#define REF_TAKES_PACKED ((uint64_t)1 << 63)
+/* The encodings libref packs at load (RadKernelLib.pack). */
+#define REF_ENCS_PACKED RAD_ENC_BIT(RAD_ENC_Q4_1)
+size_t ref_pack_size(void *state, RadDType enc, uint64_t rows, uint64_t cols);
+int ref_pack(void *state, RadDType enc, uint64_t rows, uint64_t cols, const void *src, uint64_t src_row_stride, void *dst);
+/* A weight [rows, cols] in an encoding of `encs`, rows whole blocks apart; packed (dtype |
+ * RAD_PACKED) only for a kernel taking it, with the rows ref_pack wrote. */
 static inline int ref_weight_ok(const RadKArg *w, uint64_t encs, uint64_t rows, uint64_t cols) {
+    if (w->dtype & RAD_PACKED) {
+        const RadDType base = (RadDType)(w->dtype & ~RAD_PACKED);
+        return w->data && (encs & REF_TAKES_PACKED) && (REF_ENCS_PACKED & RAD_ENC_BIT(base)) && w->rows == rows &&
+               w->cols == cols && ref_pack_size(NULL, base, rows, cols) && w->row_stride == ref_row_bytes(base, cols);
+    }
     if (!w->data || (unsigned)w->dtype >= 64 || !(encs & RAD_ENC_BIT(w->dtype))) return 0;
     if (w->rows != rows || w->cols != cols) return 0;
     uint64_t rb = ref_row_bytes(w->dtype, cols);

@@ -99,4 +99,10 @@ static inline void ref_gemm_units_run(const RefGemmUnits *u, int tid, int nth, r
     ref_gemm_units_each(u, b, e, fn, ctx);
 }
 
+/* The packed q4_1 layout (ref_gemm_x8.c): one group of eight weight rows at wg against rm
+ * quantised rows (codes xq[r], (d, s) pairs ds[r]): out[8 r + j] for row j of the group. pf
+ * (or NULL): the group's bytes are prefetched that far ahead as they are read. */
+void ref_x8_dot(int isa, const uint8_t *wg, int rm, const int8_t *const *xq, const float *const *ds, int64_t K, float *out,
+                const uint8_t *pf);
+
 #endif

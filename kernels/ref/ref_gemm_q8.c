@@ -60,6 +60,8 @@ struct Q8Ctx {
     int isa;
     int kq;               /* K-quant weights (q4_k, q6_k): d, s apart, and 16-element sums */
     int paired;           /* codes stored in pairs of blocks (AVX2, q4_0 / q4_1) */
+    int x8;               /* packed q4_1 weights (ref_gemm_x8.c): rows in groups of eight */
+    int64_t align;        /* column splits fall on multiples of this (x8: a group) */
     float s_mul;          /* s_b = s_mul * d_b * Σq_b: -8 for q4_0, else 1 */
     size_t row_bytes;     /* one quantised row in buf */
     uint64_t wrb;         /* bytes of one weight row */
@@ -574,8 +576,47 @@ RANGE1(range1_q6_k_avx2, q6_k_rows)
 
 /* ---- the run -------------------------------------------------------------------------------------- */
 
+/* Packed weights (c0, c1 multiples of 8): decode streams the groups with the one-row path's
+ * prefetch; more rows take QTILE columns at a time against four rows at once. */
+static void x8_range(const Q8Ctx *c, int64_t c0, int64_t c1) {
+    const int64_t K = c->g.K, gb = 8 * (int64_t)c->g.w->row_stride; /* bytes of a group */
+    if (c->g.M == 1) {
+        const QRow r = q8_row(c, 0);
+        float *y = ref_frow(c->g.y, 0);
+        const uint8_t *w = ref_wrow(c->g.w, (uint64_t)c0);
+        const uint8_t *end = w + (c1 - c0) / 8 * gb;
+        for (const char *p = (const char *)w; p < (const char *)w + PF_BYTES && p < (const char *)end; p += 64) ref_prefetch(p);
+        /* then the dot prefetches each block PF_BYTES ahead as it reads it: a group of K = 1536
+         * is 7.5 KiB, so prefetching per group fell behind within it (down: +16%, 8 pairs) */
+        for (int64_t n = c0; n < c1; n += 8, w += gb)
+            ref_x8_dot(c->isa, w, 1, &r.q, &r.ds, K, y + n, w + gb + PF_BYTES <= end ? w + PF_BYTES : NULL);
+        return;
+    }
+    for (int64_t t0 = c0; t0 < c1; t0 += QTILE) {
+        const int64_t t1 = c1 - t0 < QTILE ? c1 : t0 + QTILE;
+        for (int64_t i = 0; i < c->g.M; i += 4) {
+            const int rm = c->g.M - i < 4 ? (int)(c->g.M - i) : 4;
+            const int8_t *xq[4];
+            const float *ds[4];
+            for (int k = 0; k < rm; k++) {
+                const QRow r = q8_row(c, i + k);
+                xq[k] = r.q, ds[k] = r.ds;
+            }
+            for (int64_t n = t0; n < t1; n += 8) {
+                float o[32];
+                ref_x8_dot(c->isa, ref_wrow(c->g.w, (uint64_t)n), rm, xq, ds, K, o, NULL);
+                for (int k = 0; k < rm; k++) memcpy(ref_frow(c->g.y, (uint64_t)(i + k)) + n, o + 8 * k, 8 * sizeof(float));
+            }
+        }
+    }
+}
+
 /* Every row of x against weight columns [c0, c1). */
 static void dot_range(const Q8Ctx *c, int64_t c0, int64_t c1) {
+    if (c->x8) {
+        x8_range(c, c0, c1);
+        return;
+    }
     if (c->g.M == 1 && c->range1) {
         c->range1(c, c0, c1);
         return;
@@ -611,7 +652,7 @@ static void dot_range(const Q8Ctx *c, int64_t c0, int64_t c1) {
 static void dot_task(void *ctx, int tid, int nth) {
     const Q8Ctx *c = ctx;
     int64_t c0, c1;
-    ref_split(c->g.N, tid, nth, 4, &c0, &c1);
+    ref_split(c->g.N, tid, nth, c->align, &c0, &c1);
     dot_range(c, c0, c1);
 }
 
@@ -625,7 +666,7 @@ static void dot_task(void *ctx, int tid, int nth) {
  * change. The rows are the parts' columns one after another (gemm_nt2/3 run as one). */
 typedef struct TwoEnds {
     const Q8Ctx *part;
-    RefGemmUnits rows;                      /* the parts' rows one after another (align 1) */
+    RefGemmUnits rows;                      /* the parts' rows one after another (align 1; 8 for packed parts) */
     int64_t min_chunk;
     _Alignas(64) _Atomic uint64_t fb;       /* next row from the front | (end from the back) << 32 */
 } TwoEnds;
@@ -650,7 +691,7 @@ static int two_ends_claim(TwoEnds *t, int back, int64_t *lo, int64_t *hi) {
 
 static void two_ends_range(const void *ctx, int i, int64_t c0, int64_t c1) {
     const Q8Ctx *c = &((const TwoEnds *)ctx)->part[i];
-    for (int64_t n = c0; !c->range1 && n < c0 + c->pf_rows && n < c1; n++) { /* the chunk's first rows at once */
+    for (int64_t n = c0; !c->range1 && !c->x8 && n < c0 + c->pf_rows && n < c1; n++) { /* the chunk's first rows at once */
         const char *p = (const char *)ref_wrow(c->g.w, (uint64_t)n);
         for (uint64_t o = 0; o < c->wrb; o += 64) ref_prefetch(p + o);
     }
@@ -672,15 +713,18 @@ static int two_ends_run(const RadKernelArgs *a, int nth, const Q8Ctx *parts, int
     t.part = parts;
     int64_t N[REF_GEMM_MAX_PARTS];
     uint64_t wrb = 0;
+    int64_t align = 1;
     for (int i = 0; i < n; i++) {
         N[i] = parts[i].g.N;
         wrb = parts[i].wrb > wrb ? parts[i].wrb : wrb;
+        align = parts[i].x8 ? 8 : align;
     }
-    ref_gemm_units_init(&t.rows, N, n, 1);
+    ref_gemm_units_init(&t.rows, N, n, align);
     if (t.rows.cols >= ((int64_t)1 << 31)) return 0;
-    t.min_chunk = (int64_t)(16384 / wrb); /* about 16 KiB a claim near the end */
-    t.min_chunk = t.min_chunk < 4 ? 4 : t.min_chunk;
-    atomic_init(&t.fb, (uint64_t)t.rows.cols << 32);
+    int64_t min_rows = (int64_t)(16384 / wrb); /* about 16 KiB a claim near the end, at least 4 rows */
+    min_rows = min_rows < 4 ? 4 : min_rows;
+    t.min_chunk = (min_rows + align - 1) / align;
+    atomic_init(&t.fb, (uint64_t)t.rows.u0[n] << 32);
     ref_parallel(a, 2, two_ends_task, &t);
     return 1;
 }
@@ -688,7 +732,9 @@ static int two_ends_run(const RadKernelArgs *a, int nth, const Q8Ctx *parts, int
 /* The dot functions and sizes for c->g's weight encoding (c->buf is left to the caller). */
 static void q8_prepare(Q8Ctx *c, int isa) {
     c->isa = isa;
-    const RadDType e = c->g.w->dtype;
+    c->x8 = (c->g.w->dtype & RAD_PACKED) != 0; /* ref_weight_ok let only packed q4_1 through */
+    c->align = c->x8 ? 8 : 4;
+    const RadDType e = (RadDType)(c->g.w->dtype & ~RAD_PACKED);
     c->kq = e == RAD_Q4_K || e == RAD_Q6_K;
     c->s_mul = e == RAD_Q4_0 ? -8.0f : 1.0f;
     c->paired = 0;
@@ -702,7 +748,7 @@ static void q8_prepare(Q8Ctx *c, int isa) {
     default: c->dot = dot_q6_k_generic; break;
     }
 #if REF_X86
-    if (c->isa >= REF_ISA_AVX2) {
+    if (c->isa >= REF_ISA_AVX2 && !c->x8) {
         switch ((int)e) {
         case RAD_Q8_0: c->dot = dot_q8_0_avx2_1, c->dot4 = dot_q8_0_avx2_4, c->range1 = range1_q8_0_avx2; break;
         case RAD_Q4_0: c->dot = dot_q4_0_avx2_1, c->dot4 = dot_q4_0_avx2_4, c->range1 = range1_q4_0_avx2, c->paired = 1; break;
@@ -726,7 +772,7 @@ static void quantize(const RadKernelArgs *a, Q8Ctx *c) {
 
 int ref_run_gemm_q8act(const RadKernelArgs *a) {
     Q8Ctx c;
-    int rc = ref_gemm_args(a, REF_ENCS_Q8ACT, &c.g);
+    int rc = ref_gemm_args(a, REF_ENCS_Q8ACT | REF_TAKES_PACKED, &c.g);
     if (rc) return rc;
     q8_prepare(&c, ref_isa(a));
     c.buf = ref_scratch(1, c.row_bytes * (size_t)c.g.M);
@@ -759,7 +805,7 @@ static void multi_task(void *ctx, int tid, int nth) { ref_gemm_units_run(&((Q8Mu
 int ref_run_gemm_multi_q8act(const RadKernelArgs *a) {
     Q8Multi m;
     RefGemmArgs g[REF_GEMM_MAX_PARTS];
-    int np, rc = ref_gemm_multi_args(a, REF_ENCS_Q8ACT, g, &np);
+    int np, rc = ref_gemm_multi_args(a, REF_ENCS_Q8ACT | REF_TAKES_PACKED, g, &np);
     if (rc) return rc;
     const int isa = ref_isa(a);
     size_t bytes = 0;
@@ -784,9 +830,9 @@ int ref_run_gemm_multi_q8act(const RadKernelArgs *a) {
         off += m.part[i].row_bytes * (size_t)g[i].M;
         quantize(a, &m.part[i]);
     }
-    int64_t N[REF_GEMM_MAX_PARTS];
-    for (int i = 0; i < np; i++) N[i] = g[i].N;
-    ref_gemm_units_init(&m.u, N, np, 4);
+    int64_t N[REF_GEMM_MAX_PARTS], align = 4;
+    for (int i = 0; i < np; i++) N[i] = g[i].N, align = m.part[i].x8 ? 8 : align;
+    ref_gemm_units_init(&m.u, N, np, align);
     int nth = ref_threads(a, (double)g[0].M * (double)m.u.cols * (double)g[0].K, 32768.0);
     if (nth > m.u.u0[np]) nth = (int)m.u.u0[np];
     if (two_ends_run(a, nth, m.part, np)) return RAD_OK;

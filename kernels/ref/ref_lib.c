@@ -124,9 +124,10 @@ static void ref_fini(void *state) {
 
 /* ---- the table ------------------------------------------------------------------------------------ */
 
-#define K2_(OP, VAR, ENCS, EX, TOL, WS, RUN, KVB, KVENC) \
-    {sizeof(RadKernel), OP, VAR, ENCS, RAD_F32, 1, 0, KVB, EX, TOL, 1, WS, RUN, KVENC, 0}
-#define K_(...) K2_(__VA_ARGS__) /* BITWISE and TOL(t) expand to two arguments first */
+#define K2_(OP, VAR, ENCS, EX, TOL, WS, RUN, KVB, KVENC, PACKED) \
+    {sizeof(RadKernel), OP, VAR, ENCS, RAD_F32, 1, 0, KVB, EX, TOL, 1, WS, RUN, KVENC, 0, PACKED}
+#define K_(...) K2_(__VA_ARGS__, 0) /* BITWISE and TOL(t) expand to two arguments first */
+#define KP_(...) K2_(__VA_ARGS__, REF_ENCS_PACKED) /* also reads packed weights (ref_gemm_x8.c) */
 #define BITWISE RAD_EXACT_BITWISE, 0.0
 #define TOL(t) RAD_EXACT_TOLERANCE, (t)
 #define KV_ENCS (RAD_ENC_BIT(RAD_ENC_F32) | RAD_ENC_BIT(RAD_ENC_F16) | RAD_ENC_BIT(RAD_ENC_BF16))
@@ -139,13 +140,13 @@ static const RadKernel kernels[] = {
     K_("add_rmsnorm", "simd", RAD_ENC_PLAIN_FLOATS, TOL(1e-5), NULL, ref_run_add_rmsnorm_simd, 0, 0),
     /* q8act before exact: first fit gives GGML weights llama.cpp's arithmetic (and speed);
      * a tune table naming ref:exact, or plain-float weights, get exact */
-    K_("gemm_nt", "q8act", REF_ENCS_Q8ACT, TOL(2e-2), NULL, ref_run_gemm_q8act, 0, 0),
+    KP_("gemm_nt", "q8act", REF_ENCS_Q8ACT, TOL(2e-2), NULL, ref_run_gemm_q8act, 0, 0),
     K_("gemm_nt", "exact", REF_ENCS_ALL, TOL(1e-4), NULL, ref_run_gemm_exact, 0, 0),
-    K_("gemm_nt2", "q8act", REF_ENCS_Q8ACT, TOL(2e-2), NULL, ref_run_gemm_multi_q8act, 0, 0),
+    KP_("gemm_nt2", "q8act", REF_ENCS_Q8ACT, TOL(2e-2), NULL, ref_run_gemm_multi_q8act, 0, 0),
     K_("gemm_nt2", "exact", REF_ENCS_ALL, TOL(1e-4), NULL, ref_run_gemm_multi_exact, 0, 0),
-    K_("gemm_nt3", "q8act", REF_ENCS_Q8ACT, TOL(2e-2), NULL, ref_run_gemm_multi_q8act, 0, 0),
+    KP_("gemm_nt3", "q8act", REF_ENCS_Q8ACT, TOL(2e-2), NULL, ref_run_gemm_multi_q8act, 0, 0),
     K_("gemm_nt3", "exact", REF_ENCS_ALL, TOL(1e-4), NULL, ref_run_gemm_multi_exact, 0, 0),
-    K_("logits_gemm", "q8act", REF_ENCS_Q8ACT, TOL(2e-2), NULL, ref_run_gemm_q8act, 0, 0),
+    KP_("logits_gemm", "q8act", REF_ENCS_Q8ACT, TOL(2e-2), NULL, ref_run_gemm_q8act, 0, 0),
     K_("logits_gemm", "exact", REF_ENCS_ALL, TOL(1e-4), NULL, ref_run_gemm_exact, 0, 0),
     K_("rope", "generic", RAD_ENC_PLAIN_FLOATS, TOL(1e-5), ref_rope_workspace, ref_run_rope, 0, 0), /* weight: the optional freq_factors */
     K_("attn_paged", "generic", 0, TOL(1e-5), NULL, ref_run_attn_paged, 16, KV_ENCS),
@@ -156,6 +157,6 @@ static const RadKernel kernels[] = {
 };
 
 static const RadKernelLib lib = {sizeof(RadKernelLib), RAD_DEVICE_CPU, kernels, (uint32_t)(sizeof kernels / sizeof kernels[0]),
-                                 ref_init, ref_fini, NULL, NULL, NULL, NULL};
+                                 ref_init, ref_fini, NULL, NULL, NULL, NULL, ref_pack_size, ref_pack};
 
 RAD_KERNEL_LIB(lib, "ref", "0.1.0", "libref: CPU kernels for the Llama vocabulary (AVX2+FMA or portable C, pthreads)")

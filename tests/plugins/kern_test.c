@@ -447,7 +447,7 @@ static int run_attn_paged(const RadKernelArgs *a) {
 /* ---- the table -------------------------------------------------------------------------------- */
 
 #define K_(OP, VAR, ENCS, NMIN, NMAX, KVB, EX, TOL, WS, RUN) \
-    {sizeof(RadKernel), OP, VAR, ENCS, RAD_F32, NMIN, NMAX, KVB, EX, TOL, 1, WS, RUN, 0, 0}
+    {sizeof(RadKernel), OP, VAR, ENCS, RAD_F32, NMIN, NMAX, KVB, EX, TOL, 1, WS, RUN, 0, 0, 0}
 
 static const RadKernel kernels[] = {
     K_("embed_gather", "generic", RAD_ENC_PLAIN_FLOATS, 1, 0, 0, RAD_EXACT_BITWISE, 0.0, NULL, run_embed_gather),
@@ -483,9 +483,9 @@ static int kt_init(const RadKernelLibConfig *cfg, void **state) {
 static void kt_fini(void *state) { free(state); }
 
 static const RadKernelLib lib_full = {sizeof(RadKernelLib), RAD_DEVICE_CPU, kernels, N_KERNELS, kt_init, kt_fini,
-                                      NULL, NULL, NULL, NULL};
+                                      NULL, NULL, NULL, NULL, NULL, NULL};
 static const RadKernelLib lib_unfused = {sizeof(RadKernelLib), RAD_DEVICE_CPU, kernels, N_KERNELS - N_FUSED, kt_init,
-                                         kt_fini, NULL, NULL, NULL, NULL};
+                                         kt_fini, NULL, NULL, NULL, NULL, NULL, NULL};
 
 static const RadKernelLib *kern_test_lib(void) {
     const char *v = getenv("KERN_TEST_NO_FUSED");

@@ -37,6 +37,8 @@ static void usage(FILE *f) {
             "  --profile          at exit, time per op and kernel a step (one-shot and chat)\n"
             "  --mmap             kernels read the weights in the file's mapping (no copy: less memory\n"
             "                     with several processes, slower decode); default: copied into huge pages\n"
+            "  --no-repack        keep every weight in its stored layout; default: a kernel library may\n"
+            "                     pack the weights only it reads (libref: q4_1 under --fast) at load\n"
             "  --fast             allow kernels within 2e-2 of the reference (quantised GEMMs quantise\n"
             "                     activations to q8, as llama.cpp does); default: within 1e-3\n"
             "server:\n"
@@ -77,7 +79,7 @@ static int parse_num(const char *flag, const char *s, double lo, double hi, doub
 static int parse_args(int argc, char **argv, Opts *o) {
     enum { TEMP = 256, TOPK, TOPP, MINP, REP, PRES, FREQ, SEED, THREADS, CTX, BATCH, KERNELS, PDIR, IDS, TOKENIZE,
            DETOK, CHAT, DGRAPH, DPLACE, PIDS, DET, FAST, HOST, PORT, APIKEY, SNAME, MAXBODY, MAXHDR, MAXCONNS,
-           IDLE, MAXSEQS, MAXMIXED, MAXQUEUE, NOPREFIX, DRAIN, KVBLOCKS, PROFILE, MMAPW, KVTYPE };
+           IDLE, MAXSEQS, MAXMIXED, MAXQUEUE, NOPREFIX, DRAIN, KVBLOCKS, PROFILE, MMAPW, KVTYPE, NOREPACK };
     static const struct option lo[] = {
         {"model", required_argument, 0, 'm'}, {"prompt", required_argument, 0, 'p'}, {"temp", required_argument, 0, TEMP},
         {"top-k", required_argument, 0, TOPK}, {"top-p", required_argument, 0, TOPP}, {"min-p", required_argument, 0, MINP},
@@ -87,7 +89,7 @@ static int parse_args(int argc, char **argv, Opts *o) {
         {"kernels", required_argument, 0, KERNELS}, {"plugin-dir", required_argument, 0, PDIR}, {"ids", required_argument, 0, IDS},
         {"tokenize", no_argument, 0, TOKENIZE}, {"detokenize", no_argument, 0, DETOK}, {"chat", no_argument, 0, CHAT},
         {"debug-graph", no_argument, 0, DGRAPH}, {"debug-placement", no_argument, 0, DPLACE}, {"print-ids", no_argument, 0, PIDS},
-        {"deterministic", no_argument, 0, DET}, {"fast", no_argument, 0, FAST}, {"profile", no_argument, 0, PROFILE}, {"mmap", no_argument, 0, MMAPW}, {"kv-type", required_argument, 0, KVTYPE}, {"help", no_argument, 0, 'h'},
+        {"deterministic", no_argument, 0, DET}, {"fast", no_argument, 0, FAST}, {"profile", no_argument, 0, PROFILE}, {"mmap", no_argument, 0, MMAPW}, {"no-repack", no_argument, 0, NOREPACK}, {"kv-type", required_argument, 0, KVTYPE}, {"help", no_argument, 0, 'h'},
         {"host", required_argument, 0, HOST}, {"port", required_argument, 0, PORT}, {"api-key", required_argument, 0, APIKEY},
         {"served-model-name", required_argument, 0, SNAME}, {"max-body", required_argument, 0, MAXBODY},
         {"max-header", required_argument, 0, MAXHDR}, {"max-conns", required_argument, 0, MAXCONNS},
@@ -143,6 +145,7 @@ static int parse_args(int argc, char **argv, Opts *o) {
         case FAST: o->fast = 1; break;
         case PROFILE: o->profile = 1; break;
         case MMAPW: o->mmap_weights = 1; break;
+        case NOREPACK: o->no_repack = 1; break;
         case KVTYPE:
             if (!strcmp(optarg, "f32")) o->kv_dtype = RAD_F32;
             else if (!strcmp(optarg, "f16")) o->kv_dtype = RAD_F16;
@@ -404,7 +407,7 @@ int main(int argc, char **argv) {
     RadEngineOpts eo = {.model = o.model, .plugin_dirs = o.plugin_dirs, .n_plugin_dirs = o.n_plugin_dirs, .kernels = o.kernels,
                         .n_threads = o.threads, .max_tok = o.batch ? o.batch : 512, .max_seqs = 1, .max_ctx = o.ctx,
                         .deterministic = o.deterministic, .max_tolerance = o.fast ? 2e-2 : 1e-3, .profile = o.profile,
-                        .mmap_weights = o.mmap_weights, .kv_dtype = (RadDType)o.kv_dtype};
+                        .mmap_weights = o.mmap_weights, .no_repack = o.no_repack, .kv_dtype = (RadDType)o.kv_dtype};
     rc = rad_engine_open(&en, &eo, &e);
     have_engine = 1;
     if (!rc) rc = rad_tok_init(&tok, &en.m.tok, &e);

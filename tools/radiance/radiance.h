@@ -11,7 +11,7 @@ typedef struct Opts {
     const char *model, *prompt, *ids, *kernels;
     const char *plugin_dirs[16];
     int n_plugin_dirs;
-    int n_predict, tokenize, detokenize, chat, debug_graph, debug_placement, print_ids, deterministic, fast, profile, mmap_weights;
+    int n_predict, tokenize, detokenize, chat, debug_graph, debug_placement, print_ids, deterministic, fast, profile, mmap_weights, no_repack;
     int kv_dtype;           /* RadDType of the KV cache (0: the engine's default, f32) */
     uint32_t threads, ctx, batch;
     RadSamplerParams sp;

@@ -987,7 +987,7 @@ int serve(const Opts *o) {
     RadEngineOpts eo = {.model = o->model, .plugin_dirs = o->plugin_dirs, .n_plugin_dirs = o->n_plugin_dirs, .kernels = o->kernels,
                         .n_threads = o->threads, .max_tok = o->max_mixed_tok, .max_seqs = o->max_seqs, .max_ctx = o->ctx,
                         .kv_blocks = o->kv_blocks, .deterministic = o->deterministic, .max_tolerance = o->fast ? 2e-2 : 1e-3,
-                        .mmap_weights = o->mmap_weights, .kv_dtype = (RadDType)o->kv_dtype};
+                        .mmap_weights = o->mmap_weights, .no_repack = o->no_repack, .kv_dtype = (RadDType)o->kv_dtype};
     double t0 = now();
     int rc = rad_engine_open(&s->en, &eo, &e);
     s->have_engine = 1;
