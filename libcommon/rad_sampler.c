@@ -3,6 +3,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 RadSamplerParams rad_sampler_defaults(void) {
     return (RadSamplerParams){.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f,
@@ -65,6 +68,39 @@ void rad_sampler_accept(RadSampler *s, int32_t t) {
     if (t >= 0 && (uint32_t)t < s->n_vocab && s->counts[t]++ == 0) s->seen[s->n_seen++] = t;
 }
 
+/* The first index of the largest of w[0..n) (NaN never wins; w[0] NaN: 0), as the plain loop
+ * `if (w[i] > w[best]) best = i` gives. Greedy decode calls it once a token over the whole
+ * vocabulary (49152 floats, just written by the other thread): 16 lanes of max, then the first
+ * lane equal to it, instead of a compare and a dependent branch per element. */
+static uint32_t argmax_first(const float *w, uint32_t n) {
+    uint32_t best = 0, i = 0;
+#if defined(__SSE2__)
+    if (n >= 16 && w[0] == w[0]) {
+        __m128 m0 = _mm_set1_ps(w[0]), m1 = m0, m2 = m0, m3 = m0;
+        for (; i + 16 <= n; i += 16) { /* maxps(x, m): m when x is NaN */
+            m0 = _mm_max_ps(_mm_loadu_ps(w + i), m0);
+            m1 = _mm_max_ps(_mm_loadu_ps(w + i + 4), m1);
+            m2 = _mm_max_ps(_mm_loadu_ps(w + i + 8), m2);
+            m3 = _mm_max_ps(_mm_loadu_ps(w + i + 12), m3);
+        }
+        float lanes[4], mx = w[0];
+        _mm_storeu_ps(lanes, _mm_max_ps(_mm_max_ps(m0, m1), _mm_max_ps(m2, m3)));
+        for (int k = 0; k < 4; k++) mx = lanes[k] > mx ? lanes[k] : mx;
+        for (uint32_t j = i; j < n; j++) mx = w[j] > mx ? w[j] : mx;
+        const __m128 vm = _mm_set1_ps(mx);
+        for (uint32_t j = 0; j + 4 <= n; j += 4) {
+            const int hit = _mm_movemask_ps(_mm_cmpeq_ps(_mm_loadu_ps(w + j), vm));
+            if (hit) return j + (uint32_t)__builtin_ctz((unsigned)hit);
+        }
+        for (uint32_t j = n & ~3u; j < n; j++)
+            if (w[j] == mx) return j;
+    }
+#endif
+    for (i = 1; i < n; i++)
+        if (w[i] > w[best]) best = i;
+    return best;
+}
+
 static int by_logit_desc(const void *a, const void *b, void *ctx) {
     const float *w = ctx;
     float x = w[*(const int32_t *)a], y = w[*(const int32_t *)b];
@@ -76,12 +112,7 @@ int32_t rad_sampler_sample(RadSampler *s, const float *logits) {
     uint32_t n = s->n_vocab;
     const float rp = s->p.repetition_penalty;
     const int adjusted = s->p.n_bias || rp != 1.0f || s->p.presence_penalty != 0.0f || s->p.frequency_penalty != 0.0f;
-    if (s->p.temperature == 0.0f && !adjusted) { /* plain greedy reads the logits in place */
-        uint32_t best = 0;
-        for (uint32_t i = 1; i < n; i++)
-            if (logits[i] > logits[best]) best = i;
-        return (int32_t)best;
-    }
+    if (s->p.temperature == 0.0f && !adjusted) return (int32_t)argmax_first(logits, n); /* plain greedy reads the logits in place */
     float *w = s->work;
     memcpy(w, logits, n * sizeof *w);
     for (uint32_t i = 0; i < s->p.n_bias; i++) w[s->p.bias[i].token] += s->p.bias[i].bias;
@@ -90,12 +121,7 @@ int32_t rad_sampler_sample(RadSampler *s, const float *logits) {
         if (rp != 1.0f) w[i] = w[i] > 0 ? w[i] / rp : w[i] * rp;
         w[i] -= s->p.presence_penalty + s->p.frequency_penalty * (float)s->counts[i];
     }
-    if (s->p.temperature == 0.0f) { /* greedy: the first maximum */
-        uint32_t best = 0;
-        for (uint32_t i = 1; i < n; i++)
-            if (w[i] > w[best]) best = i;
-        return (int32_t)best;
-    }
+    if (s->p.temperature == 0.0f) return (int32_t)argmax_first(w, n); /* greedy: the first maximum */
     /* candidates sorted by logit; top-k keeps a prefix. Tokens more than 40 temperature units
      * below the best are left out before sorting: each has probability below e^-40 of the
      * best's, so all of them together hold under 1e-12 of the mass (no top-p, top-k or draw can

@@ -21,6 +21,43 @@ Test(sampler, greedy_is_the_first_maximum) {
     rad_sampler_free(&s);
 }
 
+/* The vectorised greedy scan (16 lanes of max, then the first equal lane) against the plain
+ * loop's answer over a vocabulary-sized row: ties, the maximum in the tail, NaNs, signed zeros. */
+static uint32_t plain_argmax(const float *w, uint32_t n) {
+    uint32_t best = 0;
+    for (uint32_t i = 1; i < n; i++)
+        if (w[i] > w[best]) best = i;
+    return best;
+}
+Test(sampler, greedy_scan_equals_the_plain_loop) {
+    enum { N = 49157 };
+    static float w[N];
+    const uint32_t sizes[] = {N, 16, 17, 33, 5, 1};
+    unsigned seed = 3;
+    for (int c = 0; c < 9; c++) {
+        for (uint32_t i = 0; i < N; i++) {
+            seed = seed * 1103515245u + 12345u;
+            w[i] = (float)((int)((seed >> 8) & 0xffff) - 32768) / 1024.0f;
+        }
+        if (c == 1) w[N - 1] = 100.0f;                      /* in the last, partial group */
+        if (c == 2) w[7] = w[40000] = w[123] = 100.0f;       /* ties: the first */
+        if (c == 3) w[0] = NAN, w[500] = 100.0f;             /* w[0] NaN: the loop keeps 0 */
+        if (c == 4) w[3] = NAN, w[9000] = NAN, w[77] = 99.0f;/* NaNs never win */
+        if (c == 5) for (uint32_t i = 0; i < N; i++) w[i] = -fabsf(w[i]) - 1.0f; /* all negative */
+        if (c == 6) for (uint32_t i = 0; i < N; i++) w[i] = i == 20 ? 0.0f : i == 10 ? -0.0f : -1.0f;
+        if (c == 7) for (uint32_t i = 0; i < N; i++) w[i] = -INFINITY;
+        if (c == 8) w[N - 3] = INFINITY, w[100] = INFINITY;
+        for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+            RadSampler s;
+            RadErr e = {0};
+            RadSamplerParams p = rad_sampler_defaults();
+            cr_assert_eq(rad_sampler_init(&s, &p, sizes[k], &e), RAD_OK, "%s", e.msg);
+            cr_assert_eq((uint32_t)rad_sampler_sample(&s, w), plain_argmax(w, sizes[k]), "case %d, n %u", c, sizes[k]);
+            rad_sampler_free(&s);
+        }
+    }
+}
+
 Test(sampler, a_seed_reproduces_a_run_and_another_seed_differs) {
     RadSamplerParams p = rad_sampler_defaults();
     p.temperature = 1.5f;

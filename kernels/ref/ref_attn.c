@@ -43,8 +43,11 @@ typedef struct AttnCtx {
     int64_t chunk;        /* slots per softmax chunk */
     int by_head;          /* items are (row, head) rather than (row, KV head) */
     int split;            /* items are (row, KV head, part): partial states to part_buf, merged after */
+    int fused;            /* split over decode rows only: the item of a row's last part appends the row's
+                             k, v first, and whoever finishes a (row, KV head)'s last part merges it */
     int64_t n_items;
     float *part_buf;      /* split: [M][n_head][PARTS_MAX][hd + 2] (m, l, acc) */
+    _Atomic int32_t *left;/* fused: [M][n_kv] parts not yet finished */
     float *conv;          /* f16/bf16: [parts][2][chunk][hd] rows converted to f32 */
     _Atomic int64_t next; /* next item to take */
 } AttnCtx;
@@ -124,19 +127,20 @@ static void store_row(const AttnCtx *c, uint8_t *dst, const float *src) {
     }
 }
 
+/* Row t's k and v of KV head g into its cache slot. */
+static void append_head(const AttnCtx *c, int64_t t, int64_t g) {
+    const int64_t s = seq_of(c, t);
+    const int64_t slot = c->b->ctx_lens[s] - c->b->q_lens[s] + (t - c->b->cu_seqlens[s]);
+    store_row(c, kv_slot(c, s, slot, g, 0), ref_frow(c->k, (uint64_t)t) + g * c->hd);
+    store_row(c, kv_slot(c, s, slot, g, 1), ref_frow(c->v, (uint64_t)t) + g * c->hd);
+}
+
 static void append_task(void *ctx, int tid, int nth) {
     const AttnCtx *c = ctx;
     int64_t t0, t1;
     ref_split(c->M, tid, nth, 1, &t0, &t1);
-    for (int64_t t = t0; t < t1; t++) {
-        const int64_t s = seq_of(c, t);
-        const int64_t slot = c->b->ctx_lens[s] - c->b->q_lens[s] + (t - c->b->cu_seqlens[s]);
-        const float *kr = ref_frow(c->k, (uint64_t)t), *vr = ref_frow(c->v, (uint64_t)t);
-        for (int64_t g = 0; g < c->n_kv; g++) {
-            store_row(c, kv_slot(c, s, slot, g, 0), kr + g * c->hd);
-            store_row(c, kv_slot(c, s, slot, g, 1), vr + g * c->hd);
-        }
-    }
+    for (int64_t t = t0; t < t1; t++)
+        for (int64_t g = 0; g < c->n_kv; g++) append_head(c, t, g);
 }
 
 /* ---- attend: portable C ----------------------------------------------------------------------- */
@@ -421,23 +425,26 @@ static float *part_slot(const AttnCtx *c, int64_t t, int64_t h, int64_t p) {
     return c->part_buf + (((size_t)t * (size_t)c->n_head + (size_t)h) * PARTS_MAX + (size_t)p) * (size_t)(c->hd + 2);
 }
 
-/* Split: every head of every row, its parts' states merged in order (after all parts ran). */
+/* Head h of row t: its parts' states merged in order, then the output. */
+static void merge_head(const AttnCtx *c, int64_t t, int64_t h) {
+    _Alignas(32) float acc[256];
+    const int64_t n = row_keys(c, t), sz = part_size(n);
+    const float *p0 = part_slot(c, t, h, 0);
+    float m = p0[0], l = p0[1];
+    memcpy(acc, p0 + 2, (size_t)c->hd * sizeof(float));
+    for (int64_t p = 1; p * sz < n; p++) {
+        const float *pp = part_slot(c, t, h, p);
+        merge_state(&m, &l, acc, pp[0], pp[1], pp + 2, c->hd);
+    }
+    finish_head(c, t, h, acc, l);
+}
+
+/* Split: every head of every row (after all parts ran). */
 static void merge_task(void *ctx, int tid, int nth) {
     const AttnCtx *c = ctx;
     int64_t i0, i1;
     ref_split(c->M * c->n_head, tid, nth, 1, &i0, &i1);
-    _Alignas(32) float acc[256];
-    for (int64_t i = i0; i < i1; i++) {
-        const int64_t t = i / c->n_head, h = i % c->n_head, n = row_keys(c, t), sz = part_size(n);
-        const float *p0 = part_slot(c, t, h, 0);
-        float m = p0[0], l = p0[1];
-        memcpy(acc, p0 + 2, (size_t)c->hd * sizeof(float));
-        for (int64_t p = 1; p * sz < n; p++) {
-            const float *pp = part_slot(c, t, h, p);
-            merge_state(&m, &l, acc, pp[0], pp[1], pp + 2, c->hd);
-        }
-        finish_head(c, t, h, acc, l);
-    }
+    for (int64_t i = i0; i < i1; i++) merge_head(c, i / c->n_head, i % c->n_head);
 }
 
 static void attend_task(void *ctx, int tid, int nth) {
@@ -474,6 +481,7 @@ static void attend_task(void *ctx, int tid, int nth) {
         }
         const int64_t n = row_keys(c, t), sz = part_size(n), lo = p * sz;
         if (lo >= n) continue; /* this row has fewer parts */
+        if (c->fused && lo + sz >= n) append_head(c, t, g); /* the row's own slot is in its last part only */
         PartState ps;
         attend_part(c, t, g, h0, nr, lo, lo + sz < n ? lo + sz : n, kb, vb, &ps);
         for (int64_t r = 0; r < nr; r++) {
@@ -482,6 +490,9 @@ static void attend_task(void *ctx, int tid, int nth) {
             d[1] = ps.l[r];
             memcpy(d + 2, ps.acc[r], (size_t)c->hd * sizeof(float));
         }
+        /* the last part of (t, g) to finish merges it: acq_rel publishes every part's state to it */
+        if (c->fused && atomic_fetch_sub_explicit(&c->left[t * c->n_kv + g], 1, memory_order_acq_rel) == 1)
+            for (int64_t r = 0; r < nr; r++) merge_head(c, t, h0 + r);
     }
 }
 
@@ -570,18 +581,29 @@ int ref_run_attn_paged(const RadKernelArgs *a) {
     c.split = nth > 1 && c.M * c.n_kv * per < 2 * (int64_t)nth && max_keys > part_size(max_keys);
     c.by_head = !c.split && c.M * c.n_kv * per < (int64_t)nth;
     c.n_items = c.by_head ? c.M * c.n_head : c.M * c.n_kv * per;
+    /* fused: every row a decode row (its new slot is read by its own items alone) and one item
+     * per (row, KV head, part), so appending and merging need no phases of their own */
+    c.fused = c.split && per == 1;
+    for (uint32_t s = 0; c.fused && s < c.b->n_seq; s++) c.fused = c.b->q_lens[s] <= 1;
     if (c.split) {
         c.n_items *= PARTS_MAX;
-        c.part_buf = ref_scratch(2, (size_t)c.M * (size_t)c.n_head * PARTS_MAX * (size_t)(c.hd + 2) * sizeof(float));
+        const size_t pb = ((size_t)c.M * (size_t)c.n_head * PARTS_MAX * (size_t)(c.hd + 2) * sizeof(float) + 63) & ~(size_t)63;
+        c.part_buf = ref_scratch(2, pb + (size_t)(c.M * c.n_kv) * sizeof(_Atomic int32_t));
         if (!c.part_buf) return RAD_E_NOMEM;
+        c.left = (_Atomic int32_t *)(void *)((uint8_t *)c.part_buf + pb);
+        for (int64_t t = 0; c.fused && t < c.M; t++) {
+            const int64_t n = row_keys(&c, t), np = (n + part_size(n) - 1) / part_size(n);
+            for (int64_t g = 0; g < c.n_kv; g++) atomic_init(&c.left[t * c.n_kv + g], (int32_t)np);
+        }
     }
 
-    /* 1. append every row's k and v */
-    ref_parallel(a, ref_threads(a, (double)c.M * (double)kw, 65536.0), append_task, &c);
+    /* 1. append every row's k and v (fused: in the items) */
+    if (!c.fused) ref_parallel(a, ref_threads(a, (double)c.M * (double)kw, 65536.0), append_task, &c);
 
-    /* 2. attend (3. split: merge each row's parts) */
+    /* 2. attend (3. split: merge each row's parts; fused: in the items) */
     atomic_init(&c.next, 0);
     ref_parallel(a, nth, attend_task, &c);
-    if (c.split) ref_parallel(a, ref_threads(a, (double)(c.M * c.n_head * c.hd) * PARTS_MAX, 16384.0), merge_task, &c);
+    if (c.split && !c.fused)
+        ref_parallel(a, ref_threads(a, (double)(c.M * c.n_head * c.hd) * PARTS_MAX, 16384.0), merge_task, &c);
     return RAD_OK;
 }
