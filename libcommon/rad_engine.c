@@ -269,7 +269,8 @@ static int build_buckets(RadEngine *en, int o, RadErr *e) {
     qsort(cut, (size_t)nc, sizeof *cut, cmp_i64);
     c->lo = malloc((size_t)nc * sizeof *c->lo);
     c->pick = malloc((size_t)nc * sizeof *c->pick);
-    if (!c->lo || !c->pick) return free(cut), rad_err_set(e, RAD_E_NOMEM, "out of memory");
+    c->pick_lib = malloc((size_t)nc * sizeof *c->pick_lib);
+    if (!c->lo || !c->pick || !c->pick_lib) return free(cut), rad_err_set(e, RAD_E_NOMEM, "out of memory");
     for (int i = 0; i < nc; i++) {
         if (c->n_buckets && c->lo[c->n_buckets - 1] == cut[i]) continue;
         const RadKernel *k = NULL;
@@ -282,22 +283,29 @@ static int build_buckets(RadEngine *en, int o, RadErr *e) {
                                " rows of its range [%" PRId64 ", %" PRId64 "]", op->op, o, from, end, lo, hi);
         }
         c->lo[c->n_buckets] = cut[i];
+        c->pick_lib[c->n_buckets] = lib_of(en, k);
         c->pick[c->n_buckets++] = k;
     }
     free(cut);
     return RAD_OK;
 }
 
-/* The kernel for n rows: the last bucket starting at or below n. */
-static const RadKernel *pick_kernel(const RadEngineKernels *c, int64_t n) {
-    if (!c->n_buckets || n < c->lo[0]) return NULL;
+/* The bucket for n rows: the last starting at or below n, when its kernel covers n; else -1. */
+static int pick_bucket(const RadEngineKernels *c, int64_t n) {
+    if (!c->n_buckets || n < c->lo[0]) return -1;
     int a = 0, b = c->n_buckets - 1;
     while (a < b) {
         int m = (a + b + 1) / 2;
         if (c->lo[m] <= n) a = m;
         else b = m - 1;
     }
-    return covers(c->pick[a], n) ? c->pick[a] : NULL;
+    return covers(c->pick[a], n) ? a : -1;
+}
+
+static int param_int(const RadGOp *op, const char *name, int64_t *out) {
+    for (uint32_t i = 0; i < op->n_params; i++)
+        if (strcmp(op->params[i].name, name) == 0) return *out = op->params[i].lo, 1;
+    return 0;
 }
 
 /* Every kernel that can run each op, in preference order (libraries as given, then table
@@ -344,6 +352,8 @@ static int build_candidates(RadEngine *en, RadErr *e) {
     for (int o = 0; o < en->g.n_ops; o++) {
         int rc = build_buckets(en, o, e);
         if (rc) return rc;
+        int64_t layer; /* looked up once here, not by name at every issue */
+        en->cand[o].layer = param_int(&en->g.ops[o], "layer", &layer) && layer >= 0 && layer < en->g.n_layer_kv ? (int32_t)layer : -1;
     }
     if (en->workspace_bytes && !(en->workspace = aligned_alloc(256, (en->workspace_bytes + 255) & ~(size_t)255)))
         return rad_err_set(e, RAD_E_NOMEM, "out of memory for a %zu-byte kernel workspace", en->workspace_bytes);
@@ -396,11 +406,6 @@ static int build_kv(RadEngine *en, RadErr *e) {
 
 /* ---- the step-time API ---------------------------------------------------------------------- */
 
-static int param_int(const RadGOp *op, const char *name, int64_t *out) {
-    for (uint32_t i = 0; i < op->n_params; i++)
-        if (strcmp(op->params[i].name, name) == 0) return *out = op->params[i].lo, 1;
-    return 0;
-}
 
 __attribute__((format(printf, 2, 3))) static int step_err(RadEngine *en, const char *fmt, ...) {
     if (!en->step_failed) {
@@ -426,7 +431,8 @@ static int c_issue(RadCtx *c, rad_op h, const RadOperand *ops, uint32_t n_ops, u
     if (n == RAD_EXTENT_BATCH) n = en->batch->n_tok;
     if (n == 0) return RAD_E_SHAPE; /* zero rows is not a call: nothing runs, nothing written */
     const RadEngineKernels *cand = &en->cand[h.id];
-    const RadKernel *k = pick_kernel(cand, (int64_t)n);
+    const int bucket = pick_bucket(cand, (int64_t)n);
+    const RadKernel *k = bucket >= 0 ? cand->pick[bucket] : NULL;
     if (!k) return step_err(en, "op '%s' (#%d) over %" PRIu64 " rows: no selected kernel serves it", op->op, h.id, n);
     if (op->n_params > MAX_PARAMS || n_ops > MAX_OPERANDS) return step_err(en, "op '%s': too many operands", op->op);
     RadParam params[MAX_PARAMS];
@@ -470,9 +476,8 @@ static int c_issue(RadCtx *c, rad_op h, const RadOperand *ops, uint32_t n_ops, u
     RadKernelArgs ka = {.struct_size = sizeof ka, .params = params, .n_params = op->n_params, .n = (int64_t)n,
                         .args = args, .n_args = n_ops, .batch = en->batch, .workspace = en->workspace,
                         .n_threads = en->o.n_threads, .deterministic = (uint32_t)en->o.deterministic};
-    int64_t layer;
-    if (param_int(op, "layer", &layer) && layer >= 0 && layer < en->g.n_layer_kv) ka.kv = &en->kv_state[layer];
-    int li = lib_of(en, k);
+    if (cand->layer >= 0) ka.kv = &en->kv_state[cand->layer];
+    const int li = cand->pick_lib[bucket];
     ka.lib_state = li >= 0 ? en->lib_state[li] : NULL;
     en->n_issues++;
     const uint64_t t0 = en->prof_ns ? now_ns() : 0;
@@ -545,7 +550,8 @@ int rad_engine_open(RadEngine *en, const RadEngineOpts *o, RadErr *e) {
 void rad_engine_close(RadEngine *en) {
     if (en->wstore) munmap(en->wstore, en->wstore_bytes);
     free(en->w);
-    for (int i = 0; en->cand && i < en->g.n_ops; i++) free(en->cand[i].k), free(en->cand[i].lo), free(en->cand[i].pick);
+    for (int i = 0; en->cand && i < en->g.n_ops; i++)
+        free(en->cand[i].k), free(en->cand[i].lo), free(en->cand[i].pick), free(en->cand[i].pick_lib);
     free(en->cand);
     free(en->prof_ns);
     free(en->prof_calls);

@@ -45,7 +45,9 @@ typedef struct RadEngineKernels {
     int n;
     int64_t *lo;                   /* [n_buckets] ascending: bucket i covers rows [lo[i], lo[i+1]) */
     const RadKernel **pick;        /* [n_buckets] the first candidate covering the bucket */
+    int *pick_lib;                 /* [n_buckets] the library of pick[i] (index into libs) */
     int n_buckets;                 /* over the op's RAD_RANGE; the last bucket ends at its hi */
+    int32_t layer;                 /* the op's "layer" parameter when it names a KV layer, else -1 */
 } RadEngineKernels;
 
 typedef struct RadEngine {

@@ -136,16 +136,40 @@ REF_AVX2 static void rotate_avx2(float *h, const float *cs, const float *sn, int
 }
 #endif
 
+/* The last row's table, per thread: decode ropes q and k of every layer at one position, so
+ * 59 of a token's 60 calls find their cos/sin here instead of computing n_rot / 2 of each.
+ * Keyed by the position and the inverse frequencies themselves (not a pointer, which a freed
+ * state's successor could reuse). */
+#define HF_MEMO 128
+static _Thread_local struct {
+    int ok;
+    int32_t pos;
+    int64_t hf;
+    float inv[HF_MEMO], cs[HF_MEMO], sn[HF_MEMO];
+} memo;
+
 static void rope_rows(const RopeCtx *r, int64_t t0, int64_t t1, float *cs, float *sn) {
     const int64_t hf = r->c.n_rot / 2;
+    const int use_memo = hf <= HF_MEMO;
     for (int64_t t = t0; t < t1; t++) {
         const float fp = (float)r->pos[t];
-        for (int64_t i = 0; i < hf; i++) {
-            const float ang = fp * r->inv[i];
-            double s, c;
-            sincos((double)ang, &s, &c);
-            cs[i] = (float)c;
-            sn[i] = (float)s;
+        if (use_memo && memo.ok && memo.pos == r->pos[t] && memo.hf == hf && memcmp(memo.inv, r->inv, (size_t)hf * sizeof(float)) == 0) {
+            memcpy(cs, memo.cs, (size_t)hf * sizeof(float));
+            memcpy(sn, memo.sn, (size_t)hf * sizeof(float));
+        } else {
+            for (int64_t i = 0; i < hf; i++) {
+                const float ang = fp * r->inv[i];
+                double s, c;
+                sincos((double)ang, &s, &c);
+                cs[i] = (float)c;
+                sn[i] = (float)s;
+            }
+            if (use_memo) {
+                memo.ok = 1, memo.pos = r->pos[t], memo.hf = hf;
+                memcpy(memo.inv, r->inv, (size_t)hf * sizeof(float));
+                memcpy(memo.cs, cs, (size_t)hf * sizeof(float));
+                memcpy(memo.sn, sn, (size_t)hf * sizeof(float));
+            }
         }
         float *row = ref_frow(r->x, (uint64_t)t);
         for (int64_t h = 0; h < r->c.n_head; h++) {
