@@ -549,8 +549,8 @@ DOT_PAIR(dot_q6_k_avx2, q6_k_rows)
 
 /* Decode (M = 1) over weight rows [c0, c1) with the dot inlined: one prefetch per cache line,
  * kept about PF_BYTES ahead of the row being read (the range's first PF_BYTES at once), instead
- * of a call and a row's worth of prefetches per row (+10% tokens/s, docs/BENCHMARKS.md). Each
- * output is the dot's, bit for bit. */
+ * of a call and a row's worth of prefetches per row (+10% tokens/s, docs/BENCHMARKS.md); past
+ * the range within the weight, as x8_range1. Each output is the dot's, bit for bit. */
 #define RANGE1(NAME, CALL)                                                                                \
     REF_AVX2 static void NAME(const Q8Ctx *c, int64_t c0, int64_t c1) {                                    \
         if (c0 >= c1) return;                                                                            \
@@ -558,7 +558,7 @@ DOT_PAIR(dot_q6_k_avx2, q6_k_rows)
         float *y = ref_frow(c->g.y, 0);                                                                  \
         const uint64_t rb = c->g.w->row_stride;                                                          \
         const uint8_t *w = ref_wrow(c->g.w, (uint64_t)c0);                                               \
-        const char *pf = (const char *)w, *pend = (const char *)ref_wrow(c->g.w, (uint64_t)(c1 - 1)) + c->wrb; \
+        const char *pf = (const char *)w, *pend = (const char *)ref_wrow(c->g.w, (uint64_t)(c->g.N - 1)) + c->wrb; \
         for (int64_t n = c0; n < c1; n++, w += rb) {                                                     \
             const char *want = (const char *)w + PF_BYTES;                                               \
             for (; pf < want && pf < pend; pf += 64) ref_prefetch(pf);                                   \
@@ -576,20 +576,28 @@ RANGE1(range1_q6_k_avx2, q6_k_rows)
 
 /* ---- the run -------------------------------------------------------------------------------------- */
 
-/* Packed weights (c0, c1 multiples of 8): decode streams the groups with the one-row path's
- * prefetch; more rows take QTILE columns at a time against four rows at once. */
-static void x8_range(const Q8Ctx *c, int64_t c0, int64_t c1) {
+/* Packed decode over groups [c0, c1) of 8 rows. The dot prefetches each block PF_BYTES ahead
+ * as it reads it: a group of K = 1536 is 7.5 KiB, so prefetching per group fell behind within
+ * it (down: +16%, 8 pairs). The prefetch runs on past the range, within the weight: the front
+ * thread of the both-ends decode claims its next chunk where its last one ended, so its stream
+ * does not restart at every claim (layers +8%, bench/decode.c, 5 pairs). */
+static void x8_range1(const Q8Ctx *c, int64_t c0, int64_t c1) {
     const int64_t K = c->g.K, gb = 8 * (int64_t)c->g.w->row_stride; /* bytes of a group */
+    const QRow r = q8_row(c, 0);
+    float *y = ref_frow(c->g.y, 0);
+    const uint8_t *hi = ref_wrow(c->g.w, 0) + c->g.N / 8 * gb; /* the weight's end */
+    const uint8_t *w0 = ref_wrow(c->g.w, (uint64_t)c0), *w1 = ref_wrow(c->g.w, (uint64_t)c1);
+    for (const uint8_t *p = w0; p < w0 + PF_BYTES && p < hi; p += 64) ref_prefetch((const char *)p);
+    for (const uint8_t *w = w0; w < w1; w += gb)
+        ref_x8_dot(c->isa, w, 1, &r.q, &r.ds, K, y + c0 + (w - w0) / gb * 8, w + gb + PF_BYTES <= hi ? w + PF_BYTES : NULL);
+}
+
+/* Packed weights (c0, c1 multiples of 8): decode as above; more rows take QTILE columns at a
+ * time against four rows at once. */
+static void x8_range(const Q8Ctx *c, int64_t c0, int64_t c1) {
+    const int64_t K = c->g.K;
     if (c->g.M == 1) {
-        const QRow r = q8_row(c, 0);
-        float *y = ref_frow(c->g.y, 0);
-        const uint8_t *w = ref_wrow(c->g.w, (uint64_t)c0);
-        const uint8_t *end = w + (c1 - c0) / 8 * gb;
-        for (const char *p = (const char *)w; p < (const char *)w + PF_BYTES && p < (const char *)end; p += 64) ref_prefetch(p);
-        /* then the dot prefetches each block PF_BYTES ahead as it reads it: a group of K = 1536
-         * is 7.5 KiB, so prefetching per group fell behind within it (down: +16%, 8 pairs) */
-        for (int64_t n = c0; n < c1; n += 8, w += gb)
-            ref_x8_dot(c->isa, w, 1, &r.q, &r.ds, K, y + n, w + gb + PF_BYTES <= end ? w + PF_BYTES : NULL);
+        x8_range1(c, c0, c1);
         return;
     }
     for (int64_t t0 = c0; t0 < c1; t0 += QTILE) {
