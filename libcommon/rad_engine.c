@@ -424,6 +424,24 @@ static uint64_t now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* An issue reads a dozen small tables that the weight stream evicted since the last step: asking
+ * for them all at once turns a chain of cache misses into one wait. */
+static void issue_prefetch(const RadEngine *en, const RadGOp *op, const RadEngineKernels *cand, const RadOperand *ops,
+                           uint32_t n_ops) {
+    const char *p = (const char *)op->params;
+    for (size_t o = 0; o < op->n_params * sizeof *op->params; o += 64) __builtin_prefetch(p + o);
+    __builtin_prefetch(cand->lo), __builtin_prefetch(cand->pick), __builtin_prefetch(cand->pick_lib);
+    for (uint32_t i = 0; i < n_ops && i < MAX_OPERANDS; i++) {
+        if (ops[i].kind == RAD_OPND_WEIGHT && ops[i].w.id >= 0 && ops[i].w.id < en->g.n_w) {
+            __builtin_prefetch(&en->w[ops[i].w.id]);
+            __builtin_prefetch((const char *)&en->w[ops[i].w.id] + sizeof(RadEngineWeight) - 1);
+        } else if (ops[i].kind == RAD_OPND_BUF && ops[i].buf.id >= 0 && ops[i].buf.id < en->g.n_bufs) {
+            __builtin_prefetch(&en->g.bufs[ops[i].buf.id]);
+            __builtin_prefetch((const char *)&en->g.bufs[ops[i].buf.id] + sizeof(RadGBuf) - 1);
+        }
+    }
+}
+
 static int c_issue(RadCtx *c, rad_op h, const RadOperand *ops, uint32_t n_ops, uint64_t n) {
     RadEngine *en = E(c);
     if (h.id < 0 || h.id >= en->g.n_ops) return step_err(en, "an undeclared op was issued");
@@ -431,6 +449,7 @@ static int c_issue(RadCtx *c, rad_op h, const RadOperand *ops, uint32_t n_ops, u
     if (n == RAD_EXTENT_BATCH) n = en->batch->n_tok;
     if (n == 0) return RAD_E_SHAPE; /* zero rows is not a call: nothing runs, nothing written */
     const RadEngineKernels *cand = &en->cand[h.id];
+    issue_prefetch(en, op, cand, ops, n_ops);
     const int bucket = pick_bucket(cand, (int64_t)n);
     const RadKernel *k = bucket >= 0 ? cand->pick[bucket] : NULL;
     if (!k) return step_err(en, "op '%s' (#%d) over %" PRIu64 " rows: no selected kernel serves it", op->op, h.id, n);
@@ -483,6 +502,8 @@ static int c_issue(RadCtx *c, rad_op h, const RadOperand *ops, uint32_t n_ops, u
     const uint64_t t0 = en->prof_ns ? now_ns() : 0;
     int rc = k->run(&ka);
     if (en->prof_ns) en->prof_ns[h.id] += now_ns() - t0, en->prof_calls[h.id]++;
+    if (h.id + 1 < en->g.n_ops) /* a step issues ops mostly in declaration order */
+        __builtin_prefetch(&en->g.ops[h.id + 1]), __builtin_prefetch(&en->cand[h.id + 1]);
     if (rc != RAD_OK)
         return step_err(en, "op '%s' (#%d) on %s:%s over %" PRIu64 " rows failed: %s", op->op, h.id,
                         li >= 0 ? en->libs[li]->info->name : "?", k->variant, n, rad_status_name(rc)), rc;
