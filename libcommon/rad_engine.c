@@ -456,8 +456,10 @@ static int c_issue(RadCtx *c, rad_op h, const RadOperand *ops, uint32_t n_ops, u
     if (op->n_params > MAX_PARAMS || n_ops > MAX_OPERANDS) return step_err(en, "op '%s': too many operands", op->op);
     RadParam params[MAX_PARAMS];
     memcpy(params, op->params, op->n_params * sizeof *params);
-    for (uint32_t i = 0; i < op->n_params; i++)
+    for (uint32_t i = 0; i < op->n_params; i++) {
+        __builtin_prefetch(params[i].name); /* kernels look parameters up by name */
         if (params[i].kind == RAD_PARAM_RANGE) params[i].lo = params[i].hi = (int64_t)n;
+    }
     RadKArg args[MAX_OPERANDS];
     memset(args, 0, sizeof args);
     for (uint32_t i = 0; i < n_ops; i++) {
