@@ -193,6 +193,26 @@ Test(oracle, radiance_cli_prints_transformers_greedy_text) {
     cr_assert_eq(system(cmd), 0, "radiance's greedy text differs from transformers' (see %s/got)", dir);
 }
 
+/* radiance's flags: --fast packs the q4_1 layers at load (the placement dump says so), and
+ * --no-repack, or the exact path, keeps them stored. */
+Test(oracle, radiance_cli_packs_under_fast_unless_no_repack) {
+    const char *b = getenv("RAD_BUILD");
+    char cmd[4096];
+    static const struct { const char *flags; int packed; } cases[] = {
+        {"--fast", 1}, {"--fast --no-repack", 0}, {"", 0}, {"--fast --mmap", 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(cmd, sizeof cmd,
+                 "{ test -f %s/m2.rad || %s/rad-convert models/SmolLM2-135M-Instruct.Q4_1.gguf -o %s/m2.rad >/dev/null; } && "
+                 "%s/radiance --model %s/m2.rad %s --debug-placement > %s/placement 2>&1 && grep -q '^weights: ' %s/placement",
+                 dir, b ? b : "build", dir, b ? b : "build", dir, cases[i].flags, dir, dir);
+        cr_assert_eq(system(cmd), 0, "radiance %s --debug-placement failed (see %s/placement)", cases[i].flags, dir);
+        snprintf(cmd, sizeof cmd, "grep -q 'packed at load: 210 tensors' %s/placement", dir);
+        const int packed = system(cmd) == 0;
+        cr_assert_eq(packed, cases[i].packed, "radiance %s: the q4_1 layers %s packed", cases[i].flags,
+                     packed ? "were" : "were not");
+    }
+}
+
 /* The q4_1 container as rad-convert imports the GGUF by default (--quant keep: q4_1 layers, the
  * q8_0 embedding that is also the tied head, plugin llama_ggml) holds exactly the weights the oracle dequantised, so
  * the exact path (default tolerance 1e-3) must match it as tightly as the f32 container. */
