@@ -1476,6 +1476,53 @@ Test(ref, attn_paged_chunked_prefill) {
  * only 2 KV heads the kernel runs each part of the row's keys (10 parts of 32 slots) as an item
  * and merges the parts after; on one thread one item runs the parts in turn. The bits must not
  * change, and both match a dense reference. */
+/* Two decode rows of two sequences (300 and 70 keys) in one call: on 3 threads the parts are
+ * items, each row's k, v appended by its last part's item and each (row, KV head) merged by
+ * whoever finishes its last part; the bits equal one thread's (whole rows in turn) and each
+ * row's own call alone. */
+Test(ref, attn_paged_two_decode_rows_fused) {
+    enum { B = 16, HKV = 2, H = 6, HD = 40, NB = 19 + 5 };
+    const int ctx[2] = {300, 70};
+    const size_t bb = 2 * (size_t)HKV * B * HD * 4;
+    float *pool0 = xmalloc(bb * NB), *pool = xmalloc(bb * NB);
+    fill(pool0, bb * NB / 4);
+    int32_t table[2 * NB]; /* seq 0: blocks 0..18, seq 1: blocks 19..23 (max_blocks NB) */
+    for (int i = 0; i < 2 * NB; i++) table[i] = -1;
+    for (int j = 0; j < 19; j++) table[j] = (j * 7) % 19;
+    for (int j = 0; j < 5; j++) table[NB + j] = 19 + (j * 3) % 5;
+    float q[2][H * HD], k[2][HKV * HD], v[2][HKV * HD], out[3][2][H * HD];
+    for (int r = 0; r < 2; r++) fill(q[r], H * HD), fill(k[r], HKV * HD), fill(v[r], HKV * HD);
+    RadParam p[] = {RAD_RANGE_ROLE("M", 1, 64, RAD_PROLE_SEQ_CHUNK), RAD_INT("n_head", H), RAD_INT("n_head_kv", HKV),
+                    RAD_INT("head_dim", HD), RAD_INT("kv", 0), RAD_INT("layer", 0), RAD_FLOAT("scale", 1.0 / sqrt((double)HD)),
+                    RAD_INT("prefill_fp8", 0)};
+    /* call 0: both rows on 3 threads; call 1: both on 1 thread; call 2: each row alone (3 threads) */
+    for (int call_i = 0; call_i < 3; call_i++) {
+        memcpy(pool, pool0, bb * NB);
+        for (int part = 0; part < (call_i == 2 ? 2 : 1); part++) {
+            const int m = call_i == 2 ? 1 : 2, r0 = call_i == 2 ? part : 0;
+            int32_t cu[3] = {0, 1, 2}, ql[2] = {1, 1}, cl[2], pos[2], sid[2] = {0, 1};
+            for (int r = 0; r < m; r++) cl[r] = ctx[r0 + r], pos[r] = ctx[r0 + r] - 1, sid[r] = r0 + r;
+            struct RadBatch b;
+            memset(&b, 0, sizeof b);
+            b.struct_size = sizeof b, b.phase = RAD_PHASE_DECODE, b.n_tok = (uint32_t)m, b.n_seq = (uint32_t)m,
+            b.n_seq_decode = (uint32_t)m;
+            b.cu_seqlens = cu, b.q_lens = ql, b.ctx_lens = cl, b.positions = pos, b.seq_ids = sid;
+            RadKvState kv = {{0}, table + (size_t)r0 * NB, NB, pool, RAD_F32, RAD_KVQ_NONE, B, HKV, HD, 0, bb, NB};
+            RadKArg a[4] = {fbuf(q[r0], (uint64_t)m, H * HD), fbuf(k[r0], (uint64_t)m, HKV * HD), fbuf(v[r0], (uint64_t)m, HKV * HD),
+                            fbuf(out[call_i][r0], (uint64_t)m, H * HD)};
+            Call c = {&b, &kv, call_i == 1 ? 1 : 3};
+            cr_assert_eq(call_x(find("attn_paged", NULL), g_st[call_i == 1 ? ST_BEST1 : ST_BEST3], p, N_OF(p), m, a, 4, &c), RAD_OK);
+        }
+    }
+    assert_bitwise(out[0][0], out[1][0], 2 * H * HD, "3 threads (parts as items) vs 1");
+    assert_bitwise(out[0][0], out[2][0], 2 * H * HD, "both rows vs each alone");
+    /* each row's own k and v landed at its last slot */
+    const int32_t blk1 = table[NB + (ctx[1] - 1) / B];
+    const float *kl = pool + ((size_t)blk1 * bb + ((size_t)(1 * B + (ctx[1] - 1) % B) * HD) * 4) / 4;
+    assert_bitwise(kl, k[1] + HD, HD, "row 1's k of KV head 1 at its last slot");
+    free(pool), free(pool0);
+}
+
 Test(ref, attn_paged_long_decode_split_into_parts) {
     enum { B = 16, HKV = 2, H = 6, HD = 40, CTX = 300, NB = (CTX + B - 1) / B };
     const size_t bb = 2 * (size_t)HKV * B * HD * 4;
