@@ -679,22 +679,26 @@ typedef struct TwoEnds {
     const Q8Ctx *part;
     RefGemmUnits rows;                      /* the parts' rows one after another (align 1; 8 for packed parts) */
     int64_t min_chunk;
-    _Alignas(64) _Atomic uint64_t fb[2];    /* half h: next unit from its front | (end from its back) << 32 */
+    struct {
+        _Alignas(64) _Atomic uint64_t fb;   /* next unit from the front | (end from the back) << 32 */
+    } half[2];                              /* a cache line each: the owners claim without sharing one */
 } TwoEnds;
 
-/* A chunk of half h: from its front (its owner: min_chunk units, the stream continuing) or from
- * its back (the other thread, done with its own half: a quarter of what is left). */
+/* A chunk of half h: from its front (its owner, the stream continuing) or from its back (the
+ * other thread, done with its own half): an eighth or a quarter of what is left, at least
+ * min_chunk units. */
 static int two_ends_claim(TwoEnds *t, int h, int back, int64_t *lo, int64_t *hi) {
-    uint64_t v = atomic_load_explicit(&t->fb[h], memory_order_relaxed);
+    _Atomic uint64_t *fb = &t->half[h].fb;
+    uint64_t v = atomic_load_explicit(fb, memory_order_relaxed);
     for (;;) {
         const int64_t f = (int64_t)(v & 0xffffffffu), b = (int64_t)(v >> 32);
         if (f >= b) return 0;
-        int64_t k = back ? (b - f) / 4 : t->min_chunk;
+        int64_t k = back ? (b - f) / 4 : (b - f) / 8;
         k = k < t->min_chunk ? t->min_chunk : k;
         k = k > b - f ? b - f : k;
         const uint64_t nv = back ? ((uint64_t)(b - k) << 32) | (uint64_t)f : ((uint64_t)b << 32) | (uint64_t)(f + k);
         /* relaxed: the ranges are disjoint, and the pool's completion publishes the outputs */
-        if (atomic_compare_exchange_weak_explicit(&t->fb[h], &v, nv, memory_order_relaxed, memory_order_relaxed)) {
+        if (atomic_compare_exchange_weak_explicit(fb, &v, nv, memory_order_relaxed, memory_order_relaxed)) {
             *lo = back ? b - k : f;
             *hi = back ? b : f + k;
             return 1;
@@ -740,8 +744,8 @@ static int two_ends_run(const RadKernelArgs *a, int nth, const Q8Ctx *parts, int
     min_rows = min_rows < 4 ? 4 : min_rows;
     t.min_chunk = (min_rows + align - 1) / align;
     const uint64_t units = (uint64_t)t.rows.u0[n], mid = units / 2;
-    atomic_init(&t.fb[0], mid << 32);
-    atomic_init(&t.fb[1], (units << 32) | mid);
+    atomic_init(&t.half[0].fb, mid << 32);
+    atomic_init(&t.half[1].fb, (units << 32) | mid);
     ref_parallel(a, 2, two_ends_task, &t);
     return 1;
 }
