@@ -724,7 +724,8 @@ static void two_ends_task(void *ctx, int tid, int nth) {
     while (two_ends_claim(t, !own, 1, &lo, &hi)) ref_gemm_units_each(&t->rows, lo, hi, two_ends_range, t);
 }
 
-/* Runs parts[0 .. n) (M = 1) from both ends; 0 when that does not apply (not two threads). */
+/* Runs parts[0 .. n) (M = 1) as two owned halves with stealing; 0 when that does not apply (not
+ * two threads). */
 static int two_ends_run(const RadKernelArgs *a, int nth, const Q8Ctx *parts, int n) {
     const RefState *st = a->lib_state;
     if (nth != 2 || parts[0].g.M != 1 || !st || !st->two_ends) return 0;
@@ -852,7 +853,7 @@ int ref_run_gemm_multi_q8act(const RadKernelArgs *a) {
         quantize(a, &m.part[i]);
     }
     int64_t N[REF_GEMM_MAX_PARTS], align = 4;
-    for (int i = 0; i < np; i++) N[i] = g[i].N, align = m.part[i].x8 ? 8 : align;
+    for (int i = 0; i < np; i++) N[i] = g[i].N, align = m.part[i].align > align ? m.part[i].align : align;
     ref_gemm_units_init(&m.u, N, np, align);
     int nth = ref_threads(a, (double)g[0].M * (double)m.u.cols * (double)g[0].K, 32768.0);
     if (nth > m.u.u0[np]) nth = (int)m.u.u0[np];
