@@ -35,8 +35,6 @@ static const RadTensor *weight_tensor(const RadEngine *en, int i) {
     return rad_model_find(&en->m, gw->d.source ? gw->d.source : gw->name);
 }
 
-static int lib_of(const RadEngine *en, const RadKernel *k);
-
 static int kernel_packs(const RadKernel *k, RadEnc enc) {
     return k->struct_size >= offsetof(RadKernel, packed_encs) + sizeof k->packed_encs &&
            (k->packed_encs & RAD_ENC_BIT(enc));
@@ -59,7 +57,7 @@ static size_t pack_plan(const RadEngine *en, const RadTensor **tens, const int *
             if (id < 0 || id >= en->g.n_w || !tens[id]) continue;
             const int own = first[id];
             for (int b = 0; b < c->n_buckets && pack[own] != NO; b++) {
-                const int li = lib_of(en, c->pick[b]);
+                const int li = c->pick_lib[b];
                 if (li < 0 || !kernel_packs(c->pick[b], tens[own]->enc) || (pack[own] != UNSEEN && pack[own] != li)) pack[own] = NO;
                 else pack[own] = li;
             }
