@@ -262,7 +262,7 @@ Test(oracle, smollm2_q4_1_fast_within_stated_bound) {
     cr_assert_leq(s.kl_max, 0.25, "--fast max KL %.3e above the stated 0.25", s.kl_max);
 }
 
-/* Under --fast libref packs the q4_1 weights at load (docs/KERNELS.md "Packed weights"): every
+/* Under --fast libref packs the q4_1 weights at load (kernels/README.md "Packed weights"): every
  * q4_1 tensor its q8act GEMMs read, none under the exact path's tolerance or --no-repack. (The
  * packed kernels' bits are the portable dot's: tests/test_ref.c; the --fast bound against the
  * oracle above runs on them.) Here: which weights are packed, and the packed engine is

@@ -1,5 +1,5 @@
 /* ref_gemm_x8.c — libref's load-time layout for q4_1 weights ("x8"), its pack, and the dots
- * that read it (RadKernelLib.pack, abi/rad_kernels.h; docs/KERNELS.md "Packed weights").
+ * that read it (RadKernelLib.pack, abi/rad_kernels.h; kernels/README.md "Packed weights").
  *
  * Why: decode streams every weight once a token, and on AVX2 the stored q4_1 layout costs about
  * 0.55 instructions a byte (two f16 scales to fetch and widen per block, a horizontal sum per
@@ -113,7 +113,7 @@ REF_AVX2 REF_INLINE void x8_q4_1_avx2(const int RM, const uint8_t *wg, const int
 REF_AVX2 static void x8_q4_1_avx2_1(const uint8_t *wg, const int8_t *const *xq, const float *const *ds, int64_t nb, float *out,
                                     const char *pf) {
     if (pf) x8_q4_1_avx2(1, wg, xq, ds, nb, out, pf);
-    else x8_q4_1_avx2(1, wg, xq, ds, nb, out, NULL);
+    else x8_q4_1_avx2(1, wg, xq, ds, nb, out, NULL); /* a copy without the prefetch branch (the range's last groups) */
 }
 REF_AVX2 static void x8_q4_1_avx2_4(const uint8_t *wg, const int8_t *const *xq, const float *const *ds, int64_t nb, float *out) {
     x8_q4_1_avx2(4, wg, xq, ds, nb, out, NULL);
