@@ -27,17 +27,33 @@ void rad_in_init_owned(RadIn *in, void *data, uint64_t size, const char *name) {
     in->owned = data;
 }
 
+int rad_open_regular(const char *path, struct stat *st, RadErr *e) {
+    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0) return rad_err_set(e, RAD_E_IO, "%s: cannot open: %s", path, strerror(errno)), -1;
+    struct stat s;
+    if (fstat(fd, &s) != 0 || !S_ISREG(s.st_mode)) {
+        close(fd);
+        return rad_err_set(e, RAD_E_IO, "%s: not a regular file%s", path,
+                           S_ISFIFO(s.st_mode) ? " (a FIFO: give '-' to read a pipe)" : S_ISDIR(s.st_mode) ? " (a directory)" : ""), -1;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        int err = errno;
+        close(fd);
+        return rad_err_set(e, RAD_E_IO, "%s: fcntl: %s", path, strerror(err)), -1;
+    }
+    if (st) *st = s;
+    return fd;
+}
+
 int rad_in_open_file(RadIn *in, const char *path, RadErr *e) {
     memset(in, 0, sizeof *in);
     set_name(in, path);
     in->fd = -1;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return rad_err_set(e, RAD_E_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return rad_err_set(e, RAD_E_IO, "%s: not a regular file", path);
-    }
+    int fd = rad_open_regular(path, &st, e);
+    if (fd < 0) return e ? e->code : RAD_E_IO;
     in->kind = RAD_IN_MMAP;
     in->size = (uint64_t)st.st_size;
     if (st.st_size > 0) {

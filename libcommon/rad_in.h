@@ -33,6 +33,11 @@ enum { RAD_IN_MEM = 0, RAD_IN_MMAP = 1, RAD_IN_STREAM = 2 };
 void rad_in_init_mem(RadIn *in, const void *data, uint64_t size, const char *name);
 /* Takes ownership of a malloc'd buffer. */
 void rad_in_init_owned(RadIn *in, void *data, uint64_t size, const char *name);
+struct stat;
+/* Opens a path read-only, requiring a regular file: a FIFO, device or directory is refused at
+ * once (never a blocking open). Returns the fd, filling *st when non-NULL; -1 with e set. Every
+ * tool opens a named input through this (only '-' reads a pipe). */
+int rad_open_regular(const char *path, struct stat *st, RadErr *e);
 /* mmaps a regular file read-only. Fails with RAD_E_IO naming the path. */
 int rad_in_open_file(RadIn *in, const char *path, RadErr *e);
 /* A stream from an fd (e.g. 0 for stdin). */
