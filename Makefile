@@ -1,6 +1,6 @@
 # Radiance — one Makefile for every tool, plugin and test. `make` builds into build/;
 # `make test` runs the Criterion suite, its ASan+UBSan build, the end-to-end server suites
-# (both builds), the systemd unit check, the include-wall check and a short fuzz smoke;
+# (both builds), the hostile-input suite (both builds), the systemd unit check, the include-wall check and a short fuzz smoke;
 # `make fuzz` runs each libFuzzer target for FUZZ_SECONDS.
 CC      ?= cc
 PREFIX  ?= /usr/local
@@ -34,7 +34,7 @@ setup:
 	sh scripts/install-deps.sh
 	$(MAKE) run
 
-.PHONY: plugin-sdk setup all tools test test-unit test-san test-e2e test-e2e-san unit-check walls flake-check fuzz fuzz-smoke model run clean install
+.PHONY: plugin-sdk setup all tools test test-unit test-san test-e2e test-e2e-san test-hostile test-hostile-san unit-check walls flake-check fuzz fuzz-smoke model run clean install
 all: tools
 
 tools: $(TOOLS:%=$(B)/%) plugins
@@ -91,7 +91,7 @@ test-unit: tools $(TEST_SO) $(B)/tests/run model
 test-san:
 	RAD_ORACLE_QUICK=1 $(MAKE) B=$(SAN_B) OPT="-O1 -g $(SAN)" LDFLAGS="$(SAN)" test-unit
 
-test: walls flake-check test-unit test-san test-e2e test-e2e-san unit-check plugin-sdk fuzz-smoke
+test: walls flake-check test-unit test-san test-e2e test-e2e-san test-hostile test-hostile-san unit-check plugin-sdk fuzz-smoke
 
 # End to end: a live server under the official openai client (tests/e2e/run.sh; its Python is
 # .venv-e2e, made by scripts/install-deps.sh). test-e2e-san: the same suites, fewer tokens, on the
@@ -102,6 +102,16 @@ test-e2e: tools model
 
 test-e2e-san: plugins
 	$(MAKE) B=$(SAN_B) OPT="-O1 -g $(SAN)" LDFLAGS="$(SAN)" test-e2e
+
+# The hostile-input suite (tests/hostile/run.py; cases in tests/hostile/cases/): hostile files,
+# archives, flags, plugins and HTTP clients against the real tools, each under a time limit; a
+# hang, a death by signal, a sanitizer report, a refusal that is not one line, or a file left
+# behind fails it. Quick mode here; `python3 tests/hostile/run.py build` runs every case.
+test-hostile: tools $(TEST_SO) model
+	@python3 tests/hostile/run.py $(B) --quick
+
+test-hostile-san: plugins
+	$(MAKE) B=$(SAN_B) OPT="-O1 -g $(SAN)" LDFLAGS="$(SAN)" test-hostile
 
 # packaging/radiance.service passes systemd-analyze verify (on a copy whose ExecStart is the
 # built binary) and its hardening is all there (tests/e2e/unit-check.sh).
