@@ -141,8 +141,30 @@ static const char *role_name(RadChatRole r) {
     return r == RAD_ROLE_SYSTEM ? "system" : r == RAD_ROLE_USER ? "user" : r == RAD_ROLE_ASSISTANT ? "assistant" : "tool";
 }
 
-int rad_chat_render(const RadChatFormat *f, const RadChatMsg *msgs, size_t n, unsigned flags, char **text, size_t *len,
-                    int *add_special, RadErr *e) {
+/* Where message content sits in the rendered text (for rad_tok_encode_spans). */
+typedef struct Spans {
+    RadTokSpan *p;
+    size_t n, cap;
+} Spans;
+
+/* Appends message content, recording its range when sp is given. */
+static int add_content(RadChatBuf *b, const char *s, Spans *sp, RadErr *e) {
+    size_t off = b->len, n = strlen(s);
+    int rc = rad_chat_buf_add(b, s, n, e);
+    if (rc || !sp || n == 0) return rc;
+    if (sp->n == sp->cap) {
+        size_t cap = sp->cap ? 2 * sp->cap : 16;
+        RadTokSpan *p = realloc(sp->p, cap * sizeof *p);
+        if (!p) return rad_err_set(e, RAD_E_NOMEM, "out of memory (chat of %zu messages)", sp->n);
+        sp->p = p;
+        sp->cap = cap;
+    }
+    sp->p[sp->n++] = (RadTokSpan){off, n};
+    return RAD_OK;
+}
+
+static int render(const RadChatFormat *f, const RadChatMsg *msgs, size_t n, unsigned flags, char **text, size_t *len,
+                  int *add_special, Spans *sp, RadErr *e) {
     *text = NULL;
     *len = 0;
     if (!f) return rad_err_set(e, RAD_E_ARG, "no chat format");
@@ -155,9 +177,10 @@ int rad_chat_render(const RadChatFormat *f, const RadChatMsg *msgs, size_t n, un
     if (!rc && f->bos && *f->bos && (no_auto_bos || !(flags & RAD_CHAT_TOK_HAS_BOS))) rc = add_str(&b, f->bos, e);
     size_t i = 0;
     const char *sys = f->default_system;
-    if (n && msgs[0].role == RAD_ROLE_SYSTEM) sys = msgs[i++].content;
+    Spans *sys_sp = NULL; /* the format's default system text is the template's, not content */
+    if (n && msgs[0].role == RAD_ROLE_SYSTEM) sys = msgs[i++].content, sys_sp = sp;
     if (!rc && sys && !in_first_user) {
-        if (!(rc = add_str(&b, f->system_start, e)) && !(rc = add_str(&b, sys, e))) rc = add_str(&b, f->system_end, e);
+        if (!(rc = add_str(&b, f->system_start, e)) && !(rc = add_content(&b, sys, sys_sp, e))) rc = add_str(&b, f->system_end, e);
         sys = NULL;
     }
     char *tstart = NULL;
@@ -174,18 +197,18 @@ int rad_chat_render(const RadChatFormat *f, const RadChatMsg *msgs, size_t n, un
                                  f->kind ? f->kind : "model's");
                 break;
             }
-            if (!(rc = add_str(&b, f->system_start, e)) && !(rc = add_str(&b, m->content, e))) rc = add_str(&b, f->system_end, e);
+            if (!(rc = add_str(&b, f->system_start, e)) && !(rc = add_content(&b, m->content, sp, e))) rc = add_str(&b, f->system_end, e);
             break;
         case RAD_ROLE_USER:
             rc = add_str(&b, f->user_start, e);
             if (!rc && sys) { /* Llama 2: <<SYS>> inside the first [INST] */
-                if (!(rc = add_str(&b, f->system_start, e)) && !(rc = add_str(&b, sys, e))) rc = add_str(&b, f->system_end, e);
+                if (!(rc = add_str(&b, f->system_start, e)) && !(rc = add_content(&b, sys, sys_sp, e))) rc = add_str(&b, f->system_end, e);
                 sys = NULL;
             }
-            if (!rc && !(rc = add_str(&b, m->content, e))) rc = add_str(&b, f->user_end, e);
+            if (!rc && !(rc = add_content(&b, m->content, sp, e))) rc = add_str(&b, f->user_end, e);
             break;
         case RAD_ROLE_ASSISTANT:
-            if (!(rc = add_str(&b, f->assistant_start, e)) && !(rc = add_str(&b, m->content, e)))
+            if (!(rc = add_str(&b, f->assistant_start, e)) && !(rc = add_content(&b, m->content, sp, e)))
                 rc = add_str(&b, f->assistant_end, e);
             break;
         case RAD_ROLE_TOOL:
@@ -194,7 +217,7 @@ int rad_chat_render(const RadChatFormat *f, const RadChatMsg *msgs, size_t n, un
                                  role_name(m->role));
                 break;
             }
-            if (!(rc = add_str(&b, tstart, e)) && !(rc = add_str(&b, m->content, e))) rc = add_str(&b, f->user_end, e);
+            if (!(rc = add_str(&b, tstart, e)) && !(rc = add_content(&b, m->content, sp, e))) rc = add_str(&b, f->user_end, e);
             break;
         }
     }
@@ -207,6 +230,33 @@ int rad_chat_render(const RadChatFormat *f, const RadChatMsg *msgs, size_t n, un
     *text = b.p;
     *len = b.len;
     return RAD_OK;
+}
+
+int rad_chat_render(const RadChatFormat *f, const RadChatMsg *msgs, size_t n, unsigned flags, char **text, size_t *len,
+                    int *add_special, RadErr *e) {
+    return render(f, msgs, n, flags, text, len, add_special, NULL, e);
+}
+
+int rad_chat_encode(const RadChatFormat *f, const RadTok *tok, const RadChatMsg *msgs, size_t n, unsigned flags,
+                    int32_t **ids, size_t *n_ids, char **text, size_t *len, RadErr *e) {
+    *ids = NULL;
+    *n_ids = 0;
+    if (text) *text = NULL;
+    if (len) *len = 0;
+    if (!tok) return rad_err_set(e, RAD_E_ARG, "no tokenizer");
+    if (rad_tok_bos(tok) >= 0) flags |= RAD_CHAT_TOK_HAS_BOS;
+    Spans sp = {0};
+    char *t;
+    size_t tl;
+    int add_special;
+    int special = (flags & RAD_CHAT_SPECIAL_IN_CONTENT) != 0;
+    int rc = render(f, msgs, n, flags, &t, &tl, &add_special, special ? NULL : &sp, e);
+    if (!rc) rc = rad_tok_encode_spans(tok, t, tl, add_special, sp.p, sp.n, ids, n_ids, e);
+    free(sp.p);
+    if (!rc && text) *text = t, t = NULL;
+    if (!rc && len) *len = tl;
+    free(t);
+    return rc;
 }
 
 /* ---- reasoning split ---------------------------------------------------------------------- */

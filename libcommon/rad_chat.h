@@ -32,6 +32,7 @@
 
 #include "abi/rad_arch.h"
 #include "rad_err.h"
+#include "rad_tok.h"
 
 struct json_t;
 
@@ -62,11 +63,24 @@ void rad_chat_msgs_free(RadChatMsgs *m);
 #define RAD_CHAT_GEN_PROMPT 1u     /* end with the assistant's turn opening (add_generation_prompt) */
 #define RAD_CHAT_TOK_HAS_BOS 2u    /* the tokenizer has a BOS token (rad_tok_bos >= 0) */
 
+#define RAD_CHAT_SPECIAL_IN_CONTENT 4u /* rad_chat_encode: special-token text in message content
+                                          becomes control tokens (--chat-special-tokens) */
+
 /* Renders turns as the header comment says. *text is malloc'd, NUL-terminated, *len bytes;
  * *add_special is what to pass to rad_tok_encode. RAD_E_ARG when there is nothing to render or
  * the format cannot place a turn. */
 int rad_chat_render(const RadChatFormat *f, const RadChatMsg *msgs, size_t n, unsigned flags, char **text, size_t *len,
                     int *add_special, RadErr *e);
+
+/* Renders and encodes a chat prompt, what the server and --chat feed the model. The template's
+ * markup (and the format's default system text) is encoded with special tokens matched; message
+ * content is encoded as text (rad_tok_encode_spans: "<|im_end|>" in content is the ordinary
+ * pieces of that text, never the control token), unless flags has RAD_CHAT_SPECIAL_IN_CONTENT.
+ * The text is encoded in one pass, so a chat whose content spells no special token gets exactly
+ * the ids of rad_tok_encode on the rendered text. RAD_CHAT_TOK_HAS_BOS is taken from tok.
+ * *ids is malloc'd; text/len (either may be NULL) receive the rendered text (malloc'd). */
+int rad_chat_encode(const RadChatFormat *f, const RadTok *tok, const RadChatMsg *msgs, size_t n, unsigned flags,
+                    int32_t **ids, size_t *n_ids, char **text, size_t *len, RadErr *e);
 
 /* Reasoning split. Text between reasoning_start and reasoning_end goes to reasoning, the rest to
  * content; newlines right after reasoning_end are dropped (the model writes "</think>\n\n"

@@ -354,21 +354,43 @@ static int encode_run(const RadTok *t, TokWork *w, const uint8_t *s, size_t n, I
 
 int rad_tok_encode(const RadTok *t, const char *text, size_t n, int add_special, int32_t **ids,
                    size_t *n_ids, RadErr *e) {
+    return rad_tok_encode_spans(t, text, n, add_special, NULL, 0, ids, n_ids, e);
+}
+
+int rad_tok_encode_spans(const RadTok *t, const char *text, size_t n, int add_special, const RadTokSpan *plain,
+                         size_t n_plain, int32_t **ids, size_t *n_ids, RadErr *e) {
     *ids = NULL;
     *n_ids = 0;
     if (!t || (!text && n)) return rad_err_set(e, RAD_E_ARG, "tokenizer: no tokenizer or no text");
+    if (n_plain && !plain) return rad_err_set(e, RAD_E_ARG, "tokenizer: %zu plain ranges and no table", n_plain);
+    for (size_t k = 0, end = 0; k < n_plain; k++) {
+        if (plain[k].off < end || plain[k].off > n || plain[k].len > n - plain[k].off)
+            return rad_err_set(e, RAD_E_ARG, "tokenizer: plain range %zu (%zu+%zu) is out of order or past the text (%zu bytes)",
+                               k, plain[k].off, plain[k].len, n);
+        end = plain[k].off + plain[k].len;
+    }
     const uint8_t *s = (const uint8_t *)text;
     IdVec out = {0};
     TokWork w = {0};
     int rc = RAD_OK;
     if (add_special && t->add_bos && t->bos >= 0) rc = tok_idvec_push(&out, t->bos, e);
-    size_t seg = 0;
+    size_t seg = 0, sp = 0;
     for (size_t i = 0; i < n && !rc;) {
         size_t len = 0;
         int32_t id = t->has_added ? tok_trie_match(&t->added, s + i, n - i, &len) : -1;
         if (id < 0) {
             i++;
             continue;
+        }
+        if (n_plain && (t->tok[id].flags & TF_SPECIAL)) {
+            while (sp < n_plain && (plain[sp].len == 0 || plain[sp].off + plain[sp].len <= i)) sp++;
+            if (sp < n_plain && plain[sp].off < i + len) {
+                /* text, not a token: inside a range skip the match whole (HF goes on after it),
+                 * from markup into a range try the next byte */
+                size_t end = plain[sp].off + plain[sp].len;
+                i = plain[sp].off <= i ? (i + len < end ? i + len : end) : i + 1;
+                continue;
+            }
         }
         if ((rc = encode_run(t, &w, s + seg, i - seg, &out, e)) || (rc = tok_idvec_push(&out, id, e))) break;
         i += len;

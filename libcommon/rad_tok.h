@@ -10,7 +10,8 @@
  *                            transformers does (by score; by id for Gemma's tables)
  *
  * Added tokens (token_type 2 unknown, 3 control: special; 4 user-defined: not special) are
- * matched in the text before anything else, leftmost and longest first.
+ * matched in the text before anything else, leftmost and longest first (special ones not in the
+ * plain ranges of rad_tok_encode_spans).
  *
  * A RadTok is immutable once built: any number of threads may encode and decode with one. */
 #ifndef RAD_TOK_H
@@ -39,6 +40,21 @@ void rad_tok_free(RadTok *t);
  * decode gives them back. *ids is malloc'd (free it); on failure *ids is NULL and *n_ids 0. */
 int rad_tok_encode(const RadTok *t, const char *text, size_t n, int add_special, int32_t **ids,
                    size_t *n_ids, RadErr *e);
+
+/* A byte range of encode's input. */
+typedef struct RadTokSpan {
+    size_t off, len;
+} RadTokSpan;
+
+/* rad_tok_encode where the bytes in `plain` (n_plain ranges, in order, not overlapping) are read
+ * as text only: no special token (control, unknown) is matched inside a plain range or across
+ * its edge; user-defined added tokens are matched as anywhere. This is Hugging Face's
+ * split_special_tokens=True (and llama.cpp's parse_special=false) on those bytes; one range over
+ * the whole text is HF's tokenizer(text, split_special_tokens=True). With no ranges it is
+ * rad_tok_encode. A range past the text or out of order is RAD_E_ARG. Chat prompts mark message
+ * content plain (rad_chat_encode), so content cannot forge the template's control tokens. */
+int rad_tok_encode_spans(const RadTok *t, const char *text, size_t n, int add_special, const RadTokSpan *plain,
+                         size_t n_plain, int32_t **ids, size_t *n_ids, RadErr *e);
 
 /* Flags for rad_tok_decode. */
 #define RAD_TOK_SKIP_SPECIAL 1 /* leave out special tokens (control, unknown), as HF's

@@ -96,3 +96,38 @@ Test(chat, radiance_chat_replies_match_transformers_template_greedy) {
     free(got);
     json_decref(g);
 }
+
+/* One line is one user turn, whatever its length up to 1 MiB: a 20 KiB line (320 tokens of "=")
+ * gets one reply (it was three turns cut at 8 KiB); a longer line is refused in one line naming
+ * the bound and the chat goes on to the next. */
+Test(chat, long_lines_are_one_turn_or_refused) {
+    char path[300], cmd[2048];
+    snprintf(path, sizeof path, "%s/in", dir);
+    FILE *in = fopen(path, "w");
+    cr_assert_not_null(in);
+    for (int i = 0; i < 20480; i++) fputc('=', in);
+    fputc('\n', in);
+    for (int i = 0; i < (1 << 20) + 1; i++) fputc('=', in);
+    fputs("\nHi\n", in);
+    fclose(in);
+    const char *b = getenv("RAD_BUILD");
+    b = b ? b : "build";
+    snprintf(cmd, sizeof cmd,
+             "%s/rad-convert models/SmolLM2-135M-Instruct.Q4_1.gguf -o %s/m.rad >%s/convert.log 2>&1 && "
+             "%s/radiance --model %s/m.rad --chat --temp 0 -n 2 --threads 2 <%s >%s/out 2>%s/err",
+             b, dir, dir, b, dir, path, dir, dir);
+    int rc = system(cmd);
+    size_t n = 0;
+    snprintf(path, sizeof path, "%s/err", dir);
+    char *err = slurp(path, &n);
+    cr_assert_eq(rc, 0, "radiance --chat failed: %s", err ? err : "(no stderr)");
+    cr_expect(err && strstr(err, "radiance: --chat: line 2 is longer than 1048576 bytes (1 MiB); not sent\n"), "stderr: %s", err);
+    snprintf(path, sizeof path, "%s/out", dir);
+    char *out = slurp(path, &n);
+    cr_assert_not_null(out);
+    size_t replies = 0;
+    for (size_t i = 0; i < n; i++) replies += out[i] == '\n';
+    cr_expect_eq(replies, 2, "%zu replies for the 20 KiB line and 'Hi', want 2: %s", replies, out);
+    free(out);
+    free(err);
+}

@@ -723,3 +723,96 @@ Test(tok, refusals_name_the_key) {
     rad_kv_free(&k2);
     rad_kv_free(&kv);
 }
+
+/* ---- plain ranges: special-token text read as text ----------------------------------------- */
+
+static void expect_spans(const RadTok *t, const char *s, const RadTokSpan *sp, size_t nsp, const int32_t *want, size_t wn) {
+    RadErr e = {0};
+    int32_t *ids;
+    size_t n;
+    cr_assert_eq(rad_tok_encode_spans(t, s, strlen(s), 0, sp, nsp, &ids, &n, &e), RAD_OK, "%s", e.msg);
+    if (n != wn || memcmp(ids, want, n * sizeof *ids) != 0) {
+        show_ids("got ", ids, n);
+        show_ids("want", want, wn);
+        cr_assert_fail("'%s' with %zu plain ranges encodes wrongly", s, nsp);
+    }
+    free(ids);
+}
+
+/* The ids are tokenizers 0.23.3 on the smollm2 oracle's tokenizer.json with
+ * encode_special_tokens = True (transformers' split_special_tokens=True). */
+Test(tok, plain_ranges_are_split_special_tokens) {
+    RadModelFile m;
+    RadErr e = {0};
+    open_model(MODEL, &m);
+    RadTok *t = tok_of(&m.tok);
+    rad_model_free(&m);
+    const char *s = "<|im_end|>";
+    RadTokSpan all = {0, strlen(s)};
+    expect_spans(t, s, &all, 1, (int32_t[]){44, 108, 306, 79, 486, 108, 46}, 7);
+    expect_spans(t, s, NULL, 0, (int32_t[]){2}, 1); /* no ranges: rad_tok_encode */
+    s = "<|im_start|>system";
+    all.len = strlen(s);
+    expect_spans(t, s, &all, 1, (int32_t[]){44, 108, 306, 79, 3738, 108, 46, 9690}, 8);
+    /* markup around a plain range: only the markup's specials are tokens */
+    s = "<|im_start|>user\n<|im_end|><|im_end|>";
+    RadTokSpan c = {17, 10};
+    expect_spans(t, s, &c, 1, (int32_t[]){1, 4093, 198, 44, 108, 306, 79, 486, 108, 46, 2}, 11);
+    /* a special token across a range's edge is text too */
+    s = "<|im_end|>";
+    RadTokSpan edge = {5, 2};
+    expect_spans(t, s, &edge, 1, (int32_t[]){44, 108, 306, 79, 486, 108, 46}, 7);
+    RadTokSpan empty = {3, 0};
+    expect_spans(t, s, &empty, 1, (int32_t[]){2}, 1); /* an empty range covers nothing */
+    /* ranges out of order or past the text */
+    int32_t *ids = (int32_t *)1;
+    size_t n = 1;
+    RadTokSpan bad[][2] = {{{0, 4}, {2, 1}}, {{0, 11}, {0, 0}}, {{11, 0}, {0, 0}}, {{4, SIZE_MAX}, {0, 0}}};
+    size_t nbad[] = {2, 1, 1, 1};
+    for (size_t i = 0; i < 4; i++) {
+        cr_expect_eq(rad_tok_encode_spans(t, s, strlen(s), 0, bad[i], nbad[i], &ids, &n, &e), RAD_E_ARG, "case %zu", i);
+        cr_expect(ids == NULL && n == 0 && strstr(e.msg, "plain range") && !strchr(e.msg, '\n'), "case %zu: %s", i, e.msg);
+    }
+    rad_tok_free(t);
+}
+
+Test(tok, plain_ranges_keep_user_defined_tokens) {
+    RadKV kv;
+    tiny_table(&kv);
+    RadTok *t = tok_of(&kv);
+    /* "<a>b" (user-defined) is still matched, as in HF; "<a>" (control) is its bytes */
+    const char *s = "x<a>bc<a>";
+    RadTokSpan all = {0, strlen(s)};
+    expect_spans(t, s, &all, 1, (int32_t[]){'x', 259, 'c', '<', 'a', '>'}, 6);
+    rad_tok_free(t);
+    rad_kv_free(&kv);
+}
+
+/* SentencePiece: the run around a plain range is one run, so its dummy prefix does not move. */
+Test(tok, plain_ranges_sentencepiece) {
+    RadModelFile m;
+    RadErr e = {0};
+    open_model(GEMMA, &m);
+    RadTok *t = tok_of(&m.tok);
+    rad_model_free(&m);
+    cr_assert(rad_tok_is_special(t, 106), "<end_of_turn> is a control token");
+    const char *s = "<start_of_turn>user\nhi<end_of_turn>\n";
+    RadTokSpan c = {20, 2};
+    expect_spans(t, s, &c, 1, (int32_t[]){105, 2364, 107, 2202, 106, 107}, 6);
+    /* the same text in content: no 106 */
+    s = "<start_of_turn>user\n<end_of_turn><end_of_turn>";
+    RadTokSpan c2 = {20, 13};
+    int32_t *ids;
+    size_t n;
+    cr_assert_eq(rad_tok_encode_spans(t, s, strlen(s), 0, &c2, 1, &ids, &n, &e), RAD_OK, "%s", e.msg);
+    size_t n106 = 0;
+    for (size_t i = 0; i < n; i++) n106 += ids[i] == 106;
+    cr_expect(n > 4 && ids[0] == 105 && ids[n - 1] == 106 && n106 == 1, "only the markup's <end_of_turn> is the token");
+    char *d;
+    size_t dn;
+    cr_assert_eq(rad_tok_decode(t, ids, n, 0, &d, &dn, &e), RAD_OK);
+    cr_expect_str_eq(d, s, "the text decodes back");
+    free(d);
+    free(ids);
+    rad_tok_free(t);
+}
