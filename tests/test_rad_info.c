@@ -160,3 +160,15 @@ Test(rad_info, bad_inputs_get_one_line_errors) {
     cr_assert(strstr(err, "--check needs a .rad") != NULL, "%s", err);
     free(err);
 }
+
+/* A full disk is an error, not a silent exit 0; --check does not run past it. */
+Test(rad_info, stdout_to_a_full_disk_is_one_line_and_exit_1) {
+    const char *cmds[] = {"$BIN --json --tensors " MODEL " >/dev/full", "$BIN " MODEL " >/dev/full",
+                          "$BIN --plugins >/dev/full"};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        char *err;
+        cr_assert_eq(run(cmds[i], NULL, &err), 1, "%s: %s", cmds[i], err);
+        cr_assert_str_eq(err, "rad-info: stdout: No space left on device\n", "%s", cmds[i]);
+        free(err);
+    }
+}

@@ -10,6 +10,7 @@
 #include "libcommon/rad_container.h"
 #include "libcommon/rad_model.h"
 #include "libcommon/rad_plugins.h"
+#include "libcommon/rad_stdout.h"
 
 typedef struct Opts {
     int json, tensors, check, raw, verbose, plugins;
@@ -411,13 +412,14 @@ int main(int argc, char **argv) {
             if (o.n_plugin_dirs == 16) return fprintf(stderr, "rad-info: too many --plugin-dir\n"), 2;
             o.plugin_dirs[o.n_plugin_dirs++] = optarg;
             break;
-        case 'h': usage(stdout); return 0;
+        case 'h': usage(stdout); return rad_stdout_close("rad-info", 0);
         default:
             fprintf(stderr, "rad-info: unknown option '%s' (see rad-info --help)\n", argv[optind - 1]);
             return 2;
         }
     }
-    if (o.plugins && optind == argc) return list_plugins(&o);
+    rad_stdout_init();
+    if (o.plugins && optind == argc) return rad_stdout_close("rad-info", list_plugins(&o));
     if (optind != argc - 1) {
         fprintf(stderr, "rad-info: expected exactly one FILE (or -); see rad-info --help\n");
         return 2;
@@ -437,9 +439,12 @@ int main(int argc, char **argv) {
     } else {
         print_text(&m, &o);
     }
-    fflush(stdout);
     int rc = 0;
-    if (o.check) {
+    if (rad_stdout_flush(&e)) { /* a full disk or closed pipe: the one line, before --check's */
+        fprintf(stderr, "rad-info: %s\n", e.msg);
+        rc = 1;
+    }
+    if (!rc && o.check) {
         CheckCtx cc = {o.verbose, 0, 0};
         if (rad_container_check(&m, on_check, &cc, &e) != RAD_OK) {
             fprintf(stderr, "rad-info: %s\n", e.msg);
@@ -449,5 +454,5 @@ int main(int argc, char **argv) {
         }
     }
     rad_model_free(&m);
-    return rc;
+    return rad_stdout_close("rad-info", rc);
 }

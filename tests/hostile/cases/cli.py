@@ -1,0 +1,176 @@
+# tests/hostile/cases/cli.py — the tools' command lines: every numeric flag of every tool with
+# values that are not finite decimals in range (exit 2, the flag named), --set typed by its key
+# and given once, stdout to a full disk or a closed pipe (exit 1, "stdout: ..."), and rad-convert
+# killed mid-write (no temporary left, death by that signal).
+import glob
+import os
+import resource
+import signal
+import subprocess
+import time
+
+BAD = ["nan", "-nan", "NaN", "inf", "-inf", "1e309", "0x10", "", "1 ", " 1", "abc"]
+
+# (flag, whole, negative values in range): radiance's numeric flags (tools/radiance/main.c)
+RADIANCE = [("-n", 1, 0), ("--temp", 0, 0), ("--top-k", 1, 0), ("--top-p", 0, 0), ("--min-p", 0, 0),
+            ("--repeat-penalty", 0, 0), ("--presence-penalty", 0, 1), ("--frequency-penalty", 0, 1),
+            ("--threads", 1, 0), ("--ctx", 1, 0), ("--batch", 1, 0), ("--port", 1, 0), ("--max-body", 1, 0),
+            ("--max-header", 1, 0), ("--max-conns", 1, 0), ("--idle-timeout", 1, 0), ("--max-seqs", 1, 0),
+            ("--kv-blocks", 1, 0), ("--max-mixed-tok", 1, 0), ("--max-queue", 1, 0), ("--drain-timeout", 1, 0),
+            ("--header-timeout", 0, 0), ("--body-timeout", 0, 0), ("--seed", 1, 0)]
+
+
+def slug(v):
+    names = {"": "empty", "NaN": "nan-mixed-case", "1 ": "trailing-space", " 1": "leading-space", "-nan": "minus-nan", "-inf": "minus-inf",
+             "-1": "minus-1", "1.5": "fraction", "1e30": "huge"}
+    return names.get(v, v.lower().replace(".", "p").replace("+", "plus"))
+
+
+QUICK = {"nan", "inf", "", "1.5"}  # make test's quick mode: these per flag; the rest in the full run
+
+
+def values(whole, neg_ok):
+    return BAD + ["1e30"] + (["1.5"] if whole else []) + ([] if neg_ok else ["-1"])
+
+
+CASES = []
+
+# --tokenize makes it a one-shot job: a value let through ends at once (exit 0 or 1), not as a server
+for flag, whole, neg in RADIANCE:
+    for v in values(whole, neg):
+        CASES.append(dict(name="radiance-%s-%s" % (flag.lstrip("-"), slug(v)),
+                          argv=["{B}/radiance", "--model", "{MODEL}", "--tokenize", flag, v], stdin=b"hi",
+                          rc=2, stderr=r"^radiance: %s .*: expected a (whole )?number in \[" % flag, quick=v in QUICK))
+
+for v in ["18446744073709551616", "99999999999999999999999", "+1", "1e3"]:
+    CASES.append(dict(name="radiance-seed-" + slug(v), argv=["{B}/radiance", "--model", "{MODEL}", "--tokenize", "--seed", v],
+                      stdin=b"hi", rc=2, stderr=r"^radiance: --seed .*: expected a whole number in \[0, 18446744073709551615\]"))
+CASES.append(dict(name="radiance-seed-max", argv=["{B}/radiance", "--model", "{MODEL}", "--tokenize", "--seed",
+                                                   "18446744073709551615"], stdin=b"hi", rc=0))
+
+for i, v in enumerate(["1,abc", "0x10", "1.5", "-1", "+1", "2147483648", "99999999999999999999", ",", "", "1;2", "nan"]):
+    CASES.append(dict(name="radiance-ids-%d" % i, argv=["{B}/radiance", "--model", "{MODEL}", "--ids", v, "-n", "1"],
+                      rc=2, stderr=r"^radiance: --ids"))
+
+# rad-convert: --zstd a level 1..19, --align a power of two in [8, 1 MiB]
+for flag, extra in [("--zstd", ["1.5", "-1", "0", "20"]), ("--align", ["1.5", "-1", "0", "4", "96", "2097152"])]:
+    for v in BAD + extra:
+        CASES.append(dict(name="rad-convert-%s-%s" % (flag.lstrip("-"), slug(v)),
+                          argv=["{B}/rad-convert", "{GGUF}", "-o", "{T}/o.rad", flag, v], rc=2,
+                          stderr=r"^rad-convert: %s " % flag, no_files=["{T}/o.rad*"], quick=v in QUICK))
+
+# --set: a key once; a value in the type of its key (model.rope_theta is f32, model.n_layers u32)
+SET = [("twice", ["--set", "model.name=a", "--set", "model.name=b"], r"--set model\.name: given twice"),
+       ("empty-key", ["--set", "=x"], r"--set =x: expected KEY=VALUE"),
+       ("no-value", ["--set", "model.name"], r"expected KEY=VALUE"),
+       ("long-key", ["--set", "k" * 300 + "=1"], r"longer than 255 bytes"),
+       ("control-key", ["--set", "a\x01b=1"], r"control character"),
+       ("too-many", sum((["--set", "k%d=v" % i] for i in range(65)), []), r"--set k64: more than 64")]
+for v in ["nan", "-nan", "inf", "-inf", "1e309", "0x10", "", "fast", "1 "]:
+    SET.append(("rope-theta-" + slug(v), ["--set", "model.rope_theta=" + v], r"--set model\.rope_theta "))
+for v in ["1.5", "-1", "4294967296", "nan", "1e3", "0x1e"]:
+    SET.append(("n-layers-" + slug(v), ["--set", "model.n_layers=" + v], r"--set model\.n_layers "))
+SET.append(("tie-embeddings-yes", ["--set", "model.tie_embeddings=yes"], r"--set model\.tie_embeddings: 'yes' is not true or false"))
+for name, args, pat in SET:
+    CASES.append(dict(name="rad-convert-set-" + name, argv=["{B}/rad-convert", "{GGUF}", "-o", "{T}/o.rad"] + args,
+                      rc=2, stderr=pat, no_files=["{T}/o.rad*"]))
+    CASES.append(dict(name="rad-convert-vocab-set-" + name,
+                      argv=["{B}/rad-convert", "{GGUF}", "--vocab-only", "-o", "{T}/o.rad"] + args,
+                      rc=2, stderr=pat, no_files=["{T}/o.rad*"], quick=False))
+
+# stdout to a full disk: exit 1, one line naming stdout
+FULL = [("rad-info-json", ["{B}/rad-info", "--json", "--tensors", "{MODEL}"], None),
+        ("rad-info-text", ["{B}/rad-info", "{GGUF}"], None),
+        ("rad-info-check", ["{B}/rad-info", "--check", "{MODEL}"], None),
+        ("rad-info-plugins", ["{B}/rad-info", "--plugins", "--json"], None),
+        ("rad-info-help", ["{B}/rad-info", "--help"], None),
+        ("rad-convert-stdout", ["{B}/rad-convert", "{GGUF}", "-o", "-"], None),
+        ("rad-convert-plan", ["{B}/rad-convert", "{GGUF}", "--plan-only", "-v"], None),
+        ("rad-convert-help", ["{B}/rad-convert", "--help"], None),
+        ("radiance-help", ["{B}/radiance", "--help"], None),
+        ("radiance-p", ["{B}/radiance", "--model", "{MODEL}", "-p", "Once upon a time", "-n", "16", "--temp", "0"], None),
+        ("radiance-print-ids", ["{B}/radiance", "--model", "{MODEL}", "--ids", "1,2,3", "-n", "16", "--print-ids"], None),
+        ("radiance-debug-graph", ["{B}/radiance", "--model", "{MODEL}", "--debug-graph"], None),
+        ("radiance-tokenize", ["{B}/radiance", "--model", "{MODEL}", "--tokenize"], b"Hello world"),
+        ("radiance-detokenize", ["{B}/radiance", "--model", "{MODEL}", "--detokenize"], b"19556 905")]
+for name, argv, stdin in FULL:
+    CASES.append(dict(name="dev-full-" + name, argv=argv, stdin=stdin, stdout="/dev/full", rc=1,
+                      stderr=r"^(radiance|rad-info|rad-convert): stdout: .*No space left on device"))
+
+
+def closed_pipe(argv, want):
+    """Runs argv with stdout a pipe whose reader reads one byte and goes: exit 1, one line, promptly."""
+    def check(t, proc):
+        env = os.environ
+        argv2 = [a.format(B=env["RAD_B"], MODEL=env["RAD_MODEL"], GGUF=env["RAD_GGUF"], T=t) for a in argv]
+        p = subprocess.Popen(argv2, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             cwd=t, preexec_fn=lambda: signal.signal(signal.SIGPIPE, signal.SIG_DFL))
+        p.stdout.read(1)
+        p.stdout.close()
+        p.stdout = None  # communicate reads stderr alone, under its own limit
+        try:
+            _, err = p.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            return "hang: still writing 120 s after its reader went"
+        text = err.decode(errors="replace")
+        if p.returncode != 1 or len(text.strip().splitlines()) != 1 or want not in text:
+            return "status %d, stderr %r; expected exit 1 and one line with %r" % (p.returncode, text[-300:], want)
+        return None
+    return check
+
+
+CASES += [
+    dict(name="epipe-radiance-p", argv=None, check=closed_pipe(
+        ["{B}/radiance", "--model", "{MODEL}", "-p", "Once upon a time", "-n", "100000", "--ctx", "8192"],
+        "radiance: stdout: Broken pipe"), timeout=180),
+    dict(name="epipe-radiance-print-ids", argv=None, check=closed_pipe(
+        ["{B}/radiance", "--model", "{MODEL}", "--ids", "1,2,3", "-n", "100000", "--ctx", "8192", "--print-ids"],
+        "radiance: stdout: Broken pipe"), timeout=180),
+    dict(name="epipe-rad-convert-stdout", argv=None, check=closed_pipe(
+        ["{B}/rad-convert", "{GGUF}", "-o", "-"], "rad-convert: stdout: write failed: Broken pipe"), timeout=180),
+]
+
+
+def killed_mid_write(sig):
+    """rad-convert with --zstd 19 (a long write), killed once its temporary exists: death by sig, no file."""
+    def check(t, proc):
+        out = os.path.join(t, "o.rad")
+        argv = [os.environ["RAD_B"] + "/rad-convert", os.environ["RAD_GGUF"], "-o", out, "--zstd", "19"]
+
+        def child():
+            for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGPIPE):
+                signal.signal(s, signal.SIG_DFL)
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # SIGQUIT dumps no core here
+        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             cwd=t, preexec_fn=child)
+        try:
+            deadline = time.time() + 120
+            while not glob.glob(out + ".tmp.*"):
+                if p.poll() is not None:
+                    return "rad-convert ended (status %d) before its temporary appeared" % p.returncode
+                if time.time() > deadline:
+                    return "no temporary within 120 s"
+                time.sleep(0.01)
+            p.send_signal(sig)
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                return "still running 60 s after %s" % signal.Signals(sig).name
+            if p.returncode != -sig:
+                return "status %d, expected death by %s" % (p.returncode, signal.Signals(sig).name)
+            left = glob.glob(out + "*")
+            if left:
+                return "left behind: " + ", ".join(left)
+            return None
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return check
+
+
+for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+    CASES.append(dict(name="rad-convert-killed-by-" + signal.Signals(s).name.lower(), argv=None,
+                      check=killed_mid_write(s), timeout=240, quick=s == signal.SIGTERM))
