@@ -354,7 +354,12 @@ static int list_plugins(const Opts *o) {
             }
             json_array_append_new(a, x);
         }
-        json_t *r = json_pack("{s:o, s:o}", "search_path", d, "plugins", a);
+        json_t *k = json_array(); /* the files left out, and why (a warning each on stderr too) */
+        for (int i = 0; i < s.n_skipped; i++) {
+            json_t *x = json_pack("{s:s, s:s, s:s}", "path", s.skipped[i].path, "name", s.skipped[i].name, "why", s.skipped[i].why);
+            if (x) json_array_append_new(k, x);
+        }
+        json_t *r = json_pack("{s:o, s:o, s:o}", "search_path", d, "plugins", a, "skipped", k);
         json_dumpf(r, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
         putchar('\n');
         json_decref(r);
@@ -372,6 +377,8 @@ static int list_plugins(const Opts *o) {
                    p->info->abi_major, p->info->abi_minor, p->path);
         }
         if (!s.n) printf("(no plugins found)\n");
+        if (s.n_skipped) printf("\nskipped (RADIANCE_PLUGINS_STRICT=1 makes each an error):\n");
+        for (int i = 0; i < s.n_skipped; i++) printf("  %s: %s\n", s.skipped[i].path, s.skipped[i].why);
     }
     rad_plugins_free(&s);
     rad_plugin_dirs_free(dirs, n_dirs);
