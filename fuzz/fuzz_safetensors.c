@@ -1,9 +1,13 @@
 /* libFuzzer target: the safetensors reader on arbitrary bytes, as a mapped buffer and as a
  * stream fed a few bytes at a time. Every tensor a successful load returns is touched at both
  * ends, so a plane pointing outside the input trips ASan. Seeds: fuzz/corpus/fuzz_safetensors/
- * (scripts/make-hf-fixture.py). */
+ * (scripts/make-hf-fixture.py; many_entries.safetensors: 1,500 metadata entries and 600 tensors).
+ * An input that starts with "MANY" is expanded instead: every 4 bytes after it name one
+ * __metadata__ entry and one tensor (the tables whose duplicate checks were quadratic); a load
+ * must succeed exactly when no name repeats. */
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,7 +44,48 @@ static void check(int rc, const RadModelFile *m, const RadErr *e) {
     (void)sink;
 }
 
+static int cmp_u32(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void many(const uint8_t *data, size_t size) {
+    size_t n = size / 4 > 2048 ? 2048 : size / 4, cap = 100 * n + 64, o = 8; /* quick per run */
+    uint32_t *ids = malloc((n ? n : 1) * sizeof *ids);
+    uint8_t *f = malloc(cap + 4 * n);
+    if (!ids || !f) abort();
+    for (size_t i = 0; i < n; i++) memcpy(&ids[i], data + 4 * i, 4);
+    char *h = (char *)f;
+    o += (size_t)snprintf(h + o, cap - o, "{\"__metadata__\":{");
+    for (size_t i = 0; i < n; i++) o += (size_t)snprintf(h + o, cap - o, "%s\"m%08x\":\"v\"", i ? "," : "", ids[i]);
+    o += (size_t)snprintf(h + o, cap - o, "}");
+    for (size_t i = 0; i < n; i++)
+        o += (size_t)snprintf(h + o, cap - o, ",\"t%08x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[%zu,%zu]}",
+                              ids[i], 4 * i, 4 * i + 4);
+    o += (size_t)snprintf(h + o, cap - o, "}");
+    uint64_t hl = o - 8;
+    memcpy(f, &hl, 8); /* little-endian host */
+    memset(f + o, 0, 4 * n);
+    RadIn in;
+    rad_in_init_owned(&in, f, o + 4 * n, "many.safetensors");
+    RadModelFile m = {0};
+    RadErr e = {0};
+    int rc = rad_safetensors_load(&in, &m, &e);
+    check(rc, &m, &e);
+    qsort(ids, n, sizeof *ids, cmp_u32);
+    int dup = 0;
+    for (size_t i = 1; i < n && !dup; i++) dup = ids[i] == ids[i - 1];
+    if ((rc == RAD_OK) == dup) abort();
+    if (rc == RAD_OK && (m.n_tensors != n || m.raw.n != n)) abort();
+    rad_model_free(&m);
+    free(ids);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size >= 4 && memcmp(data, "MANY", 4) == 0) {
+        many(data + 4, size - 4);
+        return 0;
+    }
     /* an exact-size copy, so a read one past the end is caught */
     uint8_t *copy = malloc(size ? size : 1);
     if (!copy) return 0;

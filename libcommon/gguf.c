@@ -3,6 +3,7 @@
 
 #include <float.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -330,25 +331,73 @@ static bool is_f32_value(const RadValue *v, double *out) {
     return true;
 }
 
-/* {arch}.<suffix> keys that become model.* (u32, or f32 when is_f32). */
+/* {arch}.<suffix> keys that become model.* (u32, or f32 in (0, max] when is_f32). */
 static const struct {
     const char *suffix, *key;
     bool is_f32;
+    double max;
 } arch_keys[] = {
-    {"block_count", "model.n_layers", false},
-    {"embedding_length", "model.n_embd", false},
-    {"attention.head_count", "model.n_head", false},
-    {"attention.head_count_kv", "model.n_head_kv", false},
-    {"attention.key_length", "model.head_dim", false},
-    {"feed_forward_length", "model.n_ff", false},
-    {"vocab_size", "model.n_vocab", false},
-    {"context_length", "model.n_ctx_train", false},
-    {"expert_count", "model.n_expert", false},
-    {"expert_used_count", "model.n_expert_used", false},
-    {"attention.layer_norm_rms_epsilon", "model.rms_eps", true},
-    {"rope.freq_base", "model.rope_theta", true},
+    {"block_count", "model.n_layers", false, 0},
+    {"embedding_length", "model.n_embd", false, 0},
+    {"attention.head_count", "model.n_head", false, 0},
+    {"attention.head_count_kv", "model.n_head_kv", false, 0},
+    {"attention.key_length", "model.head_dim", false, 0},
+    {"feed_forward_length", "model.n_ff", false, 0},
+    {"vocab_size", "model.n_vocab", false, 0},
+    {"context_length", "model.n_ctx_train", false, 0},
+    {"expert_count", "model.n_expert", false, 0},
+    {"expert_used_count", "model.n_expert_used", false, 0},
+    {"attention.layer_norm_rms_epsilon", "model.rms_eps", true, 1.0},
+    {"rope.freq_base", "model.rope_theta", true, 1e12},
 };
 #define N_ARCH_KEYS (sizeof arch_keys / sizeof arch_keys[0])
+
+/* "a string", "an f32", "an array of u32": a value's kind, for messages. */
+static void kind_of(const RadValue *v, char *buf, size_t n) {
+    const char *t = rad_val_type_name(v->type == RAD_VAL_ARRAY ? v->arr_type : v->type);
+    if (v->type == RAD_VAL_ARRAY) snprintf(buf, n, "an array of %s", t);
+    else snprintf(buf, n, "%s %s", t[0] == 'i' || t[0] == 'f' ? "an" : "a", t);
+}
+
+/* A scalar model.* key that is present but cannot be what it must be: named, with its type
+ * or value, rather than read as absent (a string block_count is not "n_layers 0"). */
+static int bad_arch_key(const char *f, const char *key, bool is_f32, double max, const RadValue *v, RadErr *e) {
+    char k[48];
+    kind_of(v, k, sizeof k);
+    bool num = v->type == RAD_VAL_F32 || v->type == RAD_VAL_F64;
+    bool integer = rad_val_scalar_size(v->type) && !num && v->type != RAD_VAL_BOOL;
+    if (!is_f32 && !integer)
+        return rad_err_set(e, RAD_E_FORMAT, "%s: key '%s' is %s, expected an integer", f, key, k);
+    bool sgn = v->type == RAD_VAL_I8 || v->type == RAD_VAL_I16 || v->type == RAD_VAL_I32 || v->type == RAD_VAL_I64;
+    if (!is_f32 && sgn)
+        return rad_err_set(e, RAD_E_FORMAT, "%s: key '%s': %" PRId64 " is out of range [0, %u]", f, key,
+                           v->v.i, UINT32_MAX);
+    if (!is_f32)
+        return rad_err_set(e, RAD_E_FORMAT, "%s: key '%s': %" PRIu64 " is out of range [0, %u]", f, key,
+                           v->v.u, UINT32_MAX);
+    if (!num && !integer)
+        return rad_err_set(e, RAD_E_FORMAT, "%s: key '%s' is %s, expected a number", f, key, k);
+    double x = num ? v->v.f : sgn ? (double)v->v.i : (double)v->v.u;
+    return rad_err_set(e, RAD_E_FORMAT, "%s: key '%s': %g is not a finite number in (0, %g]", f, key, x, max);
+}
+
+/* Any float in an {arch}.* value (a scalar, or an array of them) that is NaN or infinite. */
+static bool non_finite(const RadValue *v, uint64_t *at) {
+    if (v->type == RAD_VAL_F32 || v->type == RAD_VAL_F64) return *at = 0, !isfinite(v->v.f);
+    if (v->type != RAD_VAL_ARRAY || (v->arr_type != RAD_VAL_F32 && v->arr_type != RAD_VAL_F64)) return false;
+    for (uint64_t i = 0; i < v->n; i++) {
+        double x;
+        if (v->arr_type == RAD_VAL_F32) {
+            float y;
+            memcpy(&y, (const uint8_t *)v->v.arr + 4 * i, 4);
+            x = y;
+        } else {
+            memcpy(&x, (const uint8_t *)v->v.arr + 8 * i, 8);
+        }
+        if (!isfinite(x)) return *at = i, true;
+    }
+    return false;
+}
 
 /* The quant descriptor when general.file_type is absent or unknown: "" when every tensor is
  * plain, else the block encoding holding the most bytes. */
@@ -362,6 +411,30 @@ static const char *quant_from_tensors(const RadModelFile *m) {
             (best < 0 || bytes[k] > bytes[best]))
             best = k;
     return best < 0 ? "" : rad_enc_info((RadEnc)best)->name;
+}
+
+/* GGUF names a layer's tensors "blk.N." (the format's convention, whatever the model): the
+ * layers the tensors hold must be the ones block_count says, or the file converts and runs as
+ * a model of another depth. Files without layer tensors (vocab-only) pass. */
+static int check_layers(const RadModelFile *m, const char *arch, uint64_t n_layers, RadErr *e) {
+    const char *f = m->ins[0].name;
+    uint64_t top = 0;
+    const char *top_name = NULL;
+    for (uint64_t i = 0; i < m->n_tensors; i++) {
+        const char *nm = m->tensors[i].name;
+        if (strncmp(nm, "blk.", 4) != 0 || nm[4] < '0' || nm[4] > '9') continue;
+        char *end;
+        unsigned long long l = strtoull(nm + 4, &end, 10);
+        if (*end != '.') continue;
+        if (l >= n_layers)
+            return rad_err_set(e, RAD_E_FORMAT, "%s: tensor '%s' is in layer %llu, but key '%s.block_count' says %" PRIu64
+                               " layer%s", f, nm, l, arch, n_layers, n_layers == 1 ? "" : "s");
+        if (!top_name || l > top) top = l, top_name = nm;
+    }
+    if (top_name && top + 1 < n_layers)
+        return rad_err_set(e, RAD_E_FORMAT, "%s: key '%s.block_count' says %" PRIu64 " layers, but the tensors stop at "
+                           "layer %" PRIu64 " ('%s')", f, arch, n_layers, top, top_name);
+    return RAD_OK;
 }
 
 static int map_meta(RadModelFile *m, RadErr *e) {
@@ -380,12 +453,19 @@ static int map_meta(RadModelFile *m, RadErr *e) {
     int rc = rad_kv_set_str(meta, "model.arch_id", arch, e);
     if (rc) return rc;
     const RadValue *v = rad_kv_get(raw, "general.name");
-    if (v && v->type == RAD_VAL_STRING && (rc = rad_kv_set_str(meta, "model.name", v->v.s.p, e)))
-        return rc;
+    char kd[48];
+    if (v && v->type != RAD_VAL_STRING)
+        return kind_of(v, kd, sizeof kd),
+               rad_err_set(e, RAD_E_FORMAT, "%s: key 'general.name' is %s, expected a string", f, kd);
+    if (v && (rc = rad_kv_set_str(meta, "model.name", v->v.s.p, e))) return rc;
     const char *quant = NULL;
     uint64_t ft;
     v = rad_kv_get(raw, "general.file_type");
-    if (v && is_uint_value(v, UINT32_MAX, &ft)) quant = rad_gguf_ftype_name((uint32_t)ft);
+    if (v && !is_uint_value(v, UINT32_MAX, &ft))
+        return kind_of(v, kd, sizeof kd),
+               rad_err_set(e, RAD_E_FORMAT, "%s: key 'general.file_type' is %s, expected an integer in [0, %u]",
+                           f, kd, UINT32_MAX);
+    if (v) quant = rad_gguf_ftype_name((uint32_t)ft);
     if (!quant) quant = quant_from_tensors(m);
     if ((rc = rad_kv_set_str(meta, "model.quant", quant, e))) return rc;
 
@@ -401,6 +481,12 @@ static int map_meta(RadModelFile *m, RadErr *e) {
         absent[k] = !v;
         if (v) mapped[k] = arch_keys[k].is_f32 ? is_f32_value(v, &fl[k])
                                                : is_uint_value(v, UINT32_MAX, &u[k]);
+        if (mapped[k] && arch_keys[k].is_f32 && !((float)fl[k] > 0 && fl[k] <= arch_keys[k].max))
+            mapped[k] = false; /* NaN, 0 (or an f64 that is 0 as f32), negative, beyond the bound */
+        /* a per-layer array is kept under its own name (gguf.h); a scalar that cannot be the
+         * count or number is refused, never defaulted */
+        if (v && !mapped[k] && v->type != RAD_VAL_ARRAY)
+            return bad_arch_key(f, key, arch_keys[k].is_f32, arch_keys[k].max, v, e);
     }
     /* defaults (docs/KEYS.md) apply only to keys the file does not have */
     enum { N_LAYERS, N_EMBD, N_HEAD, N_HEAD_KV, HEAD_DIM, N_FF, N_VOCAB, N_CTX, N_EXPERT,
@@ -435,12 +521,19 @@ static int map_meta(RadModelFile *m, RadErr *e) {
     }
     if ((rc = rad_kv_set_bool(meta, "model.tie_embeddings", !rad_model_find(m, "output.weight"), e)))
         return rc;
+    if (mapped[N_LAYERS] && (rc = check_layers(m, arch, u[N_LAYERS], e))) return rc;
 
     /* every other {arch}.* key, prefix stripped (rope.scaling.* among them) */
     for (uint64_t i = 0; i < raw->n; i++) {
         const char *k = raw->keys[i].p;
         if (strncmp(k, arch, alen) != 0 || k[alen] != '.' || k[alen + 1] == 0) continue;
         const char *suffix = k + alen + 1;
+        uint64_t at;
+        if (non_finite(&raw->vals[i], &at)) {
+            if (raw->vals[i].type == RAD_VAL_ARRAY)
+                return rad_err_set(e, RAD_E_FORMAT, "%s: key '%s'[%" PRIu64 "] is not a finite number", f, k, at);
+            return rad_err_set(e, RAD_E_FORMAT, "%s: key '%s' is %g, not a finite number", f, k, raw->vals[i].v.f);
+        }
         /* a key that became model.* is not copied again; one of an unexpected kind was not
          * mapped and is kept under its stripped name */
         bool taken = false;

@@ -15,7 +15,10 @@
  *   meta = docs/KEYS.md: model.* from general.* and {arch}.*, rope.scaling.*, and every other
  *          {arch}.* key with the "{arch}." prefix removed. A {arch}.* key of an unexpected
  *          kind (a per-layer array where a count is expected) is not mapped to model.* but
- *          copied under its stripped name;
+ *          copied under its stripped name; a scalar that cannot be what its model.* key must
+ *          be (a string block_count, an inf or out-of-range rope base or epsilon), a NaN or
+ *          infinite float anywhere in {arch}.*, and "blk.N." tensors that disagree with
+ *          block_count are refused naming the key (docs/KEYS.md, "What the readers refuse");
  *   tok  = tokenizer.ggml.* as tokenizer.* (ids as i32, token_type as array[i32]); a
  *          tokenizer key of the wrong type is an error naming it;
  *   chat = chat.template from tokenizer.chat_template, chat.kind (chatml | llama3 | llama2 |

@@ -2,6 +2,7 @@
 
 #include <inttypes.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,6 +116,19 @@ static int want_int(const char *file, const char *label, const json_t *v, int64_
 static int want_num(const char *file, const char *label, const json_t *v, double *out, RadErr *e) {
     if (!json_is_number(v)) return bad_type(file, label, "number", v, e);
     *out = json_number_value(v);
+    return RAD_OK;
+}
+
+/* A number the model uses as an f32 (rope_theta, an epsilon, a scaling factor): finite once
+ * narrowed to f32, and in (0, max]; 1e300 would otherwise become inf without a word. */
+static int want_pos(const char *file, const char *label, const json_t *v, double max, double *out,
+                    RadErr *e) {
+    int rc = want_num(file, label, v, out, e);
+    if (rc) return rc;
+    float f = (float)*out;
+    if (!isfinite(f) || !(f > 0) || *out > max) /* f == 0: it underflowed */
+        return rad_err_set(e, RAD_E_FORMAT, "%s: field '%s': %g is not a finite number in (0, %g]", file,
+                           label, *out, max);
     return RAD_OK;
 }
 
@@ -294,7 +308,7 @@ static int read_rope(RadModelFile *m, const char *file, const char *label, const
         snprintf(lab, sizeof lab, "%s.%s", label, fl[i]);
         char key[64];
         snprintf(key, sizeof key, "rope.scaling.%s", fl[i]);
-        if ((rc = want_num(file, lab, v, &d, e)) || (rc = rad_kv_set_f32(&m->meta, key, (float)d, e)))
+        if ((rc = want_pos(file, lab, v, 1e6, &d, e)) || (rc = rad_kv_set_f32(&m->meta, key, (float)d, e)))
             return rc;
     }
     json_t *o = jget(rs, "original_max_position_embeddings");
@@ -358,15 +372,15 @@ int rad_hf_read_config(RadModelFile *m, const char *name, const char *json, size
     static const char *eps_fields[] = {"rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps",
                                        "norm_eps", NULL};
     if ((v = jfirst(root, eps_fields, &which)) &&
-        ((rc = want_num(name, which, v, &d, e)) ||
+        ((rc = want_pos(name, which, v, 1.0, &d, e)) ||
          (rc = rad_kv_set_f32(&m->meta, "model.rms_eps", (float)d, e))))
         goto out;
     json_t *rp = jget(root, "rope_parameters");
     d = 10000.0;
     if ((v = jget(root, "rope_theta"))) {
-        if ((rc = want_num(name, "rope_theta", v, &d, e))) goto out;
+        if ((rc = want_pos(name, "rope_theta", v, 1e12, &d, e))) goto out;
     } else if (json_is_object(rp) && (v = jget(rp, "rope_theta"))) {
-        if ((rc = want_num(name, "rope_parameters.rope_theta", v, &d, e))) goto out;
+        if ((rc = want_pos(name, "rope_parameters.rope_theta", v, 1e12, &d, e))) goto out;
     }
     if ((rc = rad_kv_set_f32(&m->meta, "model.rope_theta", (float)d, e))) goto out;
     bool b;
@@ -799,9 +813,9 @@ int rad_hf_read_tokenizer(RadModelFile *m, const char *tok_name, const char *tok
     /* The unknown token: model.unk_token (BPE, WordPiece) or model.unk_id (Unigram). */
     const char *unk = json_string_value(jget(model, "unk_token"));
     int64_t unk_id = unk ? vocab_find(&v, unk) : -1;
-    if ((x = jget(model, "unk_id")) && json_is_integer(x) && json_integer_value(x) >= 0 &&
-        (uint64_t)json_integer_value(x) < v.n)
-        unk_id = (int64_t)json_integer_value(x);
+    /* present but not an id of this vocabulary: named, not ignored */
+    if ((x = jget(model, "unk_id")) && (rc = want_int(file, "model.unk_id", x, 0, (int64_t)v.n - 1, &unk_id, e)))
+        goto out;
     if (unk_id >= 0) {
         v.type[unk_id] = TT_UNKNOWN;
         if ((rc = rad_kv_set_i32(&m->tok, "tokenizer.unk_id", (int32_t)unk_id, e))) goto out;
@@ -876,7 +890,7 @@ static int load_sharded(RadSrc *s, RadModelFile *m, RadErr *e) {
     int rc = rad_src_read(s, "model.safetensors.index.json", &in, RAD_HF_MAX_JSON, e);
     if (rc) return rc;
     const char *file = in.name;
-    json_t *root = NULL;
+    json_t *root = NULL, *slot = NULL;
     Shard *sh = NULL;
     uint64_t *idx = NULL;
     size_t nsh = 0;
@@ -891,7 +905,8 @@ static int load_sharded(RadSrc *s, RadModelFile *m, RadErr *e) {
         goto out;
     }
     size_t nw = json_object_size(wm);
-    if (!(sh = calloc(nw ? nw : 1, sizeof *sh))) {
+    /* shard file -> its slot in sh: a hash, so 100,000 index entries cost no scan each */
+    if (!(sh = calloc(nw ? nw : 1, sizeof *sh)) || !(slot = json_object())) {
         rc = rad_err_set(e, RAD_E_NOMEM, "%s: out of memory", file);
         goto out;
     }
@@ -904,19 +919,22 @@ static int load_sharded(RadSrc *s, RadModelFile *m, RadErr *e) {
             goto out;
         }
         const char *f = json_string_value(x);
-        size_t j = 0;
-        while (j < nsh && strcmp(sh[j].file, f) != 0) j++;
-        if (j < nsh) continue;
+        if (json_object_get(slot, f)) continue;
         const RadSrcEntry *en = rad_src_find(s, f);
         if (!en) {
             rc = rad_err_set(e, RAD_E_NOTFOUND, "%s: shard '%s' (holding tensor '%s') is not in %s",
                              file, f, k, s->path);
             goto out;
         }
+        if (json_object_set_new(slot, f, json_integer(0))) {
+            rc = rad_err_set(e, RAD_E_NOMEM, "%s: out of memory", file);
+            goto out;
+        }
         sh[nsh++] = (Shard){f, en, -1};
     }
     /* Load in the source's order: an archive is then read in one pass. */
     qsort(sh, nsh, sizeof *sh, cmp_shard);
+    for (size_t j = 0; j < nsh; j++) json_integer_set(json_object_get(slot, sh[j].file), (json_int_t)j);
     for (size_t j = 0; j < nsh; j++) {
         RadIn sin;
         if ((rc = rad_src_read(s, sh[j].en->name, &sin, RAD_SRC_NO_LIMIT, e))) goto out;
@@ -940,8 +958,7 @@ static int load_sharded(RadSrc *s, RadModelFile *m, RadErr *e) {
     }
     json_object_foreach(wm, k, x) {
         const char *f = json_string_value(x);
-        size_t j = 0;
-        while (strcmp(sh[j].file, f) != 0) j++;
+        size_t j = (size_t)json_integer_value(json_object_get(slot, f));
         int64_t t = find_sorted(m, idx, k);
         if (t < 0 || m->tensors[t].src != sh[j].in) {
             rc = rad_err_set(e, RAD_E_FORMAT, "%s: tensor '%s' is listed in shard '%s' but absent "
@@ -952,6 +969,7 @@ static int load_sharded(RadSrc *s, RadModelFile *m, RadErr *e) {
 out:
     free(idx);
     free(sh);
+    json_decref(slot);
     json_decref(root);
     rad_in_close(&in);
     return rc;

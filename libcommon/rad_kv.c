@@ -3,8 +3,11 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #define KV_MAX_DEPTH 8
+/* Below this many keys a lookup scans; from it on the hash index is kept. */
+#define KV_INDEX_MIN 16
 
 void rad_kv_init(RadKV *kv) { memset(kv, 0, sizeof *kv); }
 
@@ -57,6 +60,7 @@ void rad_kv_free(RadKV *kv) {
     }
     free(kv->keys);
     free(kv->vals);
+    free(kv->idx);
     memset(kv, 0, sizeof *kv);
 }
 
@@ -107,11 +111,46 @@ oom:
     return rad_err_set(e, RAD_E_NOMEM, "out of memory copying a metadata value");
 }
 
+static uint64_t key_hash(const char *key, size_t kl) { return XXH3_64bits(key, kl); }
+
 static int64_t kv_index(const RadKV *kv, const char *key) {
     size_t kl = strlen(key);
-    for (uint64_t i = 0; i < kv->n; i++)
-        if (kv->keys[i].len == kl && memcmp(kv->keys[i].p, key, kl) == 0) return (int64_t)i;
-    return -1;
+    if (!kv->idx) {
+        for (uint64_t i = 0; i < kv->n; i++)
+            if (kv->keys[i].len == kl && memcmp(kv->keys[i].p, key, kl) == 0) return (int64_t)i;
+        return -1;
+    }
+    uint64_t mask = kv->idx_cap - 1;
+    for (uint64_t h = key_hash(key, kl) & mask;; h = (h + 1) & mask) {
+        uint64_t j = kv->idx[h];
+        if (!j) return -1;
+        const RadStr *k = &kv->keys[j - 1];
+        if (k->len == kl && memcmp(k->p, key, kl) == 0) return (int64_t)(j - 1);
+    }
+}
+
+static void idx_put(uint64_t *idx, uint64_t cap, const RadStr *k, uint64_t i) {
+    uint64_t mask = cap - 1, h = key_hash(k->p, (size_t)k->len) & mask;
+    while (idx[h]) h = (h + 1) & mask;
+    idx[h] = i + 1;
+}
+
+/* Keeps the index over keys[0, n) at most half full; false when out of memory. */
+static bool idx_update(RadKV *kv) {
+    if (kv->n < KV_INDEX_MIN) return true;
+    if (kv->idx && kv->n * 2 <= kv->idx_cap) {
+        idx_put(kv->idx, kv->idx_cap, &kv->keys[kv->n - 1], kv->n - 1);
+        return true;
+    }
+    uint64_t cap = kv->idx_cap ? kv->idx_cap : 64;
+    while (cap < kv->n * 2) cap *= 2;
+    uint64_t *idx = calloc(cap, sizeof *idx);
+    if (!idx) return false;
+    for (uint64_t i = 0; i < kv->n; i++) idx_put(idx, cap, &kv->keys[i], i);
+    free(kv->idx);
+    kv->idx = idx;
+    kv->idx_cap = cap;
+    return true;
 }
 
 const RadValue *rad_kv_get(const RadKV *kv, const char *key) {
@@ -183,8 +222,13 @@ int rad_kv_take(RadKV *kv, const char *key, RadValue *v, RadErr *e) {
     char *k = dup_bytes(key, kl);
     if (!k) goto oom;
     kv->keys[kv->n] = (RadStr){kl, k};
-    kv->vals[kv->n] = *v;
     kv->n++;
+    if (!idx_update(kv)) {
+        free(k);
+        kv->n--;
+        goto oom;
+    }
+    kv->vals[kv->n - 1] = *v;
     memset(v, 0, sizeof *v);
     return RAD_OK;
 oom:

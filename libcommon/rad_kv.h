@@ -43,6 +43,12 @@ typedef struct RadKV {
     uint64_t n, cap;
     RadStr *keys;     /* [n] */
     RadValue *vals;   /* [n] */
+    /* A hash index over keys (open addressing: entry index + 1, 0 empty; idx_cap a power of
+     * two), kept by the setters once n passes a handful, so lookups and the duplicate checks of
+     * every parser stay O(1) per key; NULL while the table is small. Owned; freed by
+     * rad_kv_free. A struct copy of a RadKV may be read, never written. */
+    uint64_t *idx;
+    uint64_t idx_cap;
 } RadKV;
 
 void rad_kv_init(RadKV *kv);

@@ -4,12 +4,15 @@
 #include <archive_entry.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "gguf.h"
 #include "hf.h"
@@ -120,7 +123,9 @@ static int list_dir(const char *top, const char *dir, const char *rel, int depth
         }
         struct stat lst, st;
         bool ok = lstat(full, &lst) == 0 && stat(full, &st) == 0;
-        if (ok && S_ISREG(st.st_mode)) {
+        /* a FIFO, socket or device is listed too, so reading it is refused by name
+         * (rad_open_regular) rather than the member looking absent */
+        if (ok && !S_ISDIR(st.st_mode)) {
             if (l->n >= RAD_SRC_MAX_FILES) {
                 free(full);
                 free(r);
@@ -128,7 +133,7 @@ static int list_dir(const char *top, const char *dir, const char *rel, int depth
                                  top, RAD_SRC_MAX_FILES);
                 break;
             }
-            if (list_add(l, r, NULL, (uint64_t)st.st_size, 0)) {
+            if (list_add(l, r, NULL, S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0, 0)) {
                 free(full);
                 free(r);
                 rc = rad_err_set(e, RAD_E_NOMEM, "%s: out of memory", top);
@@ -159,11 +164,73 @@ static int list_dir(const char *top, const char *dir, const char *rel, int depth
 #endif
 #define NOT_ARCHIVE "not a folder or a supported archive (.tar, .tar.gz, .tar.zst, .zip)"
 
-/* Opens path for reading with the formats and filters Radiance supports. */
-static int ar_open(const char *path, struct archive **out, RadErr *e) {
+/* The archive's file, opened with rad_open_regular (a FIFO is refused, never waited on) and
+ * read through these callbacks, which count the raw bytes read for the bomb checks. */
+typedef struct ArFile {
+    int fd;
+    uint64_t raw;           /* bytes read from the file */
+    uint8_t buf[1 << 16];
+} ArFile;
+
+static la_ssize_t arf_read(struct archive *a, void *u, const void **buf) {
+    ArFile *f = u;
+    for (;;) {
+        ssize_t r = read(f->fd, f->buf, sizeof f->buf);
+        if (r >= 0) {
+            f->raw += (uint64_t)r;
+            *buf = f->buf;
+            return r;
+        }
+        if (errno != EINTR) {
+            archive_set_error(a, errno, "read failed: %s", strerror(errno));
+            return -1;
+        }
+    }
+}
+
+static la_int64_t arf_skip(struct archive *a, void *u, la_int64_t n) {
+    ArFile *f = u;
+    (void)a;
+    off_t old = lseek(f->fd, 0, SEEK_CUR), now;
+    if (old < 0 || (now = lseek(f->fd, n, SEEK_CUR)) < 0) return 0; /* 0: libarchive reads instead */
+    return now - old;
+}
+
+static la_int64_t arf_seek(struct archive *a, void *u, la_int64_t off, int whence) {
+    ArFile *f = u;
+    off_t r = lseek(f->fd, off, whence);
+    if (r < 0) {
+        archive_set_error(a, errno, "seek failed: %s", strerror(errno));
+        return ARCHIVE_FATAL;
+    }
+    return r;
+}
+
+static int arf_close(struct archive *a, void *u) {
+    ArFile *f = u;
+    (void)a;
+    close(f->fd);
+    free(f);
+    return ARCHIVE_OK;
+}
+
+/* Opens path for reading with the formats and filters Radiance supports; *file (optional)
+ * gets the reader's file state, owned by the archive. */
+static int ar_open(const char *path, struct archive **out, ArFile **file, uint64_t *size, RadErr *e) {
     *out = NULL;
-    struct archive *a = archive_read_new();
-    if (!a) return rad_err_set(e, RAD_E_NOMEM, "%s: out of memory", path);
+    struct stat st;
+    int fd = rad_open_regular(path, &st, e);
+    if (fd < 0) return e ? e->code : RAD_E_IO;
+    ArFile *f = malloc(sizeof *f);
+    struct archive *a = f ? archive_read_new() : NULL;
+    if (!a) {
+        free(f);
+        close(fd);
+        return rad_err_set(e, RAD_E_NOMEM, "%s: out of memory", path);
+    }
+    f->fd = fd;
+    f->raw = 0;
+    if (size) *size = (uint64_t)st.st_size;
     /* Compression filters through their libraries; the return value only says whether an
      * external program would be used, which is fine. */
     archive_read_support_filter_gzip(a);
@@ -173,7 +240,12 @@ static int ar_open(const char *path, struct archive **out, RadErr *e) {
     archive_read_support_filter_lz4(a);
     archive_read_support_format_tar(a);
     archive_read_support_format_zip(a);
-    if (archive_read_open_filename(a, path, 1 << 16) != ARCHIVE_OK) {
+    archive_read_set_callback_data(a, f);
+    archive_read_set_read_callback(a, arf_read);
+    archive_read_set_skip_callback(a, arf_skip);
+    archive_read_set_seek_callback(a, arf_seek);
+    archive_read_set_close_callback(a, arf_close); /* also called when the open fails */
+    if (archive_read_open1(a) != ARCHIVE_OK) {
         /* Opening reads the first block and picks the format: no bidder is "unsupported". */
         int en = archive_errno(a), rc;
         if (en == ARCHIVE_ERRNO_FILE_FORMAT)
@@ -186,69 +258,131 @@ static int ar_open(const char *path, struct archive **out, RadErr *e) {
         return rc;
     }
     *out = a;
+    if (file) *file = f;
     return RAD_OK;
 }
 
-/* Reads the current member's data (size bytes, or UINT64_MAX when unknown) into a malloc'd
- * buffer, refusing more than max_bytes. The buffer grows as bytes arrive, so a header that
- * declares a huge member cannot force a huge allocation before the bytes exist. */
-static int ar_slurp(struct archive *a, const char *name, uint64_t size, uint64_t max_bytes,
-                    uint8_t **out, uint64_t *out_len, RadErr *e) {
-    *out = NULL;
+/* Whether out bytes inflated from raw archive bytes is within the bomb bound. */
+static bool ratio_ok(uint64_t out, uint64_t raw) {
+    return out <= RAD_SRC_RATIO_FREE || (out - RAD_SRC_RATIO_FREE) / RAD_SRC_MAX_RATIO <= raw;
+}
+
+/* A declared member size that the ratio bound could never let through. */
+static int check_declared(const char *name, uint64_t size, uint64_t ar_size, RadErr *e) {
+    if (size == UINT64_MAX || ratio_ok(size, ar_size)) return RAD_OK;
+    return rad_err_set(e, RAD_E_LIMIT, "%s: declares %" PRIu64 " bytes, more than %u times the "
+                       "archive's %" PRIu64 " (an archive bomb?)", name, size, RAD_SRC_MAX_RATIO, ar_size);
+}
+
+/* Where a member's bytes go: a growing buffer, a file, or nowhere (only counted). */
+typedef struct Sink {
+    uint8_t *buf;
+    uint64_t cap;
+    int fd;             /* >= 0: write here */
+    bool discard;       /* only count */
+    const char *tmpdir; /* for messages */
+} Sink;
+
+static int sink_put(Sink *k, uint64_t len, const uint8_t *p, size_t n, uint64_t limit,
+                    const char *name, RadErr *e) {
+    if (k->fd >= 0) {
+        while (n) {
+            ssize_t w = write(k->fd, p, n);
+            if (w < 0 && errno == EINTR) continue;
+            if (w < 0)
+                return rad_err_set(e, RAD_E_IO, "%s: writing its temporary copy in %s: %s", name,
+                                   k->tmpdir, strerror(errno));
+            p += w;
+            n -= (size_t)w;
+        }
+        return RAD_OK;
+    }
+    if (k->discard) return RAD_OK;
+    if (len + n > k->cap) {
+        uint64_t nc = k->cap ? k->cap : (1u << 20);
+        while (nc < len + n) nc *= 2;
+        if (nc > limit) nc = limit;
+        uint8_t *nb = nc > SIZE_MAX - 1 ? NULL : realloc(k->buf, (size_t)nc);
+        if (!nb) return rad_err_set(e, RAD_E_NOMEM, "%s: out of memory for %" PRIu64 " bytes", name, nc);
+        k->buf = nb;
+        k->cap = nc;
+    }
+    memcpy(k->buf + len, p, n);
+    return RAD_OK;
+}
+
+/* Reads the current member's data (size bytes, or UINT64_MAX when unknown) into the sink,
+ * refusing more than max_bytes, and an expansion beyond RAD_SRC_MAX_RATIO of the archive bytes
+ * read meanwhile. Memory grows as bytes arrive, so a header that declares a huge member cannot
+ * force a huge allocation before the bytes exist. */
+static int ar_pump(struct archive *a, ArFile *f, const char *name, uint64_t size, uint64_t max_bytes,
+                   Sink *k, uint64_t *out_len, RadErr *e) {
     if (size != UINT64_MAX && size > max_bytes)
         return rad_err_set(e, RAD_E_LIMIT, "%s: %" PRIu64 " bytes exceeds the limit of %" PRIu64,
                            name, size, max_bytes);
     uint64_t limit = size != UINT64_MAX ? size : max_bytes; /* the most we accept */
-    uint64_t cap = limit < (64u << 20) ? limit : (64u << 20), len = 0;
-    uint8_t *buf = malloc(cap ? (size_t)cap : 1);
-    if (!buf) return rad_err_set(e, RAD_E_NOMEM, "%s: out of memory", name);
+    uint64_t raw0 = f->raw, len = 0;
+    size_t chunk = 1u << 20;
+    uint8_t *tmp = malloc(chunk);
+    if (!tmp) return rad_err_set(e, RAD_E_NOMEM, "%s: out of memory", name);
     int rc = RAD_OK;
     for (;;) {
-        if (len == cap) {
-            if (cap == limit) {
-                /* all we accept has arrived: the member must end here */
-                uint8_t extra;
-                la_ssize_t r = archive_read_data(a, &extra, 1);
-                if (r == 0) break;
-                if (r < 0)
-                    rc = rad_err_set(e, RAD_E_FORMAT, "%s: %s", name, archive_error_string(a));
-                else if (size != UINT64_MAX)
-                    rc = rad_err_set(e, RAD_E_FORMAT, "%s: member is longer than its declared %"
-                                     PRIu64 " bytes", name, size);
-                else
-                    rc = rad_err_set(e, RAD_E_LIMIT, "%s: member exceeds the limit of %" PRIu64
-                                     " bytes", name, max_bytes);
-                goto fail;
-            }
-            uint64_t nc = cap > limit / 2 ? limit : cap * 2;
-            uint8_t *nb = nc > SIZE_MAX - 1 ? NULL : realloc(buf, (size_t)nc);
-            if (!nb) {
-                rc = rad_err_set(e, RAD_E_NOMEM, "%s: out of memory for %" PRIu64 " bytes", name, nc);
-                goto fail;
-            }
-            buf = nb;
-            cap = nc;
-        }
-        size_t want = cap - len > (1u << 30) ? (1u << 30) : (size_t)(cap - len);
-        la_ssize_t r = archive_read_data(a, buf + len, want);
+        la_ssize_t r = archive_read_data(a, tmp, chunk);
         if (r < 0) {
             rc = rad_err_set(e, RAD_E_FORMAT, "%s: %s", name, archive_error_string(a));
-            goto fail;
+            break;
         }
         if (r == 0) break;
+        if ((uint64_t)r > limit - len) {
+            if (size != UINT64_MAX)
+                rc = rad_err_set(e, RAD_E_FORMAT, "%s: member is longer than its declared %" PRIu64
+                                 " bytes", name, size);
+            else
+                rc = rad_err_set(e, RAD_E_LIMIT, "%s: member exceeds the limit of %" PRIu64
+                                 " bytes", name, max_bytes);
+            break;
+        }
+        if (!ratio_ok(len + (uint64_t)r, f->raw - raw0)) {
+            rc = rad_err_set(e, RAD_E_LIMIT, "%s: inflates to more than %u times the archive bytes "
+                             "it is read from (%" PRIu64 " bytes from %" PRIu64 "; an archive bomb?)",
+                             name, RAD_SRC_MAX_RATIO, len + (uint64_t)r, f->raw - raw0);
+            break;
+        }
+        if ((rc = sink_put(k, len, tmp, (size_t)r, limit, name, e))) break;
         len += (uint64_t)r;
     }
-    if (size != UINT64_MAX && len != size) {
+    free(tmp);
+    if (!rc && size != UINT64_MAX && len != size)
         rc = rad_err_set(e, RAD_E_FORMAT, "%s: truncated: %" PRIu64 " of %" PRIu64 " bytes", name,
                          len, size);
-        goto fail;
+    if (!rc) *out_len = len;
+    return rc;
+}
+
+/* ar_pump into memory: *out is malloc'd (NUL-free, exactly *out_len bytes, at least 1 allocated). */
+static int ar_slurp(struct archive *a, ArFile *f, const char *name, uint64_t size, uint64_t max_bytes,
+                    uint8_t **out, uint64_t *out_len, RadErr *e) {
+    *out = NULL;
+    Sink k = {.fd = -1};
+    uint64_t len = 0;
+    int rc = ar_pump(a, f, name, size, max_bytes, &k, &len, e);
+    if (!rc && !k.buf && !(k.buf = malloc(1))) rc = rad_err_set(e, RAD_E_NOMEM, "%s: out of memory", name);
+    if (rc) {
+        free(k.buf);
+        return rc;
     }
-    *out = buf;
+    *out = k.buf;
     *out_len = len;
     return RAD_OK;
-fail:
-    free(buf);
-    return rc;
+}
+
+/* The whole compressed stream within the bomb bound (many small members). */
+static int check_stream(struct archive *a, ArFile *f, const char *path, RadErr *e) {
+    uint64_t out = (uint64_t)archive_filter_bytes(a, 0);
+    if (archive_filter_count(a) < 2 || ratio_ok(out, f->raw)) return RAD_OK;
+    return rad_err_set(e, RAD_E_LIMIT, "%s: inflates to more than %u times its size (%" PRIu64
+                       " bytes from %" PRIu64 " so far; an archive bomb?)", path, RAD_SRC_MAX_RATIO,
+                       out, f->raw);
 }
 
 static const char *entry_path(struct archive_entry *ent) {
@@ -259,8 +393,12 @@ static const char *entry_path(struct archive_entry *ent) {
 /* Lists an archive's regular members. Returns RAD_E_UNSUPPORTED when no format recognised it. */
 static int list_archive(RadSrc *s, List *l, RadErr *e) {
     struct archive *a;
-    int rc = ar_open(s->path, &a, e);
+    ArFile *f;
+    int rc = ar_open(s->path, &a, &f, &s->ar_size, e);
     if (rc) return rc;
+    /* a compressed stream cannot seek: skipping a member inflates it anyway, so it is read
+     * here, under the bomb bound, instead of by libarchive's unbounded skip */
+    bool compressed = archive_filter_count(a) > 1;
     uint64_t ordinal = 0, cached = 0;
     struct archive_entry *ent;
     for (;; ordinal++) {
@@ -274,6 +412,7 @@ static int list_archive(RadSrc *s, List *l, RadErr *e) {
                                  s->path, ordinal, archive_error_string(a));
             break;
         }
+        if ((rc = check_stream(a, f, s->path, e))) break;
         const char *p = entry_path(ent);
         if (!p) {
             rc = rad_err_set(e, RAD_E_FORMAT, "%s: member #%" PRIu64 " has an unreadable name",
@@ -302,6 +441,12 @@ static int list_archive(RadSrc *s, List *l, RadErr *e) {
         }
         uint64_t size = archive_entry_size_is_set(ent) && archive_entry_size(ent) >= 0
                             ? (uint64_t)archive_entry_size(ent) : UINT64_MAX;
+        char label[512];
+        snprintf(label, sizeof label, "%s:%s", s->path, p);
+        if ((rc = check_declared(label, size, s->ar_size, e))) {
+            free(name);
+            break;
+        }
         char *member = strdup(p);
         if (!member || list_add(l, name, member, size, ordinal)) {
             free(name);
@@ -309,14 +454,16 @@ static int list_archive(RadSrc *s, List *l, RadErr *e) {
             rc = rad_err_set(e, RAD_E_NOMEM, "%s: out of memory", s->path);
             break;
         }
+        uint64_t len;
         if (size <= RAD_SRC_CACHE_MEMBER && cached + size <= RAD_SRC_CACHE_TOTAL &&
             (ends_with_ci(name, ".json") || ends_with_ci(name, ".jinja"))) {
-            char label[512];
-            snprintf(label, sizeof label, "%s:%s", s->path, p);
-            uint64_t len;
-            if ((rc = ar_slurp(a, label, size, size, &l->v[l->n - 1].cache, &len, e))) break;
+            if ((rc = ar_slurp(a, f, label, size, size, &l->v[l->n - 1].cache, &len, e))) break;
             cached += size;
+        } else if (compressed) {
+            Sink k = {.fd = -1, .discard = true};
+            if ((rc = ar_pump(a, f, label, size, RAD_SRC_NO_LIMIT, &k, &len, e))) break;
         }
+        if ((rc = check_stream(a, f, s->path, e))) break;
     }
     archive_read_free(a);
     return rc;
@@ -356,21 +503,22 @@ static int strip_root(RadSrc *s, List *l, RadErr *e) {
     return RAD_OK;
 }
 
-/* Refuses two members with one name (after the root is stripped). */
-static int check_dups(const RadSrc *s, const List *l, RadErr *e) {
-    if (l->n < 2) return RAD_OK;
-    const RadSrcEntry **v = malloc(l->n * sizeof *v);
+/* The name-sorted table for lookups; refuses two members with one name (after the root is
+ * stripped). */
+static int index_names(RadSrc *s, const List *l, RadErr *e) {
+    const RadSrcEntry **v = malloc((l->n ? l->n : 1) * sizeof *v);
     if (!v) return rad_err_set(e, RAD_E_NOMEM, "%s: out of memory", s->path);
     for (uint64_t i = 0; i < l->n; i++) v[i] = &l->v[i];
-    qsort(v, l->n, sizeof *v, cmp_ptr_name);
-    int rc = RAD_OK;
+    if (l->n > 1) qsort(v, l->n, sizeof *v, cmp_ptr_name);
     for (uint64_t i = 1; i < l->n; i++)
         if (strcmp(v[i]->name, v[i - 1]->name) == 0) {
-            rc = rad_err_set(e, RAD_E_FORMAT, "%s: member '%s' appears twice", s->path, v[i]->member);
-            break;
+            int rc = rad_err_set(e, RAD_E_FORMAT, "%s: member '%s' appears twice", s->path,
+                                 v[i]->member ? v[i]->member : v[i]->name);
+            free(v);
+            return rc;
         }
-    free(v);
-    return rc;
+    s->by_name = v;
+    return RAD_OK;
 }
 
 /* ---- open / free --------------------------------------------------------------------------- */
@@ -398,11 +546,11 @@ int rad_src_open(RadSrc *s, const char *path, RadErr *e) {
         s->is_archive = true;
         if ((rc = list_archive(s, &l, e))) goto fail;
         if ((rc = strip_root(s, &l, e))) goto fail;
-        if ((rc = check_dups(s, &l, e))) goto fail;
     } else {
         rc = rad_err_set(e, RAD_E_UNSUPPORTED, "%s: not a folder or a regular file", path);
         goto fail;
     }
+    if ((rc = index_names(s, &l, e))) goto fail;
     s->entries = l.v;
     s->n = l.n;
     return RAD_OK;
@@ -420,6 +568,7 @@ void rad_src_free(RadSrc *s) {
         free(s->entries[i].cache);
     }
     free(s->entries);
+    free(s->by_name);
     free(s->path);
     free(s->stem);
     if (s->ar) archive_read_free(s->ar);
@@ -427,10 +576,8 @@ void rad_src_free(RadSrc *s) {
 }
 
 bool rad_src_looks_like_archive(const char *path) {
-    struct stat st;
-    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return false;
     struct archive *a;
-    if (ar_open(path, &a, NULL)) return false;
+    if (ar_open(path, &a, NULL, NULL, NULL)) return false;
     struct archive_entry *ent;
     int r = archive_read_next_header(a, &ent);
     bool ok = r == ARCHIVE_OK || r == ARCHIVE_WARN || (r == ARCHIVE_EOF && archive_format(a) != 0);
@@ -440,12 +587,23 @@ bool rad_src_looks_like_archive(const char *path) {
 
 /* ---- lookup ------------------------------------------------------------------------------- */
 
+/* A binary search of the sorted table: a folder of 100,000 files costs no scan per lookup. */
+static const RadSrcEntry *find_norm(const RadSrc *s, const char *n) {
+    uint64_t lo = 0, hi = s->by_name ? s->n : 0;
+    while (lo < hi) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(s->by_name[mid]->name, n);
+        if (c == 0) return s->by_name[mid];
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return NULL;
+}
+
 const RadSrcEntry *rad_src_find(const RadSrc *s, const char *rel) {
     char *n = NULL;
     if (norm_path(rel, &n) != NP_OK) return NULL;
-    const RadSrcEntry *r = NULL;
-    for (uint64_t i = 0; i < s->n && !r; i++)
-        if (strcmp(s->entries[i].name, n) == 0) r = &s->entries[i];
+    const RadSrcEntry *r = find_norm(s, n);
     free(n);
     return r;
 }
@@ -481,6 +639,24 @@ void rad_src_describe(const RadSrc *s, char *buf, size_t size, int max) {
 
 /* ---- reading ------------------------------------------------------------------------------ */
 
+/* An unlinked temporary file for a member's bytes; -1 with e set. */
+static int spool_open(const char *name, const char **dir, RadErr *e) {
+    const char *d = getenv("TMPDIR");
+    if (!d || !*d) d = "/tmp";
+    *dir = d;
+    char *t = NULL;
+    if (asprintf(&t, "%s/rad-member.XXXXXX", d) < 0) return rad_err_set(e, RAD_E_NOMEM, "%s: out of memory", name), -1;
+    int fd = mkostemp(t, O_CLOEXEC);
+    if (fd < 0) {
+        rad_err_set(e, RAD_E_IO, "%s: cannot make a temporary copy in %s: %s", name, d, strerror(errno));
+        free(t);
+        return -1;
+    }
+    unlink(t); /* gone with the last reference, whatever happens next */
+    free(t);
+    return fd;
+}
+
 static int ar_read(RadSrc *s, const RadSrcEntry *en, RadIn *out, uint64_t max_bytes, RadErr *e) {
     char name[sizeof out->name];
     snprintf(name, sizeof name, "%s:%s", s->path, en->member);
@@ -501,12 +677,15 @@ static int ar_read(RadSrc *s, const RadSrcEntry *en, RadIn *out, uint64_t max_by
     }
     if (!s->ar) {
         struct archive *a;
-        int rc = ar_open(s->path, &a, e);
+        ArFile *f;
+        int rc = ar_open(s->path, &a, &f, NULL, e);
         if (rc) return rc;
         s->ar = a;
+        s->ar_fd = f;
         s->ar_pos = 0; /* headers read so far */
     }
     struct archive *a = s->ar;
+    ArFile *f = s->ar_fd;
     struct archive_entry *ent = NULL;
     int rc = RAD_OK;
     while (s->ar_pos <= en->ordinal) {
@@ -523,14 +702,32 @@ static int ar_read(RadSrc *s, const RadSrcEntry *en, RadIn *out, uint64_t max_by
         rc = rad_err_set(e, RAD_E_IO, "%s: the archive changed while it was being read", name);
         goto fail;
     }
-    uint8_t *buf;
     uint64_t len;
-    if ((rc = ar_slurp(a, name, en->size, max_bytes, &buf, &len, e))) goto fail;
-    rad_in_init_owned(out, buf, len, name);
+    if (max_bytes != RAD_SRC_NO_LIMIT) {
+        uint8_t *buf;
+        if ((rc = ar_slurp(a, f, name, en->size, max_bytes, &buf, &len, e))) goto fail;
+        rad_in_init_owned(out, buf, len, name);
+        return RAD_OK;
+    }
+    /* weights: inflated into a temporary file and mapped, so memory stays flat */
+    Sink k = {.fd = -1};
+    if ((k.fd = spool_open(name, &k.tmpdir, e)) < 0) {
+        rc = e ? e->code : RAD_E_IO;
+        goto fail;
+    }
+    rc = ar_pump(a, f, name, en->size, max_bytes, &k, &len, e);
+    void *map = NULL;
+    if (!rc && len > 0 && (map = mmap(NULL, (size_t)len, PROT_READ, MAP_PRIVATE, k.fd, 0)) == MAP_FAILED)
+        rc = rad_err_set(e, RAD_E_IO, "%s: cannot map its temporary copy: %s", name, strerror(errno));
+    close(k.fd);
+    if (rc) goto fail;
+    rad_in_init_mem(out, len ? map : (const void *)"", len, name);
+    out->kind = RAD_IN_MMAP; /* rad_in_close unmaps */
     return RAD_OK;
 fail:
     archive_read_free(s->ar);
     s->ar = NULL;
+    s->ar_fd = NULL;
     return rc;
 }
 
@@ -542,9 +739,7 @@ int rad_src_read(RadSrc *s, const char *rel, RadIn *out, uint64_t max_bytes, Rad
     if (np == NP_NOMEM) return rad_err_set(e, RAD_E_NOMEM, "%s: out of memory", s->path);
     if (np != NP_OK)
         return rad_err_set(e, RAD_E_ARG, "%s: '%s' is not a relative path inside it", s->path, rel);
-    const RadSrcEntry *en = NULL;
-    for (uint64_t i = 0; i < s->n && !en; i++)
-        if (strcmp(s->entries[i].name, n) == 0) en = &s->entries[i];
+    const RadSrcEntry *en = find_norm(s, n);
     if (!en) {
         int rc = rad_err_set(e, RAD_E_NOTFOUND, "%s: no file '%s'", s->path, n);
         free(n);

@@ -23,6 +23,12 @@
  * to RAD_SRC_CACHE_TOTAL bytes in all. */
 #define RAD_SRC_CACHE_MEMBER (64ull << 20)
 #define RAD_SRC_CACHE_TOTAL (256ull << 20)
+/* Archive bombs: past the first RAD_SRC_RATIO_FREE bytes, a member may not inflate to more
+ * than RAD_SRC_MAX_RATIO times the archive bytes read for it (nor may a compressed archive's
+ * whole stream); a member whose declared size could never pass is refused before any is read.
+ * Real checkpoints compress 1-4:1. */
+#define RAD_SRC_MAX_RATIO 200u
+#define RAD_SRC_RATIO_FREE (1ull << 20)
 
 typedef struct RadSrcEntry {
     char *name;      /* relative path: "config.json", "onnx/model.onnx" */
@@ -42,6 +48,9 @@ typedef struct RadSrc {
     uint64_t n;
     void *ar;              /* archive: a struct archive * positioned after member ar_pos, or NULL */
     uint64_t ar_pos;       /* ordinal of the last header read through ar */
+    void *ar_fd;           /* archive: the reader's file state (its raw byte count) */
+    uint64_t ar_size;      /* archive: its size on disk */
+    const RadSrcEntry **by_name; /* [n] entries sorted by name, for lookups */
 } RadSrc;
 
 /* Opens a folder, or a regular file that libarchive recognises as a supported archive (anything
@@ -58,9 +67,12 @@ uint64_t rad_src_count_suffix(const RadSrc *s, const char *suffix, uint64_t *fir
 /* Writes "a, b, c (and N more)" listing up to max members into buf, for messages. */
 void rad_src_describe(const RadSrc *s, char *buf, size_t size, int max);
 
-/* Opens member rel as a RadIn: a folder's file is mmapped (name: its path); an archive's
- * member is read into owned memory (name: "archive.tar:member"). Members larger than
- * max_bytes are refused with RAD_E_LIMIT; a missing one is RAD_E_NOTFOUND. */
+/* Opens member rel as a RadIn: a folder's file is mmapped (name: its path; anything but a
+ * regular file, a FIFO say, is refused at once, never waited on); an archive's member is read
+ * into owned memory when max_bytes is bounded (JSON files), else inflated into an unlinked
+ * temporary file (in $TMPDIR, else /tmp) and mmapped, so weights cost disk, not memory (name:
+ * "archive.tar:member"). Members larger than max_bytes are refused with RAD_E_LIMIT, bombs
+ * (RAD_SRC_MAX_RATIO) with RAD_E_LIMIT naming the member; a missing one is RAD_E_NOTFOUND. */
 int rad_src_read(RadSrc *s, const char *rel, RadIn *out, uint64_t max_bytes, RadErr *e);
 
 /* Loads the model the source holds into m (which starts zeroed; the caller frees it with

@@ -306,7 +306,7 @@ Test(cli, rad_convert_zstd_and_align_refuse_bad_values) {
         for (int l = 0; l < 2; l++)
             for (const char *const *v = lists[l]; *v; v++) {
                 if (f == 0 && !strcmp(*v, "4")) continue; /* a zstd level */
-                const char *argv[] = {bin("rad-convert"), TINY, "-o", out, flags[f], *v, NULL};
+                const char *argv[] = {bin("rad-convert"), "--no-tokenizer", TINY, "-o", out, flags[f], *v, NULL};
                 Run r = run(argv, NULL, NULL);
                 char what[64];
                 snprintf(what, sizeof what, "%s '%s'", flags[f], *v);
@@ -315,7 +315,7 @@ Test(cli, rad_convert_zstd_and_align_refuse_bad_values) {
                 cr_assert(!dir_has("o.rad"), "%s left a file", what);
             }
     }
-    const char *argv[] = {bin("rad-convert"), TINY, "-o", out, "--zstd", "3", "--align", "4096", NULL};
+    const char *argv[] = {bin("rad-convert"), "--no-tokenizer", TINY, "-o", out, "--zstd", "3", "--align", "4096", NULL};
     Run r = run(argv, NULL, NULL);
     cr_assert_eq(r.status, 0, "%s", r.err);
 }
@@ -405,7 +405,7 @@ Test(cli, stdout_to_a_full_disk_fails_every_tool) {
     full(a3, NULL, "rad-info --plugins");
     const char *a4[] = {bin("rad-info"), "--help", NULL};
     full(a4, NULL, "rad-info --help");
-    const char *a5[] = {bin("rad-convert"), TINY, "-o", "-", NULL};
+    const char *a5[] = {bin("rad-convert"), "--no-tokenizer", TINY, "-o", "-", NULL};
     full(a5, NULL, "rad-convert -o -");
     const char *a6[] = {bin("rad-convert"), GGUF, "--plan-only", "-v", NULL};
     full(a6, NULL, "rad-convert --plan-only -v");
@@ -454,7 +454,7 @@ Test(cli, rad_convert_to_a_closed_pipe_is_an_error) {
     int pp[2];
     cr_assert_eq(pipe(pp), 0);
     close(pp[0]);
-    const char *argv[] = {bin("rad-convert"), TINY, "-o", "-", NULL};
+    const char *argv[] = {bin("rad-convert"), "--no-tokenizer", TINY, "-o", "-", NULL};
     pid_t pid = start(argv, NULL, NULL, pp[1]);
     close(pp[1]);
     Run r = finish(pid);

@@ -32,7 +32,9 @@ static void teardown(void) {
 /* Runs a shell command with $CONV, $INFO and $D set; returns the exit status and stderr. */
 static int run(const char *cmd, char **err) {
     char full[4096];
-    snprintf(full, sizeof full, "CONV=%s; INFO=%s; D=%s; (%s) >%s/out 2>%s/err", conv, info, dir, cmd, dir, dir);
+    /* $NT: the random-weight folders hold no tokenizer, which a convert refuses without it */
+    snprintf(full, sizeof full, "CONV=%s; INFO=%s; D=%s; NT=--no-tokenizer; (%s) >%s/out 2>%s/err", conv, info, dir, cmd,
+             dir, dir);
     int st = system(full);
     if (err) {
         char p[300];
@@ -239,14 +241,14 @@ static void compare_to_source(const char *hf_sub, const char *rad_rel, RadEnc wa
 Test(convert, random_bf16_hf_llama_at_each_quant) {
     write_hf("hf", NULL, FF, "LlamaForCausalLM");
     char *err;
-    cr_assert_eq(run("$CONV $D/hf -o $D/keep.rad && $CONV $D/hf --quant f32 -o $D/f32.rad && "
-                     "$CONV $D/hf --quant q8_0 -o $D/q8.rad && $INFO --check $D/q8.rad", &err), 0, "%s", err);
+    cr_assert_eq(run("$CONV $NT $D/hf -o $D/keep.rad && $CONV $NT $D/hf --quant f32 -o $D/f32.rad && "
+                     "$CONV $NT $D/hf --quant q8_0 -o $D/q8.rad && $INFO --check $D/q8.rad", &err), 0, "%s", err);
     free(err);
     compare_to_source("hf", "keep.rad", RAD_ENC_BF16);
     compare_to_source("hf", "f32.rad", RAD_ENC_F32);
     compare_to_source("hf", "q8.rad", RAD_ENC_Q8_0);
     /* an archive of the folder converts the same */
-    cr_assert_eq(run("tar -C $D -cf $D/hf.tar hf && $CONV $D/hf.tar -o $D/tar.rad && "
+    cr_assert_eq(run("tar -C $D -cf $D/hf.tar hf && $CONV $NT $D/hf.tar -o $D/tar.rad && "
                      "$INFO --json --tensors $D/tar.rad | jq -S 'del(.file)' > $D/x && "
                      "$INFO --json --tensors $D/keep.rad | jq -S 'del(.file)' > $D/y && cmp $D/x $D/y", &err), 0, "%s", err);
     free(err);
@@ -255,7 +257,7 @@ Test(convert, random_bf16_hf_llama_at_each_quant) {
 Test(convert, plan_only_writes_nothing_and_tells) {
     write_hf("hf", NULL, FF, "LlamaForCausalLM");
     char *err;
-    cr_assert_eq(run("$CONV $D/hf --plan-only -v -o $D/p.rad > $D/plan && grep -q 'blk.1.ffn_up.weight' $D/plan && "
+    cr_assert_eq(run("$CONV $NT $D/hf --plan-only -v -o $D/p.rad > $D/plan && grep -q 'blk.1.ffn_up.weight' $D/plan && "
                      "grep -q \"plugin 'llama'\" $D/plan && grep -q 'note: llama: 2 layers' $D/plan", &err), 0, "%s", err);
     free(err);
     cr_assert(!exists("p.rad"));
@@ -307,10 +309,10 @@ Test(convert, tied_head_stored_once_untied_keeps_both) {
     RadModelFile s, r;
     RadErr e = {0};
     /* untied: the random bf16 fixture keeps both, the head byte for byte lm_head.weight */
-    cr_assert_eq(run("$CONV tests/fixtures/tiny-llama-bf16 -o $D/untied.rad && "
+    cr_assert_eq(run("$CONV $NT tests/fixtures/tiny-llama-bf16 -o $D/untied.rad && "
                      "$INFO --json --tensors $D/untied.rad | jq -e 'any(.tensors[]; .name == \"output.weight\") and "
                      "any(.tensors[]; .name == \"tok_embd.weight\")' && "
-                     "$CONV tests/fixtures/tiny-llama-bf16 --plan-only -v > $D/plan_u && grep -q 'untied lm_head' $D/plan_u && "
+                     "$CONV $NT tests/fixtures/tiny-llama-bf16 --plan-only -v > $D/plan_u && grep -q 'untied lm_head' $D/plan_u && "
                      "! grep -q 'view of the embedding' $D/plan_u", &err), 0, "%s", err);
     free(err);
     cr_assert_eq(rad_model_open("tests/fixtures/tiny-llama-bf16", &s, &e), RAD_OK, "%s", e.msg);
@@ -324,13 +326,13 @@ Test(convert, tied_head_stored_once_untied_keeps_both) {
     /* tied (config says so, no lm_head.weight): one matrix, at each --quant, and plan -v says so */
     write_hf("hf", NULL, FF, "LlamaForCausalLM");
     write_hf_tie("tied", "lm_head.weight", FF, "LlamaForCausalLM", 1);
-    cr_assert_eq(run("$CONV $D/hf -o $D/hf.rad && cp tests/fixtures/hf/tiny-llama/tokenizer.json $D/tied/ && "
-                     "$CONV $D/tied -o $D/tied.rad && $CONV $D/tied --quant q8_0 -o $D/tied_q8.rad && "
-                     "$CONV $D/tied --quant f32 -o $D/tied_f32.rad && $CONV $D/tied.rad -o $D/tied_again.rad && "
+    cr_assert_eq(run("$CONV $NT $D/hf -o $D/hf.rad && cp tests/fixtures/hf/tiny-llama/tokenizer.json $D/tied/ && "
+                     "$CONV $NT $D/tied -o $D/tied.rad && $CONV $NT $D/tied --quant q8_0 -o $D/tied_q8.rad && "
+                     "$CONV $NT $D/tied --quant f32 -o $D/tied_f32.rad && $CONV $NT $D/tied.rad -o $D/tied_again.rad && "
                      "for f in tied tied_q8 tied_f32 tied_again; do $INFO --check $D/$f.rad && "
                      "$INFO --json --tensors $D/$f.rad | jq -e '(any(.tensors[]; .name == \"output.weight\") | not) and "
                      "any(.tensors[]; .name == \"tok_embd.weight\")' || exit 1; done && "
-                     "$CONV $D/tied --plan-only -v > $D/plan_t && grep -q 'note: llama: .*, tied lm_head' $D/plan_t && "
+                     "$CONV $NT $D/tied --plan-only -v > $D/plan_t && grep -q 'note: llama: .*, tied lm_head' $D/plan_t && "
                      "grep -q 'head: tied, a view of the embedding: logits_gemm reads tok_embd.weight' $D/plan_t && "
                      "! grep -q '^  output.weight ' $D/plan_t", &err), 0, "%s", err);
     free(err);
@@ -356,7 +358,7 @@ Test(convert, tied_head_stored_once_untied_keeps_both) {
 
     /* no tie_word_embeddings key and no lm_head.weight: tied (the reader infers it) */
     write_hf_tie("nokey", "lm_head.weight", FF, "LlamaForCausalLM", -1);
-    cr_assert_eq(run("$CONV $D/nokey -o $D/nokey.rad", &err), 0, "%s", err);
+    cr_assert_eq(run("$CONV $NT $D/nokey -o $D/nokey.rad", &err), 0, "%s", err);
     free(err);
     open_rel("nokey.rad", &r);
     head_of(&r, &embd, &head);
@@ -365,7 +367,7 @@ Test(convert, tied_head_stored_once_untied_keeps_both) {
 
     /* a tied config that ships lm_head.weight anyway keeps both (the checkpoint's own head wins) */
     write_hf_tie("both", NULL, FF, "LlamaForCausalLM", 1);
-    cr_assert_eq(run("$CONV $D/both -o $D/both.rad", &err), 0, "%s", err);
+    cr_assert_eq(run("$CONV $NT $D/both -o $D/both.rad", &err), 0, "%s", err);
     free(err);
     snprintf(cmd, sizeof cmd, "%s/both", dir);
     cr_assert_eq(rad_model_open(cmd, &s, &e), RAD_OK, "%s", e.msg);
@@ -379,24 +381,24 @@ Test(convert, tied_head_stored_once_untied_keeps_both) {
 
     /* an untied config without its head is an error, not a silent fallback to the embedding */
     write_hf_tie("nohead", "lm_head.weight", FF, "LlamaForCausalLM", 0);
-    refused("$CONV $D/nohead -o $D/nohead.rad", "missing tensor: the plugin's 'output.weight' needs one of 'lm_head.weight'",
+    refused("$CONV $NT $D/nohead -o $D/nohead.rad", "missing tensor: the plugin's 'output.weight' needs one of 'lm_head.weight'",
             "nohead.rad");
 }
 
 Test(convert, refusals_are_one_line_and_leave_nothing) {
     write_hf("unknown", NULL, FF, "FrobnicatorForCausalLM");
-    refused("$CONV $D/unknown -o $D/u.rad", "unknown architecture 'FrobnicatorForCausalLM'; installed: llama", "u.rad");
+    refused("$CONV $NT $D/unknown -o $D/u.rad", "unknown architecture 'FrobnicatorForCausalLM'; installed: llama", "u.rad");
     write_hf("missing", "model.layers.1.mlp.up_proj.weight", FF, "LlamaForCausalLM");
-    refused("$CONV $D/missing -o $D/m.rad", "missing tensor: the plugin's 'blk.1.ffn_up.weight' needs one of 'model.layers.1.mlp.up_proj.weight'", "m.rad");
-    refused("$CONV $D/missing --plan-only", "missing tensor", NULL);
+    refused("$CONV $NT $D/missing -o $D/m.rad", "missing tensor: the plugin's 'blk.1.ffn_up.weight' needs one of 'model.layers.1.mlp.up_proj.weight'", "m.rad");
+    refused("$CONV $NT $D/missing --plan-only", "missing tensor", NULL);
     write_hf("shape", NULL, FF + 32, "LlamaForCausalLM");
-    refused("$CONV $D/shape -o $D/s.rad", "shape mismatch: declared [128,64], stored [96,64]", "s.rad");
+    refused("$CONV $NT $D/shape -o $D/s.rad", "shape mismatch: declared [128,64], stored [96,64]", "s.rad");
     write_hf("hf", NULL, FF, "LlamaForCausalLM");
-    refused("$CONV $D/hf --set model.quant=awq -o $D/q.rad", "no plugin for ('llama', \"awq\")", "q.rad");
-    cr_assert_eq(run("$CONV $D/hf -o $D/out.rad", NULL), 0);
-    refused("$CONV $D/hf -o $D/out.rad", "exists (use --force", NULL);
-    cr_assert_eq(run("$CONV $D/hf -o $D/out.rad --force", NULL), 0);
-    refused("$CONV $D/nothing-here -o $D/n.rad", "nothing-here", "n.rad");
+    refused("$CONV $NT $D/hf --set model.quant=awq -o $D/q.rad", "no plugin for ('llama', \"awq\")", "q.rad");
+    cr_assert_eq(run("$CONV $NT $D/hf -o $D/out.rad", NULL), 0);
+    refused("$CONV $NT $D/hf -o $D/out.rad", "exists (use --force", NULL);
+    cr_assert_eq(run("$CONV $NT $D/hf -o $D/out.rad --force", NULL), 0);
+    refused("$CONV $NT $D/nothing-here -o $D/n.rad", "nothing-here", "n.rad");
 }
 
 Test(convert, rad_info_lists_both_llama_plugins) {
@@ -425,4 +427,37 @@ Test(convert, vocab_only_from_a_gguf_and_a_tokenizer_only_folder) {
     cr_assert_eq(run(cmd, &err), 0, "%s", err);
     free(err);
     refused("mkdir -p $D/empty && $CONV $D/empty --vocab-only -o $D/e.rad", "no tokenizer", "e.rad");
+}
+
+/* What a plan leaves out of the source is refused unless a flag says so (docs/CONVERT.md): a
+ * checkpoint without a tokenizer, and tensors no name-map entry reads, as when the config says
+ * fewer layers than the tensors hold. */
+Test(convert, no_tokenizer_and_unclaimed_tensors_are_refused) {
+    write_hf("hf", NULL, FF, "LlamaForCausalLM");
+    refused("$CONV $D/hf -o $D/x.rad", "hf: holds no tokenizer (no tokenizer.json", "x.rad");
+    refused("$CONV $D/hf --plan-only", "holds no tokenizer", NULL);
+    char *err;
+    cr_assert_eq(run("$CONV $D/hf --no-tokenizer -o $D/x.rad && $INFO --check $D/x.rad", &err), 0, "%s", err);
+    free(err);
+    /* one layer in the config beside two layers of tensors */
+    write_hf("lie", NULL, FF, "LlamaForCausalLM");
+    cr_assert_eq(run("cp tests/fixtures/hf/tiny-llama/tokenizer.json $D/lie/ && "
+                     "sed -i 's/\"num_hidden_layers\": 2/\"num_hidden_layers\": 1/' $D/lie/config.json && "
+                     "grep -q '\"num_hidden_layers\": 1' $D/lie/config.json", &err), 0, "%s", err);
+    free(err);
+    refused("$CONV $D/lie -o $D/l.rad", "lie: 9 tensors that no entry of the plugin's name map reads: "
+            "'model.layers.1.input_layernorm.weight', 'model.layers.1.post_attention_layernorm.weight', "
+            "'model.layers.1.self_attn.q_proj.weight', ... (does the metadata", "l.rad");
+    refused("$CONV $D/lie --plan-only", "--drop-unclaimed converts without them", NULL);
+    /* asked for: the one layer the config names, and nothing of the second */
+    cr_assert_eq(run("$CONV $D/lie --drop-unclaimed -o $D/l.rad && $INFO --check $D/l.rad", &err), 0, "%s", err);
+    free(err);
+    char p[512];
+    snprintf(p, sizeof p, "%s/l.rad", dir);
+    RadModelFile r;
+    RadErr e = {0};
+    cr_assert_eq(rad_model_open(p, &r, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(r.n_tensors, 3 + 9);
+    cr_assert_null(rad_model_find(&r, "blk.1.attn_q.weight"));
+    rad_model_free(&r);
 }

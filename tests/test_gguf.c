@@ -1077,3 +1077,169 @@ Test(gguf, smollm2_stream) {
     rad_model_free(&m);
     close(fd);
 }
+
+/* ---- hostile sizes and lying metadata (issue 11, classes 4 and 9) ------------------------- */
+
+/* 100,000 metadata keys and 100,000 tensors load (duplicate checks are hashed or sorted, not
+ * a scan per entry: this took minutes when they were quadratic); a duplicate after them all
+ * is still found. Each file loads in well under a second here. */
+Test(gguf, many_keys) {
+    enum { N = 100000 };
+    GB k = arch_kv();
+    char key[64];
+    for (uint32_t i = 0; i < N; i++) {
+        snprintf(key, sizeof key, "x.key_%u", i);
+        gb_kv_u32(&k, key, i);
+    }
+    GB b = build(3, 0, N + 1, &k, NULL, 0, 0, 0);
+    RadModelFile m;
+    RadErr e;
+    cr_assert_eq(load_mem(b.p, b.n, "many.gguf", &m, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(m.raw.n, (uint64_t)N + 1);
+    cr_assert_eq(geti(&m.raw, "x.key_0"), 0);
+    cr_assert_eq(geti(&m.raw, "x.key_99999"), 99999);
+    cr_assert_null(rad_kv_get(&m.raw, "x.key_100000"));
+    rad_model_free(&m);
+    free(b.p);
+    gb_kv_u32(&k, "x.key_4242", 1); /* the last key repeats one */
+    b = build(3, 0, N + 2, &k, NULL, 0, 0, 0);
+    expect_fail_ex(&b, RAD_E_FORMAT, "metadata key 'x.key_4242' appears twice", true);
+    free(k.p);
+}
+
+Test(gguf, many_tensors) {
+    enum { N = 100000 };
+    TI *t = calloc(N + 1, sizeof *t);
+    char (*names)[32] = calloc(N + 1, sizeof *names);
+    for (uint32_t i = 0; i < N; i++) {
+        snprintf(names[i], sizeof names[i], "t.%u", i);
+        t[i] = (TI){.name = names[i], .n_dims = 1, .ne = {8}, .type = 0, .off = (uint64_t)i * 32};
+    }
+    GB k = arch_kv();
+    GB b = build(3, N, 1, &k, t, N, 32, (size_t)N * 32);
+    RadModelFile m;
+    RadErr e;
+    cr_assert_eq(load_mem(b.p, b.n, "many.gguf", &m, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(m.n_tensors, (uint64_t)N);
+    cr_assert_str_eq(m.tensors[N - 1].name, "t.99999");
+    cr_assert_eq(m.tensors[N - 1].planes[0].offset, (uint64_t)(N - 1) * 32);
+    rad_model_free(&m);
+    free(b.p);
+    /* one more, named like an earlier one: found after the sort */
+    t[N] = (TI){.name = "t.777", .n_dims = 1, .ne = {8}, .type = 0, .off = (uint64_t)N * 32};
+    b = build(3, N + 1, 1, &k, t, N + 1, 32, (size_t)(N + 1) * 32);
+    expect_fail_ex(&b, RAD_E_FORMAT, "tensor 't.777' appears twice", true);
+    free(k.p);
+    free(t);
+    free(names);
+}
+
+static void gb_kv_f32(GB *b, const char *key, float x) {
+    gb_str(b, key);
+    gb_u32(b, RAD_VAL_F32);
+    uint32_t w;
+    memcpy(&w, &x, 4);
+    gb_u32(b, w);
+}
+
+/* A file whose model metadata lies: refused naming the key, never defaulted or read as 0. */
+Test(gguf, lying_metadata) {
+    static const struct {
+        const char *what;
+        int kind; /* 0 f32, 1 string, 2 i32, 3 bool, 4 f32 array */
+        const char *key;
+        float f;
+        int32_t i;
+        const char *want;
+    } cases[] = {
+        {"inf rope base", 0, "llama.rope.freq_base", INFINITY, 0, "key 'llama.rope.freq_base': inf is not a finite number in (0, 1e+12]"},
+        {"nan rope base", 0, "llama.rope.freq_base", NAN, 0, "key 'llama.rope.freq_base': nan is not a finite number"},
+        {"negative rope base", 0, "llama.rope.freq_base", -1.0f, 0, "key 'llama.rope.freq_base': -1 is not a finite number"},
+        {"zero eps", 0, "llama.attention.layer_norm_rms_epsilon", 0.0f, 0, "key 'llama.attention.layer_norm_rms_epsilon': 0 is not"},
+        {"eps of 2", 0, "llama.attention.layer_norm_rms_epsilon", 2.0f, 0, "(0, 1]"},
+        {"string block_count", 1, "llama.block_count", 0, 0, "key 'llama.block_count' is a string, expected an integer"},
+        {"float head count", 0, "llama.attention.head_count", 8.0f, 0, "key 'llama.attention.head_count' is an f32, expected an integer"},
+        {"bool block_count", 3, "llama.block_count", 0, 0, "key 'llama.block_count' is a bool, expected an integer"},
+        {"negative block_count", 2, "llama.block_count", 0, -1, "key 'llama.block_count': -1 is out of range"},
+        {"string rope base", 1, "llama.rope.freq_base", 0, 0, "key 'llama.rope.freq_base' is a string, expected a number"},
+        {"inf scaling factor", 0, "llama.rope.scaling.factor", INFINITY, 0, "key 'llama.rope.scaling.factor' is inf, not a finite number"},
+        {"nan in a per-layer array", 4, "llama.attention.layer_norm_epsilon", NAN, 0, "key 'llama.attention.layer_norm_epsilon'[1] is not a finite number"},
+        {"u32 general.name", 2, "general.name", 0, 7, "key 'general.name' is an i32, expected a string"},
+        {"string file_type", 1, "general.file_type", 0, 0, "key 'general.file_type' is a string, expected an integer"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        GB k = arch_kv();
+        gb_kv_u32(&k, "llama.embedding_length", 64);
+        switch (cases[c].kind) {
+        case 0: gb_kv_f32(&k, cases[c].key, cases[c].f); break;
+        case 1: gb_kv_str(&k, cases[c].key, "30"); break;
+        case 2: gb_str(&k, cases[c].key), gb_u32(&k, RAD_VAL_I32), gb_u32(&k, (uint32_t)cases[c].i); break;
+        case 3: gb_str(&k, cases[c].key), gb_u32(&k, RAD_VAL_BOOL), gb_put(&k, "\1", 1); break;
+        default: {
+            gb_str(&k, cases[c].key);
+            gb_u32(&k, RAD_VAL_ARRAY);
+            gb_u32(&k, RAD_VAL_F32);
+            gb_u64(&k, 2);
+            float a[2] = {1e-5f, cases[c].f};
+            gb_put(&k, a, 8);
+        }
+        }
+        GB b = build(3, 0, 3, &k, NULL, 0, 0, 0);
+        RadModelFile m;
+        RadErr e;
+        int rc = load_mem(b.p, b.n, "lie.gguf", &m, &e);
+        cr_assert_eq(rc, RAD_E_FORMAT, "%s: rc %d (%s)", cases[c].what, rc, e.msg);
+        check_msg(&e, "lie.gguf", cases[c].want);
+        rad_model_free(&m);
+        free(b.p);
+        free(k.p);
+    }
+    /* the good values beside them still load: a per-layer count array is kept, not refused */
+    GB k = arch_kv();
+    gb_kv_u32(&k, "llama.block_count", 30);
+    gb_kv_f32(&k, "llama.rope.freq_base", 500000.0f);
+    gb_kv_f32(&k, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    GB b = build(3, 0, 4, &k, NULL, 0, 0, 0);
+    RadModelFile m;
+    RadErr e;
+    cr_assert_eq(load_mem(b.p, b.n, "ok.gguf", &m, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(geti(&m.meta, "model.n_layers"), 30);
+    double d;
+    cr_assert_eq(rad_kv_getf(&m.meta, "model.rope_theta", &d, &e), RAD_OK);
+    cr_assert_eq(d, 500000.0);
+    rad_model_free(&m);
+    free(b.p);
+    free(k.p);
+}
+
+/* block_count must match the layers the tensors hold ("blk.N."): 1 beside two layers of
+ * tensors would convert and run as a one-layer model. */
+Test(gguf, block_count_against_the_tensors) {
+    static const TI two_layers[3] = {
+        {.name = "blk.0.attn_norm.weight", .n_dims = 1, .ne = {8}, .type = 0, .off = 0},
+        {.name = "blk.1.attn_norm.weight", .n_dims = 1, .ne = {8}, .type = 0, .off = 32},
+        {.name = "output_norm.weight", .n_dims = 1, .ne = {8}, .type = 0, .off = 64},
+    };
+    static const struct {
+        uint32_t n_layers;
+        int rc;
+        const char *want;
+    } cases[] = {
+        {1, RAD_E_FORMAT, "tensor 'blk.1.attn_norm.weight' is in layer 1, but key 'llama.block_count' says 1 layer"},
+        {3, RAD_E_FORMAT, "key 'llama.block_count' says 3 layers, but the tensors stop at layer 1 ('blk.1.attn_norm.weight')"},
+        {2, RAD_OK, NULL},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        GB k = arch_kv();
+        gb_kv_u32(&k, "llama.block_count", cases[c].n_layers);
+        GB b = build(3, 3, 2, &k, two_layers, 3, 32, 96);
+        RadModelFile m;
+        RadErr e;
+        int rc = load_mem(b.p, b.n, "layers.gguf", &m, &e);
+        cr_assert_eq(rc, cases[c].rc, "block_count %u: rc %d (%s)", cases[c].n_layers, rc, e.msg);
+        if (cases[c].want) check_msg(&e, "layers.gguf", cases[c].want);
+        rad_model_free(&m);
+        free(b.p);
+        free(k.p);
+    }
+}

@@ -673,3 +673,93 @@ Test(hf, config_errors_name_the_file_in_the_folder, .init = mk_tmp, .fini = rm_t
     write_str(tmpdir, "generation_config.json", "{\"a\":");
     expect_load_fail(RAD_E_FORMAT, "/generation_config.json: invalid JSON");
 }
+
+/* ---- hostile configs and folders (issue 11, classes 4, 5 and 9) ----------------------------- */
+
+/* A config.json with 100,000 keys flattens into the raw table (hashed: a scan per key made
+ * this quadratic); about 0.2 s here. */
+Test(hf, config_with_many_keys) {
+    enum { N = 100000 };
+    size_t cap = (size_t)N * 32 + 128, o = 0;
+    char *j = malloc(cap);
+    o += (size_t)snprintf(j + o, cap - o, "{\"model_type\":\"llama\",\"num_hidden_layers\":2");
+    for (int i = 0; i < N; i++) o += (size_t)snprintf(j + o, cap - o, ",\"x_%d\":%d", i, i);
+    o += (size_t)snprintf(j + o, cap - o, "}");
+    RadModelFile m;
+    RadErr e;
+    cr_assert_eq(read_cfg(&m, j, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(geti(&m.raw, "config.x_99999"), 99999);
+    cr_assert_eq(geti(&m.raw, "config.x_0"), 0);
+    cr_assert_eq(geti(&m.meta, "model.n_layers"), 2);
+    cr_assert_eq(m.raw.n, (uint64_t)N + 2);
+    rad_model_free(&m);
+    free(j);
+}
+
+/* Numbers the model uses as f32 must be finite there and in range: 1e300 is valid JSON but
+ * would be inf. */
+Test(hf, config_numbers_out_of_range) {
+    static const struct {
+        const char *json, *want;
+    } cases[] = {
+        {"{\"model_type\":\"llama\",\"rope_theta\":1e300}", "field 'rope_theta': 1e+300 is not a finite number"},
+        {"{\"model_type\":\"llama\",\"rope_theta\":-5}", "field 'rope_theta': -5 is not a finite number"},
+        {"{\"model_type\":\"llama\",\"rope_theta\":0}", "field 'rope_theta': 0 is not"},
+        {"{\"model_type\":\"llama\",\"rms_norm_eps\":0}", "field 'rms_norm_eps': 0 is not a finite number in (0, 1]"},
+        {"{\"model_type\":\"llama\",\"rms_norm_eps\":1e-60}", "field 'rms_norm_eps': 1e-60 is not"},
+        {"{\"model_type\":\"llama\",\"rope_parameters\":{\"rope_theta\":1e40}}", "field 'rope_parameters.rope_theta'"},
+        {"{\"model_type\":\"llama\",\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":1e39}}", "field 'rope_scaling.factor'"},
+        {"{\"model_type\":\"llama\",\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":-8}}", "field 'rope_scaling.factor'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        RadModelFile m;
+        RadErr e;
+        int rc = read_cfg(&m, cases[i].json, &e);
+        cr_assert_eq(rc, RAD_E_FORMAT, "%s: rc %d (%s)", cases[i].json, rc, e.msg);
+        cr_assert(strstr(e.msg, "config.json") && strstr(e.msg, cases[i].want), "'%s' lacks '%s'", e.msg, cases[i].want);
+        rad_model_free(&m);
+    }
+    RadModelFile m;
+    RadErr e;
+    cr_assert_eq(read_cfg(&m, "{\"model_type\":\"llama\",\"rope_theta\":500000.0,\"rms_norm_eps\":1e-5}", &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(getf(&m.meta, "model.rope_theta"), 500000.0);
+    rad_model_free(&m);
+}
+
+/* A FIFO inside the folder is refused by name at once, never opened for a blocking read (the
+ * test has .timeout: a hang fails it). */
+Test(hf, fifo_member_is_refused, .init = mk_tmp, .fini = rm_tmp, .timeout = 30) {
+    copy_all_but_index();
+    copy_fixture("model.safetensors.index.json", NULL);
+    static const char *members[] = {"config.json", "tokenizer.json", "model-00002-of-00002.safetensors"};
+    for (size_t i = 0; i < sizeof members / sizeof members[0]; i++) {
+        char p[512];
+        snprintf(p, sizeof p, "%s/%s", tmpdir, members[i]);
+        cr_assert_eq(unlink(p), 0);
+        cr_assert_eq(mkfifo(p, 0644), 0);
+        RadModelFile m;
+        RadErr e;
+        int rc = load_dir(tmpdir, &m, &e);
+        cr_assert_eq(rc, RAD_E_IO, "%s: rc %d (%s)", members[i], rc, e.msg);
+        cr_assert(strstr(e.msg, members[i]) && strstr(e.msg, "not a regular file"), "%s", e.msg);
+        rad_model_free(&m);
+        cr_assert_eq(unlink(p), 0);
+        copy_fixture(members[i], NULL);
+    }
+}
+
+/* A Unigram unk_id that is not an id of the vocabulary is named, not ignored. */
+Test(hf, unigram_unk_id_out_of_range) {
+    static const char *bad[] = {"5", "-1", "\"0\"", "1.5"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char tok[256];
+        snprintf(tok, sizeof tok, "{\"model\":{\"type\":\"Unigram\",\"unk_id\":%s,"
+                 "\"vocab\":[[\"<unk>\",0.0],[\"a\",-1.5],[\"b\",-2]]}}", bad[i]);
+        RadModelFile m;
+        RadErr e;
+        int rc = read_tok(&m, tok, NULL, &e);
+        cr_assert_eq(rc, RAD_E_FORMAT, "unk_id %s: rc %d (%s)", bad[i], rc, e.msg);
+        cr_assert(strstr(e.msg, "tokenizer.json: field 'model.unk_id'"), "%s", e.msg);
+        rad_model_free(&m);
+    }
+}

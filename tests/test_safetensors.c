@@ -471,3 +471,71 @@ Test(safetensors, names_in_messages_are_one_line) {
     expect_fail("{\"a\\nb\":{\"dtype\":\"Q4\",\"shape\":[1],\"data_offsets\":[0,1]}}", 8,
                 RAD_E_UNSUPPORTED, "tensor 'a b'");
 }
+
+/* ---- many entries (issue 11, class 4) ------------------------------------------------------- */
+
+/* A header of n_meta __metadata__ entries and n_t one-element F32 tensors; *data_len set. */
+static char *many_header(int n_meta, int n_t) {
+    size_t cap = (size_t)(n_meta + n_t) * 100 + 64, o = 0;
+    char *h = malloc(cap);
+    o += (size_t)snprintf(h + o, cap - o, "{\"__metadata__\":{");
+    for (int i = 0; i < n_meta; i++) o += (size_t)snprintf(h + o, cap - o, "%s\"k%d\":\"v%d\"", i ? "," : "", i, i);
+    o += (size_t)snprintf(h + o, cap - o, "}");
+    for (int i = 0; i < n_t; i++)
+        o += (size_t)snprintf(h + o, cap - o, ",\"t.%d\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[%d,%d]}",
+                              i, 4 * i, 4 * i + 4);
+    o += (size_t)snprintf(h + o, cap - o, "}");
+    cr_assert(o < cap);
+    return h;
+}
+
+/* 100,000 __metadata__ entries (the metadata table is hashed: it was a scan per entry), and
+ * 100,000 tensors, load; a duplicate is still refused. Each header parses in about 0.3 s here,
+ * most of it jansson's. */
+Test(safetensors, many_metadata_entries) {
+    enum { N = 100000 };
+    char *h = many_header(N, 0);
+    size_t n;
+    uint8_t *b = st_build(h, NULL, 0, &n);
+    RadModelFile m;
+    RadErr e;
+    cr_assert_eq(load_bytes(b, n, &m, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(m.raw.n, (uint64_t)N);
+    const char *v = NULL;
+    cr_assert_eq(rad_kv_gets(&m.raw, "k99999", &v, &e), RAD_OK);
+    cr_assert_str_eq(v, "v99999");
+    cr_assert_eq(rad_kv_gets(&m.raw, "k0", &v, &e), RAD_OK);
+    cr_assert_str_eq(v, "v0");
+    rad_model_free(&m);
+    free(b);
+    /* the last key repeats an earlier one */
+    char *last = strstr(h, "\"k99999\"");
+    cr_assert_not_null(last);
+    memcpy(last + 1, "k4242", 5);
+    memmove(last + 6, last + 7, strlen(last + 7) + 1);
+    b = st_build(h, NULL, 0, &n);
+    int rc = load_bytes(b, n, &m, &e);
+    cr_assert_eq(rc, RAD_E_FORMAT, "rc %d (%s)", rc, e.msg);
+    cr_assert(strstr(e.msg, "x.safetensors") && strstr(e.msg, "duplicate"), "%s", e.msg);
+    rad_model_free(&m);
+    free(b);
+    free(h);
+}
+
+Test(safetensors, many_tensors) {
+    enum { N = 100000 };
+    char *h = many_header(0, N);
+    uint8_t *data = calloc(N, 4);
+    size_t n;
+    uint8_t *b = st_build(h, data, (size_t)N * 4, &n);
+    RadModelFile m;
+    RadErr e;
+    cr_assert_eq(load_bytes(b, n, &m, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(m.n_tensors, (uint64_t)N);
+    const RadTensor *t = rad_model_find(&m, "t.99999");
+    cr_assert(t && t->planes[0].offset == (uint64_t)(N - 1) * 4);
+    rad_model_free(&m);
+    free(b);
+    free(data);
+    free(h);
+}

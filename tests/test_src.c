@@ -307,6 +307,9 @@ static void archive_round_trip(enum Kind k, const char *ext, const char *root) {
     cr_assert_str_eq(m.path, path);
     cr_assert(strstr(m.ins[0].name, ":") && strstr(m.ins[0].name, "model-00001-of-00002.safetensors"),
               "%s", m.ins[0].name);
+    /* weights are inflated into an unlinked temporary file and mapped, not held in memory */
+    for (int i = 0; i < m.n_ins; i++)
+        cr_assert(m.ins[i].kind == RAD_IN_MMAP && !m.ins[i].owned, "%s: kind %d", m.ins[i].name, m.ins[i].kind);
     const char *name;
     cr_assert_eq(rad_kv_gets(&m.meta, "model.name", &name, &e), RAD_OK);
     cr_assert_str_eq(name, "radiance/tiny-llama");
@@ -477,7 +480,103 @@ Test(src, member_size_lies, .init = mk_tmp, .fini = rm_tmp) {
     RadModelFile m;
     RadErr e;
     int rc = open_and_load(path, &m, &e);
-    cr_assert_eq(rc, RAD_E_FORMAT, "rc %d (%s)", rc, e.msg);
-    cr_assert(strstr(e.msg, "lie.tar"), "%s", e.msg);
+    /* refused from the header alone: no archive this small can inflate to that */
+    cr_assert_eq(rc, RAD_E_LIMIT, "rc %d (%s)", rc, e.msg);
+    cr_assert(strstr(e.msg, "lie.tar:x/model.gguf: declares"), "%s", e.msg);
+    rad_model_free(&m);
+}
+
+/* ---- bombs and inputs that never end (issue 11, classes 4 and 5) ------------------------------ */
+
+/* A member declaring far more than the archive could inflate to is refused from its header,
+ * before a byte is inflated: a zip holding 48 MiB of zeros (~50 KB on disk), and a tar.zst. */
+Test(src, bomb_declared, .init = mk_tmp, .fini = rm_tmp) {
+    size_t big = 48u << 20;
+    uint8_t *zeros = calloc(big, 1);
+    const char *cfg = "{\"model_type\":\"llama\"}";
+    Member mem[] = {{"config.json", cfg, strlen(cfg), false}, {"model.safetensors", zeros, big, false}};
+    static const struct { enum Kind k; const char *name; } kinds[] = {{ZIP, "bomb.zip"}, {TZST, "bomb.tar.zst"}};
+    for (size_t i = 0; i < 2; i++) {
+        char path[256];
+        snprintf(path, sizeof path, "%s/%s", tmpdir, kinds[i].name);
+        write_archive(path, kinds[i].k, mem, 2);
+        struct stat st;
+        cr_assert_eq(stat(path, &st), 0);
+        cr_assert_lt((uint64_t)st.st_size, (uint64_t)big / 200, "%s is %lld bytes", path, (long long)st.st_size);
+        RadModelFile m;
+        RadErr e;
+        int rc = open_and_load(path, &m, &e);
+        cr_assert_eq(rc, RAD_E_LIMIT, "%s: rc %d (%s)", path, rc, e.msg);
+        char want[300];
+        snprintf(want, sizeof want, "%s:model.safetensors: declares %zu bytes", kinds[i].name, big);
+        cr_assert(strstr(e.msg, want), "'%s' lacks '%s'", e.msg, want);
+        cr_assert_null(strchr(e.msg, '\n'));
+        rad_model_free(&m);
+    }
+    free(zeros);
+}
+
+/* Many members each inside the free allowance still make the compressed stream a bomb: the
+ * whole stream's expansion is bounded too. */
+Test(src, bomb_of_many_members, .init = mk_tmp, .fini = rm_tmp) {
+    enum { N = 24 };
+    size_t each = 1u << 20;
+    uint8_t *zeros = calloc(each, 1);
+    Member mem[N];
+    char names[N][32];
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof names[i], "x/part%02d.bin", i);
+        mem[i] = (Member){names[i], zeros, each, false};
+    }
+    char path[256];
+    snprintf(path, sizeof path, "%s/many.tar.zst", tmpdir);
+    write_archive(path, TZST, mem, N);
+    RadSrc s;
+    RadErr e = {0};
+    int rc = rad_src_open(&s, path, &e);
+    cr_assert_eq(rc, RAD_E_LIMIT, "rc %d (%s)", rc, e.msg);
+    cr_assert(strstr(e.msg, "many.tar.zst: inflates to more than 200 times its size"), "%s", e.msg);
+    rad_src_free(&s);
+    free(zeros);
+}
+
+/* A FIFO given as the archive, or as a member of a folder, is refused at once by name. */
+Test(src, fifos_are_refused, .init = mk_tmp, .fini = rm_tmp, .timeout = 30) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/x.tar", tmpdir);
+    cr_assert_eq(mkfifo(path, 0644), 0);
+    RadSrc s;
+    RadErr e = {0};
+    cr_assert_neq(rad_src_open(&s, path, &e), RAD_OK);
+    cr_assert(strstr(e.msg, "x.tar"), "%s", e.msg);
+    cr_assert(!rad_src_looks_like_archive(path));
+    rad_src_free(&s);
+    char dir[128];
+    snprintf(dir, sizeof dir, "%s/d", tmpdir);
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    snprintf(path, sizeof path, "%s/m.gguf", dir);
+    cr_assert_eq(mkfifo(path, 0644), 0);
+    RadModelFile m;
+    int rc = open_and_load(dir, &m, &e);
+    cr_assert_eq(rc, RAD_E_IO, "rc %d (%s)", rc, e.msg);
+    cr_assert(strstr(e.msg, "d/m.gguf: not a regular file"), "%s", e.msg);
+    rad_model_free(&m);
+}
+
+/* A weights member is copied into $TMPDIR to be mapped: where it cannot be, the refusal names
+ * the member and the folder (and memory was never the fallback). */
+Test(src, temporary_copy_refused_by_name, .init = mk_tmp, .fini = rm_tmp) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/fx.tar.zst", tmpdir);
+    archive_fixture(path, TZST, "tiny-llama/");
+    char nodir[200];
+    snprintf(nodir, sizeof nodir, "%s/no-such-dir", tmpdir);
+    cr_assert_eq(setenv("TMPDIR", nodir, 1), 0);
+    RadModelFile m;
+    RadErr e;
+    int rc = open_and_load(path, &m, &e);
+    cr_assert_eq(rc, RAD_E_IO, "rc %d (%s)", rc, e.msg);
+    cr_assert(strstr(e.msg, "fx.tar.zst:tiny-llama/model-0000") && strstr(e.msg, "cannot make a temporary copy in ") &&
+              strstr(e.msg, "no-such-dir"), "%s", e.msg);
     rad_model_free(&m);
 }

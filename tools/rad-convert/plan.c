@@ -1,5 +1,6 @@
 #include "plan.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,12 +10,28 @@
 
 static RadXTensor xt(const RadTensor *t) { return rad_xtensor_of(t, t->planes[0].data, t->planes[0].nbytes); }
 
+/* The checkpoint's tensor called name, or NULL; through the plan's hash of names. */
+static const RadTensor *find(Plan *p, const char *name) {
+    if (!p->indexed) {
+        p->indexed = 1;
+        for (uint64_t i = 0; i < p->src->n_tensors; i++)
+            if (rad_kv_set_u64(&p->by_name, p->src->tensors[i].name, i, NULL)) {
+                rad_kv_free(&p->by_name); /* out of memory: scan instead */
+                p->indexed = -1;
+                break;
+            }
+    }
+    if (p->indexed < 0) return rad_model_find(p->src, name);
+    const RadValue *v = rad_kv_get(&p->by_name, name);
+    return v ? &p->src->tensors[v->v.u] : NULL;
+}
+
 /* The sources of one map entry that are present: COPY takes the first present alternative,
  * every other kind needs all of them. */
-static int resolve_sources(const Plan *p, const RadNameMap *m, const RadTensor **out) {
+static int resolve_sources(Plan *p, const RadNameMap *m, const RadTensor **out) {
     int n = 0;
     for (int i = 0; m->src[i]; i++) {
-        const RadTensor *t = rad_model_find(p->src, m->src[i]);
+        const RadTensor *t = find(p, m->src[i]);
         if (m->kind == RAD_MAP_COPY) {
             if (t) return out[0] = t, 1;
             continue;
@@ -85,7 +102,7 @@ RadEnc plan_lookup(void *user, const char *name, const RadWeightDecl *d, const R
             k += (size_t)snprintf(tried + k, sizeof tried - k, "%s'%s'", k ? ", " : "", maps[i].m.src[j]);
     }
     if (!m && (!n_entries || is_rad)) { /* the tensor of the same name */
-        const RadTensor *t = rad_model_find(p->src, name);
+        const RadTensor *t = find(p, name);
         if (t) src[0] = t, n_src = 1;
         snprintf(tried, sizeof tried, "'%s'", name);
     }
@@ -175,9 +192,37 @@ int plan_produce(const Plan *p, const PlanItem *it, const uint8_t **out, int *ow
     return RAD_OK;
 }
 
+int plan_check(const Plan *p, RadErr *e) {
+    const RadModelFile *m = p->src;
+    if (!m->tok.n && !p->no_tokenizer)
+        return rad_err_set(e, RAD_E_FORMAT, "%s: holds no tokenizer (no tokenizer.json, or no tokenizer.ggml.* keys), "
+                           "so the container could not read or write text; --no-tokenizer converts the weights alone",
+                           m->path);
+    if (p->drop_unclaimed || !m->n_tensors) return RAD_OK;
+    uint8_t *used = calloc(m->n_tensors, 1);
+    if (!used) return rad_err_set(e, RAD_E_NOMEM, "%s: out of memory", m->path);
+    for (int i = 0; i < p->n; i++)
+        for (int j = 0; j < p->items[i].n_src; j++) used[p->items[i].src[j] - m->tensors] = 1;
+    uint64_t n = 0;
+    char names[320] = "";
+    size_t k = 0;
+    for (uint64_t i = 0; i < m->n_tensors; i++) {
+        if (used[i]) continue;
+        if (n++ < 3 && k < sizeof names)
+            k += (size_t)snprintf(names + k, sizeof names - k, "%s'%.80s'", k ? ", " : "", m->tensors[i].name);
+    }
+    free(used);
+    if (!n) return RAD_OK;
+    return rad_err_set(e, RAD_E_FORMAT, "%s: %" PRIu64 " tensor%s that no entry of the plugin's name map reads: %s%s "
+                       "(does the metadata, e.g. the layer count, match the tensors? --drop-unclaimed converts without them)",
+                       m->path, n, n == 1 ? "" : "s", names, n > 3 ? ", ..." : "");
+}
+
 void plan_free(Plan *p) {
     for (int i = 0; i < p->n; i++) free(p->items[i].dst);
     free(p->items);
     p->items = NULL;
     p->n = p->cap = 0;
+    rad_kv_free(&p->by_name);
+    p->indexed = 0;
 }

@@ -27,6 +27,11 @@ typedef struct Plan {
     PlanItem *items;              /* [n] in declaration order */
     int n, cap;
     char missing[512];            /* the first declared weight no map entry could feed */
+    RadKV by_name;                /* tensor name -> index in src->tensors, built at the first
+                                     lookup (a scan per lookup was quadratic in the tensors) */
+    int indexed;
+    int drop_unclaimed;           /* --drop-unclaimed: tensors no item reads are left out */
+    int no_tokenizer;             /* --no-tokenizer: a source without a tokenizer converts */
 } Plan;
 
 /* The builder's lookup at convert time: resolves a declared weight through the name map
@@ -37,6 +42,12 @@ RadEnc plan_lookup(void *user, const char *name, const RadWeightDecl *d, const R
 /* Makes the bytes of one item into *out (malloc'd, or pointing into the source when no
  * transform or re-encoding is needed: *owned says which). */
 int plan_produce(const Plan *p, const PlanItem *it, const uint8_t **out, int *owned, RadErr *e);
+
+/* After the graph is declared, what the plan leaves out of the source: a checkpoint tensor no
+ * item reads is refused, naming the first few (a block_count of 1 beside 30 layers of tensors
+ * would otherwise convert into a one-layer model), unless drop_unclaimed; a source without a
+ * tokenizer is refused unless no_tokenizer. RAD_E_FORMAT, one line naming the source. */
+int plan_check(const Plan *p, RadErr *e);
 
 void plan_free(Plan *p);
 
