@@ -36,6 +36,52 @@ static uint64_t get_le(const uint8_t *p, int n) {
     return x;
 }
 
+/* A set of tensor names for duplicate checks in linear time: open addressing over XXH3 hashes,
+ * each slot the index of a name in the caller's table plus one (0: empty). */
+typedef struct NameSet {
+    uint64_t *slot, *hash;
+    uint64_t cap, n;
+} NameSet;
+
+typedef const char *(*NameAt)(const void *tab, uint64_t i);
+
+/* Adds names(tab, ix); returns 1 when an equal name is already there (nothing added), 0 when
+ * added, -1 when out of memory. */
+static int nameset_put(NameSet *s, const void *tab, NameAt name_at, uint64_t ix) {
+    if (2 * (s->n + 1) > s->cap) { /* at most half full */
+        uint64_t nc = s->cap ? 2 * s->cap : 64;
+        uint64_t *ns = calloc(nc, sizeof *ns), *nh = calloc(nc, sizeof *nh);
+        if (!ns || !nh) return free(ns), free(nh), -1;
+        for (uint64_t i = 0; i < s->cap; i++) {
+            if (!s->slot[i]) continue;
+            uint64_t j = s->hash[i] & (nc - 1);
+            while (ns[j]) j = (j + 1) & (nc - 1);
+            ns[j] = s->slot[i], nh[j] = s->hash[i];
+        }
+        free(s->slot), free(s->hash);
+        s->slot = ns, s->hash = nh, s->cap = nc;
+    }
+    const char *name = name_at(tab, ix);
+    uint64_t h = XXH3_64bits(name, strlen(name)), j = h & (s->cap - 1);
+    for (; s->slot[j]; j = (j + 1) & (s->cap - 1))
+        if (s->hash[j] == h && strcmp(name_at(tab, s->slot[j] - 1), name) == 0) return 1;
+    s->slot[j] = ix + 1, s->hash[j] = h, s->n++;
+    return 0;
+}
+
+static void nameset_free(NameSet *s) {
+    free(s->slot), free(s->hash);
+    memset(s, 0, sizeof *s);
+}
+
+/* A tensor or plane name: UTF-8 (checked by the caller) without control bytes, so every message
+ * that quotes it stays one readable line. Returns the first offending byte's offset, or -1. */
+static long name_control_at(const char *s) {
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        if (*p < 0x20 || *p == 0x7f) return (long)(p - (const unsigned char *)s);
+    return -1;
+}
+
 /* ---- writer ---------------------------------------------------------------------------- */
 
 typedef struct WPlane {
@@ -65,8 +111,11 @@ struct RadWriter {
     RadKV kv[3];
     WTensor *t;
     uint64_t n_t;
+    NameSet names;     /* of t[].name: duplicates refused in linear time */
     int done;
 };
+
+static const char *wname_at(const void *tab, uint64_t i) { return ((const WTensor *)tab)[i].name; }
 
 int rad_writer_init(RadWriter **wp, const char *path, const RadWriteOpts *o, int overwrite, RadErr *e) {
     *wp = NULL;
@@ -88,7 +137,7 @@ int rad_writer_init(RadWriter **wp, const char *path, const RadWriteOpts *o, int
         free(w);
         return rad_err_set(e, RAD_E_ARG, "output path too long");
     }
-    snprintf(w->path, sizeof w->path, "%s", path);
+    snprintf(w->path, sizeof w->path, "%s", strcmp(path, "-") ? path : "stdout"); /* messages say stdout */
     if (strcmp(path, "-") == 0) {
         w->f = stdout;
     } else {
@@ -137,11 +186,15 @@ int rad_writer_add_tensor(RadWriter *w, const char *name, RadEnc enc, uint32_t r
         return rad_err_set(e, RAD_E_ARG, "tensor '%s': %u planes (1..%d)", name, n_planes, RAD_MAX_PLANES);
     if (!rad_utf8_valid(name, strlen(name)) || !*name)
         return rad_err_set(e, RAD_E_ARG, "tensor name is empty or not valid UTF-8");
+    if (name_control_at(name) >= 0 || strlen(name) > 4096)
+        return rad_err_set(e, RAD_E_ARG, "tensor name: a control byte at byte %ld, or longer than 4096 bytes", name_control_at(name));
     if (n_planes == 1 && planes[0].nbytes != nbytes)
         return rad_err_set(e, RAD_E_SHAPE, "tensor '%s': %" PRIu64 " bytes given, %s of this shape needs %" PRIu64,
                            name, planes[0].nbytes, rad_enc_info(enc)->name, nbytes);
-    for (uint64_t i = 0; i < w->n_t; i++)
-        if (strcmp(w->t[i].name, name) == 0) return rad_err_set(e, RAD_E_ARG, "tensor '%s' added twice", name);
+    for (uint32_t i = 0; i < n_planes; i++)
+        if (!planes[i].name || !*planes[i].name || strlen(planes[i].name) >= sizeof w->t[0].planes[0].name ||
+            name_control_at(planes[i].name) >= 0 || !rad_utf8_valid(planes[i].name, strlen(planes[i].name)))
+            return rad_err_set(e, RAD_E_ARG, "tensor '%s': plane %u has no name, one too long (15 bytes at most) or not text", name, i);
     if ((w->n_t & (w->n_t - 1)) == 0) {
         WTensor *nt = realloc(w->t, (w->n_t ? w->n_t * 2 : 16) * sizeof *nt);
         if (!nt) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
@@ -155,13 +208,14 @@ int rad_writer_add_tensor(RadWriter *w, const char *name, RadEnc enc, uint32_t r
     memcpy(t->shape, shape, rank * sizeof *shape);
     t->n_planes = n_planes;
     for (uint32_t i = 0; i < n_planes; i++) {
-        if (!planes[i].name || strlen(planes[i].name) >= sizeof t->planes[i].name) {
-            free(t->name);
-            return rad_err_set(e, RAD_E_ARG, "tensor '%s': plane %u has no name or one too long", name, i);
-        }
         snprintf(t->planes[i].name, sizeof t->planes[i].name, "%s", planes[i].name);
         t->planes[i].data = planes[i].data;
         t->planes[i].nbytes = planes[i].nbytes;
+    }
+    int dup = nameset_put(&w->names, w->t, wname_at, w->n_t);
+    if (dup) {
+        free(t->name);
+        return dup > 0 ? rad_err_set(e, RAD_E_ARG, "tensor '%s' added twice", name) : rad_err_set(e, RAD_E_NOMEM, "out of memory");
     }
     w->n_t++;
     return RAD_OK;
@@ -307,6 +361,8 @@ out:
     return rc;
 }
 
+const char *rad_writer_tmp_path(const RadWriter *w) { return w ? w->tmp : ""; }
+
 void rad_writer_free(RadWriter *w) {
     if (!w) return;
     if (w->f && w->f != stdout) fclose(w->f);
@@ -317,6 +373,7 @@ void rad_writer_free(RadWriter *w) {
         for (uint32_t j = 0; j < w->t[i].n_planes; j++) free(w->t[i].planes[j].zbuf);
     }
     free(w->t);
+    nameset_free(&w->names);
     free(w);
 }
 
@@ -367,25 +424,48 @@ static int hdr_str(RadIn *h, char **out, uint64_t max, const char *what, RadErr 
     rc = rad_in_read_alloc(h, n, out, what, e);
     if (rc) return rc;
     if (strlen(*out) != n || !rad_utf8_valid(*out, n)) {
+        int nul = strlen(*out) != n;
         free(*out);
         *out = NULL;
-        return rad_err_set(e, RAD_E_FORMAT, "%s: %s is not valid UTF-8 text", h->name, what);
+        return rad_err_set(e, RAD_E_FORMAT, "%s: %s %s", h->name, what, nul ? "holds a NUL byte" : "is not valid UTF-8 text");
     }
     return RAD_OK;
 }
+
+static const char *mname_at(const void *tab, uint64_t i) { return ((const RadTensor *)tab)[i].name; }
+
+/* A name read from the table: not empty, no control bytes (hdr_str has checked UTF-8 and NUL). */
+static int check_name(RadIn *h, const char *name, uint64_t i, const char *tname, const char *what, RadErr *e) {
+    if (!*name)
+        return tname ? rad_err_set(e, RAD_E_FORMAT, "%s: tensor '%s': %s is empty", h->name, tname, what)
+                     : rad_err_set(e, RAD_E_FORMAT, "%s: tensor table entry %" PRIu64 ": %s is empty", h->name, i, what);
+    long at = name_control_at(name);
+    if (at >= 0)
+        return tname ? rad_err_set(e, RAD_E_FORMAT, "%s: tensor '%s': %s holds control byte 0x%02x at byte %ld", h->name, tname,
+                                   what, (unsigned char)name[at], at)
+                     : rad_err_set(e, RAD_E_FORMAT, "%s: tensor table entry %" PRIu64 ": %s holds control byte 0x%02x at byte %ld",
+                                   h->name, i, what, (unsigned char)name[at], at);
+    return RAD_OK;
+}
+
+/* The smallest table entry: a one-byte name and encoding, rank 0, one plane with a one-byte name. */
+#define MIN_TENSOR_ENTRY (8 + 1 + 8 + 1 + 4 + 4 + 8 + 1 + 8 + 8 + 8 + 4 + 4 + 8)
 
 static int read_tensors(RadIn *h, RadModelFile *m, uint64_t data_bytes, uint32_t align, RadErr *e) {
     uint64_t n;
     int rc = rad_in_u64(h, &n, "tensor count", e);
     if (rc) return rc;
-    if (n > rad_in_remaining(h) / 32)
-        return rad_err_set(e, RAD_E_FORMAT, "%s: tensor count %" PRIu64 " exceeds the header", h->name, n);
-    for (uint64_t i = 0; i < n; i++) {
+    if (n > rad_in_remaining(h) / MIN_TENSOR_ENTRY)
+        return rad_err_set(e, RAD_E_FORMAT, "%s: tensor count %" PRIu64 " exceeds what the tensor table's %" PRIu64 " bytes can hold",
+                           h->name, n, rad_in_remaining(h));
+    NameSet names = {0};
+    for (uint64_t i = 0; i < n && !rc; i++) {
         RadTensor t = {0};
         char *enc = NULL;
         rc = hdr_str(h, &t.name, 4096, "tensor name", e);
-        if (rc) return rc;
-        rc = hdr_str(h, &enc, 64, "tensor encoding", e);
+        if (rc) break;
+        rc = check_name(h, t.name, i, NULL, "tensor name", e);
+        if (!rc) rc = hdr_str(h, &enc, 64, "tensor encoding", e);
         if (!rc && !enc_by_name(enc, &t.enc))
             rc = rad_err_set(e, RAD_E_UNSUPPORTED, "%s: tensor '%s': unknown encoding '%s'", h->name, t.name, enc);
         free(enc);
@@ -411,9 +491,13 @@ static int read_tensors(RadIn *h, RadModelFile *m, uint64_t data_bytes, uint32_t
             uint32_t reserved;
             rc = hdr_str(h, &pn, sizeof p->name - 1, "plane name", e);
             if (rc) break;
+            rc = check_name(h, pn, i, t.name, "a plane name", e);
             snprintf(p->name, sizeof p->name, "%s", pn);
             free(pn);
-            rc = rad_in_u64(h, &p->offset, "plane offset", e);
+            for (uint32_t k = 0; k < j && !rc; k++)
+                if (strcmp(t.planes[k].name, p->name) == 0)
+                    rc = rad_err_set(e, RAD_E_FORMAT, "%s: tensor '%s': plane '%s' appears twice", h->name, t.name, p->name);
+            if (!rc) rc = rad_in_u64(h, &p->offset, "plane offset", e);
             if (!rc) rc = rad_in_u64(h, &p->nbytes, "plane bytes", e);
             if (!rc) rc = rad_in_u64(h, &p->stored_bytes, "plane stored bytes", e);
             if (!rc) rc = rad_in_u32(h, &p->compression, "plane compression", e);
@@ -422,6 +506,8 @@ static int read_tensors(RadIn *h, RadModelFile *m, uint64_t data_bytes, uint32_t
             if (rc) break;
             if (p->compression > RAD_COMP_ZSTD)
                 rc = rad_err_set(e, RAD_E_UNSUPPORTED, "%s: tensor '%s' plane '%s': unknown compression %u", h->name, t.name, p->name, p->compression);
+            else if (reserved != 0)
+                rc = rad_err_set(e, RAD_E_FORMAT, "%s: tensor '%s' plane '%s': reserved field is %u, not 0", h->name, t.name, p->name, reserved);
             else if (p->compression == RAD_COMP_NONE && p->stored_bytes != p->nbytes)
                 rc = rad_err_set(e, RAD_E_FORMAT, "%s: tensor '%s' plane '%s': stored %" PRIu64 " bytes but holds %" PRIu64 " uncompressed",
                                  h->name, t.name, p->name, p->stored_bytes, p->nbytes);
@@ -436,39 +522,46 @@ static int read_tensors(RadIn *h, RadModelFile *m, uint64_t data_bytes, uint32_t
         if (!rc && t.n_planes == 1 && t.planes[0].nbytes != want)
             rc = rad_err_set(e, RAD_E_FORMAT, "%s: tensor '%s': %" PRIu64 " bytes, but %s of this shape is %" PRIu64,
                              h->name, t.name, t.planes[0].nbytes, rad_enc_info(t.enc)->name, want);
-        if (!rc && rad_model_find(m, t.name))
-            rc = rad_err_set(e, RAD_E_FORMAT, "%s: tensor '%s' appears twice", h->name, t.name);
-        if (!rc) rc = rad_model_add_tensor(m, &t, e);
+        if (!rc) {
+            char *name = t.name; /* the table owns it once added */
+            rc = rad_model_add_tensor(m, &t, e);
+            int dup = rc ? 0 : nameset_put(&names, m->tensors, mname_at, m->n_tensors - 1);
+            if (dup < 0) rc = rad_err_set(e, RAD_E_NOMEM, "%s: out of memory", h->name);
+            else if (dup) rc = rad_err_set(e, RAD_E_FORMAT, "%s: tensor '%s' appears twice", h->name, name);
+        }
         free(t.name);
-        if (rc) return rc;
     }
-    return RAD_OK;
+    nameset_free(&names);
+    if (!rc && rad_in_remaining(h) != 0)
+        rc = rad_err_set(e, RAD_E_FORMAT, "%s: tensor table: %" PRIu64 " bytes left over after %" PRIu64 " tensors", h->name,
+                         rad_in_remaining(h), n);
+    return rc;
 }
 
-/* Planes sorted by offset must not overlap. */
+/* Every plane with its tensor, sorted by offset: for the overlap check and for reading a stream
+ * in order. */
+typedef struct PlaneRef {
+    RadPlane *p;
+    const RadTensor *t;
+} PlaneRef;
+
 static int cmp_plane(const void *a, const void *b) {
-    const RadPlane *x = *(RadPlane *const *)a, *y = *(RadPlane *const *)b;
+    const RadPlane *x = ((const PlaneRef *)a)->p, *y = ((const PlaneRef *)b)->p;
     return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
-static int plane_list(RadModelFile *m, RadPlane ***out, uint64_t *n, RadErr *e) {
+static int plane_list(RadModelFile *m, PlaneRef **out, uint64_t *n, RadErr *e) {
     uint64_t k = 0;
     for (uint64_t i = 0; i < m->n_tensors; i++) k += m->tensors[i].n_planes;
-    RadPlane **v = malloc((k ? k : 1) * sizeof *v);
+    PlaneRef *v = malloc((k ? k : 1) * sizeof *v);
     if (!v) return rad_err_set(e, RAD_E_NOMEM, "%s: out of memory", m->path);
     k = 0;
     for (uint64_t i = 0; i < m->n_tensors; i++)
-        for (uint32_t j = 0; j < m->tensors[i].n_planes; j++) v[k++] = &m->tensors[i].planes[j];
+        for (uint32_t j = 0; j < m->tensors[i].n_planes; j++) v[k++] = (PlaneRef){&m->tensors[i].planes[j], &m->tensors[i]};
     qsort(v, k, sizeof *v, cmp_plane);
     *out = v;
     *n = k;
     return RAD_OK;
-}
-
-static const RadTensor *plane_owner(const RadModelFile *m, const RadPlane *p) {
-    for (uint64_t i = 0; i < m->n_tensors; i++)
-        if (p >= m->tensors[i].planes && p < m->tensors[i].planes + m->tensors[i].n_planes) return &m->tensors[i];
-    return NULL;
 }
 
 int rad_container_load(RadIn *in_, RadModelFile *m, RadErr *e) {
@@ -496,10 +589,13 @@ int rad_container_load(RadIn *in_, RadModelFile *m, RadErr *e) {
                            in->name, major, minor, RAD_VERSION_MAJOR);
     m->version = major;
     uint64_t hbytes = get_le(pre + 16, 8), data_offset = get_le(pre + 24, 8), data_bytes = get_le(pre + 32, 8);
-    uint32_t align = (uint32_t)get_le(pre + 40, 4);
-    uint64_t hsum = get_le(pre + 48, 8);
+    uint32_t align = (uint32_t)get_le(pre + 40, 4), pflags = (uint32_t)get_le(pre + 44, 4);
+    uint64_t hsum = get_le(pre + 48, 8), preserved = get_le(pre + 56, 8);
     if (align < 8 || align > (1u << 20) || (align & (align - 1)))
         return rad_err_set(e, RAD_E_FORMAT, "%s: alignment %u is not a power of two in [8, 1048576]", in->name, align);
+    if (pflags != 0 || preserved != 0) /* 1.0 defines neither: a file that sets them was not written for this reader */
+        return rad_err_set(e, RAD_E_FORMAT, "%s: prefix %s is %" PRIu64 ", not 0", in->name, pflags ? "flags" : "reserved",
+                           pflags ? (uint64_t)pflags : preserved);
     if (hbytes > RAD_HEADER_MAX || hbytes > rad_in_remaining(in))
         return rad_err_set(e, RAD_E_FORMAT, "%s: header length %" PRIu64 " exceeds the file", in->name, hbytes);
     if (data_offset < RAD_PREFIX_BYTES + hbytes || data_offset % align)
@@ -507,6 +603,9 @@ int rad_container_load(RadIn *in_, RadModelFile *m, RadErr *e) {
     if (rad_in_is_mapped(in) && (data_offset > in->size || data_bytes > in->size - data_offset))
         return rad_err_set(e, RAD_E_FORMAT, "%s: truncated: data area [%" PRIu64 ", +%" PRIu64 ") past end of file (%" PRIu64 " bytes)",
                            in->name, data_offset, data_bytes, in->size);
+    if (rad_in_is_mapped(in) && in->size - data_offset != data_bytes) /* the file is exactly prefix, header, data */
+        return rad_err_set(e, RAD_E_FORMAT, "%s: %" PRIu64 " bytes after the data area [%" PRIu64 ", +%" PRIu64 ") (the file is %" PRIu64 " bytes)",
+                           in->name, in->size - data_offset - data_bytes, data_offset, data_bytes, in->size);
     m->data_offset = data_offset;
     m->alignment = align;
 
@@ -545,6 +644,10 @@ int rad_container_load(RadIn *in_, RadModelFile *m, RadErr *e) {
                 break;
             }
             *flag = 1;
+            if (reserved != 0) { /* a known section's framing is 1.0's; an unknown one may come from a later minor */
+                rc = rad_err_set(e, RAD_E_FORMAT, "%s: section '%.4s': reserved field is %u, not 0", in->name, tag, reserved);
+                break;
+            }
         }
         if (which >= 0) {
             RadKV *dst = which == 0 ? &m->meta : which == 1 ? &m->tok : &m->chat;
@@ -562,14 +665,14 @@ int rad_container_load(RadIn *in_, RadModelFile *m, RadErr *e) {
     if (!seen[0] || !seen_tens)
         return rad_err_set(e, RAD_E_FORMAT, "%s: header lacks the %s section", in->name, !seen[0] ? "META" : "TENS");
     /* overlapping planes */
-    RadPlane **v;
+    PlaneRef *v;
     uint64_t np;
     rc = plane_list(m, &v, &np, e);
     if (rc) return rc;
     for (uint64_t i = 1; i < np && !rc; i++)
-        if (v[i - 1]->offset + v[i - 1]->stored_bytes > v[i]->offset)
-            rc = rad_err_set(e, RAD_E_FORMAT, "%s: tensors '%s' and '%s' overlap in the data area", in->name,
-                             plane_owner(m, v[i - 1])->name, plane_owner(m, v[i])->name);
+        if (v[i - 1].p->offset + v[i - 1].p->stored_bytes > v[i].p->offset)
+            rc = rad_err_set(e, RAD_E_FORMAT, "%s: tensor '%s' plane '%s' and tensor '%s' plane '%s' overlap in the data area", in->name,
+                             v[i - 1].t->name, v[i - 1].p->name, v[i].t->name, v[i].p->name);
     free(v);
     if (rc) return rc;
     if (rad_in_is_mapped(in))
@@ -600,9 +703,11 @@ static int hash_plane(RadModelFile *m, const RadTensor *t, const RadPlane *p, ui
     XXH3_state_t *st = XXH3_createState();
     ZSTD_DStream *zd = p->compression == RAD_COMP_ZSTD ? ZSTD_createDStream() : NULL;
     enum { CHUNK = 1 << 20 };
-    uint8_t *ib = malloc(CHUNK), *ob = malloc(ZSTD_DStreamOutSize());
+    /* buffers only where needed, and no larger: a table of 200,000 small planes is checked at once */
+    size_t ibn = p->data ? 0 : p->stored_bytes < CHUNK ? (size_t)p->stored_bytes + 1 : CHUNK;
+    uint8_t *ib = ibn ? malloc(ibn) : NULL, *ob = zd ? malloc(ZSTD_DStreamOutSize()) : NULL;
     int rc = RAD_OK;
-    if (!st || !ib || !ob || (p->compression == RAD_COMP_ZSTD && !zd)) {
+    if (!st || (ibn && !ib) || (p->compression == RAD_COMP_ZSTD && (!zd || !ob))) {
         rc = rad_err_set(e, RAD_E_NOMEM, "out of memory checking '%s'", t->name);
         goto out;
     }
@@ -657,10 +762,75 @@ out:
     return rc;
 }
 
+static int mismatch(RadErr *e, const RadModelFile *m, const RadTensor *t, const RadPlane *p, uint64_t h) {
+    return rad_err_set(e, RAD_E_CHECKSUM, "%s: tensor '%s' plane '%s': checksum mismatch (stored %016" PRIx64 ", computed %016" PRIx64 ")",
+                       m->path, t->name, p->name, p->checksum, h);
+}
+
+int rad_plane_verify(const RadModelFile *m, const RadTensor *t, uint32_t j, RadErr *e) {
+    if (j >= t->n_planes) return rad_err_set(e, RAD_E_ARG, "tensor '%s': no plane %u", t->name, j);
+    const RadPlane *p = &t->planes[j];
+    if (!p->data) return rad_err_set(e, RAD_E_UNSUPPORTED, "%s: tensor '%s': data not mapped (stream input)", m->path, t->name);
+    uint64_t h = 0;
+    int rc = hash_plane((RadModelFile *)m, t, p, &h, e); /* a mapped plane: the stream is not touched */
+    if (rc) return rc;
+    return h == p->checksum ? RAD_OK : mismatch(e, m, t, p, h);
+}
+
+int rad_plane_load(const RadModelFile *m, const RadTensor *t, uint32_t j, void *dst_, int verify, RadErr *e) {
+    if (!verify) return rad_plane_read(m, t, j, dst_, e);
+    if (j >= t->n_planes) return rad_err_set(e, RAD_E_ARG, "tensor '%s': no plane %u", t->name, j);
+    const RadPlane *p = &t->planes[j];
+    if (!p->data) return rad_err_set(e, RAD_E_UNSUPPORTED, "%s: tensor '%s': data not mapped (stream input)", m->path, t->name);
+    /* in chunks that stay in cache between the copy (or decompression) and the hash */
+    enum { CHUNK = 256 << 10 };
+    uint8_t *dst = dst_;
+    XXH3_state_t *st = XXH3_createState();
+    if (!st) return rad_err_set(e, RAD_E_NOMEM, "out of memory loading '%s'", t->name);
+    XXH3_64bits_reset(st);
+    if (p->compression == RAD_COMP_NONE) {
+        for (uint64_t at = 0; at < p->nbytes; at += CHUNK) {
+            size_t k = p->nbytes - at < CHUNK ? (size_t)(p->nbytes - at) : CHUNK;
+            memcpy(dst + at, p->data + at, k);
+            XXH3_64bits_update(st, dst + at, k);
+        }
+    } else {
+        ZSTD_DCtx *z = ZSTD_createDCtx();
+        if (!z) return XXH3_freeState(st), rad_err_set(e, RAD_E_NOMEM, "out of memory loading '%s'", t->name);
+        ZSTD_inBuffer zi = {p->data, p->stored_bytes, 0};
+        ZSTD_outBuffer zo = {dst, 0, 0};
+        size_t zret = 1;
+        while (zo.pos < p->nbytes) {
+            size_t was = zo.pos;
+            zo.size = p->nbytes - zo.pos < CHUNK ? p->nbytes : zo.pos + CHUNK;
+            zret = ZSTD_decompressStream(z, &zo, &zi);
+            if (ZSTD_isError(zret) || (zo.pos == was && zi.pos == zi.size)) break;
+            XXH3_64bits_update(st, dst + was, zo.pos - was);
+        }
+        int over = 0; /* output full: the frame's end (last block, checksum) may still be unread */
+        while (!ZSTD_isError(zret) && zret != 0 && zi.pos < zi.size && !over) {
+            uint8_t x;
+            ZSTD_outBuffer zx = {&x, 1, 0};
+            size_t before = zi.pos;
+            zret = ZSTD_decompressStream(z, &zx, &zi);
+            over = zx.pos != 0 || zi.pos == before;
+        }
+        int bad = over || ZSTD_isError(zret) || zo.pos != p->nbytes || zret != 0 || zi.pos != zi.size;
+        ZSTD_freeDCtx(z);
+        if (bad)
+            return XXH3_freeState(st),
+                   rad_err_set(e, RAD_E_FORMAT, "%s: tensor '%s' plane '%s': zstd data is corrupt (%s)", m->path, t->name, p->name,
+                               ZSTD_isError(zret) ? ZSTD_getErrorName(zret) : "its size is not the plane's");
+    }
+    uint64_t h = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    return h == p->checksum ? RAD_OK : mismatch(e, m, t, p, h);
+}
+
 int rad_container_check(RadModelFile *m, RadCheckFn report, void *user, RadErr *e) {
     if (strcmp(m->format, "rad") != 0)
         return rad_err_set(e, RAD_E_UNSUPPORTED, "%s: --check needs a .rad container (a %s file carries no checksums)", m->path, m->format);
-    RadPlane **v;
+    PlaneRef *v;
     uint64_t np;
     int rc = plane_list(m, &v, &np, e);
     if (rc) return rc;
@@ -668,9 +838,9 @@ int rad_container_check(RadModelFile *m, RadCheckFn report, void *user, RadErr *
     int bad = 0;
     RadErr first = {0};
     for (uint64_t i = 0; i < np && !rc; i++) {
-        const RadTensor *t = plane_owner(m, v[i]);
+        const RadTensor *t = v[i].t;
         if (!rad_in_is_mapped(in)) { /* stream: skip to the plane's offset */
-            uint64_t at = m->data_offset + v[i]->offset;
+            uint64_t at = m->data_offset + v[i].p->offset;
             if (at < in->pos) {
                 rc = rad_err_set(e, RAD_E_FORMAT, "%s: plane out of order", m->path);
                 break;
@@ -679,16 +849,14 @@ int rad_container_check(RadModelFile *m, RadCheckFn report, void *user, RadErr *
             if (rc) break;
         }
         uint64_t h = 0;
-        rc = hash_plane(m, t, v[i], &h, e);
+        rc = hash_plane(m, t, v[i].p, &h, e);
         if (rc) break;
-        int ok = h == v[i]->checksum;
+        int ok = h == v[i].p->checksum;
         if (!ok) {
-            if (!bad)
-                rad_err_set(&first, RAD_E_CHECKSUM, "%s: tensor '%s' plane '%s': checksum mismatch (stored %016" PRIx64
-                            ", computed %016" PRIx64 ")", m->path, t->name, v[i]->name, v[i]->checksum, h);
+            if (!bad) mismatch(&first, m, t, v[i].p, h);
             bad++;
         }
-        if (report) report(user, t, v[i], ok);
+        if (report) report(user, t, v[i].p, ok);
     }
     free(v);
     if (rc) return rc;

@@ -41,6 +41,8 @@ int rad_writer_add_tensor(RadWriter *w, const char *name, RadEnc enc, uint32_t r
 int rad_writer_finish(RadWriter *w, RadErr *e);
 /* Frees; removes the temporary if finish did not succeed. */
 void rad_writer_free(RadWriter *w);
+/* The temporary being written ("" for stdout), for a caller's signal handler to remove. */
+const char *rad_writer_tmp_path(const RadWriter *w);
 
 /* Writes a whole RadModelFile (every table and tensor, planes as the source holds them). */
 int rad_model_write(const RadModelFile *m, const char *path, const RadWriteOpts *o, int overwrite,
@@ -52,6 +54,13 @@ int rad_container_load(RadIn *in, RadModelFile *m, RadErr *e);
 
 /* The logical bytes of one plane into dst (plane->nbytes), decompressing if needed. */
 int rad_plane_read(const RadModelFile *m, const RadTensor *t, uint32_t plane, void *dst, RadErr *e);
+
+/* Verifies one mapped plane's checksum in place (the code --check runs); RAD_E_CHECKSUM naming
+ * the file, tensor and plane on a mismatch. */
+int rad_plane_verify(const RadModelFile *m, const RadTensor *t, uint32_t plane, RadErr *e);
+/* rad_plane_read, and with verify the checksum of the bytes written, in the same pass (chunks
+ * hashed while in cache): RAD_E_CHECKSUM naming the file, tensor and plane on a mismatch. */
+int rad_plane_load(const RadModelFile *m, const RadTensor *t, uint32_t plane, void *dst, int verify, RadErr *e);
 
 /* Verifies every plane's checksum; on a stream, reads the data area in order. Calls report for
  * each plane (ok != 0 when it matched); returns RAD_OK when all matched, RAD_E_CHECKSUM when any

@@ -2,6 +2,8 @@
 #include "rad_engine.h"
 
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,13 +82,13 @@ static size_t pack_plan(const RadEngine *en, const RadTensor **tens, const int *
 }
 
 /* The stored bytes of a single-plane tensor packed into dst by library li. */
-static int pack_tensor(RadEngine *en, const RadTensor *t, int li, RadKArg *a, uint8_t *dst, RadErr *e) {
+static int pack_tensor(RadEngine *en, const RadTensor *t, int li, RadKArg *a, uint8_t *dst, int verify, RadErr *e) {
     const RadPlane *p = &t->planes[0];
     void *tmp = NULL;
     const void *src = p->data;
-    if (p->compression) {
+    if (p->compression) { /* a raw source was verified with the other planes */
         if (!(tmp = malloc(p->nbytes ? p->nbytes : 1))) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
-        int rc = rad_plane_read(&en->m, t, 0, tmp, e);
+        int rc = rad_plane_load(&en->m, t, 0, tmp, verify, e);
         if (rc) return free(tmp), rc;
         src = tmp;
     }
@@ -97,6 +99,65 @@ static int pack_tensor(RadEngine *en, const RadTensor *t, int li, RadKArg *a, ui
                                en->libs[li]->info->name, rad_status_name(rc));
     a->dtype = (RadDType)(a->dtype | RAD_PACKED);
     a->planes[0] = a->data = dst;
+    return RAD_OK;
+}
+
+/* One plane the load reads: copied (or decompressed) into dst and, unless --no-verify, its
+ * checksum verified in the same pass; with dst NULL, verified where it lies (--mmap, or the
+ * source of a tensor packed after). */
+typedef struct LoadJob {
+    const RadTensor *t;
+    uint32_t k;
+    uint8_t *dst;
+    int rc;
+    RadErr err;
+} LoadJob;
+
+typedef struct LoadRun {
+    const RadEngine *en;
+    LoadJob *jobs;
+    size_t n;
+    int verify;
+    atomic_size_t next;
+    atomic_int failed;
+} LoadRun;
+
+static size_t need_jobs(const RadEngine *en, const RadTensor *const *tens, const int *first) {
+    size_t n = 1;
+    for (int i = 0; i < en->g.n_w; i++)
+        if (tens[i] && first[i] == i) n += tens[i]->n_planes;
+    return n;
+}
+
+static void *load_worker(void *arg) {
+    LoadRun *r = arg;
+    while (!atomic_load(&r->failed)) {
+        size_t i = atomic_fetch_add(&r->next, 1);
+        if (i >= r->n) break;
+        LoadJob *j = &r->jobs[i];
+        j->rc = j->dst ? rad_plane_load(&r->en->m, j->t, j->k, j->dst, r->verify, &j->err)
+                       : rad_plane_verify(&r->en->m, j->t, j->k, &j->err);
+        if (j->rc) atomic_store(&r->failed, 1);
+    }
+    return NULL;
+}
+
+/* The jobs on the engine's threads (pages fault in and checksums run in parallel). Jobs are
+ * taken in order, so the failure reported is the first in table order whatever the timing. */
+static int run_load_jobs(const RadEngine *en, LoadJob *jobs, size_t n, int verify, RadErr *e) {
+    LoadRun r = {.en = en, .jobs = jobs, .n = n, .verify = verify};
+    atomic_init(&r.next, 0);
+    atomic_init(&r.failed, 0);
+    enum { MAX_LOADERS = 16 };
+    pthread_t th[MAX_LOADERS];
+    size_t nt = en->o.n_threads < MAX_LOADERS ? en->o.n_threads : MAX_LOADERS, started = 0;
+    if (nt > n) nt = n;
+    for (; started + 1 < nt; started++) /* the calling thread is one of them */
+        if (pthread_create(&th[started], NULL, load_worker, &r)) break;
+    load_worker(&r);
+    for (size_t i = 0; i < started; i++) pthread_join(th[i], NULL);
+    for (size_t i = 0; i < n; i++)
+        if (jobs[i].rc) return rad_err_set(e, jobs[i].rc, "%s", jobs[i].err.msg);
     return RAD_OK;
 }
 
@@ -140,51 +201,53 @@ static int bind_weights(RadEngine *en, RadErr *e) {
         en->wstore_huge = madvise(r, en->wstore_bytes, MADV_HUGEPAGE) == 0; /* a hint: refused without THP */
 #endif
     }
-    size_t used = 0;
-    for (int i = 0; i < en->g.n_w; i++) {
+    /* what to read: every plane copied (or decompressed) into wstore, or verified where it lies */
+    size_t used = 0, n_jobs = 0;
+    LoadJob *jobs = calloc(need_jobs(en, tens, first), sizeof *jobs);
+    uint8_t **pdst = calloc((size_t)(en->g.n_w ? en->g.n_w : 1), sizeof *pdst); /* packed owners: their region */
+    int rc = jobs && pdst ? RAD_OK : rad_err_set(e, RAD_E_NOMEM, "out of memory");
+    const int verify = !en->o.no_verify;
+    for (int i = 0; i < en->g.n_w && !rc; i++) {
         const RadTensor *t = tens[i];
-        if (!t) continue;
+        if (!t || first[i] != i) continue;
         RadKArg *a = &en->w[i].arg;
-        if (first[i] != i) { /* the same stored tensor: share its bytes */
-            *a = en->w[first[i]].arg;
-            continue;
-        }
         a->dtype = (RadDType)t->enc;
         a->rows = t->rank >= 2 ? t->shape[0] : 1;
         a->cols = t->rank >= 2 ? 1 : t->shape[0];
         for (uint32_t d = 1; d < t->rank; d++) a->cols *= t->shape[d];
         const RadEncInfo *ei = rad_enc_info(t->enc);
         a->row_stride = a->cols / ei->block_elems * ei->block_bytes; /* bytes between rows */
-        if (pack[i] >= 0) {
-            uint8_t *dst = en->wstore + used;
+        if (pack[i] >= 0) { /* packed below, after the parallel pass; a raw source is verified in it */
+            pdst[i] = en->wstore + used;
             used += (en->libs[pack[i]]->lib->pack_size(en->lib_state[pack[i]], a->dtype, a->rows, a->cols) + 63) & ~(size_t)63;
-            int rc = pack_tensor(en, t, pack[i], a, dst, e);
-            if (rc) {
-                free(tens), free(first), free(pack);
-                return rc;
-            }
-            en->n_packed++, en->packed_bytes += t->planes[0].nbytes;
+            if (verify && !t->planes[0].compression) jobs[n_jobs++] = (LoadJob){.t = t, .k = 0};
             continue;
         }
         for (uint32_t k = 0; k < t->n_planes && k < 4; k++) {
             const RadPlane *p = &t->planes[k];
             if (en->o.mmap_weights && !p->compression) {
                 a->planes[k] = p->data;
+                if (verify) jobs[n_jobs++] = (LoadJob){.t = t, .k = k};
                 continue;
             }
             uint8_t *dst = en->wstore + used;
             used += (p->nbytes + 63) & ~(size_t)63;
-            int rc = rad_plane_read(&en->m, t, k, dst, e);
-            if (rc) {
-                free(tens), free(first), free(pack);
-                return rc;
-            }
+            jobs[n_jobs++] = (LoadJob){.t = t, .k = k, .dst = dst};
             a->planes[k] = dst;
         }
         a->data = (void *)a->planes[0];
     }
+    if (!rc) rc = run_load_jobs(en, jobs, n_jobs, verify, e);
+    for (int i = 0; i < en->g.n_w && !rc; i++) {
+        if (!tens[i] || first[i] != i || pack[i] < 0) continue;
+        rc = pack_tensor(en, tens[i], pack[i], &en->w[i].arg, pdst[i], verify, e);
+        if (!rc) en->n_packed++, en->packed_bytes += tens[i]->planes[0].nbytes;
+    }
+    for (int i = 0; i < en->g.n_w && !rc; i++) /* the same stored tensor: share its bytes */
+        if (tens[i] && first[i] != i) en->w[i].arg = en->w[first[i]].arg;
+    free(jobs), free(pdst);
     free(tens), free(first), free(pack);
-    return RAD_OK;
+    return rc;
 }
 
 /* ---- kernel libraries and selection ------------------------------------------------------- */
@@ -195,26 +258,9 @@ static int pick_libs(RadEngine *en, RadErr *e) {
     en->libs = calloc((size_t)(n ? n : 1), sizeof *en->libs);
     en->lib_state = calloc((size_t)(n ? n : 1), sizeof *en->lib_state);
     if (!en->libs || !en->lib_state) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
-    if (en->o.kernels && *en->o.kernels) {
-        char *list = strdup(en->o.kernels), *save = NULL;
-        for (char *name = strtok_r(list, ",", &save); name; name = strtok_r(NULL, ",", &save)) {
-            const RadPlugin *found = NULL;
-            for (int i = 0; i < en->plugins.n; i++)
-                if (en->plugins.p[i].info->kind == RAD_PLUGIN_KERNELS && strcmp(en->plugins.p[i].info->name, name) == 0)
-                    found = &en->plugins.p[i];
-            if (!found) {
-                int rc = rad_err_set(e, RAD_E_NOTFOUND, "--kernels: no kernel library named '%s' is installed", name);
-                free(list);
-                return rc;
-            }
-            en->libs[en->n_libs++] = found;
-        }
-        free(list);
-    } else {
-        for (int i = 0; i < en->plugins.n; i++)
-            if (en->plugins.p[i].info->kind == RAD_PLUGIN_KERNELS) en->libs[en->n_libs++] = &en->plugins.p[i];
-    }
-    if (!en->n_libs) return rad_err_set(e, RAD_E_NOTFOUND, "no kernel library installed (looked for RAD_PLUGIN_KERNELS plugins)");
+    /* the list is checked item by item (empty, twice, unknown, skipped); this engine runs CPU kernels */
+    int rc = rad_plugins_pick_kernels(&en->plugins, en->o.kernels, RAD_DEVICE_CPU, en->libs, n, &en->n_libs, e);
+    if (rc) return rc;
     en->sel.p = calloc((size_t)en->n_libs, sizeof *en->sel.p);
     if (!en->sel.p) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
     for (int i = 0; i < en->n_libs; i++) en->sel.p[i] = *en->libs[i];
@@ -319,7 +365,8 @@ static int build_candidates(RadEngine *en, RadErr *e) {
     for (int o = 0; o < en->g.n_ops; o++) {
         const RadGOp *op = &en->g.ops[o];
         RadEngineKernels *c = &en->cand[o];
-        if (!(c->k = malloc(64 * sizeof *c->k))) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+        int cap = 64;
+        if (!(c->k = malloc((size_t)cap * sizeof *c->k))) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
         for (int pass = 0; pass < (en->o.deterministic ? 2 : 1); pass++) {
             for (int i = 0; i < en->n_libs; i++) {
                 const RadKernelLib *l = en->libs[i]->lib;
@@ -334,7 +381,12 @@ static int build_candidates(RadEngine *en, RadErr *e) {
                     if (k->exactness == RAD_EXACT_TOLERANCE && k->tolerance > en->o.max_tolerance) ok = 0;
                     /* deterministic mode: batch-invariant kernels on the first pass, the rest after */
                     if (en->o.deterministic && (pass == 0) != (k->batch_invariant != 0)) ok = 0;
-                    if (!ok || c->n == 64) continue;
+                    if (!ok) continue;
+                    if (c->n == cap) { /* every fitting kernel is a candidate: none dropped unseen */
+                        const RadKernel **nk = realloc(c->k, (size_t)(cap *= 2) * sizeof *nk);
+                        if (!nk) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+                        c->k = nk;
+                    }
                     c->k[c->n++] = k;
                     if (k->workspace) {
                         int64_t hi = 1;
@@ -527,11 +579,17 @@ int rad_engine_open(RadEngine *en, const RadEngineOpts *o, RadErr *e) {
         long nc = sysconf(_SC_NPROCESSORS_ONLN);
         en->o.n_threads = nc > 0 ? (uint32_t)nc : 1;
     }
+    en->guard = -1;
     int rc = rad_model_open(o->model, &en->m, e);
     if (rc) return rc;
     if (strcmp(en->m.format, "rad") != 0)
         return rad_err_set(e, RAD_E_UNSUPPORTED, "%s: a %s file; radiance runs .rad containers (make one with rad-convert)",
                            o->model, en->m.format);
+    if (en->m.n_tensors == 0) /* rad-convert --vocab-only: --tokenize/--detokenize read it without an engine */
+        return rad_err_set(e, RAD_E_UNSUPPORTED, "%s: this container holds no weights (vocabulary only)", o->model);
+    /* a read past a truncation ends in one line and a documented status, not a death by SIGBUS */
+    en->guard = rad_model_guard(&en->m, o->mmap_weights ? "changed while mapped (--mmap): truncated (SIGBUS reading the weights)"
+                                                         : "truncated while loading (SIGBUS reading the weights)");
     if ((rc = rad_model_meta(&en->m, &en->meta, e))) return rc;
     if ((rc = rad_meta_kv_fill(&en->meta, &en->m.meta, &en->m.chat, &en->kv_keys, &en->kv_vals, e))) return rc;
     char **dirs;
@@ -561,6 +619,13 @@ int rad_engine_open(RadEngine *en, const RadEngineOpts *o, RadErr *e) {
         return rad_err_set(e, RAD_E_NOMEM, "cannot allocate the %" PRIu64 "-byte activation arena", en->g.arena_bytes);
     if ((rc = build_candidates(en, e))) return rc; /* first: the picks decide which weights are packed */
     if ((rc = bind_weights(en, e))) return rc;
+    if (!en->o.mmap_weights) { /* every weight is in wstore now: the file is never read again */
+        rad_model_unguard(en->guard);
+        en->guard = -1;
+        rad_model_release_data(&en->m);
+    } else if ((rc = rad_model_check_unchanged(&en->m, e))) { /* changed while loading */
+        return rc;
+    }
     if ((rc = build_kv(en, e))) return rc;
     en->head.struct_size = sizeof en->head;
     en->head.api = &CTX_API;
@@ -569,6 +634,7 @@ int rad_engine_open(RadEngine *en, const RadEngineOpts *o, RadErr *e) {
 }
 
 void rad_engine_close(RadEngine *en) {
+    if (en->guard >= 0) rad_model_unguard(en->guard);
     if (en->wstore) munmap(en->wstore, en->wstore_bytes);
     free(en->w);
     for (int i = 0; en->cand && i < en->g.n_ops; i++)
@@ -599,9 +665,27 @@ void rad_engine_close(RadEngine *en) {
 
 /* ---- steps -------------------------------------------------------------------------------- */
 
+const char *rad_engine_fail_closed(const RadEngine *en) { return en->changed ? en->changed_msg : NULL; }
+
+/* --mmap: the file must be as it was at open before a step reads it and after, or the step's
+ * results are refused (a write(2) moves mtime before it changes a byte, so a step that read
+ * changed bytes sees it afterwards). Once changed, every step fails: no answer from those bytes. */
+static int weights_unchanged(RadEngine *en, RadErr *e) {
+    if (!en->o.mmap_weights) return RAD_OK;
+    if (!en->changed) {
+        RadErr w = {0};
+        if (rad_model_check_unchanged(&en->m, &w) == RAD_OK) return RAD_OK;
+        en->changed = 1;
+        snprintf(en->changed_msg, sizeof en->changed_msg, "%s", w.msg);
+    }
+    return rad_err_set(e, RAD_E_IO, "%s", en->changed_msg);
+}
+
 int rad_engine_step(RadEngine *en, const RadBatch *b, RadErr *e) {
     if (b->n_tok == 0) return rad_err_set(e, RAD_E_SHAPE, "a step of zero tokens");
     if (b->n_tok > en->ctx.max_tok) return rad_err_set(e, RAD_E_LIMIT, "a step of %u tokens exceeds max_tok %u", b->n_tok, en->ctx.max_tok);
+    int rc = weights_unchanged(en, e);
+    if (rc) return rc;
     en->batch = b;
     en->step_failed = 0;
     en->step_msg[0] = 0;
@@ -616,7 +700,7 @@ int rad_engine_step(RadEngine *en, const RadBatch *b, RadErr *e) {
     if (en->prof_ns) en->prof_step_ns += now_ns() - t0, en->prof_steps++;
     en->batch = NULL;
     if (en->step_failed) return rad_err_set(e, RAD_E_SHAPE, "step: %s", en->step_msg);
-    return RAD_OK;
+    return weights_unchanged(en, e);
 }
 
 const float *rad_engine_logits(const RadEngine *en, uint32_t *n_vocab) {

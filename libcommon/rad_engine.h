@@ -29,6 +29,8 @@ typedef struct RadEngineOpts {
     int profile;                   /* time every issued op (rad_engine_dump_profile) */
     int mmap_weights;              /* kernels read weights in the file mapping (no copy; slower
                                       decode, shared page cache); 0: copied into huge pages */
+    int no_verify;                 /* 1: skip the planes' checksums at load (--no-verify); 0: every
+                                      plane the engine reads is verified as it is copied */
     int no_repack;                 /* keep every weight in its stored layout; 0: a kernel library
                                       packs the weights only its kernels read (RadKernelLib.pack) */
     double max_tolerance;          /* kernels whose stated tolerance is looser are not chosen;
@@ -82,6 +84,9 @@ typedef struct RadEngine {
     const RadBatch *batch;         /* the step being run */
     int step_failed;
     char step_msg[512];
+    int guard;                     /* rad_model_guard slot over the file mapping, or -1 */
+    int changed;                   /* --mmap: the file changed under the mapping; every step fails */
+    char changed_msg[512];
     uint64_t n_issues;             /* ops issued, for --debug-graph and timing */
     uint64_t *prof_ns, *prof_calls;/* [g.n_ops] when o.profile: time in each op's kernel, calls */
     uint64_t prof_step_ns, prof_steps; /* whole steps (the plugin's own work and the kernels) */
@@ -89,6 +94,12 @@ typedef struct RadEngine {
 
 int rad_engine_open(RadEngine *en, const RadEngineOpts *o, RadErr *e);
 void rad_engine_close(RadEngine *en);
+
+/* With --mmap, NULL while the file is as it was at open; once it changed under the mapping,
+ * the one-line reason ("FILE: changed while mapped (--mmap): ..."): every step since has failed
+ * with it, and a server should stop admitting, fail what is left and exit
+ * RAD_EXIT_MODEL_CHANGED (docs/TOOLS.md, "A file that changes under the server"). */
+const char *rad_engine_fail_closed(const RadEngine *en);
 
 /* Runs one step over `b` (built by the caller with rad_engine_batch_*). The KV blocks of the
  * step's sequences must be reserved first (rad_kvcache_reserve). */

@@ -1,8 +1,15 @@
 #include "rad_model.h"
 
+#include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "Radiance reads little-endian files in place");
 
@@ -16,7 +23,106 @@ void rad_model_free(RadModelFile *m) {
     free(m->tensors);
     for (int i = 0; i < m->n_ins; i++) rad_in_close(&m->ins[i]);
     free(m->ins);
+    if (m->watch.on) close(m->watch.fd);
     memset(m, 0, sizeof *m);
+}
+
+void rad_model_release_data(RadModelFile *m) {
+    for (uint64_t i = 0; i < m->n_tensors; i++)
+        for (uint32_t j = 0; j < m->tensors[i].n_planes; j++) m->tensors[i].planes[j].data = NULL;
+    for (int i = 0; i < m->n_ins; i++) rad_in_close(&m->ins[i]);
+    if (m->watch.on) close(m->watch.fd);
+    m->watch.on = 0;
+}
+
+/* ---- a file that changes under its mapping ------------------------------------------------ */
+
+static int64_t ts_ns(const struct timespec *t) { return (int64_t)t->tv_sec * 1000000000 + t->tv_nsec; }
+
+int rad_model_check_unchanged(RadModelFile *m, RadErr *e) {
+    RadFileWatch *w = &m->watch;
+    if (!w->on) return RAD_OK;
+    struct stat st;
+    if (fstat(w->fd, &st) != 0)
+        return rad_err_set(e, RAD_E_IO, "%s: changed while mapped (--mmap): fstat failed: %s", m->path, strerror(errno));
+    if ((uint64_t)st.st_size != w->size)
+        return rad_err_set(e, RAD_E_IO, "%s: changed while mapped (--mmap): size %" PRIu64 " -> %" PRIu64 " bytes", m->path,
+                           w->size, (uint64_t)st.st_size);
+    if (ts_ns(&st.st_mtim) != w->mtime_ns)
+        return rad_err_set(e, RAD_E_IO, "%s: changed while mapped (--mmap): written in place (mtime moved)", m->path);
+    if (ts_ns(&st.st_ctim) != w->ctime_ns) {
+        if ((uint64_t)st.st_nlink == w->nlink) /* chmod, utimes: may hide a rewrite that restored mtime */
+            return rad_err_set(e, RAD_E_IO, "%s: changed while mapped (--mmap): its inode changed (ctime moved)", m->path);
+        w->nlink = (uint64_t)st.st_nlink, w->ctime_ns = ts_ns(&st.st_ctim); /* renamed over or linked: bytes untouched */
+    }
+    return RAD_OK;
+}
+
+/* The SIGBUS guard: a fixed table the handler reads without locks (a slot is published by
+ * storing hi last, withdrawn by clearing hi first). */
+#define GUARD_SLOTS 8
+static struct {
+    _Atomic uintptr_t lo, hi;
+    char msg[600];
+    size_t len;
+} guards[GUARD_SLOTS];
+static pthread_mutex_t guard_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct sigaction guard_prev;
+static int guard_installed;
+
+static void on_sigbus(int sig, siginfo_t *si, void *uc) {
+    const uintptr_t a = (uintptr_t)si->si_addr;
+    for (int i = 0; i < GUARD_SLOTS; i++) {
+        uintptr_t hi = atomic_load(&guards[i].hi), lo = atomic_load(&guards[i].lo);
+        if (hi && a >= lo && a < hi) {
+            ssize_t r = write(2, guards[i].msg, guards[i].len);
+            (void)r;
+            _exit(RAD_EXIT_MODEL_CHANGED);
+        }
+    }
+    /* not a weight: whatever handled SIGBUS before, or the default (returning re-runs a faulting
+     * access; a sent signal is raised again, pending until the handler returns) */
+    if ((guard_prev.sa_flags & SA_SIGINFO) && guard_prev.sa_sigaction) guard_prev.sa_sigaction(sig, si, uc);
+    else if (guard_prev.sa_handler != SIG_DFL && guard_prev.sa_handler != SIG_IGN) guard_prev.sa_handler(sig);
+    else {
+        signal(SIGBUS, SIG_DFL);
+        if (si->si_code <= 0) raise(sig);
+    }
+}
+
+int rad_model_guard(const RadModelFile *m, const char *why) {
+    if (!m->n_ins || m->ins[0].kind != RAD_IN_MMAP || !m->ins[0].data || !m->ins[0].size) return -1;
+    pthread_mutex_lock(&guard_mu);
+    int slot = -1;
+    for (int i = 0; i < GUARD_SLOTS && slot < 0; i++)
+        if (!atomic_load(&guards[i].hi)) slot = i;
+    if (slot >= 0 && !guard_installed) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = on_sigbus;
+        sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(SIGBUS, &sa, &guard_prev) == 0) guard_installed = 1;
+        else slot = -1;
+    }
+    if (slot >= 0) {
+        const size_t cap = sizeof guards[slot].msg;
+        int n = snprintf(guards[slot].msg, cap, "%s: %s: %s\n", program_invocation_short_name, m->path, why);
+        if (n < 0) n = 0;
+        if ((size_t)n >= cap) guards[slot].msg[cap - 2] = '\n', n = (int)cap - 1; /* still one whole line */
+        guards[slot].len = (size_t)n;
+        atomic_store(&guards[slot].lo, (uintptr_t)m->ins[0].data);
+        atomic_store(&guards[slot].hi, (uintptr_t)m->ins[0].data + m->ins[0].size);
+    }
+    pthread_mutex_unlock(&guard_mu);
+    return slot;
+}
+
+void rad_model_unguard(int slot) {
+    if (slot < 0 || slot >= GUARD_SLOTS) return;
+    pthread_mutex_lock(&guard_mu);
+    atomic_store(&guards[slot].hi, 0); /* lo stays: a handler that read hi before sees a whole range */
+    pthread_mutex_unlock(&guard_mu);
 }
 
 int rad_model_add_tensor(RadModelFile *m, RadTensor *t, RadErr *e) {

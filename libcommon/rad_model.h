@@ -35,6 +35,15 @@ typedef struct RadTensor {
     int src;                      /* index into RadModelFile.ins (sharded safetensors) */
 } RadTensor;
 
+/* What a mapped file was when it was opened, with its descriptor kept, so a server can see the
+ * file change under the mapping (docs/TOOLS.md, "A file that changes under the server"). */
+typedef struct RadFileWatch {
+    int on;              /* 1: fd is open and the fields below are the file's at open */
+    int fd;
+    uint64_t size, nlink;
+    int64_t mtime_ns, ctime_ns;
+} RadFileWatch;
+
 typedef struct RadModelFile {
     char format[16];     /* "rad", "gguf", "safetensors", "hf" */
     char path[256];      /* what was opened, for messages */
@@ -49,12 +58,32 @@ typedef struct RadModelFile {
     uint64_t n_tensors;
     RadIn *ins;          /* [n_ins] the sources tensors point into */
     int n_ins;
+    RadFileWatch watch;  /* the mapped file's descriptor and identity (a regular file by path) */
 } RadModelFile;
 
 /* Opens any supported input by path ("-" reads stdin) and fills m. Detects the kind from
  * magic bytes or, for a directory, from config.json / *.safetensors; archives by libarchive. */
 int rad_model_open(const char *path, RadModelFile *m, RadErr *e);
 void rad_model_free(RadModelFile *m);
+
+/* RAD_OK while the file m was mapped from is as it was at open: same size and mtime, and the
+ * same ctime unless only the link count moved with it (a rename over the path, an unlink or a
+ * hard link leave the bytes alone; the old inode stays mapped). Otherwise RAD_E_IO, one line:
+ * "FILE: changed while mapped (--mmap): ...". RAD_OK when nothing is watched. */
+int rad_model_check_unchanged(RadModelFile *m, RadErr *e);
+
+/* The exit status of a process whose mapped model changed or was truncated under it (the SIGBUS
+ * guard's, and the server's after it fails closed): non-zero, so systemd restarts it. */
+#define RAD_EXIT_MODEL_CHANGED 3
+/* Catches SIGBUS inside m's mapping (ins[0]: a read past a truncation): the handler writes one
+ * line, "PROG: FILE: <why>", with write(2) and _exit()s RAD_EXIT_MODEL_CHANGED; a fault anywhere
+ * else goes to the handler there was before (or kills as SIGBUS does). Returns a slot for
+ * rad_model_unguard, or -1 when nothing is mapped or the table (8 slots) is full. */
+int rad_model_guard(const RadModelFile *m, const char *why);
+void rad_model_unguard(int slot);
+/* Drops the mapping of every input and the watch: plane data pointers become NULL. For a caller
+ * that has copied what it needs (the engine's default mode), so the file is read exactly once. */
+void rad_model_release_data(RadModelFile *m);
 
 /* Fills the ABI struct from m->meta ("model.*" keys). Pointers stay owned by m. */
 int rad_model_meta(const RadModelFile *m, RadModelMeta *out, RadErr *e);

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -60,6 +61,34 @@ static int load_kind(enum Kind k, RadIn *in, RadModelFile *m, RadErr *e) {
     return RAD_E_UNSUPPORTED;
 }
 
+/* A regular file mapped read-only, its descriptor and identity kept in w (from the
+ * same fstat that sized the map, so the watch describes exactly what is mapped). */
+static int map_file(RadIn *in, const char *path, RadFileWatch *w, RadErr *e) {
+    memset(in, 0, sizeof *in);
+    memset(w, 0, sizeof *w);
+    snprintf(in->name, sizeof in->name, "%s", path);
+    in->fd = -1;
+    struct stat st;
+    int fd = rad_open_regular(path, &st, e);
+    if (fd < 0) return e ? e->code : RAD_E_IO;
+    in->kind = RAD_IN_MMAP;
+    in->size = (uint64_t)st.st_size;
+    in->data = (const uint8_t *)"";
+    if (st.st_size > 0) {
+        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (p == MAP_FAILED) {
+            int err = errno;
+            close(fd);
+            return rad_err_set(e, RAD_E_IO, "%s: cannot mmap: %s", path, strerror(err));
+        }
+        in->data = p;
+    }
+    *w = (RadFileWatch){.on = 1, .fd = fd, .size = (uint64_t)st.st_size, .nlink = (uint64_t)st.st_nlink,
+                        .mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
+                        .ctime_ns = (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec};
+    return RAD_OK;
+}
+
 static int open_stdin(RadModelFile *m, RadErr *e) {
     PeekFd *p = calloc(1, sizeof *p);
     if (!p) return rad_err_set(e, RAD_E_NOMEM, "<stdin>: out of memory");
@@ -97,12 +126,16 @@ int rad_model_open(const char *path, RadModelFile *m, RadErr *e) {
             rad_src_free(&s);
         } else {
             RadIn in;
-            rc = rad_in_open_file(&in, path, e);
+            RadFileWatch w;
+            rc = map_file(&in, path, &w, e);
             if (rc) return rc;
             enum Kind k = sniff(in.data, in.size < 16 ? in.size : 16);
             if (k != K_UNKNOWN) {
-                rc = load_kind(k, &in, m, e);
+                rc = load_kind(k, &in, m, e); /* a loader may clear m: the watch goes on after */
+                if (rc) close(w.fd);
+                else m->watch = w;
             } else {
+                close(w.fd);
                 rad_in_close(&in);
                 if (!rad_src_looks_like_archive(path))
                     return rad_err_set(e, RAD_E_UNSUPPORTED, "%s: unknown format (not .rad, GGUF, safetensors or an archive)", path);

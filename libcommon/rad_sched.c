@@ -590,6 +590,13 @@ void rad_sched_run(RadSched *s) {
             s->n_wait--;
             retire(s, q, RAD_FINISH_ERROR, "the request does not fit the KV cache");
         }
+        if (rad_engine_fail_closed(s->en)) { /* --mmap, file changed: admit nothing; each step fails what is left */
+            rad_sched_drain(s);
+            pthread_mutex_lock(&s->mu);
+            int more = s->inbox != NULL;
+            pthread_mutex_unlock(&s->mu);
+            if (!more && !s->n_run && !s->n_wait) break;
+        }
     }
     update_stats(s);
 }

@@ -384,3 +384,165 @@ Test(container, model_write_round_trips_a_loaded_container) {
     check_sample(&m, 1);
     rad_model_free(&m);
 }
+
+/* ---- hand-built tables: the rules FORMAT.md states, each refused naming the file and field --- */
+
+typedef struct Buf {
+    uint8_t *p;
+    size_t n, cap;
+} Buf;
+
+static void put(Buf *b, const void *d, size_t n) {
+    if (b->n + n > b->cap) {
+        b->cap = (b->n + n) * 2 + 64;
+        b->p = realloc(b->p, b->cap);
+        cr_assert_not_null(b->p);
+    }
+    memcpy(b->p + b->n, d, n);
+    b->n += n;
+}
+static void le(Buf *b, uint64_t x, int n) {
+    uint8_t c[8];
+    for (int i = 0; i < n; i++) c[i] = (uint8_t)(x >> (8 * i));
+    put(b, c, (size_t)n);
+}
+static void bstr(Buf *b, const char *s, size_t n) { le(b, n, 8), put(b, s, n); }
+
+/* One entry: a u8 tensor of `bytes` elements, one plane named pname at offset. */
+static void entry(Buf *b, const char *name, size_t name_len, const char *pname, uint64_t offset, uint64_t bytes,
+                  uint32_t reserved) {
+    bstr(b, name, name_len);
+    bstr(b, "u8", 2);
+    le(b, 1, 4), le(b, bytes, 8); /* rank 1, shape */
+    le(b, 1, 4);                  /* one plane */
+    bstr(b, pname, strlen(pname));
+    static const uint8_t zeros[64];
+    cr_assert_leq(bytes, sizeof zeros);
+    le(b, offset, 8), le(b, bytes, 8), le(b, bytes, 8), le(b, 0, 4), le(b, reserved, 4), le(b, XXH3_64bits(zeros, bytes), 8);
+}
+
+/* prefix, an empty META, TENS (count, then the table bytes), zero data; `extra` bytes after. */
+static uint8_t *raw_rad(uint64_t count, const Buf *table, uint64_t data_bytes, size_t extra, uint32_t flags, size_t *n) {
+    Buf h = {0}, f = {0};
+    put(&h, "META", 4), le(&h, 0, 4), le(&h, 8, 8), le(&h, 0, 8);
+    put(&h, "TENS", 4), le(&h, 0, 4), le(&h, 8 + table->n, 8), le(&h, count, 8);
+    put(&h, table->p ? table->p : (const uint8_t *)"", table->n);
+    uint64_t data_offset = (64 + h.n + 7) & ~(uint64_t)7;
+    put(&f, RAD_MAGIC, 8), le(&f, 1, 4), le(&f, 0, 4), le(&f, h.n, 8), le(&f, data_offset, 8), le(&f, data_bytes, 8);
+    le(&f, 8, 4), le(&f, flags, 4), le(&f, XXH3_64bits(h.p, h.n), 8), le(&f, 0, 8);
+    put(&f, h.p, h.n);
+    static const uint8_t z[4096];
+    for (uint64_t left = data_offset - f.n + data_bytes + extra; left;) {
+        size_t k = left < sizeof z ? (size_t)left : sizeof z;
+        put(&f, z, k);
+        left -= k;
+    }
+    free(h.p);
+    *n = f.n;
+    return f.p;
+}
+
+static void refused(uint64_t count, const Buf *t, uint64_t data_bytes, size_t extra, uint32_t flags, const char *want) {
+    size_t n;
+    uint8_t *b = raw_rad(count, t, data_bytes, extra, flags, &n);
+    RadErr e = {0};
+    cr_assert_eq(load_buf(b, n, &e), RAD_E_FORMAT, "accepted (want '%s'): %s", want, e.msg);
+    cr_assert(strstr(e.msg, "bad.rad: ") == e.msg, "the file is not named first: %s", e.msg);
+    cr_assert(strstr(e.msg, want) != NULL, "want '%s', got: %s", want, e.msg);
+    cr_assert_null(strchr(e.msg, '\n'));
+    free(b);
+}
+
+Test(container, hand_built_tables_load_when_they_keep_the_rules) {
+    Buf t = {0};
+    entry(&t, "a", 1, "data", 0, 8, 0);
+    entry(&t, "b", 1, "data", 8, 8, 0);
+    size_t n;
+    uint8_t *b = raw_rad(2, &t, 16, 0, 0, &n);
+    RadErr e = {0};
+    cr_assert_eq(load_buf(b, n, &e), RAD_OK, "the builder itself is wrong: %s", e.msg);
+    free(b), free(t.p);
+}
+
+Test(container, rejects_empty_control_and_nul_names) {
+    Buf t = {0};
+    entry(&t, "", 0, "data", 0, 8, 0);
+    refused(1, &t, 8, 0, 0, "tensor table entry 0: tensor name is empty");
+    t.n = 0;
+    entry(&t, "ok", 2, "data", 0, 8, 0);
+    entry(&t, "a\x01" "b", 3, "data", 8, 8, 0);
+    refused(2, &t, 16, 0, 0, "tensor table entry 1: tensor name holds control byte 0x01 at byte 1");
+    t.n = 0;
+    entry(&t, "a\nb", 3, "data", 0, 8, 0);
+    refused(1, &t, 8, 0, 0, "control byte 0x0a at byte 1");
+    t.n = 0;
+    entry(&t, "a\0b", 3, "data", 0, 8, 0);
+    refused(1, &t, 8, 0, 0, "tensor name holds a NUL byte");
+    t.n = 0;
+    entry(&t, "x", 1, "", 0, 8, 0);
+    refused(1, &t, 8, 0, 0, "tensor 'x': a plane name is empty");
+    t.n = 0;
+    entry(&t, "x", 1, "da\x7f" "a", 0, 8, 0);
+    refused(1, &t, 8, 0, 0, "tensor 'x': a plane name holds control byte 0x7f");
+    free(t.p);
+}
+
+Test(container, rejects_leftover_table_bytes_and_counts_the_table_cannot_hold) {
+    Buf t = {0};
+    entry(&t, "a", 1, "data", 0, 8, 0);
+    le(&t, 0, 8);
+    refused(1, &t, 8, 0, 0, "tensor table: 8 bytes left over after 1 tensors");
+    t.n = 0;
+    entry(&t, "a", 1, "data", 0, 8, 0);
+    refused(1000000, &t, 8, 0, 0, "tensor count 1000000 exceeds what the tensor table's");
+    free(t.p);
+}
+
+Test(container, rejects_duplicate_names_reserved_fields_flags_and_trailing_bytes) {
+    Buf t = {0};
+    entry(&t, "a", 1, "data", 0, 8, 0);
+    entry(&t, "b", 1, "data", 8, 8, 0);
+    entry(&t, "a", 1, "data", 16, 8, 0);
+    refused(3, &t, 24, 0, 0, "tensor 'a' appears twice");
+    t.n = 0;
+    entry(&t, "a", 1, "data", 0, 8, 5);
+    refused(1, &t, 8, 0, 0, "tensor 'a' plane 'data': reserved field is 5, not 0");
+    t.n = 0;
+    entry(&t, "a", 1, "data", 0, 8, 0);
+    refused(1, &t, 8, 0, 1, "prefix flags is 1, not 0");
+    refused(1, &t, 8, 16, 0, "16 bytes after the data area");
+    t.n = 0;
+    entry(&t, "a", 1, "data", 0, 16, 0);
+    entry(&t, "b", 1, "data", 8, 8, 0);
+    refused(2, &t, 16, 0, 0, "tensor 'a' plane 'data' and tensor 'b' plane 'data' overlap");
+    free(t.p);
+}
+
+/* Duplicate checks are linear (a hash set): 200,000 tensors write, open and --check at once; the
+ * scans they replaced took minutes (the timeout is the bound, no wall time is asserted). */
+Test(container, two_hundred_thousand_tensors_write_open_and_check, .timeout = 30) {
+    enum { N = 200000 };
+    char p[300];
+    path_in(p, sizeof p, "many.rad");
+    RadErr e = {0};
+    RadWriter *w;
+    cr_assert_eq(rad_writer_init(&w, p, NULL, 1, &e), RAD_OK, "%s", e.msg);
+    static uint8_t d[8];
+    uint64_t shape[1] = {8};
+    RadPlaneSrc ps = {"data", d, 8};
+    for (int i = 0; i < N; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "blk.%d.w", i);
+        cr_assert_eq(rad_writer_add_tensor(w, name, RAD_ENC_U8, 1, shape, 1, &ps, &e), RAD_OK, "%s", e.msg);
+    }
+    cr_assert_eq(rad_writer_add_tensor(w, "blk.7.w", RAD_ENC_U8, 1, shape, 1, &ps, &e), RAD_E_ARG);
+    cr_assert(strstr(e.msg, "'blk.7.w' added twice"), "%s", e.msg);
+    rad_err_clear(&e);
+    cr_assert_eq(rad_writer_finish(w, &e), RAD_OK, "%s", e.msg);
+    rad_writer_free(w);
+    RadModelFile m;
+    cr_assert_eq(rad_model_open(p, &m, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(m.n_tensors, N);
+    cr_assert_eq(rad_container_check(&m, NULL, NULL, &e), RAD_OK, "%s", e.msg);
+    rad_model_free(&m);
+}

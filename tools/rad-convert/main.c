@@ -1,8 +1,11 @@
 /* rad-convert SRC -o OUT — a checkpoint (Hugging Face folder, GGUF file, safetensors, or an
  * archive of one) into one .rad container, driven by the architecture plugin's name map: this
  * tool knows nothing of any model. */
+#include <float.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,13 +14,15 @@
 
 #include "libcommon/hf.h"
 #include "libcommon/rad_container.h"
+#include "libcommon/rad_num.h"
 #include "libcommon/rad_plugins.h"
 #include "libcommon/rad_src.h"
+#include "libcommon/rad_stdout.h"
 #include "plan.h"
 
 typedef struct Opts {
     const char *src, *out;
-    int plan_only, verbose, force, zstd, vocab_only;
+    int plan_only, verbose, force, zstd, vocab_only, drop_unclaimed, no_tokenizer;
     uint32_t align;
     QuantChoice quant;
     const char *sets[64];
@@ -41,7 +46,10 @@ static void usage(FILE *f) {
             "  --align N          data alignment (power of two, default 64)\n"
             "  --plugin-dir DIR   look for plugins in DIR first (repeatable)\n"
             "  --vocab-only       write only the tokenizer and chat format (SRC may hold no weights:\n"
-            "                     a GGUF with no tensors, or a folder with only tokenizer files)\n");
+            "                     a GGUF with no tensors, or a folder with only tokenizer files)\n"
+            "  --drop-unclaimed   leave out checkpoint tensors the plugin's name map does not read\n"
+            "                     (refused by default: they mean the metadata and tensors disagree)\n"
+            "  --no-tokenizer     convert a SRC that holds no tokenizer (refused by default)\n");
 }
 
 static int parse_quant(const char *s, QuantChoice *q) {
@@ -51,13 +59,88 @@ static int parse_quant(const char *s, QuantChoice *q) {
     return 0;
 }
 
+/* --set KEY=VALUE as given: a key of 1..255 bytes of printable UTF-8, given once, at most 64. */
+static int check_set(const Opts *o, const char *arg, RadErr *e) {
+    const char *eq = strchr(arg, '=');
+    size_t klen = eq ? (size_t)(eq - arg) : 0;
+    if (!klen) return rad_err_set(e, RAD_E_ARG, "--set %.64s: expected KEY=VALUE", arg);
+    if (klen > 255) return rad_err_set(e, RAD_E_ARG, "--set %.40s...: the key is longer than 255 bytes", arg);
+    for (size_t i = 0; i < klen; i++)
+        if ((unsigned char)arg[i] < 0x20 || arg[i] == 0x7f)
+            return rad_err_set(e, RAD_E_ARG, "--set: key '%.*s' holds a control character", (int)klen, arg);
+    if (!rad_utf8_valid(arg, klen)) return rad_err_set(e, RAD_E_ARG, "--set: key '%.*s' is not UTF-8", (int)klen, arg);
+    for (int i = 0; i < o->n_sets; i++)
+        if (!strncmp(o->sets[i], arg, klen) && o->sets[i][klen] == '=')
+            return rad_err_set(e, RAD_E_ARG, "--set %.*s: given twice", (int)klen, arg);
+    if (o->n_sets == 64) return rad_err_set(e, RAD_E_ARG, "--set %.*s: more than 64 --set", (int)klen, arg);
+    return RAD_OK;
+}
+
+/* The type a --set value takes: the key's type in the output metadata when it is there, else
+ * the documented type of a model.* key (docs/KEYS.md), else a string. */
+static RadValType set_type(const RadKV *meta, const char *key) {
+    const RadValue *v = rad_kv_get(meta, key);
+    if (v) return v->type;
+    static const struct { const char *key; RadValType t; } known[] = {
+        {"model.n_layers", RAD_VAL_U32}, {"model.n_embd", RAD_VAL_U32}, {"model.n_head", RAD_VAL_U32},
+        {"model.n_head_kv", RAD_VAL_U32}, {"model.head_dim", RAD_VAL_U32}, {"model.n_ff", RAD_VAL_U32},
+        {"model.n_vocab", RAD_VAL_U32}, {"model.n_ctx_train", RAD_VAL_U32}, {"model.n_expert", RAD_VAL_U32},
+        {"model.n_expert_used", RAD_VAL_U32}, {"model.rms_eps", RAD_VAL_F32}, {"model.rope_theta", RAD_VAL_F32},
+        {"model.tie_embeddings", RAD_VAL_BOOL}, {"rope.scaling.factor", RAD_VAL_F32},
+        {"rope.scaling.low_freq_factor", RAD_VAL_F32}, {"rope.scaling.high_freq_factor", RAD_VAL_F32},
+        {"rope.scaling.original_context_length", RAD_VAL_U32},
+    };
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (!strcmp(key, known[i].key)) return known[i].t;
+    return RAD_VAL_STRING;
+}
+
+/* Applies every --set to meta, each value parsed strictly as its key's type (set_type): a
+ * number must be finite and fit the type, named by its key. */
+static int apply_sets(const Opts *o, RadKV *meta, RadErr *e) {
+    for (int i = 0; i < o->n_sets; i++) {
+        char key[256], what[272];
+        const char *eq = strchr(o->sets[i], '='), *val = eq + 1;
+        snprintf(key, sizeof key, "%.*s", (int)(eq - o->sets[i]), o->sets[i]);
+        snprintf(what, sizeof what, "--set %s", key);
+        RadValType t = set_type(meta, key);
+        RadValue v = {.type = t};
+        int rc = RAD_OK;
+        double f = 0;
+        switch (t) {
+        case RAD_VAL_STRING: rc = rad_kv_set_str(meta, key, val, e); continue;
+        case RAD_VAL_BOOL:
+            if (strcmp(val, "true") && strcmp(val, "false"))
+                return rad_err_set(e, RAD_E_ARG, "--set %s: '%.40s' is not true or false (the key is a bool)", key, val);
+            v.v.u = !strcmp(val, "true");
+            break;
+        case RAD_VAL_U8: rc = rad_num_u64(what, val, 0, UINT8_MAX, &v.v.u, e); break;
+        case RAD_VAL_U16: rc = rad_num_u64(what, val, 0, UINT16_MAX, &v.v.u, e); break;
+        case RAD_VAL_U32: rc = rad_num_u64(what, val, 0, UINT32_MAX, &v.v.u, e); break;
+        case RAD_VAL_U64: rc = rad_num_u64(what, val, 0, UINT64_MAX, &v.v.u, e); break;
+        case RAD_VAL_I8: rc = rad_num_f64(what, val, INT8_MIN, INT8_MAX, RAD_NUM_WHOLE, &f, e), v.v.i = (int64_t)f; break;
+        case RAD_VAL_I16: rc = rad_num_f64(what, val, INT16_MIN, INT16_MAX, RAD_NUM_WHOLE, &f, e), v.v.i = (int64_t)f; break;
+        case RAD_VAL_I32: rc = rad_num_f64(what, val, INT32_MIN, INT32_MAX, RAD_NUM_WHOLE, &f, e), v.v.i = (int64_t)f; break;
+        case RAD_VAL_I64: /* exact as a double up to 2^53 */
+            rc = rad_num_f64(what, val, -9007199254740992.0, 9007199254740992.0, RAD_NUM_WHOLE, &f, e), v.v.i = (int64_t)f;
+            break;
+        case RAD_VAL_F32: rc = rad_num_f64(what, val, -FLT_MAX, FLT_MAX, RAD_NUM_REAL, &v.v.f, e); break;
+        case RAD_VAL_F64: rc = rad_num_f64(what, val, -DBL_MAX, DBL_MAX, RAD_NUM_REAL, &v.v.f, e); break;
+        default: return rad_err_set(e, RAD_E_ARG, "--set %s: the key is an array; --set sets only scalars and strings", key);
+        }
+        if (rc || (rc = rad_kv_set(meta, key, &v, e))) return rc;
+    }
+    return RAD_OK;
+}
+
 static int parse_args(int argc, char **argv, Opts *o) {
     static const struct option lo[] = {
         {"quant", required_argument, 0, 'q'}, {"set", required_argument, 0, 's'},
         {"plan-only", no_argument, 0, 'p'},   {"force", no_argument, 0, 'f'},
         {"zstd", required_argument, 0, 'z'},  {"align", required_argument, 0, 'a'},
         {"plugin-dir", required_argument, 0, 'D'}, {"help", no_argument, 0, 'h'},
-        {"output", required_argument, 0, 'o'}, {"vocab-only", no_argument, 0, 'V'}, {0, 0, 0, 0}};
+        {"output", required_argument, 0, 'o'}, {"vocab-only", no_argument, 0, 'V'},
+        {"drop-unclaimed", no_argument, 0, 'U'}, {"no-tokenizer", no_argument, 0, 'T'}, {0, 0, 0, 0}};
     int c;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "o:vh", lo, NULL)) != -1) {
@@ -66,6 +149,8 @@ static int parse_args(int argc, char **argv, Opts *o) {
         case 'v': o->verbose = 1; break;
         case 'p': o->plan_only = 1; break;
         case 'V': o->vocab_only = 1; break;
+        case 'U': o->drop_unclaimed = 1; break;
+        case 'T': o->no_tokenizer = 1; break;
         case 'f': o->force = 1; break;
         case 'q':
             if (!parse_quant(optarg, &o->quant)) {
@@ -73,30 +158,24 @@ static int parse_args(int argc, char **argv, Opts *o) {
                 return 2;
             }
             break;
-        case 's':
-            if (!strchr(optarg, '=') || optarg[0] == '=' || o->n_sets == 64) {
-                fprintf(stderr, "rad-convert: --set %s: expected KEY=VALUE\n", optarg);
-                return 2;
-            }
+        case 's': {
+            RadErr e = {0};
+            if (check_set(o, optarg, &e)) return fprintf(stderr, "rad-convert: %s\n", e.msg), 2;
             o->sets[o->n_sets++] = optarg;
             break;
+        }
         case 'z': {
-            char *end;
-            long v = strtol(optarg, &end, 10);
-            if (*end || v < 1 || v > 19) {
-                fprintf(stderr, "rad-convert: --zstd %s: a level 1..19\n", optarg);
-                return 2;
-            }
+            RadErr e = {0};
+            uint64_t v;
+            if (rad_num_u64("--zstd", optarg, 1, 19, &v, &e)) return fprintf(stderr, "rad-convert: %s\n", e.msg), 2;
             o->zstd = (int)v;
             break;
         }
         case 'a': {
-            char *end;
-            unsigned long v = strtoul(optarg, &end, 10);
-            if (*end || v < 8 || v > (1u << 20) || (v & (v - 1))) {
-                fprintf(stderr, "rad-convert: --align %s: a power of two in [8, 1048576]\n", optarg);
-                return 2;
-            }
+            RadErr e = {0};
+            uint64_t v;
+            if (rad_num_u64("--align", optarg, 8, 1u << 20, &v, &e)) return fprintf(stderr, "rad-convert: %s\n", e.msg), 2;
+            if (v & (v - 1)) return fprintf(stderr, "rad-convert: --align %s: not a power of two\n", optarg), 2;
             o->align = (uint32_t)v;
             break;
         }
@@ -104,7 +183,7 @@ static int parse_args(int argc, char **argv, Opts *o) {
             if (o->n_plugin_dirs == 16) return fprintf(stderr, "rad-convert: too many --plugin-dir\n"), 2;
             o->plugin_dirs[o->n_plugin_dirs++] = optarg;
             break;
-        case 'h': usage(stdout); exit(0);
+        case 'h': usage(stdout); exit(rad_stdout_close("rad-convert", 0));
         default:
             fprintf(stderr, "rad-convert: unknown or incomplete option '%s' (see rad-convert --help)\n", argv[optind - 1]);
             return 2;
@@ -175,6 +254,56 @@ static void progress(int on, int i, int n, const char *name) {
     if (i == n) fputc('\n', stderr);
 }
 
+/* ---- the temporary output and signals ---------------------------------------------------- */
+
+/* SIGTERM/SIGINT/SIGHUP/SIGQUIT remove the temporary beside OUT, then kill as the default
+ * action would (the exit status still says which signal). Only async-signal-safe calls. */
+static char tmp_path[4200];
+static const int fatal_sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
+
+static void on_fatal_signal(int sig) {
+    if (tmp_path[0]) unlink(tmp_path);
+    raise(sig); /* SA_RESETHAND restored the default; delivered when this returns */
+}
+
+static void signals_install(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_fatal_signal;
+    sa.sa_flags = SA_RESETHAND;
+    sigfillset(&sa.sa_mask); /* one handler at a time */
+    for (size_t i = 0; i < sizeof fatal_sigs / sizeof fatal_sigs[0]; i++) {
+        struct sigaction old;
+        /* a signal ignored at start stays ignored (nohup, a background job's SIGINT) */
+        if (sigaction(fatal_sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+        sigaction(fatal_sigs[i], &sa, NULL);
+    }
+}
+
+static void signals_block(int block) {
+    sigset_t s;
+    sigemptyset(&s);
+    for (size_t i = 0; i < sizeof fatal_sigs / sizeof fatal_sigs[0]; i++) sigaddset(&s, fatal_sigs[i]);
+    pthread_sigmask(block ? SIG_BLOCK : SIG_UNBLOCK, &s, NULL);
+}
+
+/* The temporary is created and its path published with the signals blocked, so no signal
+ * falls between mkstemp and the handler knowing the path. */
+static int writer_open(RadWriter **w, const char *out, const RadWriteOpts *wo, int force, RadErr *e) {
+    signals_block(1);
+    int rc = rad_writer_init(w, out, wo, force, e);
+    if (!rc) snprintf(tmp_path, sizeof tmp_path, "%s", rad_writer_tmp_path(*w));
+    signals_block(0);
+    return rc;
+}
+
+static void writer_close(RadWriter *w) {
+    signals_block(1);
+    rad_writer_free(w);
+    tmp_path[0] = 0;
+    signals_block(0);
+}
+
 /* ---- --vocab-only ------------------------------------------------------------------------- */
 
 static int slurp_member(RadSrc *s, const char *rel, RadIn *in, RadErr *e) {
@@ -219,12 +348,8 @@ static int vocab_only(const Opts *o) {
     rad_kv_init(&meta);
     for (uint64_t i = 0; !rc && i < m.meta.n; i++) rc = rad_kv_set(&meta, m.meta.keys[i].p, &m.meta.vals[i], &e);
     if (!rc) rc = rad_kv_set_bool(&meta, "model.vocab_only", true, &e);
-    for (int i = 0; i < o->n_sets && !rc; i++) {
-        char key[256];
-        const char *eq = strchr(o->sets[i], '=');
-        snprintf(key, sizeof key, "%.*s", (int)(eq - o->sets[i]), o->sets[i]);
-        rc = rad_kv_set_str(&meta, key, eq + 1, &e);
-    }
+    int usage = 0; /* a --set value that does not fit its key: exit 2 */
+    if (!rc && (rc = apply_sets(o, &meta, &e))) usage = 1;
     if (!rc && (o->plan_only || o->verbose)) {
         const RadValue *t = rad_kv_get(&m.tok, "tokenizer.tokens");
         fprintf(o->out && !strcmp(o->out, "-") ? stderr : stdout, "plan: %s -> %s: tokenizer only (%" PRIu64 " tokens), no weights\n",
@@ -233,17 +358,17 @@ static int vocab_only(const Opts *o) {
     if (!rc && !o->plan_only) {
         RadWriter *w = NULL;
         RadWriteOpts wo = {.alignment = o->align, .zstd_level = o->zstd};
-        rc = rad_writer_init(&w, o->out, &wo, o->force, &e);
+        rc = writer_open(&w, o->out, &wo, o->force, &e);
         if (!rc) rc = rad_writer_set_kv(w, 0, &meta, &e);
         if (!rc) rc = rad_writer_set_kv(w, 1, &m.tok, &e);
         if (!rc) rc = rad_writer_set_kv(w, 2, &m.chat, &e);
         if (!rc) rc = rad_writer_finish(w, &e);
-        rad_writer_free(w);
+        writer_close(w);
     }
     if (rc) fprintf(stderr, "rad-convert: %s\n", e.msg);
     rad_kv_free(&meta);
     rad_model_free(&m);
-    return rc ? 1 : 0;
+    return rad_stdout_close("rad-convert", rc ? 1 + usage : 0);
 }
 
 /* ---- main -------------------------------------------------------------------------------- */
@@ -258,6 +383,8 @@ int main(int argc, char **argv) {
     memset(&o, 0, sizeof o);
     int rc = parse_args(argc, argv, &o);
     if (rc) return rc;
+    rad_stdout_init(); /* -o - to a closed pipe: an error (EPIPE), not a death by SIGPIPE */
+    signals_install();
     RadErr e = {0};
     if (o.out && strcmp(o.out, "-") != 0 && !o.force && !o.plan_only) {
         struct stat st;
@@ -287,12 +414,8 @@ int main(int argc, char **argv) {
     if (!rc) rc = rad_kv_set_str(&meta, "model.arch_id", id, &e);
     if (!rc) rc = rad_kv_set_str(&meta, "model.quant", quant, &e);
     if (!rc) rc = rad_kv_set_str(&meta, "model.quant_origin", origin, &e);
-    for (int i = 0; i < o.n_sets && !rc; i++) {
-        char key[256];
-        const char *eq = strchr(o.sets[i], '=');
-        snprintf(key, sizeof key, "%.*s", (int)(eq - o.sets[i]), o.sets[i]);
-        rc = rad_kv_set_str(&meta, key, eq + 1, &e);
-    }
+    int usage = 0; /* a --set value that does not fit its key: exit 2 */
+    if (!rc && (rc = apply_sets(&o, &meta, &e))) usage = 1;
     if (!rc) rad_kv_gets(&meta, "model.quant", &quant, NULL), rad_kv_gets(&meta, "model.quant_origin", &origin, NULL);
 
     char **dirs = NULL;
@@ -313,7 +436,7 @@ int main(int argc, char **argv) {
     RadBuildCtx ctx = {.struct_size = sizeof ctx, .world_size = 1, .max_tok = 512, .max_seqs = 64,
                        .max_ctx = mm.n_ctx_train > 0 ? (uint32_t)mm.n_ctx_train : 4096, .max_mixed_tok = 512,
                        .kv_dtype = RAD_F32, .state_dtype = RAD_F32, .scope = ""};
-    Plan plan = {.src = &src, .quant = o.quant};
+    Plan plan = {.src = &src, .quant = o.quant, .drop_unclaimed = o.drop_unclaimed, .no_tokenizer = o.no_tokenizer};
     RadGraph g;
     memset(&g, 0, sizeof g);
     int declared = 0;
@@ -325,6 +448,7 @@ int main(int argc, char **argv) {
             rc = rad_err_set(&e, RAD_E_NOTFOUND, "%s: %s", o.src, plan.missing);
         }
     }
+    if (!rc) rc = plan_check(&plan, &e); /* unclaimed tensors, no tokenizer (docs/CONVERT.md) */
     int have_kernels = 0;
     for (int i = 0; i < plugins.n; i++) have_kernels |= plugins.p[i].info->kind == RAD_PLUGIN_KERNELS;
     if (!rc && have_kernels) rc = rad_graph_check_encodings(&g, &e);
@@ -352,7 +476,7 @@ int main(int argc, char **argv) {
     if (!rc && !o.plan_only) {
         RadWriter *w = NULL;
         RadWriteOpts wo = {.alignment = o.align, .zstd_level = o.zstd};
-        rc = rad_writer_init(&w, o.out, &wo, o.force, &e);
+        rc = writer_open(&w, o.out, &wo, o.force, &e);
         if (!rc) rc = rad_writer_set_kv(w, 0, &meta, &e);
         if (!rc) rc = rad_writer_set_kv(w, 1, &src.tok, &e);
         if (!rc) rc = rad_writer_set_kv(w, 2, &src.chat, &e);
@@ -369,7 +493,7 @@ int main(int argc, char **argv) {
         }
         if (!rc) progress(tty, plan.n, plan.n, "writing");
         if (!rc) rc = rad_writer_finish(w, &e);
-        rad_writer_free(w); /* removes the temporary unless finish succeeded */
+        writer_close(w); /* removes the temporary unless finish succeeded */
         for (int i = 0; bufs && i < plan.n; i++)
             if (owned[i]) free((void *)bufs[i]);
         free(bufs);
@@ -383,5 +507,5 @@ int main(int argc, char **argv) {
     rad_plugin_dirs_free(dirs, n_dirs);
     rad_kv_free(&meta);
     rad_model_free(&src);
-    return rc ? 1 : 0;
+    return rad_stdout_close("rad-convert", rc ? 1 + usage : 0);
 }
