@@ -1,4 +1,5 @@
-/* libFuzzer target: the .rad container reader and checksum verification on arbitrary bytes. */
+/* libFuzzer target: the .rad container reader, checksum verification and the engine's verified
+ * plane load on arbitrary bytes. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -43,6 +44,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 if (n > (1u << 20)) continue;
                 void *b = malloc(n ? n : 1);
                 if (b) rad_plane_read(&m, &m.tensors[i], j, b, NULL);
+                /* the engine's load path: verify in place, and copy or inflate in chunks while hashing */
+                rad_plane_verify(&m, &m.tensors[i], j, NULL);
+                if (b) rad_plane_load(&m, &m.tensors[i], j, b, 1, NULL);
                 free(b);
             }
     }
