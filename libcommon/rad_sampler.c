@@ -32,15 +32,32 @@ static uint64_t next_u64(uint64_t *s) {
 /* Uniform in [0, 1) with 53 bits. */
 static double next_unit(uint64_t *s) { return (double)(next_u64(s) >> 11) * 0x1.0p-53; }
 
+/* Each refusal names its parameter (the server turns the name into the error's param); NaN fails
+ * every check, infinities every one but a bias's -inf (a ban). */
 int rad_sampler_init(RadSampler *s, const RadSamplerParams *p, uint32_t n_vocab, RadErr *e) {
     memset(s, 0, sizeof *s);
-    if (p->temperature < 0 || !(p->top_p > 0 && p->top_p <= 1) || p->min_p < 0 || p->min_p > 1 || p->top_k < 0 ||
-        !(p->repetition_penalty > 0))
-        return rad_err_set(e, RAD_E_ARG, "sampler: temperature >= 0, top_p in (0,1], min_p in [0,1], top_k >= 0, "
-                                         "repetition_penalty > 0");
-    for (uint32_t i = 0; i < p->n_bias; i++)
+    if (!(p->temperature >= 0 && isfinite(p->temperature)))
+        return rad_err_set(e, RAD_E_ARG, "sampler: temperature %g: expected a finite number >= 0 (0: greedy)", (double)p->temperature);
+    if (!(p->top_p > 0 && p->top_p <= 1))
+        return rad_err_set(e, RAD_E_ARG, "sampler: top_p %g: expected a number in (0, 1] (1: off)", (double)p->top_p);
+    if (!(p->min_p >= 0 && p->min_p <= 1))
+        return rad_err_set(e, RAD_E_ARG, "sampler: min_p %g: expected a number in [0, 1] (0: off)", (double)p->min_p);
+    if (p->top_k < 0) return rad_err_set(e, RAD_E_ARG, "sampler: top_k %d: expected a whole number >= 0 (0: off)", (int)p->top_k);
+    if (!(p->repetition_penalty > 0 && isfinite(p->repetition_penalty)))
+        return rad_err_set(e, RAD_E_ARG, "sampler: repetition_penalty %g: expected a finite number > 0 (1: off)",
+                           (double)p->repetition_penalty);
+    if (!isfinite(p->presence_penalty))
+        return rad_err_set(e, RAD_E_ARG, "sampler: presence_penalty %g: expected a finite number", (double)p->presence_penalty);
+    if (!isfinite(p->frequency_penalty))
+        return rad_err_set(e, RAD_E_ARG, "sampler: frequency_penalty %g: expected a finite number", (double)p->frequency_penalty);
+    if (p->n_bias && !p->bias) return rad_err_set(e, RAD_E_ARG, "logit_bias: %u entries and no table", p->n_bias);
+    for (uint32_t i = 0; i < p->n_bias; i++) {
         if (p->bias[i].token < 0 || (uint32_t)p->bias[i].token >= n_vocab)
             return rad_err_set(e, RAD_E_ARG, "logit_bias: token %d outside the vocabulary (%u)", p->bias[i].token, n_vocab);
+        if (isnan(p->bias[i].bias) || p->bias[i].bias == INFINITY)
+            return rad_err_set(e, RAD_E_ARG, "logit_bias: token %d: bias %g: expected a finite number or -inf (a ban)", p->bias[i].token,
+                               (double)p->bias[i].bias);
+    }
     s->p = *p;
     s->n_vocab = n_vocab;
     uint64_t x = p->seed;

@@ -1,17 +1,19 @@
 """Bad input: each answered with the right status and OpenAI's error shape, and the server still
 serving afterwards. Malformed JSON, wrong types, an unknown model, max_tokens beyond the context,
 a 10 MB body, a prompt longer than the context, 1,000 idle connections, clients that disconnect
-mid-stream or while a non-streaming request is being generated."""
+mid-stream or while a non-streaming request is being generated; numeric fields out of range (the
+field named), fields that are not served, \u0000 in strings."""
 import json
 import resource
 import socket
+import subprocess
 import threading
 import time
 
 import openai
 
-from common import (CTX, E2E, HOST, PORT, QUICK, assert_openai_error, client, http_json, metrics,
-                    model_id, total, wait_for)
+from common import (BIN, CTX, E2E, HOST, MODEL_FILE, PORT, QUICK, assert_openai_error, client, http_json,
+                    metrics, model_id, total, wait_for)
 
 COMPLETIONS, CHAT = "/v1/completions", "/v1/chat/completions"
 
@@ -241,3 +243,127 @@ class TestConnections(E2E):
     def test_disconnect_many_mid_stream(self):
         self._disconnect_mid_stream(8)
         self.assert_serving("8 clients that disconnected mid-stream")
+
+
+def with_raw(path_body, field, raw):
+    """A body with `field` spliced in as raw JSON text (1e400 and 2**64 have no Python float/JSON
+    round trip that keeps them as written)."""
+    body = dict(path_body)
+    body.pop(field, None)
+    return (json.dumps(body)[:-1] + ', "%s": %s}' % (field, raw)).encode()
+
+
+class TestFields(E2E):
+    """Every numeric field checked one way (finite, in range, whole where it must be), the field
+    named in the 400's param; fields the server does not serve refused by name; \\u0000."""
+
+    def base(self):
+        return {"model": model_id(), "prompt": "Hello", "max_tokens": 2, "temperature": 0}
+
+    def assert_param(self, st, body, param, what, status=400):
+        assert_openai_error(self, st, body, status, what)
+        self.assertEqual(body["error"]["param"], param, "%s: param %r, message %r" % (what, body["error"]["param"],
+                                                                                   body["error"]["message"]))
+
+    def test_numbers_name_their_field(self):
+        cases = [("seed", "18446744073709551616"), ("seed", "99999999999999999999999999999999"), ("seed", "-1"),
+                 ("seed", "1.5"), ("seed", "1e400"), ("seed", "-1e400"), ("seed", "9223372036854775808"),
+                 ("top_p", "1e-300"), ("top_p", "0"), ("top_p", "1.0000001"), ("top_p", "-1e400"),
+                 ("temperature", "1e400"), ("temperature", "-0.001"), ("temperature", "101"),
+                 ("n", "1e400"), ("n", "2.5"), ("n", "0"), ("n", "129"), ("n", "18446744073709551616"),
+                 ("max_tokens", "1e400"), ("max_tokens", "4294967296"), ("max_tokens", "0.5"),
+                 ("top_k", "1.5"), ("top_k", "-2"), ("min_p", "1.5"), ("presence_penalty", "1e400"),
+                 ("frequency_penalty", "-2.5"), ("repetition_penalty", "1e-300"), ("repetition_penalty", "0"),
+                 ("logprobs", "1e400"), ("logprobs", "21"),
+                 ("logit_bias", '{"5": 1e400}'), ("logit_bias", '{"5": 101}'), ("logit_bias", '{"5": "1"}'),
+                 ("logit_bias", '{"x": 1}'), ("logit_bias", '{"-1": 1}'), ("logit_bias", '{"+5": 1}'),
+                 ("logit_bias", '{" 5": 1}'), ("logit_bias", '{"99999999999": 1}')]
+        for field, raw in cases:
+            st, body = http_json("POST", COMPLETIONS, with_raw(self.base(), field, raw))
+            self.assert_param(st, body, field, "%s: %s" % (field, raw))
+        chat = {"model": model_id(), "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+        for field, raw in (("top_logprobs", "1e400"), ("max_completion_tokens", "1e400"), ("seed", "-1e400")):
+            st, body = http_json("POST", CHAT, with_raw(dict(chat, logprobs=True), field, raw))
+            self.assert_param(st, body, field, "chat %s: %s" % (field, raw))
+        st, body = http_json("POST", CHAT, dict(chat, max_tokens=2, max_completion_tokens=3))
+        self.assert_param(st, body, "max_tokens", "max_tokens 2 beside max_completion_tokens 3")
+        with self.assertRaises(openai.BadRequestError) as cm:
+            client().completions.create(model=model_id(), prompt="Hi", max_tokens=2, seed=2 ** 64)
+        self.assertIn("seed", str(cm.exception))
+        with self.assertRaises(openai.BadRequestError) as cm:
+            client().completions.create(model=model_id(), prompt="Hi", max_tokens=2, top_p=1e-300)
+        self.assertIn("top_p", str(cm.exception))
+        self.assert_serving("numbers out of range")
+
+    def test_numbers_that_pass(self):
+        for field, raw in (("seed", "7.0"), ("seed", "0"), ("seed", "9223372036854775807"), ("n", "1.0"),
+                           ("max_tokens", "2.0"), ("top_p", "1e-30"), ("min_p", "1e-400"), ("user", "1e400"),
+                           ("user", "18446744073709551616")):
+            st, body = http_json("POST", COMPLETIONS, with_raw(self.base(), field, raw))
+            self.assertEqual(st, 200, "%s: %s: %r" % (field, raw, body))
+
+    def test_unserved_fields_are_refused_by_name(self):
+        comp = [("echo", True), ("best_of", 2), ("suffix", "x"), ("min_tokens", 3), ("ignore_eos", True),
+                ("stop_token_ids", [1]), ("use_beam_search", True), ("echo", "yes"), ("best_of", 1.5)]
+        chat = [("tools", [{"type": "function", "function": {"name": "f", "parameters": {}}}]),
+                ("functions", [{"name": "f"}]), ("tool_choice", "required"), ("function_call", {"name": "f"}),
+                ("response_format", {"type": "json_object"}), ("response_format", {"type": "json_schema"}),
+                ("modalities", ["text", "audio"]), ("audio", {"voice": "alloy"}), ("web_search_options", {}),
+                ("guided_json", {}), ("chat_template", "x"), ("add_generation_prompt", False),
+                ("continue_final_message", True)]
+        for path, cases, base in ((COMPLETIONS, comp, self.base()),
+                                  (CHAT, chat, {"model": model_id(), "messages": [{"role": "user", "content": "hi"}],
+                                                "max_tokens": 2})):
+            for field, v in cases:
+                st, body = http_json("POST", path, dict(base, **{field: v}))
+                self.assert_param(st, body, field, "%s %s=%r" % (path, field, v))
+                self.assertEqual(body["error"]["code"], "unsupported_parameter")
+        # their off values, and the fields that change nothing in the answer, pass
+        st, body = http_json("POST", COMPLETIONS, dict(self.base(), echo=False, best_of=1, suffix="", user="u",
+                                                       min_tokens=0, ignore_eos=False, stop_token_ids=[]))
+        self.assertEqual(st, 200, body)
+        st, body = http_json("POST", CHAT, {"model": model_id(), "messages": [{"role": "user", "content": "hi"}],
+                                            "max_tokens": 2, "tools": [], "tool_choice": "none",
+                                            "response_format": {"type": "text"}, "modalities": ["text"],
+                                            "parallel_tool_calls": False, "user": "u", "metadata": {"a": "b"},
+                                            "store": False, "audio": None, "add_generation_prompt": True})
+        self.assertEqual(st, 200, body)
+        for kw in (dict(echo=True), dict(best_of=3), dict(suffix=" and so on")):
+            with self.assertRaises(openai.BadRequestError, msg=repr(kw)) as cm:
+                client().completions.create(model=model_id(), prompt="Hi", max_tokens=2, **kw)
+            self.assertIn(list(kw)[0], str(cm.exception))
+        with self.assertRaises(openai.BadRequestError):
+            client().chat.completions.create(model=model_id(), messages=[{"role": "user", "content": "hi"}], max_tokens=2,
+                                             response_format={"type": "json_object"})
+        self.assert_serving("unserved fields")
+
+    def test_nul_in_strings(self):
+        # a prompt takes NUL, tokenised as the CLI tokenises the same bytes
+        st, body = http_json("POST", "/tokenize", b'{"prompt": "a\\u0000b"}')
+        self.assertEqual(st, 200, "/tokenize with \\u0000: %r" % (body,))
+        cli = subprocess.run([BIN, "--model", MODEL_FILE, "--tokenize"], input=b"a\x00b", capture_output=True, timeout=120)
+        self.assertEqual(cli.returncode, 0, cli.stderr)
+        self.assertEqual(body["tokens"], [int(x) for x in cli.stdout.split()], "/tokenize vs radiance --tokenize")
+        st, body = http_json("POST", COMPLETIONS, with_raw(self.base(), "prompt", '"a\\u0000b"'))
+        self.assertEqual(st, 200, "a completion prompt with \\u0000: %r" % (body,))
+        self.assertEqual(body["usage"]["prompt_tokens"], len(cli.stdout.split()))
+        st, body = http_json("POST", COMPLETIONS, with_raw(self.base(), "prompt", '["x", "a\\u0000b"]'))
+        self.assertEqual(st, 200, "an array prompt with \\u0000: %r" % (body,))
+        # where the string becomes a C string downstream, NUL is refused by name, never cut
+        chat = {"model": model_id(), "max_tokens": 2}
+        for field, raw, param in (("messages", '[{"role": "user", "content": "a\\u0000b"}]', "messages[0].content"),
+                                  ("messages", '[{"role": "user", "content": [{"type": "text", "text": "\\u0000"}]}]',
+                                   "messages[0].content[0].text"),
+                                  ("messages", '[{"role": "user\\u0000x", "content": "hi"}]', "messages[0].role")):
+            st, body = http_json("POST", CHAT, with_raw(chat, field, raw))
+            self.assert_param(st, body, param, "chat %s" % raw)
+            st, body = http_json("POST", "/tokenize", ('{"%s": %s}' % (field, raw)).encode())
+            self.assert_param(st, body, param, "/tokenize %s" % raw)
+        st, body = http_json("POST", COMPLETIONS, with_raw(self.base(), "stop", '["a\\u0000"]'))
+        self.assert_param(st, body, "stop[0]", "stop with \\u0000")
+        st, body = http_json("POST", COMPLETIONS, with_raw(self.base(), "model", '"%s\\u0000x"' % model_id()))
+        self.assert_param(st, body, "model", "model with \\u0000")
+        st, body = http_json("POST", COMPLETIONS, with_raw(self.base(), "x\\u0000y", "1"))
+        assert_openai_error(self, st, body, 400, "a key with \\u0000")
+        self.assertNotIn("not valid JSON", body["error"]["message"])
+        self.assert_serving("\\u0000 in strings")

@@ -10,7 +10,9 @@
 
 #include "libcommon/rad_chat.h"
 #include "libcommon/rad_engine.h"
+#include "libcommon/rad_num.h"
 #include "libcommon/rad_sampler.h"
+#include "libcommon/rad_stdout.h"
 #include "libcommon/rad_tok.h"
 #include "radiance.h"
 
@@ -37,10 +39,14 @@ static void usage(FILE *f) {
             "  --profile          at exit, time per op and kernel a step (one-shot and chat)\n"
             "  --mmap             kernels read the weights in the file's mapping (no copy: less memory\n"
             "                     with several processes, slower decode); default: copied into huge pages\n"
+            "  --no-verify        skip the weights' checksums at load; default: every plane read is verified\n"
+            "                     as it is copied, and a mismatch is refused naming the tensor\n"
             "  --no-repack        keep every weight in its stored layout; default: a kernel library may\n"
             "                     pack the weights only it reads (libref: q4_1 under --fast) at load\n"
             "  --fast             allow kernels within 2e-2 of the reference (quantised GEMMs quantise\n"
             "                     activations to q8, as llama.cpp does); default: within 1e-3\n"
+            "  --chat-special-tokens  in chat messages (--chat and /v1/chat/completions), text that spells a\n"
+            "                     control token (<|im_end|>) is that token; default: message content is text\n"
             "server:\n"
             "  --host H           listen address (default 127.0.0.1)\n"
             "  --port P           TCP port (default 8080; 0: any free port, printed)\n"
@@ -51,12 +57,15 @@ static void usage(FILE *f) {
             "  --max-header BYTES request header limit, 431 beyond it (default 16384)\n"
             "  --max-conns N      open connections; requests on connections past it get 503 (default 2048)\n"
             "  --idle-timeout S   close a connection idle this long (default 60; 0: never)\n"
+            "  --header-timeout S a request's headers must arrive within S seconds of the connection\n"
+            "                     opening or of the previous answer ending (default 10; 0: no limit)\n"
+            "  --body-timeout S   its body within S seconds of its headers, else 408 (default 30; 0: no limit)\n"
             "  --max-seqs N       sequences generated at once (default 16)\n"
             "  --kv-blocks N      KV cache blocks (default: max-seqs full contexts, within 1/4 of memory)\n"
             "  --max-mixed-tok N  tokens per engine step: decode rows plus prefill chunks (default 512)\n"
             "  --max-queue N      waiting requests before 429 (default 1024)\n"
             "  --no-prefix-cache  do not share prompt KV blocks between requests\n"
-            "  --drain-timeout S  on SIGTERM/SIGINT, seconds to let requests in flight finish (default 30)\n");
+            "  --drain-timeout S  on SIGTERM/SIGINT/SIGHUP/SIGQUIT, seconds to let requests in flight finish (default 30)\n");
 }
 
 static double now(void) {
@@ -65,21 +74,22 @@ static double now(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int parse_num(const char *flag, const char *s, double lo, double hi, double *out) {
-    char *end;
-    double v = strtod(s, &end);
-    if (*end || end == s || v < lo || v > hi) {
-        fprintf(stderr, "radiance: %s %s: expected a number in [%g, %g]\n", flag, s, lo, hi);
+/* Every numeric flag goes through rad_num: finite, in range, whole where it is a count. */
+static int parse_num(const char *flag, const char *s, double lo, double hi, int whole, double *out) {
+    RadErr e = {0};
+    if (rad_num_f64(flag, s, lo, hi, whole, out, &e)) {
+        fprintf(stderr, "radiance: %s\n", e.msg);
         return 0;
     }
-    *out = v;
     return 1;
 }
+
+static int parse_ids(const char *what, const char *s, int32_t **ids, size_t *n, RadErr *e);
 
 static int parse_args(int argc, char **argv, Opts *o) {
     enum { TEMP = 256, TOPK, TOPP, MINP, REP, PRES, FREQ, SEED, THREADS, CTX, BATCH, KERNELS, PDIR, IDS, TOKENIZE,
            DETOK, CHAT, DGRAPH, DPLACE, PIDS, DET, FAST, HOST, PORT, APIKEY, SNAME, MAXBODY, MAXHDR, MAXCONNS,
-           IDLE, MAXSEQS, MAXMIXED, MAXQUEUE, NOPREFIX, DRAIN, KVBLOCKS, PROFILE, MMAPW, KVTYPE, NOREPACK };
+           IDLE, MAXSEQS, MAXMIXED, MAXQUEUE, NOPREFIX, DRAIN, KVBLOCKS, PROFILE, MMAPW, KVTYPE, NOREPACK, NOVERIFY, CHATSPECIAL, HDRTIME, BODYTIME };
     static const struct option lo[] = {
         {"model", required_argument, 0, 'm'}, {"prompt", required_argument, 0, 'p'}, {"temp", required_argument, 0, TEMP},
         {"top-k", required_argument, 0, TOPK}, {"top-p", required_argument, 0, TOPP}, {"min-p", required_argument, 0, MINP},
@@ -88,12 +98,14 @@ static int parse_args(int argc, char **argv, Opts *o) {
         {"threads", required_argument, 0, THREADS}, {"ctx", required_argument, 0, CTX}, {"batch", required_argument, 0, BATCH},
         {"kernels", required_argument, 0, KERNELS}, {"plugin-dir", required_argument, 0, PDIR}, {"ids", required_argument, 0, IDS},
         {"tokenize", no_argument, 0, TOKENIZE}, {"detokenize", no_argument, 0, DETOK}, {"chat", no_argument, 0, CHAT},
+        {"chat-special-tokens", no_argument, 0, CHATSPECIAL},
         {"debug-graph", no_argument, 0, DGRAPH}, {"debug-placement", no_argument, 0, DPLACE}, {"print-ids", no_argument, 0, PIDS},
-        {"deterministic", no_argument, 0, DET}, {"fast", no_argument, 0, FAST}, {"profile", no_argument, 0, PROFILE}, {"mmap", no_argument, 0, MMAPW}, {"no-repack", no_argument, 0, NOREPACK}, {"kv-type", required_argument, 0, KVTYPE}, {"help", no_argument, 0, 'h'},
+        {"deterministic", no_argument, 0, DET}, {"fast", no_argument, 0, FAST}, {"profile", no_argument, 0, PROFILE}, {"mmap", no_argument, 0, MMAPW}, {"no-repack", no_argument, 0, NOREPACK}, {"no-verify", no_argument, 0, NOVERIFY}, {"kv-type", required_argument, 0, KVTYPE}, {"help", no_argument, 0, 'h'},
         {"host", required_argument, 0, HOST}, {"port", required_argument, 0, PORT}, {"api-key", required_argument, 0, APIKEY},
         {"served-model-name", required_argument, 0, SNAME}, {"max-body", required_argument, 0, MAXBODY},
         {"max-header", required_argument, 0, MAXHDR}, {"max-conns", required_argument, 0, MAXCONNS},
         {"idle-timeout", required_argument, 0, IDLE}, {"max-seqs", required_argument, 0, MAXSEQS},
+        {"header-timeout", required_argument, 0, HDRTIME}, {"body-timeout", required_argument, 0, BODYTIME},
         {"kv-blocks", required_argument, 0, KVBLOCKS},
         {"max-mixed-tok", required_argument, 0, MAXMIXED}, {"max-queue", required_argument, 0, MAXQUEUE},
         {"no-prefix-cache", no_argument, 0, NOPREFIX}, {"drain-timeout", required_argument, 0, DRAIN}, {0, 0, 0, 0}};
@@ -106,6 +118,8 @@ static int parse_args(int argc, char **argv, Opts *o) {
     o->max_header = 16384;
     o->max_conns = 2048;
     o->idle_timeout = 60;
+    o->header_timeout = 10;
+    o->body_timeout = 30;
     o->drain_timeout = 30;
     o->max_seqs = 16;
     o->max_mixed_tok = 512;
@@ -117,27 +131,44 @@ static int parse_args(int argc, char **argv, Opts *o) {
         switch (c) {
         case 'm': o->model = optarg; break;
         case 'p': o->prompt = optarg; break;
-        case 'n': if (!parse_num("-n", optarg, 0, 1e9, &v)) return 2; o->n_predict = (int)v; break;
-        case TEMP: if (!parse_num("--temp", optarg, 0, 100, &v)) return 2; o->sp.temperature = (float)v; break;
-        case TOPK: if (!parse_num("--top-k", optarg, 0, 1e9, &v)) return 2; o->sp.top_k = (int32_t)v; break;
-        case TOPP: if (!parse_num("--top-p", optarg, 1e-9, 1, &v)) return 2; o->sp.top_p = (float)v; break;
-        case MINP: if (!parse_num("--min-p", optarg, 0, 1, &v)) return 2; o->sp.min_p = (float)v; break;
-        case REP: if (!parse_num("--repeat-penalty", optarg, 1e-6, 100, &v)) return 2; o->sp.repetition_penalty = (float)v; break;
-        case PRES: if (!parse_num("--presence-penalty", optarg, -100, 100, &v)) return 2; o->sp.presence_penalty = (float)v; break;
-        case FREQ: if (!parse_num("--frequency-penalty", optarg, -100, 100, &v)) return 2; o->sp.frequency_penalty = (float)v; break;
-        case SEED: o->sp.seed = strtoull(optarg, NULL, 10); break;
-        case THREADS: if (!parse_num("--threads", optarg, 1, 1024, &v)) return 2; o->threads = (uint32_t)v; break;
-        case CTX: if (!parse_num("--ctx", optarg, 16, 1 << 20, &v)) return 2; o->ctx = (uint32_t)v; break;
-        case BATCH: if (!parse_num("--batch", optarg, 1, 65536, &v)) return 2; o->batch = (uint32_t)v; break;
+        case 'n': if (!parse_num("-n", optarg, 0, 1e9, RAD_NUM_WHOLE, &v)) return 2; o->n_predict = (int)v; break;
+        case TEMP: if (!parse_num("--temp", optarg, 0, 100, RAD_NUM_REAL, &v)) return 2; o->sp.temperature = (float)v; break;
+        case TOPK: if (!parse_num("--top-k", optarg, 0, 1e9, RAD_NUM_WHOLE, &v)) return 2; o->sp.top_k = (int32_t)v; break;
+        case TOPP: if (!parse_num("--top-p", optarg, 1e-9, 1, RAD_NUM_REAL, &v)) return 2; o->sp.top_p = (float)v; break;
+        case MINP: if (!parse_num("--min-p", optarg, 0, 1, RAD_NUM_REAL, &v)) return 2; o->sp.min_p = (float)v; break;
+        case REP: if (!parse_num("--repeat-penalty", optarg, 1e-6, 100, RAD_NUM_REAL, &v)) return 2; o->sp.repetition_penalty = (float)v; break;
+        case PRES: if (!parse_num("--presence-penalty", optarg, -100, 100, RAD_NUM_REAL, &v)) return 2; o->sp.presence_penalty = (float)v; break;
+        case FREQ: if (!parse_num("--frequency-penalty", optarg, -100, 100, RAD_NUM_REAL, &v)) return 2; o->sp.frequency_penalty = (float)v; break;
+        case SEED: {
+            RadErr e = {0};
+            if (rad_num_u64("--seed", optarg, 0, UINT64_MAX, &o->sp.seed, &e))
+                return fprintf(stderr, "radiance: %s\n", e.msg), 2;
+            o->seed_given = 1;
+            break;
+        }
+        case THREADS: if (!parse_num("--threads", optarg, 1, 1024, RAD_NUM_WHOLE, &v)) return 2; o->threads = (uint32_t)v; break;
+        case CTX: if (!parse_num("--ctx", optarg, 16, 1 << 20, RAD_NUM_WHOLE, &v)) return 2; o->ctx = (uint32_t)v; break;
+        case BATCH: if (!parse_num("--batch", optarg, 1, 65536, RAD_NUM_WHOLE, &v)) return 2; o->batch = (uint32_t)v; break;
         case KERNELS: o->kernels = optarg; break;
         case PDIR:
             if (o->n_plugin_dirs == 16) return fprintf(stderr, "radiance: too many --plugin-dir\n"), 2;
             o->plugin_dirs[o->n_plugin_dirs++] = optarg;
             break;
-        case IDS: o->ids = optarg; break;
+        case IDS: { /* checked here, so a bad id is a usage error before the model loads */
+            RadErr e = {0};
+            int32_t *ids = NULL;
+            size_t n = 0;
+            int bad = parse_ids("--ids", optarg, &ids, &n, &e);
+            free(ids);
+            if (!bad && !n) bad = rad_err_set(&e, RAD_E_ARG, "--ids: expected token ids like 1,2,3");
+            if (bad) return fprintf(stderr, "radiance: %s\n", e.msg), 2;
+            o->ids = optarg;
+            break;
+        }
         case TOKENIZE: o->tokenize = 1; break;
         case DETOK: o->detokenize = 1; break;
         case CHAT: o->chat = 1; break;
+        case CHATSPECIAL: o->chat_special = 1; break;
         case DGRAPH: o->debug_graph = 1; break;
         case DPLACE: o->debug_placement = 1; break;
         case PIDS: o->print_ids = 1; break;
@@ -146,6 +177,7 @@ static int parse_args(int argc, char **argv, Opts *o) {
         case PROFILE: o->profile = 1; break;
         case MMAPW: o->mmap_weights = 1; break;
         case NOREPACK: o->no_repack = 1; break;
+        case NOVERIFY: o->no_verify = 1; break;
         case KVTYPE:
             if (!strcmp(optarg, "f32")) o->kv_dtype = RAD_F32;
             else if (!strcmp(optarg, "f16")) o->kv_dtype = RAD_F16;
@@ -153,23 +185,25 @@ static int parse_args(int argc, char **argv, Opts *o) {
             else return fprintf(stderr, "radiance: --kv-type: '%s' is not f32, f16 or bf16\n", optarg), 2;
             break;
         case HOST: o->host = optarg; break;
-        case PORT: if (!parse_num("--port", optarg, 0, 65535, &v)) return 2; o->port = (unsigned)v; break;
+        case PORT: if (!parse_num("--port", optarg, 0, 65535, RAD_NUM_WHOLE, &v)) return 2; o->port = (unsigned)v; break;
         case APIKEY: o->api_key = *optarg ? optarg : NULL; break;
         case SNAME:
             if (!*optarg || strlen(optarg) > 200) return fprintf(stderr, "radiance: --served-model-name: 1 to 200 characters\n"), 2;
             o->served_model_name = optarg;
             break;
-        case MAXBODY: if (!parse_num("--max-body", optarg, 1024, 1u << 30, &v)) return 2; o->max_body = (size_t)v; break;
-        case MAXHDR: if (!parse_num("--max-header", optarg, 1024, 1u << 24, &v)) return 2; o->max_header = (size_t)v; break;
-        case MAXCONNS: if (!parse_num("--max-conns", optarg, 1, 1 << 20, &v)) return 2; o->max_conns = (unsigned)v; break;
-        case IDLE: if (!parse_num("--idle-timeout", optarg, 0, 86400, &v)) return 2; o->idle_timeout = (unsigned)v; break;
-        case MAXSEQS: if (!parse_num("--max-seqs", optarg, 1, 4096, &v)) return 2; o->max_seqs = (uint32_t)v; break;
-        case KVBLOCKS: if (!parse_num("--kv-blocks", optarg, 1, 1 << 24, &v)) return 2; o->kv_blocks = (uint32_t)v; break;
-        case MAXMIXED: if (!parse_num("--max-mixed-tok", optarg, 1, 1 << 20, &v)) return 2; o->max_mixed_tok = (uint32_t)v; break;
-        case MAXQUEUE: if (!parse_num("--max-queue", optarg, 1, 1 << 20, &v)) return 2; o->max_queue = (uint32_t)v; break;
+        case MAXBODY: if (!parse_num("--max-body", optarg, 1024, 1u << 30, RAD_NUM_WHOLE, &v)) return 2; o->max_body = (size_t)v; break;
+        case MAXHDR: if (!parse_num("--max-header", optarg, 1024, 1u << 24, RAD_NUM_WHOLE, &v)) return 2; o->max_header = (size_t)v; break;
+        case MAXCONNS: if (!parse_num("--max-conns", optarg, 1, 1 << 20, RAD_NUM_WHOLE, &v)) return 2; o->max_conns = (unsigned)v; break;
+        case IDLE: if (!parse_num("--idle-timeout", optarg, 0, 86400, RAD_NUM_WHOLE, &v)) return 2; o->idle_timeout = (unsigned)v; break;
+        case HDRTIME: if (!parse_num("--header-timeout", optarg, 0, 86400, RAD_NUM_REAL, &o->header_timeout)) return 2; break;
+        case BODYTIME: if (!parse_num("--body-timeout", optarg, 0, 86400, RAD_NUM_REAL, &o->body_timeout)) return 2; break;
+        case MAXSEQS: if (!parse_num("--max-seqs", optarg, 1, 4096, RAD_NUM_WHOLE, &v)) return 2; o->max_seqs = (uint32_t)v; break;
+        case KVBLOCKS: if (!parse_num("--kv-blocks", optarg, 1, 1 << 24, RAD_NUM_WHOLE, &v)) return 2; o->kv_blocks = (uint32_t)v; break;
+        case MAXMIXED: if (!parse_num("--max-mixed-tok", optarg, 1, 1 << 20, RAD_NUM_WHOLE, &v)) return 2; o->max_mixed_tok = (uint32_t)v; break;
+        case MAXQUEUE: if (!parse_num("--max-queue", optarg, 1, 1 << 20, RAD_NUM_WHOLE, &v)) return 2; o->max_queue = (uint32_t)v; break;
         case NOPREFIX: o->no_prefix_cache = 1; break;
-        case DRAIN: if (!parse_num("--drain-timeout", optarg, 0, 86400, &v)) return 2; o->drain_timeout = (unsigned)v; break;
-        case 'h': usage(stdout); exit(0);
+        case DRAIN: if (!parse_num("--drain-timeout", optarg, 0, 86400, RAD_NUM_WHOLE, &v)) return 2; o->drain_timeout = (unsigned)v; break;
+        case 'h': usage(stdout); exit(rad_stdout_close("radiance", 0));
         default:
             fprintf(stderr, "radiance: unknown or incomplete option '%s' (see radiance --help)\n", argv[optind - 1]);
             return 2;
@@ -177,6 +211,10 @@ static int parse_args(int argc, char **argv, Opts *o) {
     }
     if (optind != argc) return fprintf(stderr, "radiance: unexpected argument '%s'\n", argv[optind]), 2;
     if (!o->model) return fprintf(stderr, "radiance: --model is required (see radiance --help)\n"), 2;
+    /* a flag that would change nothing is refused, not ignored: raw text parses special tokens already */
+    if (o->chat_special && (o->prompt || o->ids || o->tokenize || o->detokenize))
+        return fprintf(stderr, "radiance: --chat-special-tokens applies to --chat and the server's chat endpoint, "
+                               "not to -p, --ids, --tokenize or --detokenize\n"), 2;
     return 0;
 }
 
@@ -197,22 +235,30 @@ static char *read_all(FILE *f, size_t *n) {
     return b;
 }
 
-static int parse_ids(const char *s, int32_t **ids, size_t *n) {
+/* Token ids separated by commas or white space; each strictly digits within [0, INT32_MAX]
+ * (the vocabulary's bound is the engine's check). `what` names the flag in the error. */
+static int parse_ids(const char *what, const char *s, int32_t **ids, size_t *n, RadErr *e) {
     size_t cap = 64;
-    *ids = malloc(cap * sizeof **ids);
     *n = 0;
-    while (*ids && *s) {
-        while (*s == ' ' || *s == ',' || *s == '\n' || *s == '\t' || *s == '\r') s++;
-        if (!*s) break;
-        char *end;
-        long v = strtol(s, &end, 10);
-        if (end == s || v < 0 || v > INT32_MAX) return 0;
-        if (*n == cap) *ids = realloc(*ids, (cap *= 2) * sizeof **ids);
-        if (!*ids) return 0;
+    if (!(*ids = malloc(cap * sizeof **ids))) return rad_err_set(e, RAD_E_NOMEM, "%s: out of memory", what);
+    for (;;) {
+        s += strspn(s, ", \t\r\n");
+        if (!*s) return RAD_OK;
+        size_t len = strcspn(s, ", \t\r\n");
+        char tok[32];
+        snprintf(tok, sizeof tok, "%.*s", (int)(len < sizeof tok ? len : sizeof tok - 1), s);
+        uint64_t v;
+        if (len >= sizeof tok) return rad_num_u64(what, s, 0, INT32_MAX, &v, e); /* too long: names it */
+        int rc = rad_num_u64(what, tok, 0, INT32_MAX, &v, e);
+        if (rc) return rc;
+        if (*n == cap) {
+            int32_t *nv = realloc(*ids, (cap *= 2) * sizeof **ids);
+            if (!nv) return rad_err_set(e, RAD_E_NOMEM, "%s: out of memory (%zu ids)", what, *n);
+            *ids = nv;
+        }
         (*ids)[(*n)++] = (int32_t)v;
-        s = end;
+        s += len;
     }
-    return *ids != NULL;
 }
 
 /* A growing list of token ids. */
@@ -240,13 +286,13 @@ typedef struct Out {
     RadChatBuf *text;
 } Out;
 
-static void emit(const RadTok *tok, Out *o, int32_t id, int print_ids) {
+/* Streams one token; a failed write (disk full, closed pipe) is an error that stops generation. */
+static int emit(const RadTok *tok, Out *o, int32_t id, int print_ids, RadErr *e) {
     if (print_ids) {
         printf("%d\n", id);
-        fflush(stdout);
-        return;
+        return rad_stdout_flush(e);
     }
-    if (rad_tok_is_special(tok, id)) return; /* control tokens are not text */
+    if (rad_tok_is_special(tok, id)) return RAD_OK; /* control tokens are not text */
     char buf[256];
     int n = rad_tok_piece(tok, id, buf, sizeof buf);
     if (n > (int)sizeof buf) n = (int)sizeof buf;
@@ -260,7 +306,7 @@ static void emit(const RadTok *tok, Out *o, int32_t id, int print_ids) {
     fwrite(o->pend, 1, (size_t)o->npend - keep, stdout);
     memmove(o->pend, o->pend + o->npend - keep, keep);
     o->npend = (int)keep;
-    fflush(stdout);
+    return rad_stdout_flush(e);
 }
 
 static int is_stop(const RadTok *tok, int32_t id) {
@@ -283,7 +329,7 @@ static int generate(RadEngine *en, const RadTok *tok, RadSampler *s, const int32
     for (int i = 0; i < n_predict; i++) {
         int32_t next = rad_sampler_sample(s, rad_engine_logits(en, NULL));
         if (is_stop(tok, next)) break;
-        emit(tok, &out, next, print_ids);
+        if ((rc = emit(tok, &out, next, print_ids, e))) return rc;
         rad_sampler_accept(s, next);
         (*n_gen)++;
         if (i + 1 == n_predict) break; /* printed, never fed: not in the cache (hist) */
@@ -293,12 +339,52 @@ static int generate(RadEngine *en, const RadTok *tok, RadSampler *s, const int32
     }
     if (out.npend) fwrite(out.pend, 1, (size_t)out.npend, stdout);
     *t_gen += now() - t1;
-    return RAD_OK;
+    return rad_stdout_flush(e);
 }
 
-/* --chat: each turn renders the whole conversation with rad_chat_render (as the model's template
- * would, so the prompt's tokens equal transformers' apply_chat_template), encodes it, and feeds
- * only what differs from the tokens already in the cache. */
+#define CHAT_MAX_LINE ((size_t)1 << 20) /* bytes in one --chat line (docs/SERVER.md) */
+
+/* One --chat line of any length up to CHAT_MAX_LINE bytes, without its "\n", in *buf (grown as
+ * needed). Returns 1 for a line, 0 at the end of input, -1 for a line over the bound (*nul = 0)
+ * or holding a NUL byte (*nul = 1; the rest of a refused line is read and dropped), -2 when out
+ * of memory. */
+static int chat_read_line(FILE *f, char **buf, size_t *cap, size_t *len, int *nul) {
+    size_t n = 0;
+    int c, got = 0, over = 0;
+    *nul = 0;
+    while ((c = getc(f)) != EOF) {
+        got = 1;
+        if (c == '\n') break;
+        if (c == 0) *nul = 1;
+        if (over || *nul) continue;
+        if (n == CHAT_MAX_LINE) {
+            over = 1;
+            continue;
+        }
+        if (n + 2 > *cap) {
+            size_t nc = *cap ? 2 * *cap : 4096;
+            if (nc > CHAT_MAX_LINE + 1) nc = CHAT_MAX_LINE + 1;
+            char *nb = realloc(*buf, nc);
+            if (!nb) return -2;
+            *buf = nb;
+            *cap = nc;
+        }
+        (*buf)[n++] = (char)c;
+    }
+    if (!got) return 0;
+    if (over || *nul) return -1;
+    if (!*buf && !(*buf = malloc(*cap = 1))) return -1;
+    (*buf)[n] = 0;
+    *len = n;
+    return 1;
+}
+
+/* --chat: one line is one user turn. Each turn renders the whole conversation (as the model's
+ * template would, so the prompt's tokens equal transformers' apply_chat_template), encodes it
+ * with rad_chat_encode (the lines are content: text, not control tokens, unless
+ * --chat-special-tokens), and feeds only what differs from the tokens already in the cache. A
+ * line that is refused (over CHAT_MAX_LINE, a NUL byte, past the context) is said on stderr in
+ * one line and the chat goes on. */
 static int run_chat(RadEngine *en, const RadTok *tok, Opts *o, size_t *n_fed, double *tp, double *tg, int *ng, RadErr *e) {
     const RadChatFormat *cf = en->arch->chat_format ? en->arch->chat_format(&en->meta) : NULL;
     if (!cf) return rad_err_set(e, RAD_E_UNSUPPORTED, "plugin '%s' gives no chat format for this model", en->arch->info->name);
@@ -308,12 +394,23 @@ static int run_chat(RadEngine *en, const RadTok *tok, Opts *o, size_t *n_fed, do
     RadChatMsg *msgs = NULL;     /* the conversation; contents owned here */
     size_t n_msgs = 0;
     RadIds cache = {0};          /* the tokens in the KV cache, in order */
-    uint32_t pos = 0;
-    char line[8192];
-    fprintf(stderr, "radiance: chat (%s); an empty line or end of input quits\n", cf->kind);
-    while (!rc && (fputs("> ", stderr), fgets(line, sizeof line, stdin))) {
-        line[strcspn(line, "\n")] = 0;
-        if (!*line) break;
+    uint32_t pos = 0, max_ctx = en->ctx.max_ctx;
+    char *line = NULL;
+    size_t line_cap = 0, line_len = 0, line_no = 0;
+    int got, nul;
+    fprintf(stderr, "radiance: chat (%s); one line is one turn; an empty line or end of input quits\n", cf->kind);
+    while (!rc && (fputs("> ", stderr), (got = chat_read_line(stdin, &line, &line_cap, &line_len, &nul)) != 0)) {
+        line_no++;
+        if (got == -2) {
+            rc = rad_err_set(e, RAD_E_NOMEM, "--chat: out of memory reading line %zu", line_no);
+            break;
+        }
+        if (got < 0) {
+            if (nul) fprintf(stderr, "radiance: --chat: line %zu holds a NUL byte; not sent\n", line_no);
+            else fprintf(stderr, "radiance: --chat: line %zu is longer than %zu bytes (1 MiB); not sent\n", line_no, CHAT_MAX_LINE);
+            continue;
+        }
+        if (!line_len) break;
         RadChatMsg *nm = realloc(msgs, (n_msgs + 2) * sizeof *msgs);
         char *user = strdup(line);
         if (!nm || !user) {
@@ -324,16 +421,17 @@ static int run_chat(RadEngine *en, const RadTok *tok, Opts *o, size_t *n_fed, do
         }
         msgs = nm;
         msgs[n_msgs++] = (RadChatMsg){RAD_ROLE_USER, user};
-        char *text;
-        size_t len;
-        int add_special;
-        unsigned flags = RAD_CHAT_GEN_PROMPT | (rad_tok_bos(tok) >= 0 ? RAD_CHAT_TOK_HAS_BOS : 0);
-        if ((rc = rad_chat_render(cf, msgs, n_msgs, flags, &text, &len, &add_special, e))) break;
         int32_t *ids;
         size_t n;
-        rc = rad_tok_encode(tok, text, len, add_special, &ids, &n, e);
-        free(text);
-        if (rc) break;
+        unsigned flags = RAD_CHAT_GEN_PROMPT | (o->chat_special ? RAD_CHAT_SPECIAL_IN_CONTENT : 0);
+        if ((rc = rad_chat_encode(cf, tok, msgs, n_msgs, flags, &ids, &n, NULL, NULL, e))) break;
+        if (n > max_ctx) { /* the turn cannot be fed: say so, drop it, go on */
+            fprintf(stderr, "radiance: --chat: line %zu makes the conversation %zu tokens, more than the context served "
+                            "(%u, --ctx); not sent\n", line_no, n, max_ctx);
+            free(ids);
+            free((char *)msgs[--n_msgs].content);
+            continue;
+        }
         /* the cache keeps the longest common prefix; at least one token is fed for logits */
         size_t keep = 0;
         while (keep < cache.n && keep < n && cache.v[keep] == ids[keep]) keep++;
@@ -344,7 +442,9 @@ static int run_chat(RadEngine *en, const RadTok *tok, Opts *o, size_t *n_fed, do
         RadChatBuf reply = {0};
         if (!rc) rc = rad_chat_buf_add(&reply, "", 0, e);
         *n_fed += n - keep;
-        if (!rc) rc = generate(en, tok, &s, ids + keep, n - keep, &pos, o->n_predict, 0, tp, tg, ng, &reply, &cache, e);
+        /* the reply stops at the context's end: its last token is printed, never fed */
+        int n_predict = (size_t)o->n_predict > max_ctx - n + 1 ? (int)(max_ctx - n + 1) : o->n_predict;
+        if (!rc) rc = generate(en, tok, &s, ids + keep, n - keep, &pos, n_predict, 0, tp, tg, ng, &reply, &cache, e);
         free(ids);
         if (!rc) {
             printf("\n");
@@ -353,6 +453,7 @@ static int run_chat(RadEngine *en, const RadTok *tok, Opts *o, size_t *n_fed, do
             rad_chat_buf_free(&reply);
         }
     }
+    free(line);
     for (size_t i = 0; i < n_msgs; i++) free((char *)msgs[i].content);
     free(msgs);
     free(cache.v);
@@ -365,6 +466,7 @@ int main(int argc, char **argv) {
     memset(&o, 0, sizeof o);
     int rc = parse_args(argc, argv, &o);
     if (rc) return rc;
+    rad_stdout_init(); /* a closed stdout pipe is an error (EPIPE), not a death by SIGPIPE */
     if (!o.prompt && !o.ids && !o.tokenize && !o.detokenize && !o.chat && !o.debug_graph && !o.debug_placement) return serve(&o);
     RadErr e = {0};
     RadTok *tok = NULL;
@@ -391,8 +493,8 @@ int main(int argc, char **argv) {
             size_t k;
             char *text;
             size_t len;
-            if (!parse_ids(in, &ids, &k)) rc = rad_err_set(&e, RAD_E_ARG, "--detokenize: stdin is not a list of token ids");
-            else if (!(rc = rad_tok_decode(tok, ids, k, 0, &text, &len, &e))) {
+            if ((rc = parse_ids("--detokenize: stdin token id", in, &ids, &k, &e))) {
+            } else if (!(rc = rad_tok_decode(tok, ids, k, 0, &text, &len, &e))) {
                 fwrite(text, 1, len, stdout);
                 free(text);
             }
@@ -401,13 +503,14 @@ int main(int argc, char **argv) {
         free(in);
         rad_tok_free(tok);
         rad_model_free(&m);
+        if (!rc) rc = rad_stdout_flush(&e);
         if (rc) fprintf(stderr, "radiance: %s\n", e.msg);
-        return rc ? 1 : 0;
+        return rad_stdout_close("radiance", rc ? 1 : 0);
     }
     RadEngineOpts eo = {.model = o.model, .plugin_dirs = o.plugin_dirs, .n_plugin_dirs = o.n_plugin_dirs, .kernels = o.kernels,
                         .n_threads = o.threads, .max_tok = o.batch ? o.batch : 512, .max_seqs = 1, .max_ctx = o.ctx,
                         .deterministic = o.deterministic, .max_tolerance = o.fast ? 2e-2 : 1e-3, .profile = o.profile,
-                        .mmap_weights = o.mmap_weights, .no_repack = o.no_repack, .kv_dtype = (RadDType)o.kv_dtype};
+                        .mmap_weights = o.mmap_weights, .no_repack = o.no_repack, .no_verify = o.no_verify, .kv_dtype = (RadDType)o.kv_dtype};
     rc = rad_engine_open(&en, &eo, &e);
     have_engine = 1;
     if (!rc) rc = rad_tok_init(&tok, &en.m.tok, &e);
@@ -422,7 +525,8 @@ int main(int argc, char **argv) {
     } else if (!rc && (o.prompt || o.ids)) {
         int32_t *ids = NULL;
         if (o.ids) {
-            if (!parse_ids(o.ids, &ids, &n_prompt) || !n_prompt) rc = rad_err_set(&e, RAD_E_ARG, "--ids: expected token ids like 1,2,3");
+            if (!(rc = parse_ids("--ids", o.ids, &ids, &n_prompt, &e)) && !n_prompt)
+                rc = rad_err_set(&e, RAD_E_ARG, "--ids: expected token ids like 1,2,3");
         } else {
             rc = rad_tok_encode(tok, o.prompt, strlen(o.prompt), 1, &ids, &n_prompt, &e);
             if (!rc && !n_prompt) rc = rad_err_set(&e, RAD_E_ARG, "-p: the prompt encodes to no tokens");
@@ -441,6 +545,7 @@ int main(int argc, char **argv) {
         }
         free(ids);
     }
+    if (!rc) rc = rad_stdout_flush(&e); /* before the timing line: a failed write is the one line */
     if (rc) fprintf(stderr, "radiance: %s\n", e.msg);
     else if (o.prompt || o.ids || o.chat)
         fprintf(stderr, "radiance: load %.2f s; prompt %zu tokens in %.3f s (%.1f tok/s); generation %d tokens in %.3f s (%.1f tok/s); %u threads\n",
@@ -448,5 +553,5 @@ int main(int argc, char **argv) {
     if (!rc && o.profile) rad_engine_dump_profile(&en, stderr);
     rad_tok_free(tok);
     if (have_engine) rad_engine_close(&en);
-    return rc ? 1 : 0;
+    return rad_stdout_close("radiance", rc ? 1 : 0);
 }

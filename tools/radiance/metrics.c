@@ -53,6 +53,12 @@ void met_http(Metrics *m, unsigned status) {
     pthread_mutex_unlock(&m->mu);
 }
 
+void met_cut(Metrics *m, MetCut why) {
+    pthread_mutex_lock(&m->mu);
+    m->cut[why]++;
+    pthread_mutex_unlock(&m->mu);
+}
+
 typedef struct Buf {
     char *p;
     size_t len, cap;
@@ -107,6 +113,11 @@ char *met_render(Metrics *m, const RadSchedStats *st, int ready, uint32_t connec
                     (unsigned long long)m->requests[e][o]);
     bprintf(&b, "# HELP radiance_http_responses_total HTTP responses, by status class.\n# TYPE radiance_http_responses_total counter\n");
     for (int c = 1; c <= 5; c++) bprintf(&b, "radiance_http_responses_total{code=\"%dxx\"} %llu\n", c, (unsigned long long)m->http[c]);
+    static const char *cut[] = {"header_timeout", "body_timeout", "incomplete_share"};
+    bprintf(&b, "# HELP radiance_http_closed_incomplete_total Connections closed before their request arrived, by reason.\n"
+                "# TYPE radiance_http_closed_incomplete_total counter\n");
+    for (int c = 0; c < MET_N_CUT; c++)
+        bprintf(&b, "radiance_http_closed_incomplete_total{reason=\"%s\"} %llu\n", cut[c], (unsigned long long)m->cut[c]);
     hist(&b, "radiance_time_to_first_token_seconds", "Seconds from a request's arrival to its first token.", &m->ttft);
     hist(&b, "radiance_inter_token_latency_seconds", "Seconds between consecutive tokens of a request.", &m->itl);
     hist(&b, "radiance_e2e_request_latency_seconds", "Seconds from a generation request's arrival to its last token.", &m->e2e);

@@ -29,10 +29,19 @@ typedef enum MetOutcome {
 
 typedef enum MetEndpoint { MET_COMPLETIONS = 0, MET_CHAT, MET_N_ENDPOINT } MetEndpoint;
 
+/* Why the server closed a connection whose request had not arrived (the `reason` label). */
+typedef enum MetCut {
+    MET_CUT_HEADER = 0,           /* --header-timeout */
+    MET_CUT_BODY,                 /* --body-timeout (answered 408) */
+    MET_CUT_SHARE,                /* the oldest incomplete one, past 3/4 of --max-conns */
+    MET_N_CUT
+} MetCut;
+
 typedef struct Metrics {
     pthread_mutex_t mu;
     uint64_t requests[MET_N_ENDPOINT][MET_N_OUTCOME];
     uint64_t http[6];             /* responses by status class: [1] 1xx .. [5] 5xx */
+    uint64_t cut[MET_N_CUT];
     MetHist ttft, itl, e2e, queue;
 } Metrics;
 
@@ -40,6 +49,7 @@ void met_init(Metrics *m);
 void met_free(Metrics *m);
 void met_request(Metrics *m, MetEndpoint ep, MetOutcome o);
 void met_http(Metrics *m, unsigned status);
+void met_cut(Metrics *m, MetCut why);
 void met_ttft(Metrics *m, double s);
 void met_itl(Metrics *m, double s);
 void met_e2e(Metrics *m, double s);

@@ -1,11 +1,14 @@
 /* openai.c — request bodies in, response bodies out (openai.h). */
 #include "openai.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "libcommon/rad_num.h"
 
 int api_err(ApiErr *e, int status, const char *type, const char *code, const char *param, const char *fmt, ...) {
     e->status = status;
@@ -25,9 +28,22 @@ static char *dump(json_t *j) {
     return s;
 }
 
+/* A message as a JSON string. It may quote a client's bytes, or be cut inside a UTF-8 sequence
+ * by its buffer: ill-formed UTF-8 becomes U+FFFD, so an error body is never lost (it would be a
+ * 500 "out of memory"). */
+static json_t *msg_str(const char *s) {
+    json_t *j = json_string(s);
+    char *t;
+    size_t n;
+    if (j || rad_utf8_lossy(s, strlen(s), &t, &n, NULL)) return j;
+    j = json_stringn(t, n);
+    free(t);
+    return j;
+}
+
 static json_t *err_obj(const ApiErr *e) {
-    return json_pack("{s:{s:s,s:s,s:o,s:o}}", "error", "message", e->msg, "type", e->type ? e->type : "server_error",
-                     "param", e->param[0] ? json_string(e->param) : json_null(), "code",
+    return json_pack("{s:{s:o,s:s,s:o,s:o}}", "error", "message", msg_str(e->msg), "type", e->type ? e->type : "server_error",
+                     "param", e->param[0] ? msg_str(e->param) : json_null(), "code",
                      e->code ? json_string(e->code) : json_null());
 }
 
@@ -39,6 +55,21 @@ static int bad(ApiErr *e, const char *param, const char *fmt, const char *what) 
     return api_err(e, 400, "invalid_request_error", NULL, param, fmt, param, what);
 }
 
+/* A number the parser could not hold (an integer past 64 bits, a real past a double) stands in
+ * the tree as +-DBL_MAX, out of every range (load_json). */
+static const char *num_shown(double v, char *buf, size_t cap) {
+    if (fabs(v) == DBL_MAX) snprintf(buf, cap, "%s", v > 0 ? "(a number too large to read)" : "(a number too negative to read)");
+    else snprintf(buf, cap, "%.17g", v);
+    return buf;
+}
+
+/* One strict check for every numeric field: finite, in range, whole where it must be, the field
+ * named (rad_num_check decides; the message shows the range as the field's type reads it). */
+static int num_bad(ApiErr *e, const char *key, const char *shown, const char *range, int whole) {
+    return api_err(e, 400, "invalid_request_error", NULL, key, "'%s' %s: expected a %s in %s", key, shown, whole ? "whole number" : "number",
+                   range);
+}
+
 /* Reads an optional number in [lo, hi]; 0 when absent or null. */
 static int get_num(json_t *o, const char *key, double lo, double hi, double *out, int *given, ApiErr *e) {
     json_t *v = json_object_get(o, key);
@@ -46,30 +77,40 @@ static int get_num(json_t *o, const char *key, double lo, double hi, double *out
     if (!v || json_is_null(v)) return 0;
     if (!json_is_number(v)) return bad(e, key, "'%s' must be a number%s", "");
     double x = json_number_value(v);
-    if (!(x >= lo && x <= hi)) {
-        char r[96];
-        snprintf(r, sizeof r, " in [%g, %g]", lo, hi);
-        return bad(e, key, "'%s' must be a number%s", r);
+    RadErr re = {0};
+    if (rad_num_check(key, x, lo, hi, RAD_NUM_REAL, &re)) {
+        char shown[64], range[96];
+        snprintf(range, sizeof range, "[%g, %g]", lo, hi);
+        return num_bad(e, key, num_shown(x, shown, sizeof shown), range, 0);
     }
     *out = x;
     if (given) *given = 1;
     return 0;
 }
 
+/* Reads an optional whole number in [lo, hi]: a JSON integer (compared as one: a double holds
+ * only 53 bits), or a real with no fraction (7.0). */
 static int get_int(json_t *o, const char *key, long long lo, long long hi, long long *out, int *given, ApiErr *e) {
     json_t *v = json_object_get(o, key);
     if (given) *given = 0;
     if (!v || json_is_null(v)) return 0;
+    if (!json_is_number(v)) return bad(e, key, "'%s' must be an integer%s", "");
+    char shown[64], range[96];
+    snprintf(range, sizeof range, "[%lld, %lld]", lo, hi);
     long long x;
-    if (json_is_integer(v)) x = json_integer_value(v);
-    else if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) && fabs(json_real_value(v)) < 9e15)
-        x = (long long)json_real_value(v);
-    else return bad(e, key, "'%s' must be an integer%s", "");
-    if (x < lo || x > hi) {
-        char r[96];
-        snprintf(r, sizeof r, " in [%lld, %lld]", lo, hi);
-        return bad(e, key, "'%s' must be an integer%s", r);
+    if (json_is_integer(v)) {
+        x = json_integer_value(v);
+        snprintf(shown, sizeof shown, "%lld", x);
+    } else {
+        double d = json_real_value(v);
+        RadErr re = {0};
+        /* the bounds as doubles may round outwards: the cast is guarded, then x is checked exactly */
+        if (rad_num_check(key, d, (double)lo, (double)hi, RAD_NUM_WHOLE, &re) || !(d >= -0x1p63 && d < 0x1p63))
+            return num_bad(e, key, num_shown(d, shown, sizeof shown), range, 1);
+        x = (long long)d;
+        num_shown(d, shown, sizeof shown);
     }
+    if (x < lo || x > hi) return num_bad(e, key, shown, range, 1);
     *out = x;
     if (given) *given = 1;
     return 0;
@@ -153,16 +194,19 @@ static int parse_messages(json_t *m, const ApiCtx *cx, ApiReq *r, ApiErr *e) {
     if (rad_chat_msgs_from_json(m, &msgs, param, sizeof param, &re))
         return api_err(e, 400, "invalid_request_error", NULL, param, "%s", re.msg);
     char *text;
-    size_t len;
-    int add_special;
-    unsigned flags = RAD_CHAT_GEN_PROMPT | (rad_tok_bos(cx->tok) >= 0 ? RAD_CHAT_TOK_HAS_BOS : 0);
-    int rc = rad_chat_render(cx->chat, msgs.m, msgs.n, flags, &text, &len, &add_special, &re);
+    size_t len, n;
+    int32_t *ids;
+    /* content is text: special-token strings in it are not control tokens unless the server
+     * runs with --chat-special-tokens (docs/SERVER.md) */
+    unsigned flags = RAD_CHAT_GEN_PROMPT | (cx->chat_special ? RAD_CHAT_SPECIAL_IN_CONTENT : 0);
+    int rc = rad_chat_encode(cx->chat, cx->tok, msgs.m, msgs.n, flags, &ids, &n, &text, &len, &re);
     rad_chat_msgs_free(&msgs);
+    if (rc == RAD_E_NOMEM) return api_err(e, 500, "server_error", NULL, NULL, "out of memory reading the messages");
     if (rc) return api_err(e, 400, "invalid_request_error", NULL, "messages", "%s", re.msg);
     r->in_reasoning = rad_chat_prompt_opens_reasoning(cx->chat, text, len);
-    rc = encode(cx, text, len, add_special, "messages", r, e);
     free(text);
-    return rc;
+    if (n > UINT32_MAX) return free(ids), bad(e, "messages", "'%s' is too long%s", "");
+    return push_prompt(r, ids, (uint32_t)n, e);
 }
 
 static int parse_stop(json_t *s, ApiReq *r, ApiErr *e) {
@@ -199,28 +243,143 @@ static int parse_bias(json_t *b, const ApiCtx *cx, ApiReq *r, ApiErr *e) {
     if (!r->bias) return api_err(e, 500, "server_error", NULL, NULL, "out of memory");
     const char *k;
     json_t *v;
+    int32_t nv = rad_tok_n_vocab(cx->tok);
     json_object_foreach(b, k, v) {
-        char *end;
-        long id = strtol(k, &end, 10);
-        if (!*k || *end || id < 0 || id >= rad_tok_n_vocab(cx->tok))
+        uint64_t id;
+        RadErr re = {0};
+        if (nv <= 0 || rad_num_u64("key", k, 0, (uint64_t)nv - 1, &id, &re))
             return api_err(e, 400, "invalid_request_error", NULL, "logit_bias", "'logit_bias' key '%.32s' is not a token id in [0, %d)",
-                           k, (int)rad_tok_n_vocab(cx->tok));
-        if (!json_is_number(v) || !(json_number_value(v) >= -100 && json_number_value(v) <= 100))
-            return api_err(e, 400, "invalid_request_error", NULL, "logit_bias", "'logit_bias' value for '%.32s' must be a number in [-100, 100]", k);
+                           k, (int)nv);
+        char shown[64];
+        if (!json_is_number(v) || rad_num_check("logit_bias", json_number_value(v), -100, 100, RAD_NUM_REAL, &re))
+            return api_err(e, 400, "invalid_request_error", NULL, "logit_bias", "'logit_bias' token '%.32s': %s: expected a number in [-100, 100]",
+                           k, json_is_number(v) ? num_shown(json_number_value(v), shown, sizeof shown) : "not a number");
         r->bias[r->sp.n_bias++] = (RadLogitBias){(int32_t)id, (float)json_number_value(v)};
     }
     r->sp.bias = r->bias;
     return 0;
 }
 
+/* ---- fields the server does not serve, and NUL in strings ------------------------------------ */
+
+/* What passes of a field that is not served: its "off" values. */
+enum { OK_FALSE, OK_TRUE, OK_ONE, OK_ZERO, OK_EMPTY_STR, OK_EMPTY_ARR, OK_NONE_AUTO, OK_TEXT_FORMAT, OK_TEXT_ONLY, OK_NULL };
+
+/* OpenAI's (and vLLM's) fields that would change the answer if honoured. Ignoring one would
+ * answer another question than the one asked, so each is refused by name unless it is off or
+ * null. Fields that change nothing in the answer (user, metadata, store, service_tier,
+ * parallel_tool_calls, prediction, reasoning_effort) and unknown ones are ignored. */
+static const struct {
+    const char *key;
+    int ok;
+    const char *why;
+} UNSERVED[] = {
+    {"echo", OK_FALSE, "the prompt is not returned"},
+    {"best_of", OK_ONE, "use 'n' for several choices"},
+    {"suffix", OK_EMPTY_STR, "no text is inserted"},
+    {"tools", OK_EMPTY_ARR, "this server does not call tools"},
+    {"functions", OK_EMPTY_ARR, "this server does not call functions"},
+    {"tool_choice", OK_NONE_AUTO, "this server does not call tools"},
+    {"function_call", OK_NONE_AUTO, "this server does not call functions"},
+    {"response_format", OK_TEXT_FORMAT, "no JSON mode or schema"},
+    {"modalities", OK_TEXT_ONLY, "text only"},
+    {"audio", OK_NULL, "text only"},
+    {"web_search_options", OK_NULL, "no web search"},
+    {"ignore_eos", OK_FALSE, "generation stops at the end-of-sequence token"},
+    {"min_tokens", OK_ZERO, "no minimum length"},
+    {"stop_token_ids", OK_EMPTY_ARR, "use 'stop' strings"},
+    {"use_beam_search", OK_FALSE, "no beam search"},
+    {"guided_json", OK_NULL, "no guided decoding"},
+    {"guided_regex", OK_NULL, "no guided decoding"},
+    {"guided_choice", OK_NULL, "no guided decoding"},
+    {"guided_grammar", OK_NULL, "no guided decoding"},
+    {"prompt_logprobs", OK_NULL, "no prompt logprobs"},
+    {"chat_template", OK_NULL, "the container's chat format is used"},
+    {"add_generation_prompt", OK_TRUE, "the assistant's turn is always opened"},
+    {"continue_final_message", OK_FALSE, "the assistant's turn is always opened"},
+};
+
+static int passes(json_t *v, int ok) {
+    switch (ok) {
+    case OK_FALSE: return json_is_false(v);
+    case OK_TRUE: return json_is_true(v);
+    case OK_ONE: return json_is_number(v) && json_number_value(v) == 1;
+    case OK_ZERO: return json_is_number(v) && json_number_value(v) == 0;
+    case OK_EMPTY_STR: return json_is_string(v) && json_string_length(v) == 0;
+    case OK_EMPTY_ARR: return json_is_array(v) && json_array_size(v) == 0;
+    case OK_NONE_AUTO: return json_is_string(v) && (!strcmp(json_string_value(v), "none") || !strcmp(json_string_value(v), "auto"));
+    case OK_TEXT_FORMAT: {
+        json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
+        return json_is_string(t) && !strcmp(json_string_value(t), "text");
+    }
+    case OK_TEXT_ONLY: {
+        if (!json_is_array(v) || !json_array_size(v)) return 0;
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            json_t *m = json_array_get(v, i);
+            if (!json_is_string(m) || strcmp(json_string_value(m), "text")) return 0;
+        }
+        return 1;
+    }
+    }
+    return 0;
+}
+
+static int refuse_unserved(json_t *j, ApiErr *e) {
+    static const char *off[] = {"false", "true", "1", "0", "\"\"", "[]", "\"none\" or \"auto\"", "{\"type\": \"text\"}", "[\"text\"]", "null"};
+    for (size_t i = 0; i < sizeof UNSERVED / sizeof UNSERVED[0]; i++) {
+        json_t *v = json_object_get(j, UNSERVED[i].key);
+        if (v && !json_is_null(v) && !passes(v, UNSERVED[i].ok))
+            return api_err(e, 400, "invalid_request_error", "unsupported_parameter", UNSERVED[i].key,
+                           "'%s' is not served (%s): send %s or leave it out", UNSERVED[i].key, UNSERVED[i].why, off[UNSERVED[i].ok]);
+    }
+    return 0;
+}
+
+/* Whether a string under v holds NUL; path grows to name it ("messages[0].content"). */
+static int nul_under(json_t *v, char *path, size_t cap, size_t at) {
+    if (at >= cap) at = cap - 1;
+    if (json_is_string(v)) return strlen(json_string_value(v)) != json_string_length(v);
+    if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            snprintf(path + at, cap - at, "[%zu]", i);
+            if (nul_under(json_array_get(v, i), path, cap, at + strlen(path + at))) return 1;
+        }
+    } else if (json_is_object(v)) {
+        const char *k;
+        json_t *x;
+        json_object_foreach(v, k, x) {
+            snprintf(path + at, cap - at, ".%s", k);
+            if (nul_under(x, path, cap, at + strlen(path + at))) return 1;
+        }
+    }
+    path[at] = 0;
+    return 0;
+}
+
+/* \u0000 is valid JSON and the body is parsed with it. A prompt string takes it (tokenised as
+ * bytes, as the CLI does); the fields below become C strings downstream, where a NUL would cut
+ * them silently, so a NUL there is refused by name. */
+static int refuse_nul(json_t *j, ApiErr *e) {
+    static const char *keys[] = {"model", "messages", "stop"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        json_t *v = json_object_get(j, keys[i]);
+        char path[64];
+        snprintf(path, sizeof path, "%s", keys[i]);
+        if (v && nul_under(v, path, sizeof path, strlen(path)))
+            return api_err(e, 400, "invalid_request_error", NULL, path, "'%s' holds a NUL character (\\u0000), which it cannot carry", path);
+    }
+    return 0;
+}
+
 static int parse_body(ApiKind kind, json_t *j, const ApiCtx *cx, ApiReq *r, ApiErr *e) {
     if (!json_is_object(j)) return api_err(e, 400, "invalid_request_error", NULL, NULL, "the request body must be a JSON object");
+    int rc;
+    if ((rc = refuse_nul(j, e)) || (rc = refuse_unserved(j, e))) return rc;
     json_t *model = json_object_get(j, "model");
     if (model && !json_is_null(model) && !json_is_string(model)) return bad(e, "model", "'%s' must be a string%s", "");
     if (json_is_string(model) && strcmp(json_string_value(model), cx->model))
         return api_err(e, 404, "invalid_request_error", "model_not_found", "model",
                        "The model '%.200s' does not exist; this server serves '%.200s'", json_string_value(model), cx->model);
-    int rc;
     double d;
     long long ll;
     int given;
@@ -236,9 +395,11 @@ static int parse_body(ApiKind kind, json_t *j, const ApiCtx *cx, ApiReq *r, ApiE
     }
     if ((rc = get_num(j, "temperature", 0, 100, &d, &given, e))) return rc;
     if (given) r->sp.temperature = (float)d;
+    /* top_p and repetition_penalty must be > 0 as the sampler's 32-bit floats: 1e-300 is 0 there */
     if ((rc = get_num(j, "top_p", 0, 1, &d, &given, e))) return rc;
     if (given) {
-        if (d <= 0) return bad(e, "top_p", "'%s' must be in (0, 1]%s", "");
+        char shown[64];
+        if (!((float)d > 0)) return num_bad(e, "top_p", num_shown(d, shown, sizeof shown), "(0, 1] (above 1e-45)", 0);
         r->sp.top_p = (float)d;
     }
     if ((rc = get_int(j, "top_k", -1, 1 << 30, &ll, &given, e))) return rc;
@@ -251,15 +412,27 @@ static int parse_body(ApiKind kind, json_t *j, const ApiCtx *cx, ApiReq *r, ApiE
     if (given) r->sp.frequency_penalty = (float)d;
     if ((rc = get_num(j, "repetition_penalty", 0, 100, &d, &given, e))) return rc;
     if (given) {
-        if (d <= 0) return bad(e, "repetition_penalty", "'%s' must be > 0%s", "");
+        char shown[64];
+        if (!((float)d > 0)) return num_bad(e, "repetition_penalty", num_shown(d, shown, sizeof shown), "(0, 100] (above 1e-45)", 0);
         r->sp.repetition_penalty = (float)d;
     }
-    if ((rc = get_int(j, "seed", INT64_MIN, INT64_MAX, &ll, &given, e))) return rc;
+    /* a JSON integer here is at most 64-bit signed (jansson's); a negative seed is refused, not
+     * wrapped */
+    if ((rc = get_int(j, "seed", 0, INT64_MAX, &ll, &given, e))) return rc;
     r->sp.seed = given ? (uint64_t)ll : cx->defaults.seed;
     r->have_seed = given;
     if ((rc = get_int(j, "n", 1, API_MAX_N, &ll, &given, e))) return rc;
     if (given) r->n = (uint32_t)ll;
-    const char *mt = kind == API_CHAT && json_object_get(j, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    const char *mt = "max_tokens";
+    if (kind == API_CHAT) { /* both: each checked, and they must agree */
+        long long l2;
+        int g2;
+        if ((rc = get_int(j, "max_tokens", 1, UINT32_MAX, &l2, &g2, e))) return rc;
+        if ((rc = get_int(j, "max_completion_tokens", 1, UINT32_MAX, &ll, &given, e))) return rc;
+        if (given) mt = "max_completion_tokens";
+        if (given && g2 && l2 != ll)
+            return bad(e, "max_tokens", "'%s' and 'max_completion_tokens' differ%s", ": send one");
+    }
     if ((rc = get_int(j, mt, 1, UINT32_MAX, &ll, &given, e))) return rc;
     r->max_tokens = given ? (uint32_t)ll : kind == API_COMPLETIONS ? 16 : 0; /* OpenAI's defaults */
     if (given && ll > cx->max_ctx)
@@ -302,13 +475,49 @@ static int parse_body(ApiKind kind, json_t *j, const ApiCtx *cx, ApiReq *r, ApiE
     return 0;
 }
 
+/* Parses a request body. \u0000 in strings is valid JSON and is taken (refuse_nul). A number
+ * jansson cannot hold (an integer past 64 bits, a real past a double) is a parse error naming
+ * no field; it is out of every field's range, so it is replaced, in a copy, by +-DBL_MAX (which
+ * says so in a message: num_shown) and the body parsed again, for the field's own check to name
+ * it (a field the server ignores stays ignored). */
+static json_t *load_json(const char *body, size_t len, ApiErr *e) {
+    json_error_t je;
+    char *copy = NULL;
+    const char *b = body;
+    json_t *j = NULL;
+    for (int tries = 0; tries < 64; tries++) {
+        j = json_loadb(b, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
+        if (j || json_error_code(&je) != json_error_numeric_overflow || je.position < 0 || (size_t)je.position > len) break;
+        size_t end = (size_t)je.position, start = end; /* the number ends where the lexer stopped */
+        while (start > 0 && b[start - 1] && strchr("0123456789+-.eE", b[start - 1])) start--;
+        if (start == end) break;
+        const char *big = b[start] == '-' ? "-1.7976931348623157e308" : "1.7976931348623157e308";
+        size_t bl = strlen(big), nlen = len - (end - start) + bl;
+        char *nb = malloc(nlen);
+        if (!nb) break;
+        memcpy(nb, b, start);
+        memcpy(nb + start, big, bl);
+        memcpy(nb + start + bl, b + end, len - end);
+        free(copy);
+        b = copy = nb;
+        len = nlen;
+    }
+    free(copy);
+    if (j) return j;
+    enum json_error_code code = json_error_code(&je);
+    if (code == json_error_out_of_memory) api_err(e, 500, "server_error", NULL, NULL, "out of memory reading the body");
+    else if (code == json_error_null_byte_in_key)
+        api_err(e, 400, "invalid_request_error", NULL, NULL, "the body has an object key holding \\u0000, which this server does not take (line %d, column %d)",
+                je.line, je.column);
+    else api_err(e, 400, "invalid_request_error", NULL, NULL, "the body is not valid JSON: %s (line %d, column %d)", je.text, je.line, je.column);
+    return NULL;
+}
+
 int api_parse(ApiKind kind, const char *body, size_t len, const ApiCtx *cx, ApiReq *out, ApiErr *e) {
     memset(out, 0, sizeof *out);
     out->kind = kind;
-    json_error_t je;
-    json_t *j = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
-    if (!j) return api_err(e, 400, "invalid_request_error", NULL, NULL, "the body is not valid JSON: %s (line %d, column %d)", je.text,
-                           je.line, je.column);
+    json_t *j = load_json(body, len, e);
+    if (!j) return e->status;
     int rc = parse_body(kind, j, cx, out, e);
     json_decref(j);
     if (rc) api_req_free(out);
@@ -465,11 +674,8 @@ char *api_models(const ApiCtx *cx, long created) {
 char *api_model(const ApiCtx *cx, long created) { return dump(model_obj(cx, created)); }
 
 static json_t *load_obj(const char *body, size_t len, ApiErr *e) {
-    json_error_t je;
-    json_t *j = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
-    if (!j) api_err(e, 400, "invalid_request_error", NULL, NULL, "the body is not valid JSON: %s (line %d, column %d)", je.text, je.line,
-                    je.column);
-    else if (!json_is_object(j)) {
+    json_t *j = load_json(body, len, e);
+    if (j && !json_is_object(j)) {
         api_err(e, 400, "invalid_request_error", NULL, NULL, "the request body must be a JSON object");
         json_decref(j), j = NULL;
     }
@@ -481,7 +687,8 @@ char *api_tokenize(const char *body, size_t len, const ApiCtx *cx, ApiErr *e) {
     if (!j) return NULL;
     ApiReq r;
     memset(&r, 0, sizeof r);
-    int add_special = 1, rc = get_bool(j, "add_special_tokens", &add_special, e);
+    int add_special = 1, rc = refuse_nul(j, e);
+    if (!rc) rc = get_bool(j, "add_special_tokens", &add_special, e);
     json_t *p = json_object_get(j, "prompt"), *m = json_object_get(j, "messages");
     if (!rc && p && json_is_string(p)) rc = encode(cx, json_string_value(p), json_string_length(p), add_special, "prompt", &r, e);
     else if (!rc && !p && m) rc = parse_messages(m, cx, &r, e);

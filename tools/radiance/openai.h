@@ -35,6 +35,7 @@ typedef struct ApiCtx {
     const char *model;                /* served model name */
     const RadTok *tok;
     const RadChatFormat *chat;        /* NULL: /v1/chat/completions is refused */
+    int chat_special;                 /* --chat-special-tokens: content may spell control tokens */
     uint32_t max_ctx;                 /* prompt + generated tokens */
     RadSamplerParams defaults;        /* from the container's generation.* keys */
 } ApiCtx;

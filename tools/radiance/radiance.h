@@ -11,22 +11,24 @@ typedef struct Opts {
     const char *model, *prompt, *ids, *kernels;
     const char *plugin_dirs[16];
     int n_plugin_dirs;
-    int n_predict, tokenize, detokenize, chat, debug_graph, debug_placement, print_ids, deterministic, fast, profile, mmap_weights, no_repack;
+    int n_predict, tokenize, detokenize, chat, debug_graph, debug_placement, print_ids, deterministic, fast, profile, mmap_weights, no_repack, no_verify;
     int kv_dtype;           /* RadDType of the KV cache (0: the engine's default, f32) */
     uint32_t threads, ctx, batch;
     RadSamplerParams sp;
     int seed_given;
+    int chat_special;       /* --chat-special-tokens: chat content may spell control tokens */
     /* the server */
     const char *host, *api_key, *served_model_name;
     unsigned port;
     size_t max_body, max_header;
     unsigned max_conns, idle_timeout, drain_timeout;
+    double header_timeout, body_timeout;  /* seconds for a request's head / body to arrive; 0: none */
     uint32_t max_seqs, max_mixed_tok, max_queue;
     uint32_t kv_blocks;            /* 0: max_seqs full contexts */
     int no_prefix_cache;
 } Opts;
 
-/* Runs the server until SIGTERM/SIGINT and the drain; returns the exit status. */
+/* Runs the server until SIGTERM/SIGINT/SIGHUP/SIGQUIT and the drain; returns the exit status. */
 int serve(const Opts *o);
 
 #endif

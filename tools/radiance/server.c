@@ -4,7 +4,9 @@
  * Threads. The main thread loads the model and then runs the scheduler's loop (rad_sched_run),
  * which owns the engine. libmicrohttpd runs one internal polling thread (epoll) that parses
  * requests, renders and tokenises prompts, submits them and writes responses. A third thread
- * waits for SIGTERM/SIGINT and runs the drain.
+ * waits for SIGTERM/SIGINT/SIGHUP/SIGQUIT and runs the drain; a fourth (the reaper) closes
+ * connections whose request does not arrive in time (--header-timeout, --body-timeout) and keeps
+ * incomplete requests to a share of --max-conns.
  *
  * A generation request (Req) is shared by MHD's thread and the scheduler's sinks, and is
  * reference-counted: MHD's connection holds one reference (dropped when MHD reports the request
@@ -44,6 +46,28 @@
 enum { ST_LOADING = 0, ST_READY, ST_DRAINING, ST_STOPPING };
 enum { R_NONE = 0, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE };
 
+/* A connection's phase. "Incomplete" ones (K_WAIT: no whole request head yet, from the accept
+ * or from the end of the previous request on a kept-alive connection; K_BODY: the head is read,
+ * the body is not) have a deadline and are listed oldest first; K_BUSY (the request is read, or
+ * answered) and K_CUT (shut down by the reaper) have none. */
+enum { K_WAIT = 0, K_BODY, K_BUSY, K_CUT };
+
+/* One per connection: MHD's socket context. */
+typedef struct Conn {
+    struct Conn *prev, *next;      /* (Srv.conn_mu) in Srv.inc or Srv.busy */
+    int fd;
+    int phase;                     /* (conn_mu) */
+    double since;                  /* (conn_mu) when the phase began */
+    int over;                      /* accepted past --max-conns: its requests get 503 */
+    unsigned cut_status;           /* (conn_mu) 408 when it was cut waiting for a body */
+    char peer[64];                 /* "address:port", for the log */
+} Conn;
+
+typedef struct ConnList {
+    Conn *head, *tail;
+    unsigned n;
+} ConnList;
+
 typedef struct Srv {
     const Opts *o;
     struct MHD_Daemon *d;
@@ -71,6 +95,15 @@ typedef struct Srv {
     int watch_pipe[2];             /* its read end in the set stops the watcher */
     pthread_t watcher;
     pthread_mutex_t watch_mu;      /* Req.watch_fd, and that a watched Req is alive */
+    /* the deadlines: every connection, incomplete ones apart (conn_mu), and the reaper */
+    pthread_mutex_t conn_mu;
+    ConnList inc, busy;
+    pthread_cond_t reap_cv;
+    pthread_t reaper;
+    int reap_live, reap_stop;      /* (conn_mu) */
+    unsigned n_cut;                /* (conn_mu) cut, and not yet reported closed by MHD */
+    double cut_log_at;             /* (conn_mu) the log says at most one cut a second */
+    unsigned cut_quiet;            /* (conn_mu) cuts not logged since */
 } Srv;
 
 /* A sink's event, copied. Text and alternatives live in the queue's buffers. */
@@ -109,7 +142,9 @@ typedef struct Req {
     Srv *s;
     uint64_t rid;
     int route;
-    char method[16], path[128];
+    char method[16];
+    char *path;                    /* as MHD unescaped it: any bytes (see show()) */
+    struct Conn *k;                /* its connection (MHD's thread; NULL after on_completed) */
     double t0, t_submit;
     pthread_mutex_t mu;
     struct MHD_Connection *conn;   /* (mu) NULL once MHD is done with the request */
@@ -170,7 +205,7 @@ static Req *req_new(Srv *s, struct MHD_Connection *c, const char *method, const 
     r->outcome = -1;
     r->watch_fd = -1;
     snprintf(r->method, sizeof r->method, "%s", method);
-    snprintf(r->path, sizeof r->path, "%s", url);
+    if (!(r->path = strdup(url))) return free(r), NULL;
     pthread_mutex_init(&r->mu, NULL);
     live_add(s, 1);
     return r;
@@ -196,6 +231,7 @@ static void req_unref(Req *r) {
     rad_chat_buf_free(&r->body);
     rad_chat_buf_free(&r->out);
     pthread_mutex_destroy(&r->mu);
+    free(r->path);
     free(r);
     live_add(s, -1);
 }
@@ -568,6 +604,18 @@ static void watch_stop(Srv *s) {
     s->watch_ep = -1;
 }
 
+/* The parameter a scheduler or sampler message begins with ("sampler: top_p ...", "logit_bias:
+ * ..."), for the error's param; NULL when it names none. */
+static const char *msg_param(const char *msg, char *out, size_t cap) {
+    int sampler = !strncmp(msg, "sampler: ", 9);
+    if (sampler) msg += 9;
+    size_t n = strspn(msg, "abcdefghijklmnopqrstuvwxyz_");
+    if (!n || n >= cap || (msg[n] != ':' && !(sampler && msg[n] == ' '))) return NULL;
+    memcpy(out, msg, n);
+    out[n] = 0;
+    return out;
+}
+
 static enum MHD_Result start_generation(Req *r, struct MHD_Connection *c, ApiKind kind) {
     Srv *s = r->s;
     ApiErr e;
@@ -610,9 +658,15 @@ static enum MHD_Result start_generation(Req *r, struct MHD_Connection *c, ApiKin
     pthread_mutex_unlock(&s->gate);
     if (rc) {
         cancel_all(r);
-        if (draining) api_err(&e, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
-        else if (rc == RAD_E_LIMIT) api_err(&e, 429, "server_error", "server_busy", NULL, "the server is busy: %s", re.msg);
-        else if (rc == RAD_E_ARG) api_err(&e, 400, "invalid_request_error", NULL, NULL, "%s", re.msg);
+        char param[64];
+        /* the scheduler's RAD_E_LIMIT is a drain, a full queue (try again) or a request that can
+         * never fit (the KV pool, the context): only the full queue is 429 */
+        if (draining || (rc == RAD_E_LIMIT && strstr(re.msg, "shutting down")))
+            api_err(&e, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
+        else if (rc == RAD_E_LIMIT && strstr(re.msg, "queue is full"))
+            api_err(&e, 429, "server_error", "server_busy", NULL, "the server is busy: %s", re.msg);
+        else if (rc == RAD_E_LIMIT || rc == RAD_E_ARG)
+            api_err(&e, 400, "invalid_request_error", NULL, msg_param(re.msg, param, sizeof param), "%s", re.msg);
         else api_err(&e, 500, "server_error", NULL, NULL, "%s", re.msg);
         return respond_err(r, c, &e);
     }
@@ -678,24 +732,184 @@ static int needs_key(int route) { return route != R_HEALTH && route != R_METRICS
 
 static const char *mget(int route) { return route == R_HEALTH || route == R_METRICS || route == R_MODELS || route == R_MODEL ? "GET" : "POST"; }
 
-static char over_conn_mark;
+/* A client's bytes (a path MHD has unescaped, a method) for a message or the log: printable
+ * ASCII as is, any other byte as %XX, at most about 200 characters. */
+static const char *show(const char *p, char *out, size_t cap) {
+    size_t o = 0;
+    for (; *p && o + 4 < cap && o < 200; p++) {
+        unsigned char b = (unsigned char)*p;
+        if (b > 0x20 && b < 0x7f && b != '%') out[o++] = (char)b;
+        else o += (size_t)snprintf(out + o, cap - o, "%%%02X", b);
+    }
+    if (*p && o + 4 <= cap) memcpy(out + o, "...", 3), o += 3;
+    out[o] = 0;
+    return out;
+}
+
+/* ---- connections: the header and body deadlines, and the share of incomplete requests ------- */
+
+/* Requests still arriving may hold at most this many connections; past it the oldest incomplete
+ * one is closed, so clients that trickle their headers cannot lock out those that send whole
+ * requests. */
+static unsigned incomplete_share(unsigned max_conns) { return max_conns * 3 / 4 ? max_conns * 3 / 4 : 1; }
+
+/* A connection that could not be tracked (no memory): no deadline, and its requests get 503. */
+static Conn conn_untracked = {.fd = -1, .phase = K_BUSY, .over = 1};
+
+static void kl_add(ConnList *l, Conn *k) {
+    k->next = NULL;
+    k->prev = l->tail;
+    if (l->tail) l->tail->next = k;
+    else l->head = k;
+    l->tail = k;
+    l->n++;
+}
+
+static void kl_del(ConnList *l, Conn *k) {
+    if (k->prev) k->prev->next = k->next;
+    else l->head = k->next;
+    if (k->next) k->next->prev = k->prev;
+    else l->tail = k->prev;
+    k->prev = k->next = NULL;
+    l->n--;
+}
+
+static ConnList *kl_of(Srv *s, const Conn *k) { return k->phase == K_WAIT || k->phase == K_BODY ? &s->inc : &s->busy; }
+
+/* MHD's thread: a connection moves on (a cut one stays cut; a phase entered again restarts its
+ * clock at the tail, so the list stays oldest first). */
+static void conn_set(Srv *s, Conn *k, int phase) {
+    if (!k || k == &conn_untracked) return;
+    pthread_mutex_lock(&s->conn_mu);
+    if (k->phase != K_CUT && (k->phase != phase || phase == K_WAIT)) {
+        kl_del(kl_of(s, k), k);
+        k->phase = phase;
+        k->since = now();
+        kl_add(kl_of(s, k), k);
+    }
+    pthread_mutex_unlock(&s->conn_mu);
+}
+
+/* Closes an incomplete connection under conn_mu: one waiting for a body is answered 408 first
+ * (its client has sent a request and waits for an answer; one waiting for a request head is
+ * closed without one, as an idle connection is). shutdown() makes MHD read end-of-file and close
+ * it; the fd cannot be another connection's yet, since MHD tells us it closed (on_connection,
+ * under conn_mu) before it closes the socket. */
+static void conn_cut_locked(Srv *s, Conn *k, MetCut why) {
+    const Opts *o = s->o;
+    char msg[256];
+    if (why == MET_CUT_HEADER)
+        snprintf(msg, sizeof msg, "the request's headers did not arrive within --header-timeout %g s", o->header_timeout);
+    else if (why == MET_CUT_BODY)
+        snprintf(msg, sizeof msg, "the request's body did not arrive within --body-timeout %g s", o->body_timeout);
+    else
+        snprintf(msg, sizeof msg, "the oldest incomplete request, closed to keep room: requests still arriving may hold %u of "
+                                  "--max-conns %u connections", incomplete_share(o->max_conns), o->max_conns);
+    if (k->phase == K_BODY) {
+        char body[384], head[512];
+        int nb = snprintf(body, sizeof body, "{\"error\":{\"message\":\"%s\",\"type\":\"invalid_request_error\",\"param\":null,"
+                                             "\"code\":\"request_timeout\"}}", msg);
+        int nh = snprintf(head, sizeof head, "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                                             "Content-Length: %d\r\n\r\n%s", nb, body);
+        /* MHD writes nothing while it reads a body (a 100 Continue aside, sent the moment the head
+         * is read), so these bytes cannot interleave with its own */
+        if (nh > 0 && nh < (int)sizeof head) (void)!send(k->fd, head, (size_t)nh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        k->cut_status = 408;
+    }
+    shutdown(k->fd, SHUT_RDWR);
+    kl_del(&s->inc, k);
+    k->phase = K_CUT;
+    kl_add(&s->busy, k);
+    s->n_cut++;
+    met_cut(&s->met, why);
+    double t = now();
+    if (t - s->cut_log_at >= 1.0) {
+        if (s->cut_quiet) fprintf(stderr, "radiance: http: closed %u more incomplete connections in the last second\n", s->cut_quiet);
+        fprintf(stderr, "radiance: http: closed %s: %s\n", k->peer[0] ? k->peer : "a connection", msg);
+        s->cut_log_at = t;
+        s->cut_quiet = 0;
+    } else {
+        s->cut_quiet++;
+    }
+}
+
+/* The share: past it, the oldest incomplete connection is cut, once it has been incomplete for a
+ * second. A burst of clients that send whole requests is not mistaken for slow ones: MHD accepts
+ * several connections before it reads any, so a new connection's request may be whole in the
+ * kernel and not yet parsed; a second later, only a slow client is still incomplete. */
+#define SHARE_GRACE_S 1.0
+
+static void share_keep_locked(Srv *s, const Conn *except, double t) {
+    unsigned share = incomplete_share(s->o->max_conns);
+    while (s->inc.n > share && s->inc.head != except && t - s->inc.head->since >= SHARE_GRACE_S)
+        conn_cut_locked(s, s->inc.head, MET_CUT_SHARE);
+}
+
+/* The reaper: every 200 ms, incomplete connections past their deadline are cut, and the share
+ * kept (a burst that was too young to cut at its arrival). */
+static void *reap_loop(void *arg) {
+    Srv *s = arg;
+    pthread_mutex_lock(&s->conn_mu);
+    while (!s->reap_stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += 200 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&s->reap_cv, &s->conn_mu, &ts);
+        double t = now();
+        for (Conn *k = s->inc.head, *nx; k; k = nx) {
+            nx = k->next;
+            double lim = k->phase == K_WAIT ? s->o->header_timeout : s->o->body_timeout;
+            if (lim > 0 && t - k->since >= lim) conn_cut_locked(s, k, k->phase == K_WAIT ? MET_CUT_HEADER : MET_CUT_BODY);
+        }
+        share_keep_locked(s, NULL, t);
+    }
+    pthread_mutex_unlock(&s->conn_mu);
+    return NULL;
+}
+
+static void reap_start(Srv *s) {
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->reap_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (pthread_create(&s->reaper, NULL, reap_loop, s) == 0) s->reap_live = 1;
+    else fprintf(stderr, "radiance: cannot start the connection reaper: --header-timeout and --body-timeout are off\n");
+}
+
+static void reap_stop(Srv *s) {
+    if (!s->reap_live) return;
+    pthread_mutex_lock(&s->conn_mu);
+    s->reap_stop = 1;
+    pthread_cond_signal(&s->reap_cv);
+    pthread_mutex_unlock(&s->conn_mu);
+    pthread_join(s->reaper, NULL);
+    s->reap_live = 0;
+}
+
+static Conn *conn_of(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
 
 /* The first call for a request, headers read: what can be answered before the body. */
 static enum MHD_Result on_headers(Req *r, struct MHD_Connection *c) {
     Srv *s = r->s;
     ApiErr e;
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    if (ci && ci->socket_context == &over_conn_mark)
+    char m[256], p[256];
+    if (!r->k || r->k->over)
         return api_err(&e, 503, "server_error", "too_many_connections", NULL, "too many connections (--max-conns %u)", s->o->max_conns),
                respond_err(r, c, &e);
     r->route = route_of(r->path);
     if (r->route == R_NONE)
-        return api_err(&e, 404, "invalid_request_error", "not_found", NULL, "no such endpoint: %s %.100s", r->method, r->path),
+        return api_err(&e, 404, "invalid_request_error", "not_found", NULL, "no such endpoint: %s %s", show(r->method, m, sizeof m),
+                       show(r->path, p, sizeof p)),
                respond_err(r, c, &e);
     int head = !strcmp(r->method, "HEAD") && !strcmp(mget(r->route), "GET");
     if (strcmp(r->method, mget(r->route)) && !head)
-        return api_err(&e, 405, "invalid_request_error", "method_not_allowed", NULL, "%s takes %s, not %.16s", r->path,
-                       mget(r->route), r->method),
+        return api_err(&e, 405, "invalid_request_error", "method_not_allowed", NULL, "%s takes %s, not %s", r->path,
+                       mget(r->route), show(r->method, m, sizeof m)),
                respond_err(r, c, &e);
     if (s->o->api_key && needs_key(r->route)) {
         const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
@@ -744,9 +958,12 @@ static enum MHD_Result on_request(Req *r, struct MHD_Connection *c) {
     switch (r->route) {
     case R_MODELS: return respond_json(r, c, 200, api_models(&s->cx, (long)time(NULL)));
     case R_MODEL:
-        if (strcmp(r->path + 11, s->cx.model))
-            return api_err(&e, 404, "invalid_request_error", "model_not_found", "model", "The model '%.100s' does not exist", r->path + 11),
+        if (strcmp(r->path + 11, s->cx.model)) {
+            char id[256];
+            return api_err(&e, 404, "invalid_request_error", "model_not_found", "model", "The model '%s' does not exist",
+                           show(r->path + 11, id, sizeof id)),
                    respond_err(r, c, &e);
+        }
         return respond_json(r, c, 200, api_model(&s->cx, (long)time(NULL)));
     case R_TOKENIZE:
     case R_DETOKENIZE:
@@ -766,7 +983,11 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
     if (!r) {
         if (!(r = req_new(s, c, method, url))) return MHD_NO;
         *con_cls = r;
-        return on_headers(r, c);
+        r->k = conn_of(c);
+        conn_set(s, r->k, K_BODY);
+        enum MHD_Result ret = on_headers(r, c);
+        if (r->answered) conn_set(s, r->k, K_BUSY); /* MHD reads no body after an early answer */
+        return ret;
     }
     if (*upload_size) {
         if (!r->answered && !r->body_over) {
@@ -781,6 +1002,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
         return MHD_YES;
     }
     if (r->answered) return MHD_YES;
+    conn_set(s, r->k, K_BUSY); /* the whole request is read: no deadline while it is answered */
     if (r->waiting) return respond_done(r, c); /* resumed: every choice finished */
     return on_request(r, c);
 }
@@ -796,6 +1018,13 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     (void)c;
     if (!r) return;
     *con_cls = NULL;
+    if (r->k && r->k != &conn_untracked) {
+        pthread_mutex_lock(&s->conn_mu);
+        if (r->k->cut_status) r->status = r->k->cut_status;
+        pthread_mutex_unlock(&s->conn_mu);
+        conn_set(s, r->k, K_WAIT); /* a kept-alive connection waits for its next request */
+    }
+    r->k = NULL;
     pthread_mutex_lock(&s->watch_mu);
     watch_del_locked(s, r); /* before MHD closes the socket and before our reference goes */
     pthread_mutex_unlock(&s->watch_mu);
@@ -824,24 +1053,60 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
         if (t > 0 && (ttft == 0 || t < ttft)) ttft = t;
     }
     ApiUsage u = r->n_ch ? usage(r) : (ApiUsage){0, 0, 0};
+    char lm[64], lp[256];
     fprintf(stderr,
             "radiance: request id=%" PRIu64 " method=%s path=%s status=%u prompt_tokens=%u cached_tokens=%u generated_tokens=%u "
             "n=%u stream=%d queue_ms=%.1f ttft_ms=%.1f total_ms=%.1f outcome=%s%s\n",
-            r->rid, r->method, r->path, r->status, u.prompt, u.cached, u.completion, r->n_ch, r->streaming, queue * 1e3,
+            r->rid, show(r->method, lm, sizeof lm), show(r->path, lp, sizeof lp), r->status, u.prompt, u.cached, u.completion, r->n_ch,
+            r->streaming, queue * 1e3,
             ttft * 1e3, total * 1e3, disconnected && r->outcome != -1 && r->outcome != MET_REJECTED && r->outcome != MET_STOP && r->outcome != MET_LENGTH
                                                     ? "disconnected" : outcome_name(r->outcome),
             disconnected ? " client=gone" : "");
     req_unref(r);
 }
 
+/* A connection opens: it is incomplete until its request head is read; past the share of
+ * incomplete ones, the oldest is cut (never the new one: a client that sends a whole request at
+ * once is the youngest), so the new one finds room. It closes: it leaves the lists before MHD
+ * closes its socket. */
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode code) {
     Srv *s = cls;
-    (void)c;
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
         unsigned n = atomic_fetch_add(&s->n_conns, 1) + 1;
-        *socket_context = n > s->o->max_conns ? &over_conn_mark : NULL;
+        Conn *k = calloc(1, sizeof *k);
+        const union MHD_ConnectionInfo *fd = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        const union MHD_ConnectionInfo *ad = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        if (!k || !fd) {
+            free(k);
+            *socket_context = &conn_untracked;
+            return;
+        }
+        k->fd = fd->connect_fd;
+        char host[48] = "", serv[8] = "";
+        if (ad && ad->client_addr) {
+            socklen_t len = ad->client_addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+            if (!getnameinfo(ad->client_addr, len, host, sizeof host, serv, sizeof serv, NI_NUMERICHOST | NI_NUMERICSERV))
+                snprintf(k->peer, sizeof k->peer, "%s:%s", host, serv);
+        }
+        pthread_mutex_lock(&s->conn_mu);
+        k->phase = K_WAIT;
+        k->since = now();
+        kl_add(&s->inc, k);
+        share_keep_locked(s, k, k->since);
+        k->over = n - s->n_cut > s->o->max_conns; /* the ones cut count no more, though MHD still holds them */
+        pthread_mutex_unlock(&s->conn_mu);
+        *socket_context = k;
     } else {
         atomic_fetch_sub(&s->n_conns, 1);
+        Conn *k = *socket_context;
+        if (k && k != &conn_untracked) {
+            pthread_mutex_lock(&s->conn_mu);
+            if (k->phase == K_CUT) s->n_cut--;
+            kl_del(kl_of(s, k), k);
+            pthread_mutex_unlock(&s->conn_mu);
+            free(k);
+        }
+        *socket_context = NULL;
     }
 }
 
@@ -850,6 +1115,9 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
     char line[512];
     vsnprintf(line, sizeof line, fmt, ap);
     line[strcspn(line, "\r\n")] = 0;
+    /* a client that left mid-request, or one the reaper cut (which says why, rate-limited): a
+     * line per connection would let a flood of them fill the log */
+    if (strstr(line, "when reading request")) return;
     fprintf(stderr, "radiance: http: %s\n", line);
 }
 
@@ -881,17 +1149,30 @@ static int start_http(Srv *s) {
     return 0;
 }
 
-/* The drain: on SIGTERM/SIGINT stop admitting, wait for in-flight requests up to
+/* The signals that stop the server, each with the drain (docs/OPERATIONS.md): SIGTERM (systemd,
+ * kill), SIGINT (Ctrl-C), SIGHUP (the terminal went away; there is no reload) and SIGQUIT (no
+ * core dump: a server asked to quit finishes what it serves). */
+static void stop_signals(sigset_t *set) {
+    sigemptyset(set);
+    sigaddset(set, SIGTERM);
+    sigaddset(set, SIGINT);
+    sigaddset(set, SIGHUP);
+    sigaddset(set, SIGQUIT);
+}
+
+static const char *sig_name(int sig) {
+    return sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : sig == SIGQUIT ? "SIGQUIT" : "SIGTERM";
+}
+
+/* The drain: on one of those signals stop admitting, wait for in-flight requests up to
  * --drain-timeout (a second signal cuts it short), then stop the scheduler's loop. */
 static void *supervise(void *arg) {
     Srv *s = arg;
     sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
+    stop_signals(&set);
     int sig = 0;
     if (sigwait(&set, &sig) || atomic_load(&s->exiting)) return NULL;
-    fprintf(stderr, "radiance: %s: draining, up to %u s for requests in flight\n", sig == SIGINT ? "SIGINT" : "SIGTERM", s->o->drain_timeout);
+    fprintf(stderr, "radiance: %s: draining, up to %u s for requests in flight\n", sig_name(sig), s->o->drain_timeout);
     pthread_mutex_lock(&s->gate);
     int was = atomic_exchange(&s->state, ST_DRAINING);
     if (s->sched_live) rad_sched_drain(s->sched);
@@ -915,8 +1196,9 @@ static void *supervise(void *arg) {
         uint32_t pend = s->sched_live ? rad_sched_pending(s->sched) : 0;
         pthread_mutex_unlock(&s->gate);
         if ((!live && !pend) || now() >= deadline) break;
-        if (sigtimedwait(&set, NULL, &zero) > 0) {
-            fprintf(stderr, "radiance: second signal: stopping now\n");
+        int again = sigtimedwait(&set, NULL, &zero);
+        if (again > 0) {
+            fprintf(stderr, "radiance: second signal (%s): stopping now\n", sig_name(again));
             break;
         }
     }
@@ -936,11 +1218,12 @@ static RadSamplerParams gen_defaults(const RadModelMeta *m) {
     int64_t i;
     p.temperature = 1.0f;
     p.top_p = 1.0f;
-    if (rad_meta_getf(m, "generation.temperature", &d) && d >= 0) p.temperature = (float)d;
-    if (rad_meta_getf(m, "generation.top_p", &d) && d > 0 && d <= 1) p.top_p = (float)d;
-    if (rad_meta_geti(m, "generation.top_k", &i) && i >= 0) p.top_k = (int32_t)i;
+    /* a value the sampler would refuse is left out, so a container cannot make every request fail */
+    if (rad_meta_getf(m, "generation.temperature", &d) && d >= 0 && d <= 100) p.temperature = (float)d;
+    if (rad_meta_getf(m, "generation.top_p", &d) && (float)d > 0 && d <= 1) p.top_p = (float)d;
+    if (rad_meta_geti(m, "generation.top_k", &i) && i >= 0 && i <= INT32_MAX) p.top_k = (int32_t)i;
     if (rad_meta_getf(m, "generation.min_p", &d) && d >= 0 && d <= 1) p.min_p = (float)d;
-    if (rad_meta_getf(m, "generation.repetition_penalty", &d) && d > 0) p.repetition_penalty = (float)d;
+    if (rad_meta_getf(m, "generation.repetition_penalty", &d) && (float)d > 0 && d <= 100) p.repetition_penalty = (float)d;
     if (rad_meta_geti(m, "generation.do_sample", &i) && i == 0) p.temperature = 0; /* greedy by default */
     return p;
 }
@@ -953,10 +1236,26 @@ static void raise_nofile(void) {
     }
 }
 
+/* Whether s is valid UTF-8 (the served name is in every JSON answer). */
+static int utf8_ok(const char *s) {
+    char *t = NULL;
+    size_t n = 0;
+    int ok = !rad_utf8_lossy(s, strlen(s), &t, &n, NULL) && n == strlen(s) && !memcmp(t, s, n);
+    free(t);
+    return ok;
+}
+
+/* The container's file stem, as valid UTF-8 (a file name's bytes may not be; ill-formed ones
+ * become U+FFFD). */
 static void stem(const char *path, char *out, size_t cap) {
     const char *b = strrchr(path, '/');
     b = b ? b + 1 : path;
-    snprintf(out, cap, "%s", b);
+    char *t = NULL;
+    size_t n = 0;
+    if (!rad_utf8_lossy(b, strlen(b), &t, &n, NULL)) snprintf(out, cap, "%.*s", (int)n, t);
+    else snprintf(out, cap, "model");
+    free(t);
+    out[strlen(out) - rad_utf8_tail(out, strlen(out))] = 0; /* snprintf may have cut a character */
     char *dot = strrchr(out, '.');
     if (dot && dot != out) *dot = 0;
 }
@@ -966,28 +1265,30 @@ int serve(const Opts *o) {
     Srv *s = &srv;
     memset(s, 0, sizeof *s);
     s->o = o;
+    if (o->served_model_name && !utf8_ok(o->served_model_name))
+        return fprintf(stderr, "radiance: --served-model-name: not valid UTF-8\n"), 2;
     pthread_mutex_init(&s->gate, NULL);
     pthread_mutex_init(&s->live_mu, NULL);
     pthread_cond_init(&s->live_cv, NULL);
     met_init(&s->met);
     atomic_init(&s->seed_state, (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32));
     raise_nofile();
-    signal(SIGPIPE, SIG_IGN);
+    signal(SIGPIPE, SIG_IGN); /* a client that leaves is an EPIPE on its socket, not our death */
     sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
+    stop_signals(&set);
     pthread_sigmask(SIG_BLOCK, &set, NULL); /* every thread from here on: the supervisor takes them */
     s->watch_ep = -1;
     watch_start(s);
-    if (start_http(s)) return watch_stop(s), 1;
+    pthread_mutex_init(&s->conn_mu, NULL);
+    reap_start(s);
+    if (start_http(s)) return reap_stop(s), watch_stop(s), 1;
     pthread_create(&s->sup, NULL, supervise, s);
 
     RadErr e = {0};
     RadEngineOpts eo = {.model = o->model, .plugin_dirs = o->plugin_dirs, .n_plugin_dirs = o->n_plugin_dirs, .kernels = o->kernels,
                         .n_threads = o->threads, .max_tok = o->max_mixed_tok, .max_seqs = o->max_seqs, .max_ctx = o->ctx,
                         .kv_blocks = o->kv_blocks, .deterministic = o->deterministic, .max_tolerance = o->fast ? 2e-2 : 1e-3,
-                        .mmap_weights = o->mmap_weights, .no_repack = o->no_repack, .kv_dtype = (RadDType)o->kv_dtype};
+                        .mmap_weights = o->mmap_weights, .no_repack = o->no_repack, .no_verify = o->no_verify, .kv_dtype = (RadDType)o->kv_dtype};
     double t0 = now();
     int rc = rad_engine_open(&s->en, &eo, &e);
     s->have_engine = 1;
@@ -1001,6 +1302,7 @@ int serve(const Opts *o) {
         else stem(o->model, s->model_name, sizeof s->model_name);
         s->cx = (ApiCtx){.model = s->model_name, .tok = s->tok, .max_ctx = rad_sched_max_ctx(sched), .defaults = gen_defaults(&s->en.meta)};
         s->cx.chat = s->en.arch->chat_format ? s->en.arch->chat_format(&s->en.meta) : NULL;
+        s->cx.chat_special = o->chat_special;
     }
     int run = 0;
     pthread_mutex_lock(&s->gate);
@@ -1016,7 +1318,10 @@ int serve(const Opts *o) {
         fprintf(stderr, "radiance: ready in %.2f s: model '%s', context %u, max_seqs %u, max_mixed_tok %u, %s, chat %s\n", now() - t0,
                 s->model_name, s->cx.max_ctx, o->max_seqs, o->max_mixed_tok, o->deterministic ? "deterministic" : "not deterministic",
                 s->cx.chat ? s->cx.chat->kind : "none");
-    if (run) rad_sched_run(sched); /* until the drain stops it */
+    if (run) rad_sched_run(sched); /* until the drain stops it, or the weights change under --mmap */
+    const char *why_changed = run ? rad_engine_fail_closed(&s->en) : NULL;
+    const int changed = why_changed != NULL; /* exit RAD_EXIT_MODEL_CHANGED (docs/TOOLS.md) */
+    if (changed) fprintf(stderr, "radiance: %s\n", why_changed);
 
     /* shut down: no new calls into the scheduler, then cancel what is left (its sinks resume
      * every waiting connection), give the answers a moment to leave, stop HTTP */
@@ -1038,11 +1343,18 @@ int serve(const Opts *o) {
     pthread_mutex_unlock(&s->live_mu);
     pthread_kill(s->sup, SIGTERM); /* wakes the supervisor if no signal came (it is pending there) */
     pthread_join(s->sup, NULL);
+    reap_stop(s);
     MHD_stop_daemon(s->d);
+    for (ConnList *l = &s->inc; l; l = l == &s->inc ? &s->busy : NULL) /* any MHD did not report closed */
+        while (l->head) {
+            Conn *k = l->head;
+            kl_del(l, k);
+            free(k);
+        }
     watch_stop(s);
     rad_tok_free(s->tok);
     if (s->have_engine) rad_engine_close(&s->en);
     met_free(&s->met);
     fprintf(stderr, "radiance: stopped\n");
-    return rc ? 1 : 0;
+    return changed ? RAD_EXIT_MODEL_CHANGED : rc ? 1 : 0;
 }

@@ -97,3 +97,10 @@ SERVER_CASES = [
     dict(name="api-chat-forged-turn-with-chat-special-tokens", args=["--chat-special-tokens"],
          run=_expect_prompt_tokens(47), timeout=180, exit=0, quick=True),
 ]
+
+# --chat-special-tokens changes chat only: with a raw prompt it would do nothing, so it is refused
+CASES += [
+    dict(name="chat-special-tokens-with-%s" % slug, argv=["{B}/radiance", "--model", "{MODEL}", "--chat-special-tokens"] + extra,
+         rc=2, stderr=r"--chat-special-tokens applies to --chat", quick=True)
+    for slug, extra in (("prompt", ["-p", "hi"]), ("ids", ["--ids", "1,2"]), ("tokenize", ["--tokenize"]))
+]

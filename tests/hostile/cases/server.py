@@ -1,0 +1,302 @@
+# tests/hostile/cases/server.py — the HTTP server's edges: slow clients (the header and body
+# deadlines, the share of --max-conns that incomplete requests may hold), bytes in a URL that are
+# not UTF-8, a long served name, numeric JSON fields out of range, fields that are not served,
+# \u0000 in strings, signals (SIGHUP and SIGQUIT drain; a second signal cuts the drain), clients
+# that reset mid-stream (SIGPIPE ignored). Plain Python 3, stdlib only; imported by run.py.
+import json
+import os
+import select
+import signal
+import socket
+import time
+
+HEAD = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+
+
+def raw(port, data, timeout=30):
+    """Sends bytes, reads until the server closes; returns (status or None, body bytes)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        s.sendall(data)
+        got = b""
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break
+            got += d
+    finally:
+        s.close()
+    if not got.startswith(b"HTTP/1."):
+        return None, got
+    return int(got.split(b" ", 2)[1]), got.split(b"\r\n\r\n", 1)[1] if b"\r\n\r\n" in got else b""
+
+
+def post(port, path, body):
+    if not isinstance(body, bytes):
+        body = json.dumps(body).encode()
+    st, b = raw(port, b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                      b"Connection: close\r\n\r\n%s" % (path.encode(), len(body), body))
+    try:
+        return st, json.loads(b)
+    except ValueError:
+        return st, b
+
+
+def get(port, path):
+    st, b = raw(port, b"GET " + path + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    try:
+        return st, json.loads(b)
+    except ValueError:
+        return st, b
+
+
+def is_error(st, body, status, param=None):
+    """None when body is OpenAI's error shape with this status (and param), else why not."""
+    if st != status or not isinstance(body, dict) or not isinstance(body.get("error"), dict):
+        return "expected %d with an error object, got %r %r" % (status, st, body if isinstance(body, dict) else body[:200])
+    msg = body["error"].get("message")
+    if not isinstance(msg, str) or not msg or "\n" in msg:
+        return "the message is not one line: %r" % (msg,)
+    if param is not None and body["error"].get("param") != param:
+        return "param %r (want %r): %r" % (body["error"].get("param"), param, msg)
+    return None
+
+
+def closed_by_server(s):
+    """True once the server has closed s (nothing read, or a reset)."""
+    try:
+        r, _, _ = select.select([s], [], [], 0)
+        return bool(r) and s.recv(65536) == b""
+    except OSError:
+        return True
+
+
+def completion_ok(port):
+    st, body = post(port, "/v1/completions", {"prompt": "The capital of France is", "max_tokens": 2, "temperature": 0})
+    return None if st == 200 and body.get("choices") else "a real client: %r %r" % (st, body)
+
+
+# --- slow clients -----------------------------------------------------------------------------------
+def slowloris(port, T, proc):
+    socks = []
+    try:
+        for _ in range(30):
+            s = socket.create_connection(("127.0.0.1", port), timeout=30)
+            s.sendall(HEAD + b"X-Slow: ")
+            socks.append(s)
+        t0 = time.time()
+        while sum(closed_by_server(s) for s in socks) < 15:  # the share: 15 of --max-conns 20
+            if time.time() - t0 > 30:
+                return "30 incomplete requests, --max-conns 20: only %d closed" % sum(closed_by_server(s) for s in socks)
+            time.sleep(0.1)
+        return completion_ok(port)
+    finally:
+        for s in socks:
+            s.close()
+
+
+def trickle_head(port, T, proc):
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    s.sendall(HEAD + b"X-Slow: ")
+    t0 = time.time()
+    try:
+        while time.time() - t0 < 30:
+            if closed_by_server(s):
+                return completion_ok(port)
+            s.sendall(b"a")
+            time.sleep(0.2)
+    except OSError:
+        return completion_ok(port)
+    finally:
+        s.close()
+    return "a request head trickled a byte every 0.2 s for 30 s: never closed (--header-timeout 1)"
+
+
+def trickle_body(port, T, proc):
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    s.sendall(HEAD + b"Content-Length: 5000\r\n\r\n{\"prompt\": \"")
+    got, t0 = b"", time.time()
+    try:
+        while time.time() - t0 < 30:
+            r, _, _ = select.select([s], [], [], 0.2)
+            if r:
+                d = s.recv(65536)
+                if not d:
+                    break
+                got += d
+            else:
+                s.sendall(b"a")
+    except OSError:
+        pass
+    finally:
+        s.close()
+    if not got.startswith(b"HTTP/1.1 408 "):
+        return "a body trickled for 30 s with --body-timeout 1: %r" % got[:200]
+    why = is_error(408, json.loads(got.split(b"\r\n\r\n", 1)[1]), 408)
+    return why or completion_ok(port)
+
+
+# --- paths, names -----------------------------------------------------------------------------------
+def bad_paths(port, T, proc):
+    for p in (b"/%FF%FE", b"/he\xffalth", b"/v1/models/%C3%28", b"/v1/models/%0A%0Dx", b"/" + b"\x80" * 300,
+              b"/v1/models/" + b"%E2%82" * 60):
+        why = is_error(*get(port, p), 404)
+        if why:
+            return "GET %r: %s" % (p[:30], why)
+    st, _ = raw(port, b"G\xffT /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    if not (st and 400 <= st < 500):
+        return "a method that is not UTF-8: %r" % st
+    return completion_ok(port)
+
+
+def long_name(port, T, proc):
+    name = b"m" * 200
+    st, body = get(port, b"/v1/models/" + name)
+    if st != 200 or body.get("id") != name.decode():
+        return "GET /v1/models/<200 characters>: %r %r" % (st, body)
+    return None
+
+
+# --- JSON fields ------------------------------------------------------------------------------------
+def spliced(field, raw_value, base=None):
+    b = dict(base or {"prompt": "Hello", "max_tokens": 2, "temperature": 0})
+    b.pop(field, None)
+    return (json.dumps(b)[:-1] + ', "%s": %s}' % (field, raw_value)).encode()
+
+
+def numbers(port, T, proc):
+    for field, v in (("seed", "18446744073709551616"), ("seed", "-1"), ("seed", "1.5"), ("seed", "1e400"),
+                     ("top_p", "1e-300"), ("n", "1e400"), ("max_tokens", "4294967296"), ("temperature", "-1e400"),
+                     ("logit_bias", '{"5": 1e400}'), ("logit_bias", '{" 5": 1}'), ("repetition_penalty", "1e-300")):
+        why = is_error(*post(port, "/v1/completions", spliced(field, v)), 400, field)
+        if why:
+            return "%s %s: %s" % (field, v, why)
+    st, body = post(port, "/v1/completions", spliced("user", "1e400"))
+    return None if st == 200 else "a huge number in an ignored field: %r %r" % (st, body)
+
+
+def unserved(port, T, proc):
+    for field, v in (("echo", True), ("best_of", 2), ("suffix", "x"), ("tools", [{"type": "function"}]),
+                     ("response_format", {"type": "json_object"}), ("ignore_eos", True)):
+        why = is_error(*post(port, "/v1/completions", {"prompt": "Hi", "max_tokens": 2, field: v}), 400, field)
+        if why:
+            return "%s %r: %s" % (field, v, why)
+    st, body = post(port, "/v1/completions", {"prompt": "Hi", "max_tokens": 2, "echo": False, "best_of": 1, "suffix": ""})
+    return None if st == 200 else "the off values: %r %r" % (st, body)
+
+
+def nul(port, T, proc):
+    st, body = post(port, "/tokenize", b'{"prompt": "a\\u0000b"}')
+    if st != 200 or len(body.get("tokens", [])) < 3:
+        return "/tokenize with \\u0000: %r %r" % (st, body)
+    st, body = post(port, "/v1/completions", b'{"prompt": "a\\u0000b", "max_tokens": 2, "temperature": 0}')
+    if st != 200:
+        return "a completion prompt with \\u0000: %r %r" % (st, body)
+    chat = b'{"messages": [{"role": "user", "content": "a\\u0000b"}], "max_tokens": 2}'
+    why = is_error(*post(port, "/v1/chat/completions", chat), 400, "messages[0].content")
+    if why:
+        return "chat content with \\u0000: " + why
+    return is_error(*post(port, "/v1/completions", b'{"prompt": "a", "stop": ["\\u0000"]}'), 400, "stop[0]")
+
+
+def kv_too_small(port, T, proc):
+    st, body = post(port, "/v1/completions", {"prompt": "hello " * 100, "max_tokens": 4})
+    return is_error(st, body, 400)  # never fits: not 429 ("try again")
+
+
+# --- signals ----------------------------------------------------------------------------------------
+def stream_in_flight(port, n=80):
+    s = socket.create_connection(("127.0.0.1", port), timeout=60)
+    b = json.dumps({"prompt": "Count: 1, 2, 3, 4,", "max_tokens": n, "temperature": 0, "stream": True}).encode()
+    s.sendall(HEAD + b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(b), b))
+    got = b""
+    while got.count(b"data:") < 2:
+        d = s.recv(4096)
+        if not d:
+            raise AssertionError("the stream ended before two events: %r" % got)
+        got += d
+    return s, got
+
+
+def drains_on(sig):
+    def run(port, T, proc):
+        s, got = stream_in_flight(port)
+        proc.send_signal(sig)
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break
+            got += d
+        s.close()
+        try:
+            rc = proc.wait(60)
+        except Exception:
+            return "no exit within 60 s of %s" % signal.Signals(sig).name
+        if rc != 0:
+            return "exit %r after %s" % (rc, signal.Signals(sig).name)
+        if b"data: [DONE]" not in got or b'"finish_reason":"length"' not in got and b'"finish_reason":"stop"' not in got:
+            return "%s: the stream in flight did not finish: %r" % (signal.Signals(sig).name, got[-300:])
+        return None
+    return run
+
+
+def second_signal_cuts(port, T, proc):
+    s, _ = stream_in_flight(port, n=400)
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGHUP)
+    try:
+        rc = proc.wait(30)
+    except Exception:
+        return "a second signal (SIGHUP after SIGTERM) did not cut the 60 s drain"
+    finally:
+        s.close()
+    return None if rc == 0 else "exit %r after the second signal" % rc
+
+
+def resets(port, T, proc):
+    with open("/proc/%d/status" % proc.pid) as f:
+        ign = int([ln for ln in f if ln.startswith("SigIgn:")][0].split()[1], 16)
+    if not ign & (1 << (signal.SIGPIPE - 1)):
+        return "SIGPIPE is not ignored (SigIgn %x)" % ign
+    for _ in range(10):
+        s, _ = stream_in_flight(port, n=32)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        s.close()
+    if proc.poll() is not None:
+        return "the server died when clients reset their streams (%r)" % proc.returncode
+    return completion_ok(port)
+
+
+CASES = [
+    dict(name="server-header-timeout-" + v, argv=["{B}/radiance", "--model", "{MODEL}", "--header-timeout", v], rc=2,
+         stderr=r"--header-timeout", timeout=20) for v in ("nan", "-1", "1e9", "abc", "inf")
+] + [
+    dict(name="server-served-name-not-utf8", argv=["{B}/radiance", "--model", "{MODEL}", "--served-model-name",
+                                                  os.fsdecode(b"a\xffb")], rc=2, stderr=r"--served-model-name.*UTF-8", timeout=20),
+] + [
+    dict(name="server-body-timeout-" + v, argv=["{B}/radiance", "--model", "{MODEL}", "--body-timeout", v], rc=2,
+         stderr=r"--body-timeout", timeout=20) for v in ("nan", "-0.5", "")
+]
+
+SERVER_CASES = [
+    dict(name="slowloris-30-vs-max-conns-20", args=["--max-conns", "20", "--header-timeout", "600"], run=slowloris,
+         timeout=90, exit=0, quick=True),
+    dict(name="header-trickle-cut", args=["--header-timeout", "1", "--idle-timeout", "0"], run=trickle_head, timeout=60,
+         exit=0, quick=True),
+    dict(name="body-trickle-408", args=["--body-timeout", "1", "--idle-timeout", "0"], run=trickle_body, timeout=60,
+         exit=0, quick=True),
+    dict(name="url-not-utf8-404", args=[], run=bad_paths, timeout=60, exit=0, quick=True),
+    dict(name="model-id-200-chars", args=["--served-model-name", "m" * 200], run=long_name, timeout=30, exit=0, quick=False),
+    dict(name="json-numbers-name-the-field", args=[], run=numbers, timeout=60, exit=0, quick=True),
+    dict(name="json-unserved-fields", args=[], run=unserved, timeout=60, exit=0, quick=True),
+    dict(name="json-nul-in-strings", args=[], run=nul, timeout=60, exit=0, quick=True),
+    dict(name="request-larger-than-kv-pool-400", args=["--kv-blocks", "4"], run=kv_too_small, timeout=30, exit=0, quick=False),
+    dict(name="sighup-drains-a-stream", args=["--drain-timeout", "60"], run=drains_on(signal.SIGHUP), timeout=90,
+         exit=None, quick=True),
+    dict(name="sigquit-drains-a-stream", args=["--drain-timeout", "60"], run=drains_on(signal.SIGQUIT), timeout=90,
+         exit=None, quick=False),
+    dict(name="second-signal-cuts-the-drain", args=["--drain-timeout", "60"], run=second_signal_cuts, timeout=60,
+         exit=None, quick=False),
+    dict(name="clients-reset-mid-stream", args=[], run=resets, timeout=90, exit=0, quick=True),
+]
