@@ -1,6 +1,8 @@
 /* The engine: load, declare, select, place, step. See rad_engine.h. */
 #include "rad_engine.h"
 
+#include <errno.h> /* program_invocation_short_name */
+
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -261,16 +263,33 @@ static int pick_libs(RadEngine *en, RadErr *e) {
     /* the list is checked item by item (empty, twice, unknown, skipped); this engine runs CPU kernels */
     int rc = rad_plugins_pick_kernels(&en->plugins, en->o.kernels, RAD_DEVICE_CPU, en->libs, n, &en->n_libs, e);
     if (rc) return rc;
+    /* A library whose init fails is an error when --kernels names it or under strict mode;
+     * among "all installed" it is left out with one warning, as a bad file on the path is. */
+    int strict;
+    if ((rc = rad_plugins_strict(&strict, e))) return rc;
+    const int named = en->o.kernels && *en->o.kernels;
+    RadKernelLibConfig cfg = {.struct_size = sizeof cfg, .n_threads = en->o.n_threads, .world_size = 1};
+    int kept = 0;
+    for (int i = 0; i < en->n_libs; i++) {
+        const RadKernelLib *l = en->libs[i]->lib;
+        void *state = NULL;
+        if (l->init && l->init(&cfg, &state) != RAD_OK) {
+            if (named || strict)
+                return rad_err_set(e, RAD_E_IO, "kernel library '%s' (%s): init failed%s", en->libs[i]->info->name,
+                                   en->libs[i]->path, strict && !named ? " (RADIANCE_PLUGINS_STRICT=1)" : "");
+            fprintf(stderr, "%s: warning: kernel library '%s' (%s) skipped: init failed\n", program_invocation_short_name,
+                    en->libs[i]->info->name, en->libs[i]->path);
+            continue;
+        }
+        en->libs[kept] = en->libs[i];
+        en->lib_state[kept++] = state;
+    }
+    if (!kept) return rad_err_set(e, RAD_E_NOTFOUND, "no kernel library could be initialised");
+    en->n_libs = kept;
     en->sel.p = calloc((size_t)en->n_libs, sizeof *en->sel.p);
     if (!en->sel.p) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
     for (int i = 0; i < en->n_libs; i++) en->sel.p[i] = *en->libs[i];
     en->sel.n = en->n_libs;
-    RadKernelLibConfig cfg = {.struct_size = sizeof cfg, .n_threads = en->o.n_threads, .world_size = 1};
-    for (int i = 0; i < en->n_libs; i++) {
-        const RadKernelLib *l = en->libs[i]->lib;
-        if (l->init && l->init(&cfg, &en->lib_state[i]) != RAD_OK)
-            return rad_err_set(e, RAD_E_IO, "kernel library '%s': init failed", en->libs[i]->info->name);
-    }
     return RAD_OK;
 }
 

@@ -1,7 +1,8 @@
 /* A kernel library that is wrong in the way $RAD_TEST_BADLIB names, so one .so shows the loader
  * (tests/plugins_test.c, tests/hostile/cases/plugins.py, fuzz/fuzz_plugin.c's seeds) every field
  * a plugin can get wrong. Unset or unknown: "null-table". "good": a valid three-kernel library;
- * "many": a valid one of 70 rmsnorm variants that serve no real row count. */
+ * "many": a valid one of 70 rmsnorm variants that serve no real row count; "init-fails": a valid one
+ * whose init refuses. */
 #include <abi/rad_kernels.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 static int run_add(const RadKernelArgs *a) { return a->n <= 0 ? RAD_E_SHAPE : RAD_E_UNSUPPORTED; }
 static size_t pack_size(void *st, RadDType enc, uint64_t r, uint64_t c) { (void)st, (void)enc, (void)r, (void)c; return 0; }
 static void *hook_alloc(void *st, size_t n) { (void)st, (void)n; return NULL; }
+static int init_fails(const RadKernelLibConfig *cfg, void **st) { (void)cfg, (void)st; return RAD_E_UNSUPPORTED; }
 
 #define N_MANY 70
 static RadKernel k[N_MANY];
@@ -69,6 +71,7 @@ static void build(void) {
     else if (is("info-name-long")) info.name = long_name;
     else if (is("info-desc")) info.description = "two\nlines";
     else if (is("info-utf8")) info.description = "bad \xff byte";
+    else if (is("init-fails")) lib.init = init_fails; /* valid, but its init refuses (no device, say) */
     else if (is("many")) { /* more rmsnorm variants than the engine's first candidate list holds; none serves a step */
         for (int i = 0; i < N_MANY; i++) {
             k[i] = k[0];

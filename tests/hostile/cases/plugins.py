@@ -235,3 +235,18 @@ SERVER_CASES = [
 CASES.append(dict(name="plugins-rad-info-lists-skipped", setup=_text("x.so"), rc=0,
                   argv=["{B}/rad-info", "--plugins", "--plugin-dir", "{T}/p"],
                   check=lambda t, p: None if ("  %s/p/x.so: cannot load" % t) in p.stdout.decode() else "not listed"))
+
+# A valid library whose init fails: among "all installed" it is left out with one warning and the
+# rest serve; named in --kernels, or under strict mode, the start fails naming it.
+_INIT = {"RAD_TEST_BADLIB": "init-fails"}
+_RUN = ["{B}/radiance", "--model", "{MODEL}", "--plugin-dir", "{T}/p", "-p", "The capital of France is", "-n", "2",
+        "--temp", "0", "--threads", "2"]
+CASES += [
+    dict(name="plugins-init-fails-left-out", setup=_copy("kern_bad.so"), env=_INIT, rc=0, argv=_RUN,
+         stderr=r"^radiance: warning: kernel library 'kern_bad' \({T}/p/kern_bad\.so\) skipped: init failed", timeout=60),
+    dict(name="plugins-init-fails-named", setup=_copy("kern_bad.so"), env=_INIT, rc=1,
+         argv=_RUN + ["--kernels", "kern_bad,ref"],
+         stderr=r"^radiance: kernel library 'kern_bad' \({T}/p/kern_bad\.so\): init failed$", timeout=60),
+    dict(name="plugins-init-fails-strict", setup=_copy("kern_bad.so"), env=dict(_INIT, RADIANCE_PLUGINS_STRICT="1"), rc=1,
+         argv=_RUN, stderr=r"init failed \(RADIANCE_PLUGINS_STRICT=1\)$", timeout=60),
+]
