@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <xxhash.h>
 #include <unistd.h>
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "Radiance reads little-endian files in place");
@@ -21,6 +22,7 @@ void rad_model_free(RadModelFile *m) {
     rad_kv_free(&m->raw);
     for (uint64_t i = 0; i < m->n_tensors; i++) free(m->tensors[i].name);
     free(m->tensors);
+    free(m->name_ix);
     for (int i = 0; i < m->n_ins; i++) rad_in_close(&m->ins[i]);
     free(m->ins);
     if (m->watch.on) close(m->watch.fd);
@@ -125,6 +127,14 @@ void rad_model_unguard(int slot) {
     pthread_mutex_unlock(&guard_mu);
 }
 
+/* The name index: a model's tensors are looked up by name once per declared weight and per map
+ * entry, so a scan per lookup would make a file of many tensors quadratic. */
+static void name_ix_put(uint64_t *ix, uint64_t cap, const RadTensor *ts, uint64_t i) {
+    uint64_t h = XXH3_64bits(ts[i].name, strlen(ts[i].name)) & (cap - 1);
+    while (ix[h]) h = (h + 1) & (cap - 1);
+    ix[h] = i + 1;
+}
+
 int rad_model_add_tensor(RadModelFile *m, RadTensor *t, RadErr *e) {
     if ((m->n_tensors & (m->n_tensors - 1)) == 0) { /* grow at powers of two */
         uint64_t nc = m->n_tensors ? m->n_tensors * 2 : 16;
@@ -136,14 +146,31 @@ int rad_model_add_tensor(RadModelFile *m, RadTensor *t, RadErr *e) {
         }
         m->tensors = nt;
     }
+    if (2 * (m->n_tensors + 1) > m->name_cap) { /* rebuilt in table order, so the first of a name wins */
+        uint64_t cap = m->name_cap ? m->name_cap * 2 : 64;
+        uint64_t *ix = calloc(cap, sizeof *ix);
+        if (!ix) {
+            free(t->name);
+            t->name = NULL;
+            return rad_err_set(e, RAD_E_NOMEM, "%s: out of memory indexing tensors", m->path);
+        }
+        for (uint64_t i = 0; i < m->n_tensors; i++) name_ix_put(ix, cap, m->tensors, i);
+        free(m->name_ix);
+        m->name_ix = ix, m->name_cap = cap;
+    }
     m->tensors[m->n_tensors++] = *t;
+    name_ix_put(m->name_ix, m->name_cap, m->tensors, m->n_tensors - 1);
     t->name = NULL;
     return RAD_OK;
 }
 
 const RadTensor *rad_model_find(const RadModelFile *m, const char *name) {
-    for (uint64_t i = 0; i < m->n_tensors; i++)
-        if (strcmp(m->tensors[i].name, name) == 0) return &m->tensors[i];
+    if (!m->name_cap) return NULL; /* no tensor was ever added */
+    /* an entry past n_tensors is a rolled-back add (a loader that failed part way): skipped */
+    for (uint64_t h = XXH3_64bits(name, strlen(name)) & (m->name_cap - 1); m->name_ix[h]; h = (h + 1) & (m->name_cap - 1)) {
+        uint64_t i = m->name_ix[h] - 1;
+        if (i < m->n_tensors && strcmp(m->tensors[i].name, name) == 0) return &m->tensors[i];
+    }
     return NULL;
 }
 

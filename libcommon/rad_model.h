@@ -59,6 +59,8 @@ typedef struct RadModelFile {
     RadIn *ins;          /* [n_ins] the sources tensors point into */
     int n_ins;
     RadFileWatch watch;  /* the mapped file's descriptor and identity (a regular file by path) */
+    uint64_t *name_ix;   /* [name_cap] open addressing by name: tensor index + 1, 0 empty */
+    uint64_t name_cap;   /* a power of two, at least twice n_tensors (0: no index yet) */
 } RadModelFile;
 
 /* Opens any supported input by path ("-" reads stdin) and fills m. Detects the kind from

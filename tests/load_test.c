@@ -4,6 +4,7 @@
  * vocabulary-only container refused as such. docs/TOOLS.md, "A file that changes under the server". */
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -518,4 +519,42 @@ Test(load, the_scheduler_fails_closed_and_returns_when_the_mapped_file_changes, 
     rad_sched_close(s);
     rad_tok_free(tok);
     rad_engine_close(&en);
+}
+
+/* rad_model_find goes through a name index (a scan per lookup made a file of many tensors
+ * quadratic in the engine's and the planner's lookups): every name found, the first of a
+ * repeated name wins as the scan did, an absent name is NULL, and a rolled-back add (a loader
+ * that failed part way sets n_tensors back) is not found. */
+Test(load, tensor_names_indexed) {
+    RadModelFile m;
+    memset(&m, 0, sizeof m);
+    RadErr e = {0};
+    cr_assert_null(rad_model_find(&m, "a"));
+    const uint64_t n = 100000;
+    char name[32];
+    for (uint64_t i = 0; i < n; i++) {
+        RadTensor t;
+        memset(&t, 0, sizeof t);
+        snprintf(name, sizeof name, "blk.%" PRIu64 ".w", i % (n - 10)); /* the last ten repeat names */
+        t.name = strdup(name);
+        t.rank = 1, t.shape[0] = i;
+        cr_assert_eq(rad_model_add_tensor(&m, &t, &e), RAD_OK, "%s", e.msg);
+    }
+    for (uint64_t i = 0; i < n - 10; i++) {
+        snprintf(name, sizeof name, "blk.%" PRIu64 ".w", i);
+        const RadTensor *t = rad_model_find(&m, name);
+        cr_assert_not_null(t, "%s", name);
+        cr_assert_eq(t->shape[0], i, "%s: the first of the name, not a later repeat", name);
+    }
+    cr_assert_null(rad_model_find(&m, "blk.99990.w"));
+    cr_assert_null(rad_model_find(&m, ""));
+    /* a rolled-back add */
+    RadTensor t;
+    memset(&t, 0, sizeof t);
+    t.name = strdup("late");
+    cr_assert_eq(rad_model_add_tensor(&m, &t, &e), RAD_OK);
+    cr_assert_not_null(rad_model_find(&m, "late"));
+    free(m.tensors[--m.n_tensors].name);
+    cr_assert_null(rad_model_find(&m, "late"));
+    rad_model_free(&m);
 }
