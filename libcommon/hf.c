@@ -383,7 +383,7 @@ int rad_hf_read_config(RadModelFile *m, const char *name, const char *json, size
         if ((rc = want_pos(name, "rope_parameters.rope_theta", v, 1e12, &d, e))) goto out;
     }
     if ((rc = rad_kv_set_f32(&m->meta, "model.rope_theta", (float)d, e))) goto out;
-    bool b;
+    bool b = false;
     if ((v = jget(root, "tie_word_embeddings")) &&
         ((rc = want_bool(name, "tie_word_embeddings", v, &b, e)) ||
          (rc = rad_kv_set_bool(&m->meta, "model.tie_embeddings", b, e))))
@@ -458,31 +458,66 @@ typedef struct PreInfo {
     int space_prefix;       /* -1 unknown, else add_space_prefix */
 } PreInfo;
 
-static void scan_pre(const json_t *p, PreInfo *pi, bool is_decoder) {
-    const char *t = json_string_value(jget(p, "type"));
-    if (!t) return;
+/* The pre-tokenizer or decoder, read strictly: a component this tokenizer does not implement (or
+ * a field of the wrong type) would make the ids differ from HF's without a word, so it is refused
+ * by name. Decoders only shape text; those listed are the ones rad_tok_decode renders the same. */
+static int scan_pre(const char *file, const char *label, const json_t *p, PreInfo *pi, bool is_decoder, RadErr *e) {
+    if (!p) return RAD_OK;
+    if (!json_is_object(p)) return bad_type(file, label, "object or null", p, e);
+    char lab[128];
+    snprintf(lab, sizeof lab, "%s.type", label);
+    const char *t;
+    int rc = want_str(file, lab, jget(p, "type") ? jget(p, "type") : json_null(), &t, e);
+    if (rc) return rc;
+    json_t *x;
+    bool b = false;
     if (strcmp(t, "Sequence") == 0) {
-        json_t *a = jget(p, is_decoder ? "decoders" : "pretokenizers");
-        for (size_t i = 0; i < json_array_size(a); i++) scan_pre(json_array_get(a, i), pi, is_decoder);
+        const char *key = is_decoder ? "decoders" : "pretokenizers";
+        json_t *a = jget(p, key);
+        snprintf(lab, sizeof lab, "%s.%s", label, key);
+        if (!json_is_array(a)) return bad_type(file, lab, "array", a ? a : json_null(), e);
+        for (size_t i = 0; i < json_array_size(a); i++) {
+            snprintf(lab, sizeof lab, "%s.%s[%zu]", label, key, i);
+            if ((rc = scan_pre(file, lab, json_array_get(a, i), pi, is_decoder, e))) return rc;
+        }
     } else if (strcmp(t, "ByteLevel") == 0) {
         pi->byte_level = true;
         if (!is_decoder) {
-            json_t *r = jget(p, "use_regex");
-            if (!r || json_is_true(r)) pi->byte_level_regex = true;
-            json_t *a = jget(p, "add_prefix_space");
-            if (json_is_boolean(a)) pi->space_prefix = json_is_true(a);
+            bool r = true;
+            snprintf(lab, sizeof lab, "%s.use_regex", label);
+            if ((x = jget(p, "use_regex")) && (rc = want_bool(file, lab, x, &r, e))) return rc;
+            if (r) pi->byte_level_regex = true;
+            snprintf(lab, sizeof lab, "%s.add_prefix_space", label);
+            if ((x = jget(p, "add_prefix_space")) && (rc = want_bool(file, lab, x, &b, e))) return rc;
+            if (x) pi->space_prefix = b;
         }
     } else if (!is_decoder && strcmp(t, "Split") == 0) {
-        const char *re = json_string_value(jget(jget(p, "pattern"), "Regex"));
-        if (re && !pi->split) pi->split = re;
+        snprintf(lab, sizeof lab, "%s.pattern.Regex", label);
+        const char *re;
+        if ((rc = want_str(file, lab, jget(jget(p, "pattern"), "Regex") ? jget(jget(p, "pattern"), "Regex") : json_null(), &re, e)))
+            return rc;
+        if (!pi->split) pi->split = re;
     } else if (!is_decoder && strcmp(t, "Digits") == 0) {
-        if (json_is_true(jget(p, "individual_digits"))) pi->digits = true;
-    } else if (!is_decoder && strcmp(t, "Metaspace") == 0) {
-        const char *ps = json_string_value(jget(p, "prepend_scheme"));
-        json_t *a = jget(p, "add_prefix_space");
+        snprintf(lab, sizeof lab, "%s.individual_digits", label);
+        if ((x = jget(p, "individual_digits")) && (rc = want_bool(file, lab, x, &b, e))) return rc;
+        if (x && b) pi->digits = true;
+    } else if (strcmp(t, "Metaspace") == 0) {
+        if (is_decoder) return RAD_OK;
+        snprintf(lab, sizeof lab, "%s.prepend_scheme", label);
+        const char *ps = NULL;
+        if ((x = jget(p, "prepend_scheme")) && (rc = want_str(file, lab, x, &ps, e))) return rc;
+        snprintf(lab, sizeof lab, "%s.add_prefix_space", label);
+        if ((x = jget(p, "add_prefix_space")) && (rc = want_bool(file, lab, x, &b, e))) return rc;
         if (ps) pi->space_prefix = strcmp(ps, "never") != 0;
-        else if (json_is_boolean(a)) pi->space_prefix = json_is_true(a);
+        else if (x) pi->space_prefix = b;
+    } else if (is_decoder && (strcmp(t, "Replace") == 0 || strcmp(t, "ByteFallback") == 0 || strcmp(t, "Fuse") == 0 ||
+                              strcmp(t, "Strip") == 0 || strcmp(t, "WordPiece") == 0)) {
+        return RAD_OK;
+    } else {
+        return rad_err_set(e, RAD_E_UNSUPPORTED, "%s: %s '%s' is not implemented (the ids or the text would differ from "
+                           "Hugging Face's)", file, label, t);
     }
+    return RAD_OK;
 }
 
 /* A normalizer that prepends "▁" (SentencePiece's dummy prefix). */
@@ -692,10 +727,14 @@ static void scan_post(const json_t *pp, int *add_bos, int *add_eos, const char *
     if (n > 1 && last) *eos = json_string_value(jget(last, "id"));
 }
 
-static int set_id(RadKV *tok, const char *key, const Vocab *v, const char *text, RadErr *e) {
+/* A special token named by its text must be in the vocabulary: left unset, generation would not
+ * stop at it (eos) or a prompt would lack it (bos), without a word. */
+static int set_id(RadKV *tok, const char *key, const Vocab *v, const char *text, const char *file, const char *field,
+                  RadErr *e) {
     if (!text) return RAD_OK;
     int64_t id = vocab_find(v, text);
-    if (id < 0) return RAD_OK;
+    if (id < 0)
+        return rad_err_set(e, RAD_E_FORMAT, "%s: %s '%s' is not a token of the vocabulary (%s)", file, field, text, key);
     return rad_kv_set_i32(tok, key, (int32_t)id, e);
 }
 
@@ -731,7 +770,7 @@ static int read_tok_config(RadModelFile *m, const char *file, const json_t *cfg,
     if (bos && (rc = rad_kv_set_str(&m->chat, "chat.bos", bos, e))) return rc;
     if (eos && (rc = rad_kv_set_str(&m->chat, "chat.eos", eos, e))) return rc;
     if (!v) return RAD_OK;
-    bool b;
+    bool b = false;
     json_t *x;
     if ((x = jget(cfg, "add_bos_token")) &&
         ((rc = want_bool(file, "add_bos_token", x, &b, e)) ||
@@ -741,10 +780,10 @@ static int read_tok_config(RadModelFile *m, const char *file, const json_t *cfg,
         ((rc = want_bool(file, "add_eos_token", x, &b, e)) ||
          (rc = rad_kv_set_bool(&m->tok, "tokenizer.add_eos", b, e))))
         return rc;
-    if ((rc = set_id(&m->tok, "tokenizer.bos_id", v, bos, e)) ||
-        (rc = set_id(&m->tok, "tokenizer.eos_id", v, eos, e)) ||
-        (rc = set_id(&m->tok, "tokenizer.unk_id", v, unk, e)) ||
-        (rc = set_id(&m->tok, "tokenizer.pad_id", v, pad, e)))
+    if ((rc = set_id(&m->tok, "tokenizer.bos_id", v, bos, file, "bos_token", e)) ||
+        (rc = set_id(&m->tok, "tokenizer.eos_id", v, eos, file, "eos_token", e)) ||
+        (rc = set_id(&m->tok, "tokenizer.unk_id", v, unk, file, "unk_token", e)) ||
+        (rc = set_id(&m->tok, "tokenizer.pad_id", v, pad, file, "pad_token", e)))
         return rc;
     return RAD_OK;
 }
@@ -806,8 +845,9 @@ int rad_hf_read_tokenizer(RadModelFile *m, const char *tok_name, const char *tok
     if ((rc = read_vocab(file, model, jget(root, "added_tokens"), unigram, byte_fallback, &v, e)))
         goto out;
     PreInfo pi = {.space_prefix = -1};
-    scan_pre(jget(root, "pre_tokenizer"), &pi, false);
-    scan_pre(jget(root, "decoder"), &pi, true);
+    if ((rc = scan_pre(file, "pre_tokenizer", jget(root, "pre_tokenizer"), &pi, false, e)) ||
+        (rc = scan_pre(file, "decoder", jget(root, "decoder"), &pi, true, e)))
+        goto out;
     json_t *nz = jget(root, "normalizer");
     if (has_prepend(nz)) pi.space_prefix = 1;
     /* The unknown token: model.unk_token (BPE, WordPiece) or model.unk_id (Unigram). */
@@ -842,8 +882,8 @@ int rad_hf_read_tokenizer(RadModelFile *m, const char *tok_name, const char *tok
     scan_post(jget(root, "post_processor"), &add_bos, &add_eos, &pbos, &peos);
     if (add_bos >= 0 && (rc = rad_kv_set_bool(&m->tok, "tokenizer.add_bos", add_bos, e))) goto out;
     if (add_eos >= 0 && (rc = rad_kv_set_bool(&m->tok, "tokenizer.add_eos", add_eos, e))) goto out;
-    if ((rc = set_id(&m->tok, "tokenizer.bos_id", &v, pbos, e)) ||
-        (rc = set_id(&m->tok, "tokenizer.eos_id", &v, peos, e)))
+    if ((rc = set_id(&m->tok, "tokenizer.bos_id", &v, pbos, file, "post_processor's first special token", e)) ||
+        (rc = set_id(&m->tok, "tokenizer.eos_id", &v, peos, file, "post_processor's last special token", e)))
         goto out;
     if (cfg && (rc = read_tok_config(m, cfg_name, cfg, &v, e))) goto out;
     rc = set_eot(m, e);

@@ -399,6 +399,12 @@ int main(int argc, char **argv) {
         rad_model_free(&src);
         return fail(e.msg);
     }
+    const RadValue *archs = rad_kv_get(&src.raw, "config.architectures");
+    if (archs && !(archs->type == RAD_VAL_ARRAY && archs->arr_type == RAD_VAL_STRING && archs->n > 0)) {
+        rad_model_free(&src); /* not a fallback to model_type: the file says something we cannot read */
+        fprintf(stderr, "rad-convert: %s: config.json field 'architectures': expected a non-empty array of strings\n", o.src);
+        return 1;
+    }
     const char *id = arch_of(&src), *quant, *origin;
     if (!id) {
         rad_model_free(&src);

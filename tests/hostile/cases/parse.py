@@ -255,3 +255,57 @@ CASES = [
          setup=lambda t: hf_folder(t, None, ("tokenizer.json", "tokenizer_config.json")),
          argv=["{B}/rad-convert", "{T}/hf", "--no-tokenizer", "-o", "{T}/out.rad"], rc=0),
 ]
+
+
+# ---- a tokenizer.json that asks for what the tokenizer does not implement ------------------------
+# (an unknown pre-tokenizer or decoder, a wrong-typed field, a special token outside the vocabulary):
+# refused by name, never tokenised some other way without a word.
+
+def hf_tok_edit(edit, name="tokenizer.json"):
+    def setup(t):
+        hf_folder(t)
+        p = os.path.join(t, "hf", name)
+        with open(p) as f:
+            j = json.load(f)
+        edit(j)
+        with open(p, "w") as f:
+            json.dump(j, f)
+    return setup
+
+
+def _set(path, value):
+    def edit(j):
+        o = j
+        for k in path[:-1]:
+            o = o[k]
+        o[path[-1]] = value
+    return edit
+
+
+_TOKJSON = [
+    ("pre-tokenizer-unknown", _set(["pre_tokenizer"], {"type": "Whitespace"}),
+     r"tokenizer\.json: pre_tokenizer 'Whitespace' is not implemented"),
+    ("pre-tokenizer-in-sequence-unknown", _set(["pre_tokenizer", "pretokenizers", 0], {"type": "BertPreTokenizer"}),
+     r"tokenizer\.json: pre_tokenizer\.pretokenizers\[0\] 'BertPreTokenizer' is not implemented"),
+    ("pre-tokenizer-type-number", _set(["pre_tokenizer", "type"], 7),
+     r"tokenizer\.json: field 'pre_tokenizer\.type': expected string, got"),
+    ("pre-tokenizer-use-regex-string", _set(["pre_tokenizer", "pretokenizers", 1, "use_regex"], "yes"),
+     r"tokenizer\.json: field 'pre_tokenizer\.pretokenizers\[1\]\.use_regex': expected boolean"),
+    ("decoder-unknown", _set(["decoder"], {"type": "CTC"}), r"tokenizer\.json: decoder 'CTC' is not implemented"),
+]
+CASES += [
+    dict(name="parse-hf-tokenizer-" + slug, setup=hf_tok_edit(edit), argv=["{B}/rad-info", "{T}/hf"], rc=1, stderr=pat)
+    for slug, edit, pat in _TOKJSON
+]
+CASES += [
+    dict(name="parse-hf-tokenizer-config-eos-not-in-vocab", setup=hf_tok_edit(_set(["eos_token"], "<no such token>"),
+                                                                             "tokenizer_config.json"),
+         argv=["{B}/rad-convert", "{T}/hf", "-o", "{T}/out.rad"], rc=1, no_files=["{T}/out.rad*"],
+         stderr=r"tokenizer_config\.json: eos_token '<no such token>' is not a token of the vocabulary"),
+]
+CASES += [
+    dict(name="parse-hf-config-architectures-" + slug, setup=hf_tok_edit(_set(["architectures"], v), "config.json"),
+         argv=["{B}/rad-convert", "{T}/hf", "--plan-only"], rc=1,
+         stderr=r"config\.json field 'architectures': expected a non-empty array of strings")
+    for slug, v in (("string", "LlamaForCausalLM"), ("empty", []), ("numbers", [1, 2]))
+]
