@@ -71,12 +71,14 @@ static struct {
 static pthread_mutex_t guard_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct sigaction guard_prev;
 static int guard_installed;
+static void (*volatile guard_cleanup)(void); /* async-signal-safe: runs before the line and the exit */
 
 static void on_sigbus(int sig, siginfo_t *si, void *uc) {
     const uintptr_t a = (uintptr_t)si->si_addr;
     for (int i = 0; i < GUARD_SLOTS; i++) {
         uintptr_t hi = atomic_load(&guards[i].hi), lo = atomic_load(&guards[i].lo);
         if (hi && a >= lo && a < hi) {
+            if (guard_cleanup) guard_cleanup();
             ssize_t r = write(2, guards[i].msg, guards[i].len);
             (void)r;
             _exit(RAD_EXIT_MODEL_CHANGED);
@@ -92,8 +94,8 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc) {
     }
 }
 
-int rad_model_guard(const RadModelFile *m, const char *why) {
-    if (!m->n_ins || m->ins[0].kind != RAD_IN_MMAP || !m->ins[0].data || !m->ins[0].size) return -1;
+/* One slot over [data, data + size) of a mapped input; -1 when the table is full. */
+static int guard_input(const RadModelFile *m, const RadIn *in, const char *why) {
     pthread_mutex_lock(&guard_mu);
     int slot = -1;
     for (int i = 0; i < GUARD_SLOTS && slot < 0; i++)
@@ -109,16 +111,32 @@ int rad_model_guard(const RadModelFile *m, const char *why) {
     }
     if (slot >= 0) {
         const size_t cap = sizeof guards[slot].msg;
-        int n = snprintf(guards[slot].msg, cap, "%s: %s: %s\n", program_invocation_short_name, m->path, why);
+        /* the file that was cut (a folder's shard), not the folder */
+        const char *file = in->name[0] ? in->name : m->path;
+        int n = snprintf(guards[slot].msg, cap, "%s: %s: %s\n", program_invocation_short_name, file, why);
         if (n < 0) n = 0;
         if ((size_t)n >= cap) guards[slot].msg[cap - 2] = '\n', n = (int)cap - 1; /* still one whole line */
         guards[slot].len = (size_t)n;
-        atomic_store(&guards[slot].lo, (uintptr_t)m->ins[0].data);
-        atomic_store(&guards[slot].hi, (uintptr_t)m->ins[0].data + m->ins[0].size);
+        atomic_store(&guards[slot].lo, (uintptr_t)in->data);
+        atomic_store(&guards[slot].hi, (uintptr_t)in->data + in->size);
     }
     pthread_mutex_unlock(&guard_mu);
     return slot;
 }
+
+int rad_model_guard(const RadModelFile *m, const char *why) {
+    if (!m->n_ins || m->ins[0].kind != RAD_IN_MMAP || !m->ins[0].data || !m->ins[0].size) return -1;
+    return guard_input(m, &m->ins[0], why);
+}
+
+int rad_model_guard_inputs(const RadModelFile *m, const char *why) {
+    int n = 0;
+    for (int i = 0; i < m->n_ins; i++)
+        if (m->ins[i].kind == RAD_IN_MMAP && m->ins[i].data && m->ins[i].size && guard_input(m, &m->ins[i], why) >= 0) n++;
+    return n;
+}
+
+void rad_model_guard_on_fault(void (*fn)(void)) { guard_cleanup = fn; }
 
 void rad_model_unguard(int slot) {
     if (slot < 0 || slot >= GUARD_SLOTS) return;

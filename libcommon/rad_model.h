@@ -83,6 +83,12 @@ int rad_model_check_unchanged(RadModelFile *m, RadErr *e);
  * rad_model_unguard, or -1 when nothing is mapped or the table (8 slots) is full. */
 int rad_model_guard(const RadModelFile *m, const char *why);
 void rad_model_unguard(int slot);
+/* The same over every mapped input of m (a folder's shards, too), for a one-shot tool that reads
+ * them until it exits; the line names the input that faulted. Returns how many are guarded. */
+int rad_model_guard_inputs(const RadModelFile *m, const char *why);
+/* An async-signal-safe function the guard's handler calls before its line and exit (rad-convert
+ * removes its temporary). */
+void rad_model_guard_on_fault(void (*fn)(void));
 /* Drops the mapping of every input and the watch: plane data pointers become NULL. For a caller
  * that has copied what it needs (the engine's default mode), so the file is read exactly once. */
 void rad_model_release_data(RadModelFile *m);

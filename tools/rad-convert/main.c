@@ -261,6 +261,10 @@ static void progress(int on, int i, int n, const char *name) {
 static char tmp_path[4200];
 static const int fatal_sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
 
+static void tmp_remove(void) {
+    if (tmp_path[0]) unlink(tmp_path);
+}
+
 static void on_fatal_signal(int sig) {
     if (tmp_path[0]) unlink(tmp_path);
     raise(sig); /* SA_RESETHAND restored the default; delivered when this returns */
@@ -399,6 +403,9 @@ int main(int argc, char **argv) {
         rad_model_free(&src);
         return fail(e.msg);
     }
+    /* a source truncated while it is read: one line, the temporary removed, exit 3 (not SIGBUS) */
+    rad_model_guard_on_fault(tmp_remove);
+    rad_model_guard_inputs(&src, "truncated while converting (SIGBUS reading it)");
     const RadValue *archs = rad_kv_get(&src.raw, "config.architectures");
     if (archs && !(archs->type == RAD_VAL_ARRAY && archs->arr_type == RAD_VAL_STRING && archs->n > 0)) {
         rad_model_free(&src); /* not a fallback to model_type: the file says something we cannot read */

@@ -438,6 +438,7 @@ int main(int argc, char **argv) {
         rad_model_free(&m);
         return 1;
     }
+    rad_model_guard_inputs(&m, "truncated while read (SIGBUS)"); /* one line and exit 3, not a crash */
     if (o.json) {
         json_t *j = json_model(&m, &o);
         json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);

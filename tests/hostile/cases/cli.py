@@ -174,3 +174,38 @@ def killed_mid_write(sig):
 for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
     CASES.append(dict(name="rad-convert-killed-by-" + signal.Signals(s).name.lower(), argv=None,
                       check=killed_mid_write(s), timeout=240, quick=s == signal.SIGTERM))
+
+
+# ---- a source truncated while rad-convert reads it ----------------------------------------------
+# The SIGBUS from reading past the new end is caught: one line naming the file, the temporary
+# removed, exit 3 (RAD_EXIT_MODEL_CHANGED), never a death by SIGBUS with OUT.tmp.* left behind.
+def _convert_truncated(t, _proc):
+    import glob as _glob, shutil as _shutil, subprocess as _sp, time as _time
+    src = os.path.join(t, "src.gguf")
+    _shutil.copyfile(os.environ["RAD_GGUF"], src)
+    out = os.path.join(t, "out.rad")
+    p = _sp.Popen([os.environ["RAD_B"] + "/rad-convert", src, "--quant", "f32", "-o", out],
+                  stdout=_sp.DEVNULL, stderr=_sp.PIPE)
+    deadline = _time.time() + 60
+    while _time.time() < deadline and p.poll() is None:
+        tmps = _glob.glob(out + ".tmp.*")
+        if tmps and os.path.getsize(tmps[0]) > (8 << 20):
+            break
+        _time.sleep(0.005)
+    if p.poll() is not None:
+        return "rad-convert finished before the source could be cut (%d)" % p.returncode
+    os.truncate(src, 1 << 20)
+    try:
+        err = p.communicate(timeout=60)[1].decode(errors="replace")
+    except _sp.TimeoutExpired:
+        p.kill()
+        return "hang after the truncation"
+    left = _glob.glob(out + "*")
+    if p.returncode == 0:
+        return None if not _glob.glob(out + ".tmp.*") else "left: %r" % left  # it had read everything already
+    if p.returncode != 3 or "src.gguf: truncated while converting" not in err or len(err.strip().splitlines()) != 1:
+        return "status %d, stderr %r" % (p.returncode, err[-300:])
+    return "left behind: %r" % left if left else None
+
+
+CASES.append(dict(name="cli-rad-convert-source-truncated", argv=None, check=_convert_truncated, timeout=120))
