@@ -35,6 +35,8 @@ const char *rad_status_name(int code) {
     case RAD_E_NOTFOUND: return "notfound";
     case RAD_E_ARG: return "arg";
     case RAD_E_LIMIT: return "limit";
+    case RAD_E_BUSY: return "busy";
+    case RAD_E_DRAINING: return "draining";
     }
     return "unknown";
 }

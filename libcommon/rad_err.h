@@ -5,6 +5,13 @@
 
 #include "abi/rad_types.h"
 
+/* libcommon's own statuses beyond the ABI's RadStatus: answers a caller must tell apart from a
+ * request that can never be served (RAD_E_LIMIT), so they are codes, not message text. */
+enum {
+    RAD_E_BUSY = -64,     /* full now, try again (the scheduler's queue): HTTP 429 */
+    RAD_E_DRAINING = -65, /* shutting down, admits nothing more: HTTP 503 */
+};
+
 typedef struct RadErr {
     int code;       /* a RadStatus; RAD_OK when nothing failed */
     char msg[512];  /* one line, no trailing newline: "file.gguf: tensor 'x': offset past end" */

@@ -183,9 +183,9 @@ int rad_sched_submit(RadSched *s, const RadGenReq *r, RadGenSink sink, void *use
     q->t_submit = now();
     pthread_mutex_lock(&s->mu);
     uint32_t queued = s->n_pending;
-    if (s->draining || s->stop) rc = rad_err_set(e, RAD_E_LIMIT, "the server is shutting down");
+    if (s->draining || s->stop) rc = rad_err_set(e, RAD_E_DRAINING, "the server is shutting down");
     else if (queued >= s->o.max_queue + s->o.max_seqs)
-        rc = rad_err_set(e, RAD_E_LIMIT, "the queue is full (%u requests waiting)", s->o.max_queue);
+        rc = rad_err_set(e, RAD_E_BUSY, "the queue is full (%u requests waiting)", s->o.max_queue);
     if (!rc) {
         q->id = ++s->next_id;
         *id = q->id;

@@ -325,7 +325,24 @@ Test(sched, admission_refusals_name_the_field) {
     rad_sched_drain(f.s);
     big[3] = 7;
     rad_err_clear(&e);
-    cr_assert_eq(rad_sched_submit(f.s, &r, sink, &g, &id, &e), RAD_E_LIMIT);
+    cr_assert_eq(rad_sched_submit(f.s, &r, sink, &g, &id, &e), RAD_E_DRAINING);
     cr_assert(strstr(e.msg, "shutting down") != NULL, "%s", e.msg);
+    fix_close(&f);
+}
+
+/* A full queue is RAD_E_BUSY ("try again": HTTP 429), a code of its own, not RAD_E_LIMIT (a
+ * request that can never fit: 400) told apart by its message. With no loop running, max_seqs 2
+ * and the default queue of 1024, request 1027 finds it full. */
+Test(sched, full_queue_is_busy_not_limit) {
+    Fix f = {0};
+    fix_open(&f, 2, 0, 0);
+    int32_t p[4] = {100, 101, 102, 103};
+    RadGenReq r = {.prompt = p, .n_prompt = 4, .max_tokens = 2, .sp = rad_sampler_defaults()};
+    RadErr e = {0};
+    uint64_t id;
+    static Got g[1027];
+    for (int i = 0; i < 1026; i++) cr_assert_eq(rad_sched_submit(f.s, &r, sink, &g[i], &id, &e), RAD_OK, "%d: %s", i, e.msg);
+    cr_assert_eq(rad_sched_submit(f.s, &r, sink, &g[1026], &id, &e), RAD_E_BUSY, "%s", e.msg);
+    cr_assert(strstr(e.msg, "queue is full") != NULL, "%s", e.msg);
     fix_close(&f);
 }

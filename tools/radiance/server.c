@@ -640,8 +640,8 @@ static enum MHD_Result start_generation(Req *r, struct MHD_Connection *c, ApiKin
     int rc = RAD_OK;
     pthread_mutex_lock(&s->gate);
     if (!s->sched_live || atomic_load(&s->state) != ST_READY) {
-        rc = RAD_E_LIMIT;
-        rad_err_set(&re, RAD_E_LIMIT, "shutting down");
+        rc = RAD_E_DRAINING;
+        rad_err_set(&re, RAD_E_DRAINING, "shutting down");
     }
     for (uint32_t i = 0; !rc && i < r->n_ch; i++) {
         Choice *ch = &r->ch[i];
@@ -659,11 +659,11 @@ static enum MHD_Result start_generation(Req *r, struct MHD_Connection *c, ApiKin
     if (rc) {
         cancel_all(r);
         char param[64];
-        /* the scheduler's RAD_E_LIMIT is a drain, a full queue (try again) or a request that can
-         * never fit (the KV pool, the context): only the full queue is 429 */
-        if (draining || (rc == RAD_E_LIMIT && strstr(re.msg, "shutting down")))
+        /* a drain is 503, a full queue 429 (try again); RAD_E_LIMIT is a request that can never
+         * fit (the KV pool, the context): 400 */
+        if (draining || rc == RAD_E_DRAINING)
             api_err(&e, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
-        else if (rc == RAD_E_LIMIT && strstr(re.msg, "queue is full"))
+        else if (rc == RAD_E_BUSY)
             api_err(&e, 429, "server_error", "server_busy", NULL, "the server is busy: %s", re.msg);
         else if (rc == RAD_E_LIMIT || rc == RAD_E_ARG)
             api_err(&e, 400, "invalid_request_error", NULL, msg_param(re.msg, param, sizeof param), "%s", re.msg);
