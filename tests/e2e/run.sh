@@ -42,6 +42,15 @@ if [ ! -f "$MODEL" ] || [ "$GGUF" -nt "$MODEL" ]; then
         { cat "$OUT/convert.out"; rm -f "$MODEL.tmp"; die "rad-convert $GGUF failed"; }
 fi
 
+# The container `make run` serves (the Makefile's MODEL_SETS: the default model's sampling
+# defaults), for test_readme's own server: the README's snippet against what a new user runs.
+RUN_MODEL=$OUT/run/smollm2.rad
+SETS=$(sed -n 's/^MODEL_SETS *= *//p' Makefile)
+[ -n "$SETS" ] || die "no MODEL_SETS line in the Makefile"
+mkdir -p "$OUT/run" || exit 1
+"$B/rad-convert" "$GGUF" -o "$RUN_MODEL" --force $SETS >"$OUT/convert-run.out" 2>&1 ||
+    { cat "$OUT/convert-run.out"; die "rad-convert $GGUF $SETS failed"; }
+
 # The sanitizer build: its server (HTTP layer, scheduler, KV manager, tokenizer, sampler, engine)
 # runs with the release build's kernel plugins by default: the sanitized kernels are ~15x slower
 # on 2 cores and are checked under ASan by test-san's unit suites. E2E_SAN_KERNELS=san keeps the
@@ -91,7 +100,7 @@ ONLY=""
 for k in ${E2E_ONLY:-}; do ONLY="$ONLY -k $k"; done
 start=$(date +%s)
 E2E_URL=http://127.0.0.1:$PORT E2E_SERVER_PID=$PID E2E_SERVER_LOG=$LOG E2E_BIN=$RAD \
-E2E_MODEL_FILE=$MODEL E2E_CTX=$CTX E2E_MAX_SEQS=$MAX_SEQS E2E_QUICK=$QUICK E2E_LOGDIR=$OUT \
+E2E_MODEL_FILE=$MODEL E2E_RUN_MODEL_FILE=$RUN_MODEL E2E_CTX=$CTX E2E_MAX_SEQS=$MAX_SEQS E2E_QUICK=$QUICK E2E_LOGDIR=$OUT \
 PYTHONPATH=tests/e2e PYTHONDONTWRITEBYTECODE=1 \
     "$PY" -m unittest discover -v -s tests/e2e -p 'test_*.py' $ONLY 2>&1
 rc=$?

@@ -77,7 +77,7 @@ static int check_set(const Opts *o, const char *arg, RadErr *e) {
 }
 
 /* The type a --set value takes: the key's type in the output metadata when it is there, else
- * the documented type of a model.* key (docs/KEYS.md), else a string. */
+ * the documented type of a model.* or generation.* key (docs/KEYS.md), else a string. */
 static RadValType set_type(const RadKV *meta, const char *key) {
     const RadValue *v = rad_kv_get(meta, key);
     if (v) return v->type;
@@ -89,6 +89,10 @@ static RadValType set_type(const RadKV *meta, const char *key) {
         {"model.tie_embeddings", RAD_VAL_BOOL}, {"rope.scaling.factor", RAD_VAL_F32},
         {"rope.scaling.low_freq_factor", RAD_VAL_F32}, {"rope.scaling.high_freq_factor", RAD_VAL_F32},
         {"rope.scaling.original_context_length", RAD_VAL_U32},
+        /* generation_config.json's sampling defaults, typed as an HF folder's import gives them */
+        {"generation.temperature", RAD_VAL_F64}, {"generation.top_p", RAD_VAL_F64}, {"generation.min_p", RAD_VAL_F64},
+        {"generation.repetition_penalty", RAD_VAL_F64}, {"generation.top_k", RAD_VAL_I64},
+        {"generation.do_sample", RAD_VAL_BOOL}, {"generation.max_new_tokens", RAD_VAL_I64},
     };
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (!strcmp(key, known[i].key)) return known[i].t;

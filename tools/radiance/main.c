@@ -57,6 +57,8 @@ static void usage(FILE *f) {
             "  --max-header BYTES request header limit, 431 beyond it (default 16384)\n"
             "  --max-conns N      open connections; requests on connections past it get 503 (default 2048)\n"
             "  --idle-timeout S   close a connection idle this long (default 60; 0: never)\n"
+            "  --default-max-tokens N  a request that omits max_tokens generates at most N (default: OpenAI's,\n"
+            "                     16 for /v1/completions, up to the context for chat)\n"
             "  --header-timeout S a request's headers must arrive within S seconds of the connection\n"
             "                     opening or of the previous answer ending (default 10; 0: no limit)\n"
             "  --body-timeout S   its body within S seconds of its headers, else 408 (default 30; 0: no limit)\n"
@@ -89,7 +91,7 @@ static int parse_ids(const char *what, const char *s, int32_t **ids, size_t *n, 
 static int parse_args(int argc, char **argv, Opts *o) {
     enum { TEMP = 256, TOPK, TOPP, MINP, REP, PRES, FREQ, SEED, THREADS, CTX, BATCH, KERNELS, PDIR, IDS, TOKENIZE,
            DETOK, CHAT, DGRAPH, DPLACE, PIDS, DET, FAST, HOST, PORT, APIKEY, SNAME, MAXBODY, MAXHDR, MAXCONNS,
-           IDLE, MAXSEQS, MAXMIXED, MAXQUEUE, NOPREFIX, DRAIN, KVBLOCKS, PROFILE, MMAPW, KVTYPE, NOREPACK, NOVERIFY, CHATSPECIAL, HDRTIME, BODYTIME };
+           IDLE, MAXSEQS, MAXMIXED, MAXQUEUE, NOPREFIX, DRAIN, KVBLOCKS, PROFILE, MMAPW, KVTYPE, NOREPACK, NOVERIFY, CHATSPECIAL, HDRTIME, BODYTIME, DEFMAXTOK };
     static const struct option lo[] = {
         {"model", required_argument, 0, 'm'}, {"prompt", required_argument, 0, 'p'}, {"temp", required_argument, 0, TEMP},
         {"top-k", required_argument, 0, TOPK}, {"top-p", required_argument, 0, TOPP}, {"min-p", required_argument, 0, MINP},
@@ -106,6 +108,7 @@ static int parse_args(int argc, char **argv, Opts *o) {
         {"max-header", required_argument, 0, MAXHDR}, {"max-conns", required_argument, 0, MAXCONNS},
         {"idle-timeout", required_argument, 0, IDLE}, {"max-seqs", required_argument, 0, MAXSEQS},
         {"header-timeout", required_argument, 0, HDRTIME}, {"body-timeout", required_argument, 0, BODYTIME},
+        {"default-max-tokens", required_argument, 0, DEFMAXTOK},
         {"kv-blocks", required_argument, 0, KVBLOCKS},
         {"max-mixed-tok", required_argument, 0, MAXMIXED}, {"max-queue", required_argument, 0, MAXQUEUE},
         {"no-prefix-cache", no_argument, 0, NOPREFIX}, {"drain-timeout", required_argument, 0, DRAIN}, {0, 0, 0, 0}};
@@ -195,6 +198,10 @@ static int parse_args(int argc, char **argv, Opts *o) {
         case MAXHDR: if (!parse_num("--max-header", optarg, 1024, 1u << 24, RAD_NUM_WHOLE, &v)) return 2; o->max_header = (size_t)v; break;
         case MAXCONNS: if (!parse_num("--max-conns", optarg, 1, 1 << 20, RAD_NUM_WHOLE, &v)) return 2; o->max_conns = (unsigned)v; break;
         case IDLE: if (!parse_num("--idle-timeout", optarg, 0, 86400, RAD_NUM_WHOLE, &v)) return 2; o->idle_timeout = (unsigned)v; break;
+        case DEFMAXTOK:
+            if (!parse_num("--default-max-tokens", optarg, 1, UINT32_MAX, RAD_NUM_WHOLE, &v)) return 2;
+            o->default_max_tokens = (uint32_t)v;
+            break;
         case HDRTIME: if (!parse_num("--header-timeout", optarg, 0, 86400, RAD_NUM_REAL, &o->header_timeout)) return 2; break;
         case BODYTIME: if (!parse_num("--body-timeout", optarg, 0, 86400, RAD_NUM_REAL, &o->body_timeout)) return 2; break;
         case MAXSEQS: if (!parse_num("--max-seqs", optarg, 1, 4096, RAD_NUM_WHOLE, &v)) return 2; o->max_seqs = (uint32_t)v; break;

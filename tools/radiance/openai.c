@@ -434,7 +434,9 @@ static int parse_body(ApiKind kind, json_t *j, const ApiCtx *cx, ApiReq *r, ApiE
             return bad(e, "max_tokens", "'%s' and 'max_completion_tokens' differ%s", ": send one");
     }
     if ((rc = get_int(j, mt, 1, UINT32_MAX, &ll, &given, e))) return rc;
-    r->max_tokens = given ? (uint32_t)ll : kind == API_COMPLETIONS ? 16 : 0; /* OpenAI's defaults */
+    r->max_tokens = given ? (uint32_t)ll : cx->default_max_tokens ? cx->default_max_tokens
+                                          : kind == API_COMPLETIONS ? 16 : 0; /* OpenAI's defaults */
+    r->max_tokens_default = !given && cx->default_max_tokens;
     if (given && ll > cx->max_ctx)
         return api_err(e, 400, "invalid_request_error", "context_length_exceeded", mt,
                        "'%s' is %lld, more than this model's context of %u tokens", mt, ll, cx->max_ctx);
@@ -467,6 +469,8 @@ static int parse_body(ApiKind kind, json_t *j, const ApiCtx *cx, ApiReq *r, ApiE
             return api_err(e, 400, "invalid_request_error", "context_length_exceeded", pp,
                            "This model's maximum context length is %u tokens; the prompt has %u, leaving none to generate",
                            cx->max_ctx, np);
+        if (r->max_tokens_default && (uint64_t)np + r->max_tokens > cx->max_ctx)
+            r->max_tokens = cx->max_ctx - np; /* a default the client did not ask for: at most what is left */
         if (r->max_tokens && (uint64_t)np + r->max_tokens > cx->max_ctx)
             return api_err(e, 400, "invalid_request_error", "context_length_exceeded", mt,
                            "This model's maximum context length is %u tokens; you asked %u (%u in the prompt, %u to generate)",

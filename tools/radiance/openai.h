@@ -36,6 +36,7 @@ typedef struct ApiCtx {
     const RadTok *tok;
     const RadChatFormat *chat;        /* NULL: /v1/chat/completions is refused */
     int chat_special;                 /* --chat-special-tokens: content may spell control tokens */
+    uint32_t default_max_tokens;      /* --default-max-tokens: a request that omits max_tokens (0: OpenAI's) */
     uint32_t max_ctx;                 /* prompt + generated tokens */
     RadSamplerParams defaults;        /* from the container's generation.* keys */
 } ApiCtx;
@@ -54,6 +55,7 @@ typedef struct ApiReq {
     RadLogitBias *bias;
     int have_seed;                    /* the request gave a seed */
     uint32_t max_tokens;              /* 0: up to the context */
+    int max_tokens_default;           /* max_tokens was not given: the default, cut to what the context leaves */
     char **stop;
     uint32_t n_stop;
     int logprobs;                     /* per-token logprobs wanted */

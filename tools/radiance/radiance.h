@@ -17,6 +17,7 @@ typedef struct Opts {
     RadSamplerParams sp;
     int seed_given;
     int chat_special;       /* --chat-special-tokens: chat content may spell control tokens */
+    uint32_t default_max_tokens; /* --default-max-tokens: a request without max_tokens (0: OpenAI's defaults) */
     /* the server */
     const char *host, *api_key, *served_model_name;
     unsigned port;

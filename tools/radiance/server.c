@@ -1303,6 +1303,7 @@ int serve(const Opts *o) {
         s->cx = (ApiCtx){.model = s->model_name, .tok = s->tok, .max_ctx = rad_sched_max_ctx(sched), .defaults = gen_defaults(&s->en.meta)};
         s->cx.chat = s->en.arch->chat_format ? s->en.arch->chat_format(&s->en.meta) : NULL;
         s->cx.chat_special = o->chat_special;
+        s->cx.default_max_tokens = o->default_max_tokens;
     }
     int run = 0;
     pthread_mutex_lock(&s->gate);

@@ -209,3 +209,12 @@ def _convert_truncated(t, _proc):
 
 
 CASES.append(dict(name="cli-rad-convert-source-truncated", argv=None, check=_convert_truncated, timeout=120))
+
+# generation.* keys given with --set are typed (a GGUF has none to take the type from)
+CASES += [
+    dict(name="cli-set-generation-%s" % slug, argv=["{B}/rad-convert", "{GGUF}", "--plan-only", "--set", arg], rc=2,
+         stderr=pat)
+    for slug, arg, pat in (("temperature-nan", "generation.temperature=nan", r"--set generation\.temperature nan"),
+                           ("top-k-fraction", "generation.top_k=1.5", r"--set generation\.top_k 1\.5: expected a whole number"),
+                           ("do-sample-yes", "generation.do_sample=yes", r"--set generation\.do_sample: 'yes' is not true or false"))
+]

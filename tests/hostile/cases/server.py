@@ -300,3 +300,32 @@ SERVER_CASES = [
          exit=None, quick=False),
     dict(name="clients-reset-mid-stream", args=[], run=resets, timeout=90, exit=0, quick=True),
 ]
+
+
+# --default-max-tokens: a request that omits max_tokens generates at most N (both endpoints); one
+# that gives max_tokens is not cut by it; a default past what the context leaves is cut to it,
+# never a 400 for a limit the client did not ask for.
+def _default_max_tokens(n):
+    def run(port, T, proc):
+        msgs = [{"role": "user", "content": "Write a long story about a dragon."}]
+        for path, body in (("/v1/chat/completions", {"messages": msgs, "temperature": 0}),
+                           ("/v1/completions", {"prompt": "Once upon a time", "temperature": 0})):
+            st, b = post(port, path, body)
+            if st != 200:
+                return "%s without max_tokens: %s %r" % (path, st, b)
+            got = b["usage"]["completion_tokens"]
+            if got > n or (n <= 8 and (got != n or b["choices"][0]["finish_reason"] != "length")):
+                return "%s without max_tokens: %d tokens (%s), want at most %d" % (path, got, b["choices"][0]["finish_reason"], n)
+        if n <= 8:
+            st, b = post(port, "/v1/completions", {"prompt": "Once upon a time", "temperature": 0, "max_tokens": n + 3})
+            if st != 200 or b["usage"]["completion_tokens"] != n + 3:
+                return "max_tokens %d given: %s %r" % (n + 3, st, b)
+        return None
+    return run
+
+
+SERVER_CASES += [
+    dict(name="server-default-max-tokens", args=["--default-max-tokens", "5"], run=_default_max_tokens(5), timeout=120),
+    dict(name="server-default-max-tokens-past-the-context", args=["--default-max-tokens", "100000"],
+         run=_default_max_tokens(512), timeout=300, quick=False),
+]
