@@ -3,9 +3,12 @@
 #include "rad_chat.h"
 
 #include <jansson.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "rad_plugins.h"
 
 /* ---- growing buffers ---------------------------------------------------------------------- */
 
@@ -353,5 +356,56 @@ int rad_chat_split_flush(RadChatSplit *s, RadChatBuf *content, RadChatBuf *reaso
     if (!rc && !reasoning->p) rc = rad_chat_buf_add(reasoning, "", 0, e);
     if (!rc && s->n_hold) rc = put(s, s->hold, s->n_hold, content, reasoning, e);
     s->n_hold = 0;
+    return rc;
+}
+
+/* ---- a plugin's chat format, checked ---------------------------------------------------------- */
+
+#define CHAT_STR_MAX 4096
+
+static int chat_str(const char *s, int may_be_null, const char *plugin, const char *field, RadErr *e) {
+    if (!s) return may_be_null ? RAD_OK : rad_err_set(e, RAD_E_FORMAT, "plugin '%s': RadChatFormat.%s is NULL", plugin, field);
+    if (strnlen(s, CHAT_STR_MAX + 1) > CHAT_STR_MAX)
+        return rad_err_set(e, RAD_E_FORMAT, "plugin '%s': RadChatFormat.%s is longer than %d bytes", plugin, field, CHAT_STR_MAX);
+    return RAD_OK;
+}
+
+int rad_chat_format_check(const RadChatFormat *f, const char *plugin, RadErr *e) {
+    const size_t v10 = offsetof(RadChatFormat, flags) + sizeof f->flags; /* ABI 1.0's fields */
+    if (f->struct_size < v10)
+        return rad_err_set(e, RAD_E_FORMAT, "plugin '%s': RadChatFormat.struct_size %u is smaller than ABI 1.0's %zu", plugin,
+                           f->struct_size, v10);
+    int rc;
+    if ((rc = chat_str(f->kind, 0, plugin, "kind", e)) || (rc = chat_str(f->bos, 0, plugin, "bos", e)) ||
+        (rc = chat_str(f->system_start, 0, plugin, "system_start", e)) || (rc = chat_str(f->system_end, 0, plugin, "system_end", e)) ||
+        (rc = chat_str(f->user_start, 0, plugin, "user_start", e)) || (rc = chat_str(f->user_end, 0, plugin, "user_end", e)) ||
+        (rc = chat_str(f->assistant_start, 0, plugin, "assistant_start", e)) ||
+        (rc = chat_str(f->assistant_end, 0, plugin, "assistant_end", e)) ||
+        (rc = chat_str(f->default_system, 1, plugin, "default_system", e)) ||
+        (rc = chat_str(f->reasoning_start, 1, plugin, "reasoning_start", e)) ||
+        (rc = chat_str(f->reasoning_end, 1, plugin, "reasoning_end", e)) ||
+        (rc = chat_str(f->tool_call_start, 1, plugin, "tool_call_start", e)) ||
+        (rc = chat_str(f->tool_call_end, 1, plugin, "tool_call_end", e)))
+        return rc;
+    if (!f->kind[0]) return rad_err_set(e, RAD_E_FORMAT, "plugin '%s': RadChatFormat.kind is empty", plugin);
+    if (!f->reasoning_start != !f->reasoning_end)
+        return rad_err_set(e, RAD_E_FORMAT, "plugin '%s': RadChatFormat.reasoning_start and reasoning_end: both or neither", plugin);
+    for (int i = 0; f->stop && f->stop[i]; i++) {
+        char field[32];
+        snprintf(field, sizeof field, "stop[%d]", i);
+        if (i == 16) return rad_err_set(e, RAD_E_FORMAT, "plugin '%s': RadChatFormat.stop has more than 16 strings", plugin);
+        if ((rc = chat_str(f->stop[i], 0, plugin, field, e))) return rc;
+        if (!f->stop[i][0]) return rad_err_set(e, RAD_E_FORMAT, "plugin '%s': RadChatFormat.%s is empty", plugin, field);
+    }
+    return RAD_OK;
+}
+
+int rad_chat_format_get(const RadPlugin *plugin, const RadModelMeta *meta, const RadChatFormat **out, RadErr *e) {
+    *out = NULL;
+    if (!plugin->chat_format) return RAD_OK;
+    const RadChatFormat *f = plugin->chat_format(meta);
+    if (!f) return RAD_OK;
+    int rc = rad_chat_format_check(f, plugin->info->name, e);
+    if (!rc) *out = f;
     return rc;
 }

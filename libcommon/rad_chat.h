@@ -69,6 +69,14 @@ void rad_chat_msgs_free(RadChatMsgs *m);
 /* Renders turns as the header comment says. *text is malloc'd, NUL-terminated, *len bytes;
  * *add_special is what to pass to rad_tok_encode. RAD_E_ARG when there is nothing to render or
  * the format cannot place a turn. */
+/* A chat format a plugin returned, checked before anything reads it: struct_size covers ABI 1.0's
+ * fields (through flags), kind and the six markers are strings (may be ""), each string at most
+ * 4096 bytes, stop at most 16 entries. RAD_E_FORMAT naming the plugin and the field. */
+int rad_chat_format_check(const RadChatFormat *f, const char *plugin, RadErr *e);
+/* plugin->chat_format(meta), checked: *out NULL (RAD_OK) when the plugin gives none. */
+struct RadPlugin;
+int rad_chat_format_get(const struct RadPlugin *plugin, const RadModelMeta *meta, const RadChatFormat **out, RadErr *e);
+
 int rad_chat_render(const RadChatFormat *f, const RadChatMsg *msgs, size_t n, unsigned flags, char **text, size_t *len,
                     int *add_special, RadErr *e);
 

@@ -314,3 +314,38 @@ Test(chat_render, ordinary_chats_encode_as_before) {
     cr_expect_gt(checked, 2000, "only %zu corpus lines checked", checked);
     rad_tok_free(tok);
 }
+
+/* A chat format a plugin returns is checked before anything reads it: each defect refused
+ * naming the plugin and the field; a good one (and NULL optional fields) passes. */
+Test(chat_render, plugin_chat_format_checked) {
+    static const char *const stops[] = {"<|im_end|>", NULL};
+    const RadChatFormat good = {.struct_size = sizeof(RadChatFormat), .kind = "chatml", .bos = "",
+                                .system_start = "<|im_start|>system\n", .system_end = "<|im_end|>\n",
+                                .user_start = "<|im_start|>user\n", .user_end = "<|im_end|>\n",
+                                .assistant_start = "<|im_start|>assistant\n", .assistant_end = "<|im_end|>\n",
+                                .stop = stops};
+    RadErr e = {0};
+    cr_assert_eq(rad_chat_format_check(&good, "p", &e), RAD_OK, "%s", e.msg);
+    static char huge[5000];
+    memset(huge, 'x', sizeof huge - 1);
+    static const char *const many[18] = {"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", "q", NULL};
+    static const char *const empty_stop[] = {"", NULL};
+    struct { RadChatFormat f; const char *want; } bad[] = {
+        {good, "struct_size 8 is smaller"}, {good, "RadChatFormat.kind is NULL"}, {good, "RadChatFormat.user_end is NULL"},
+        {good, "RadChatFormat.bos is longer than 4096"}, {good, "stop has more than 16"}, {good, "RadChatFormat.stop[0] is empty"},
+        {good, "reasoning_start and reasoning_end: both or neither"}, {good, "RadChatFormat.kind is empty"},
+    };
+    bad[0].f.struct_size = 8;
+    bad[1].f.kind = NULL;
+    bad[2].f.user_end = NULL;
+    bad[3].f.bos = huge;
+    bad[4].f.stop = many;
+    bad[5].f.stop = empty_stop;
+    bad[6].f.reasoning_start = "<think>";
+    bad[7].f.kind = "";
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        rad_err_clear(&e);
+        cr_assert_eq(rad_chat_format_check(&bad[i].f, "arch_x", &e), RAD_E_FORMAT, "case %zu passed", i);
+        cr_assert(strstr(e.msg, "plugin 'arch_x'") && strstr(e.msg, bad[i].want), "case %zu: %s", i, e.msg);
+    }
+}

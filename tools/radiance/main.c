@@ -393,7 +393,9 @@ static int chat_read_line(FILE *f, char **buf, size_t *cap, size_t *len, int *nu
  * line that is refused (over CHAT_MAX_LINE, a NUL byte, past the context) is said on stderr in
  * one line and the chat goes on. */
 static int run_chat(RadEngine *en, const RadTok *tok, Opts *o, size_t *n_fed, double *tp, double *tg, int *ng, RadErr *e) {
-    const RadChatFormat *cf = en->arch->chat_format ? en->arch->chat_format(&en->meta) : NULL;
+    const RadChatFormat *cf;
+    int frc = rad_chat_format_get(en->arch, &en->meta, &cf, e);
+    if (frc) return frc;
     if (!cf) return rad_err_set(e, RAD_E_UNSUPPORTED, "plugin '%s' gives no chat format for this model", en->arch->info->name);
     RadSampler s;
     int rc = rad_sampler_init(&s, &o->sp, rad_tok_n_vocab(tok), e);

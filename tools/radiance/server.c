@@ -1301,7 +1301,7 @@ int serve(const Opts *o) {
         if (o->served_model_name) snprintf(s->model_name, sizeof s->model_name, "%s", o->served_model_name);
         else stem(o->model, s->model_name, sizeof s->model_name);
         s->cx = (ApiCtx){.model = s->model_name, .tok = s->tok, .max_ctx = rad_sched_max_ctx(sched), .defaults = gen_defaults(&s->en.meta)};
-        s->cx.chat = s->en.arch->chat_format ? s->en.arch->chat_format(&s->en.meta) : NULL;
+        rc = rad_chat_format_get(s->en.arch, &s->en.meta, &s->cx.chat, &e); /* checked before it is read */
         s->cx.chat_special = o->chat_special;
         s->cx.default_max_tokens = o->default_max_tokens;
     }
