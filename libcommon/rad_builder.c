@@ -803,9 +803,10 @@ int rad_meta_kv_fill(RadModelMeta *m, const RadKV *meta, const RadKV *chat, char
             if (tabs[t]->vals[i].type == RAD_VAL_ARRAY) continue;
             k[n] = dup_str(tabs[t]->keys[i].p);
             v[n] = value_text(&tabs[t]->vals[i]);
-            if (!k[n] || !v[n]) {
-                free(k[n]), free(v[n]);
-                continue;
+            if (!k[n] || !v[n]) { /* a key left out would read as absent: refused, not dropped */
+                for (int j = 0; j <= n; j++) free(k[j]), free(v[j]);
+                free(k), free(v);
+                return rad_err_set(e, RAD_E_NOMEM, "out of memory copying metadata key '%s'", tabs[t]->keys[i].p);
             }
             n++;
         }
