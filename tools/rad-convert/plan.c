@@ -36,8 +36,8 @@ static int resolve_sources(Plan *p, const RadNameMap *m, const RadTensor **out) 
             if (t) return out[0] = t, 1;
             continue;
         }
-        if (!t || n == 4) return 0;
-        out[n++] = t;
+        if (!t) return 0;
+        out[n++] = t; /* out holds as many as the entry names (plan_lookup sizes it) */
     }
     return n;
 }
@@ -78,8 +78,8 @@ RadEnc plan_lookup(void *user, const char *name, const RadWeightDecl *d, const R
                    uint32_t *rank, uint64_t *shape) {
     Plan *p = user;
     const RadNameMap *m = NULL;
-    const RadTensor *src[4];
-    int n_src = 0, n_entries = 0;
+    const RadTensor **src = NULL; /* as many as the longest entry names: a CONCAT has no cap */
+    int n_src = 0, n_entries = 0, src_cap = 0;
     char tried[400] = "";
     size_t k = 0;
     /* a .rad already holds weights under their declared names, transformed: maps apply only to
@@ -96,6 +96,13 @@ RadEnc plan_lookup(void *user, const char *name, const RadWeightDecl *d, const R
     for (int i = 0; i < n_maps && !m && !is_rad; i++) {
         if (strcmp(maps[i].m.dst, name) != 0) continue;
         n_entries++;
+        int need = 1;
+        while (maps[i].m.src[need - 1]) need++;
+        if (need > src_cap) {
+            const RadTensor **ns = realloc(src, (size_t)need * sizeof *ns);
+            if (!ns) return free(src), RAD_ENC_COUNT;
+            src = ns, src_cap = need;
+        }
         n_src = resolve_sources(p, &maps[i].m, src);
         if (n_src) m = &maps[i].m;
         for (int j = 0; maps[i].m.src[j] && k < sizeof tried; j++)
@@ -103,35 +110,44 @@ RadEnc plan_lookup(void *user, const char *name, const RadWeightDecl *d, const R
     }
     if (!m && (!n_entries || is_rad)) { /* the tensor of the same name */
         const RadTensor *t = find(p, name);
+        if (t && !src_cap) {
+            if (!(src = malloc(sizeof *src))) return RAD_ENC_COUNT;
+            src_cap = 1;
+        }
         if (t) src[0] = t, n_src = 1;
         snprintf(tried, sizeof tried, "'%s'", name);
     }
     if (!n_src) {
+        free(src);
         if (!d->optional && !p->missing[0])
             snprintf(p->missing, sizeof p->missing, "missing tensor: the plugin's '%s' needs one of %s", name, tried);
         return RAD_ENC_COUNT;
     }
-    RadXTensor in[4];
+    RadXTensor *in = malloc((size_t)n_src * sizeof *in);
+    if (!in) return free(src), RAD_ENC_COUNT;
     for (int i = 0; i < n_src; i++) in[i] = xt(src[i]);
     RadXShape xs;
     RadErr e = {0};
     static const RadNameMap identity = {.kind = RAD_MAP_COPY};
-    if (rad_xform_map_shape(m ? m : &identity, in, (uint32_t)n_src, &xs, &e) != RAD_OK) {
+    int shaped = rad_xform_map_shape(m ? m : &identity, in, (uint32_t)n_src, &xs, &e);
+    free(in);
+    if (shaped != RAD_OK) {
+        free(src);
         if (!p->missing[0]) snprintf(p->missing, sizeof p->missing, "%s", e.msg);
         return RAD_ENC_COUNT;
     }
     if (p->n == p->cap) {
         int nc = p->cap ? p->cap * 2 : 64;
         PlanItem *ni = realloc(p->items, (size_t)nc * sizeof *ni);
-        if (!ni) return RAD_ENC_COUNT;
+        if (!ni) return free(src), RAD_ENC_COUNT;
         p->items = ni;
         p->cap = nc;
     }
     PlanItem *it = &p->items[p->n];
     memset(it, 0, sizeof *it);
-    if (!(it->dst = strdup(name))) return RAD_ENC_COUNT;
+    if (!(it->dst = strdup(name))) return free(src), RAD_ENC_COUNT;
     it->n_src = n_src;
-    memcpy(it->src, src, (size_t)n_src * sizeof *src);
+    it->src = src; /* owned by the item from here (plan_free) */
     if (m) it->map = *m, it->has_map = 1;
     it->src_enc = xs.enc;
     it->rank = xs.rank;
@@ -140,6 +156,7 @@ RadEnc plan_lookup(void *user, const char *name, const RadWeightDecl *d, const R
     if (it->enc == xs.enc) it->bytes = xs.nbytes;
     else if (rad_encode_plan(it->enc, xs.rank, xs.shape, name, &it->bytes, &e) != RAD_OK) {
         if (!p->missing[0]) snprintf(p->missing, sizeof p->missing, "%s", e.msg);
+        free(it->dst), free(it->src); /* the item is not kept */
         return RAD_ENC_COUNT;
     }
     p->n++;
@@ -148,10 +165,20 @@ RadEnc plan_lookup(void *user, const char *name, const RadWeightDecl *d, const R
     return it->enc;
 }
 
+static int plan_produce_from(const PlanItem *it, RadXTensor *in, const uint8_t **out, int *owned, RadErr *e);
+
 int plan_produce(const Plan *p, const PlanItem *it, const uint8_t **out, int *owned, RadErr *e) {
     (void)p;
     *owned = 0;
-    RadXTensor in[4];
+    RadXTensor in_small[4], *in = it->n_src <= 4 ? in_small : malloc((size_t)it->n_src * sizeof *in);
+    if (!in) return rad_err_set(e, RAD_E_NOMEM, "tensor '%s': out of memory", it->dst);
+    int rc = plan_produce_from(it, in, out, owned, e);
+    if (in != in_small) free(in);
+    return rc;
+}
+
+/* plan_produce with its sources' views in in[0..n_src). */
+static int plan_produce_from(const PlanItem *it, RadXTensor *in, const uint8_t **out, int *owned, RadErr *e) {
     for (int i = 0; i < it->n_src; i++) {
         in[i] = xt(it->src[i]);
         if (!in[i].data)
@@ -219,7 +246,7 @@ int plan_check(const Plan *p, RadErr *e) {
 }
 
 void plan_free(Plan *p) {
-    for (int i = 0; i < p->n; i++) free(p->items[i].dst);
+    for (int i = 0; i < p->n; i++) free(p->items[i].dst), free(p->items[i].src);
     free(p->items);
     p->items = NULL;
     p->n = p->cap = 0;

@@ -12,7 +12,7 @@ typedef struct PlanItem {
     char *dst;                    /* declared name (owned) */
     RadNameMap map;               /* the entry that won (strings owned by the graph) */
     int has_map;                  /* 0: no entry, the checkpoint's tensor of the same name */
-    const RadTensor *src[4];      /* its present sources, in map order ([0] for COPY) */
+    const RadTensor **src;        /* [n_src] its present sources, in map order ([0] for COPY); owned */
     int n_src;
     RadEnc src_enc;               /* encoding of the data the transform yields */
     RadEnc enc;                   /* target encoding */

@@ -309,3 +309,21 @@ CASES += [
          stderr=r"config\.json field 'architectures': expected a non-empty array of strings")
     for slug, v in (("string", "LlamaForCausalLM"), ("empty", []), ("numbers", [1, 2]))
 ]
+
+
+# ---- a name-map entry of more than four sources ---------------------------------------------------
+# (test-plugins/arch_concat.so: "w" is a CONCAT of p0..p5): planned, not a fifth source reported
+# as a missing tensor.
+def concat6(t):
+    write(os.path.join(t, "c.gguf"), gguf([kv("general.architecture", STRING, "concat_test")],
+                                          [("p%d" % i, 4) for i in range(6)]))
+    os.makedirs(os.path.join(t, "p"))
+    shutil.copy(os.path.join(os.environ["RAD_B"], "test-plugins", "arch_concat.so"), os.path.join(t, "p"))
+
+
+CASES += [
+    dict(name="parse-rad-convert-concat-of-six", setup=concat6, rc=0,
+         argv=["{B}/rad-convert", "{T}/c.gguf", "--plan-only", "-v", "--no-tokenizer", "--plugin-dir", "{T}/p"],
+         check=lambda t, p: None if b" concat " in p.stdout and b"plan: 1 tensors, 96 bytes" in p.stdout
+         else "no plan for 'w': %r" % p.stdout[-300:]),
+]
