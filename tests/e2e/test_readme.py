@@ -2,19 +2,18 @@
 "smollm2", no sampling parameters) against the container `make run` serves (tests/e2e/run.sh
 converts it with the Makefile's MODEL_SETS into a file named smollm2.rad, so the served name is
 the README's). Each answer must be non-empty and end by itself (finish_reason "stop") within a
-bound, and most must name Paris. The requests set no sampling parameter, so what is tested is the
+bound, and at least 3 of the 8 must name Paris (4 do: the 135M model often opens with "L'Étoile"). The requests set no sampling parameter, so what is tested is the
 container's default sampling; each carries a seed, so the test is the same every run."""
 import os
 import subprocess
 import unittest
 
 import common
-from common import QUICK
 from openai import OpenAI
 
 RUN_MODEL = os.environ.get("E2E_RUN_MODEL_FILE", "build/e2e/run/smollm2.rad")
 BOUND = 256  # tokens; the answers measured were 8 to 78 (docs/SERVER.md, "The default model's sampling")
-SEEDS = range(4) if QUICK else range(8)
+SEEDS = range(8)  # the same in quick mode: ~30 tokens each
 
 
 class RunServer(common.Server):
@@ -63,7 +62,7 @@ class TestReadme(unittest.TestCase):
             self.assertEqual(finish, "stop", "seed %d: %d tokens, not ended by the model: %r" % (seed, n, text[:200]))
             self.assertLessEqual(n, BOUND, "seed %d: %d tokens: %r" % (seed, n, text[:200]))
             paris += "Paris" in text
-        self.assertGreaterEqual(paris, (len(SEEDS) + 1) // 2, "fewer than half the answers name Paris")
+        self.assertGreaterEqual(paris, 3, "%d of %d answers name Paris" % (paris, len(SEEDS)))
         self.assertEqual(self.srv.stop(), 0, "the server's exit after SIGTERM")
 
 
