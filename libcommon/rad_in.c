@@ -47,29 +47,32 @@ int rad_open_regular(const char *path, struct stat *st, RadErr *e) {
     return fd;
 }
 
-int rad_in_open_file(RadIn *in, const char *path, RadErr *e) {
+int rad_in_map_file(RadIn *in, const char *path, struct stat *st, int *fd_out, RadErr *e) {
     memset(in, 0, sizeof *in);
     set_name(in, path);
     in->fd = -1;
-    struct stat st;
-    int fd = rad_open_regular(path, &st, e);
+    struct stat s;
+    int fd = rad_open_regular(path, &s, e);
     if (fd < 0) return e ? e->code : RAD_E_IO;
     in->kind = RAD_IN_MMAP;
-    in->size = (uint64_t)st.st_size;
-    if (st.st_size > 0) {
-        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    in->size = (uint64_t)s.st_size;
+    in->data = (const uint8_t *)"";
+    if (s.st_size > 0) {
+        void *p = mmap(NULL, (size_t)s.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (p == MAP_FAILED) {
             int err = errno;
             close(fd);
             return rad_err_set(e, RAD_E_IO, "%s: cannot mmap: %s", path, strerror(err));
         }
         in->data = p;
-    } else {
-        in->data = (const uint8_t *)"";
     }
-    close(fd);
+    if (st) *st = s;
+    if (fd_out) *fd_out = fd;
+    else close(fd);
     return RAD_OK;
 }
+
+int rad_in_open_file(RadIn *in, const char *path, RadErr *e) { return rad_in_map_file(in, path, NULL, NULL, e); }
 
 void rad_in_init_fd(RadIn *in, int fd, const char *name) {
     memset(in, 0, sizeof *in);

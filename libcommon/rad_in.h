@@ -40,6 +40,9 @@ struct stat;
 int rad_open_regular(const char *path, struct stat *st, RadErr *e);
 /* mmaps a regular file read-only. Fails with RAD_E_IO naming the path. */
 int rad_in_open_file(RadIn *in, const char *path, RadErr *e);
+/* The same, and hands back the descriptor (the caller closes it) and the fstat that sized the
+ * map, for a caller that watches the file's identity afterwards (rad_open.c). */
+int rad_in_map_file(RadIn *in, const char *path, struct stat *st, int *fd, RadErr *e);
 /* A stream from an fd (e.g. 0 for stdin). */
 void rad_in_init_fd(RadIn *in, int fd, const char *name);
 /* A stream from a callback. */

@@ -41,6 +41,11 @@ void rad_model_release_data(RadModelFile *m) {
 
 static int64_t ts_ns(const struct timespec *t) { return (int64_t)t->tv_sec * 1000000000 + t->tv_nsec; }
 
+void rad_file_watch_init(RadFileWatch *w, int fd, const struct stat *st) {
+    *w = (RadFileWatch){.on = 1, .fd = fd, .size = (uint64_t)st->st_size, .nlink = (uint64_t)st->st_nlink,
+                        .mtime_ns = ts_ns(&st->st_mtim), .ctime_ns = ts_ns(&st->st_ctim)};
+}
+
 int rad_model_check_unchanged(RadModelFile *m, RadErr *e) {
     RadFileWatch *w = &m->watch;
     if (!w->on) return RAD_OK;

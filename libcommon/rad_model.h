@@ -43,6 +43,9 @@ typedef struct RadFileWatch {
     uint64_t size, nlink;
     int64_t mtime_ns, ctime_ns;
 } RadFileWatch;
+struct stat;
+/* Takes fd (closed by rad_model_free) and the identity rad_model_check_unchanged compares. */
+void rad_file_watch_init(RadFileWatch *w, int fd, const struct stat *st);
 
 typedef struct RadModelFile {
     char format[16];     /* "rad", "gguf", "safetensors", "hf" */

@@ -2,7 +2,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -64,28 +63,11 @@ static int load_kind(enum Kind k, RadIn *in, RadModelFile *m, RadErr *e) {
 /* A regular file mapped read-only, its descriptor and identity kept in w (from the
  * same fstat that sized the map, so the watch describes exactly what is mapped). */
 static int map_file(RadIn *in, const char *path, RadFileWatch *w, RadErr *e) {
-    memset(in, 0, sizeof *in);
     memset(w, 0, sizeof *w);
-    snprintf(in->name, sizeof in->name, "%s", path);
-    in->fd = -1;
     struct stat st;
-    int fd = rad_open_regular(path, &st, e);
-    if (fd < 0) return e ? e->code : RAD_E_IO;
-    in->kind = RAD_IN_MMAP;
-    in->size = (uint64_t)st.st_size;
-    in->data = (const uint8_t *)"";
-    if (st.st_size > 0) {
-        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (p == MAP_FAILED) {
-            int err = errno;
-            close(fd);
-            return rad_err_set(e, RAD_E_IO, "%s: cannot mmap: %s", path, strerror(err));
-        }
-        in->data = p;
-    }
-    *w = (RadFileWatch){.on = 1, .fd = fd, .size = (uint64_t)st.st_size, .nlink = (uint64_t)st.st_nlink,
-                        .mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
-                        .ctime_ns = (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec};
+    int fd, rc = rad_in_map_file(in, path, &st, &fd, e);
+    if (rc) return rc;
+    rad_file_watch_init(w, fd, &st);
     return RAD_OK;
 }
 
