@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "rad_in.h"
+#include "rad_tok.h"
 
 static char *dup_str(const char *s) {
     size_t n = strlen(s) + 1;
@@ -165,21 +166,6 @@ static int probe_fn(Probe *pr, const void *fnp, size_t fn_size) {
 enum { S_NAME, S_OP, S_TEXT };
 enum { S_NULL_OK = 1, S_EMPTY_OK = 2 };
 
-/* Length of a valid UTF-8 sequence at s (up to n bytes), or 0. */
-static size_t utf8_len(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    size_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
-    if (!len || len > n) return 0;
-    uint32_t cp = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
-        cp = cp << 6 | (s[i] & 0x3F);
-    }
-    static const uint32_t min[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < min[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-    return len;
-}
-
 /* A string a plugin returned: probed page by page, NUL-terminated within max bytes, of its
  * class: S_NAME [A-Za-z0-9_.-] (flags and tables spell these), S_OP [a-z0-9_] starting with a
  * letter, S_TEXT UTF-8 without control characters. */
@@ -200,7 +186,7 @@ static int check_str(Probe *pr, const char *s, size_t max, int cls, int flags, c
         size_t step = 1;
         if (cls == S_NAME) ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
         else if (cls == S_OP) ok = (c >= 'a' && c <= 'z') || (i && ((c >= '0' && c <= '9') || c == '_'));
-        else ok = c >= 0x20 && c != 0x7F && (step = utf8_len((const unsigned char *)s + i, l - i)) != 0;
+        else ok = c >= 0x20 && c != 0x7F && (step = rad_utf8_len(s + i, l - i)) != 0;
         if (!ok)
             return rad_err_set(e, RAD_E_FORMAT, "%s has %s byte 0x%02x at offset %zu", field,
                                cls == S_TEXT ? "a control or invalid UTF-8" : "a disallowed", c, i);

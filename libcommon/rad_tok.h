@@ -81,6 +81,10 @@ int32_t rad_tok_eot(const RadTok *t);
 /* True for special tokens (token_type unknown or control), which generation does not print. */
 int rad_tok_is_special(const RadTok *t, int32_t id);
 
+/* Length of the well-formed UTF-8 character at s (1..4 bytes, within n), or 0 for an ill-formed
+ * or cut one (overlongs, surrogates and code points past U+10FFFF are ill-formed). */
+size_t rad_utf8_len(const char *s, size_t n);
+
 /* Bytes at the end of s that begin a UTF-8 character more bytes could complete (0..3): what a
  * streaming caller holds back before printing. */
 size_t rad_utf8_tail(const char *s, size_t n);

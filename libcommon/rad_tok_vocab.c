@@ -45,6 +45,8 @@ size_t tok_utf8_len(const uint8_t *p, size_t n) {
     return 0;
 }
 
+size_t rad_utf8_len(const char *s, size_t n) { return tok_utf8_len((const uint8_t *)s, n); }
+
 /* ---- spelling -> id ------------------------------------------------------------------------ */
 
 int tok_strmap_build(RadTok *t, RadErr *e) {

@@ -1238,11 +1238,9 @@ static void raise_nofile(void) {
 
 /* Whether s is valid UTF-8 (the served name is in every JSON answer). */
 static int utf8_ok(const char *s) {
-    char *t = NULL;
-    size_t n = 0;
-    int ok = !rad_utf8_lossy(s, strlen(s), &t, &n, NULL) && n == strlen(s) && !memcmp(t, s, n);
-    free(t);
-    return ok;
+    for (size_t i = 0, n = strlen(s), l; i < n; i += l)
+        if (!(l = rad_utf8_len(s + i, n - i))) return 0;
+    return 1;
 }
 
 /* The container's file stem, as valid UTF-8 (a file name's bytes may not be; ill-formed ones
