@@ -36,44 +36,6 @@ static uint64_t get_le(const uint8_t *p, int n) {
     return x;
 }
 
-/* A set of tensor names for duplicate checks in linear time: open addressing over XXH3 hashes,
- * each slot the index of a name in the caller's table plus one (0: empty). */
-typedef struct NameSet {
-    uint64_t *slot, *hash;
-    uint64_t cap, n;
-} NameSet;
-
-typedef const char *(*NameAt)(const void *tab, uint64_t i);
-
-/* Adds names(tab, ix); returns 1 when an equal name is already there (nothing added), 0 when
- * added, -1 when out of memory. */
-static int nameset_put(NameSet *s, const void *tab, NameAt name_at, uint64_t ix) {
-    if (2 * (s->n + 1) > s->cap) { /* at most half full */
-        uint64_t nc = s->cap ? 2 * s->cap : 64;
-        uint64_t *ns = calloc(nc, sizeof *ns), *nh = calloc(nc, sizeof *nh);
-        if (!ns || !nh) return free(ns), free(nh), -1;
-        for (uint64_t i = 0; i < s->cap; i++) {
-            if (!s->slot[i]) continue;
-            uint64_t j = s->hash[i] & (nc - 1);
-            while (ns[j]) j = (j + 1) & (nc - 1);
-            ns[j] = s->slot[i], nh[j] = s->hash[i];
-        }
-        free(s->slot), free(s->hash);
-        s->slot = ns, s->hash = nh, s->cap = nc;
-    }
-    const char *name = name_at(tab, ix);
-    uint64_t h = XXH3_64bits(name, strlen(name)), j = h & (s->cap - 1);
-    for (; s->slot[j]; j = (j + 1) & (s->cap - 1))
-        if (s->hash[j] == h && strcmp(name_at(tab, s->slot[j] - 1), name) == 0) return 1;
-    s->slot[j] = ix + 1, s->hash[j] = h, s->n++;
-    return 0;
-}
-
-static void nameset_free(NameSet *s) {
-    free(s->slot), free(s->hash);
-    memset(s, 0, sizeof *s);
-}
-
 /* A tensor or plane name: UTF-8 (checked by the caller) without control bytes, so every message
  * that quotes it stays one readable line. Returns the first offending byte's offset, or -1. */
 static long name_control_at(const char *s) {
@@ -111,11 +73,9 @@ struct RadWriter {
     RadKV kv[3];
     WTensor *t;
     uint64_t n_t;
-    NameSet names;     /* of t[].name: duplicates refused in linear time */
+    RadKV names;       /* t[].name as keys (hashed): duplicates refused in linear time */
     int done;
 };
-
-static const char *wname_at(const void *tab, uint64_t i) { return ((const WTensor *)tab)[i].name; }
 
 int rad_writer_init(RadWriter **wp, const char *path, const RadWriteOpts *o, int overwrite, RadErr *e) {
     *wp = NULL;
@@ -163,6 +123,7 @@ int rad_writer_init(RadWriter **wp, const char *path, const RadWriteOpts *o, int
         }
     }
     for (int i = 0; i < 3; i++) rad_kv_init(&w->kv[i]);
+    rad_kv_init(&w->names);
     *wp = w;
     return RAD_OK;
 }
@@ -195,6 +156,7 @@ int rad_writer_add_tensor(RadWriter *w, const char *name, RadEnc enc, uint32_t r
         if (!planes[i].name || !*planes[i].name || strlen(planes[i].name) >= sizeof w->t[0].planes[0].name ||
             name_control_at(planes[i].name) >= 0 || !rad_utf8_valid(planes[i].name, strlen(planes[i].name)))
             return rad_err_set(e, RAD_E_ARG, "tensor '%s': plane %u has no name, one too long (15 bytes at most) or not text", name, i);
+    if (rad_kv_get(&w->names, name)) return rad_err_set(e, RAD_E_ARG, "tensor '%s' added twice", name);
     if ((w->n_t & (w->n_t - 1)) == 0) {
         WTensor *nt = realloc(w->t, (w->n_t ? w->n_t * 2 : 16) * sizeof *nt);
         if (!nt) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
@@ -212,10 +174,9 @@ int rad_writer_add_tensor(RadWriter *w, const char *name, RadEnc enc, uint32_t r
         t->planes[i].data = planes[i].data;
         t->planes[i].nbytes = planes[i].nbytes;
     }
-    int dup = nameset_put(&w->names, w->t, wname_at, w->n_t);
-    if (dup) {
+    if ((rc = rad_kv_set_bool(&w->names, name, 1, e))) {
         free(t->name);
-        return dup > 0 ? rad_err_set(e, RAD_E_ARG, "tensor '%s' added twice", name) : rad_err_set(e, RAD_E_NOMEM, "out of memory");
+        return rc;
     }
     w->n_t++;
     return RAD_OK;
@@ -373,7 +334,7 @@ void rad_writer_free(RadWriter *w) {
         for (uint32_t j = 0; j < w->t[i].n_planes; j++) free(w->t[i].planes[j].zbuf);
     }
     free(w->t);
-    nameset_free(&w->names);
+    rad_kv_free(&w->names);
     free(w);
 }
 
@@ -432,8 +393,6 @@ static int hdr_str(RadIn *h, char **out, uint64_t max, const char *what, RadErr 
     return RAD_OK;
 }
 
-static const char *mname_at(const void *tab, uint64_t i) { return ((const RadTensor *)tab)[i].name; }
-
 /* A name read from the table: not empty, no control bytes (hdr_str has checked UTF-8 and NUL). */
 static int check_name(RadIn *h, const char *name, uint64_t i, const char *tname, const char *what, RadErr *e) {
     if (!*name)
@@ -458,7 +417,6 @@ static int read_tensors(RadIn *h, RadModelFile *m, uint64_t data_bytes, uint32_t
     if (n > rad_in_remaining(h) / MIN_TENSOR_ENTRY)
         return rad_err_set(e, RAD_E_FORMAT, "%s: tensor count %" PRIu64 " exceeds what the tensor table's %" PRIu64 " bytes can hold",
                            h->name, n, rad_in_remaining(h));
-    NameSet names = {0};
     for (uint64_t i = 0; i < n && !rc; i++) {
         RadTensor t = {0};
         char *enc = NULL;
@@ -522,16 +480,11 @@ static int read_tensors(RadIn *h, RadModelFile *m, uint64_t data_bytes, uint32_t
         if (!rc && t.n_planes == 1 && t.planes[0].nbytes != want)
             rc = rad_err_set(e, RAD_E_FORMAT, "%s: tensor '%s': %" PRIu64 " bytes, but %s of this shape is %" PRIu64,
                              h->name, t.name, t.planes[0].nbytes, rad_enc_info(t.enc)->name, want);
-        if (!rc) {
-            char *name = t.name; /* the table owns it once added */
-            rc = rad_model_add_tensor(m, &t, e);
-            int dup = rc ? 0 : nameset_put(&names, m->tensors, mname_at, m->n_tensors - 1);
-            if (dup < 0) rc = rad_err_set(e, RAD_E_NOMEM, "%s: out of memory", h->name);
-            else if (dup) rc = rad_err_set(e, RAD_E_FORMAT, "%s: tensor '%s' appears twice", h->name, name);
-        }
+        if (!rc && rad_model_find(m, t.name)) /* the model's name index: linear in the tensors */
+            rc = rad_err_set(e, RAD_E_FORMAT, "%s: tensor '%s' appears twice", h->name, t.name);
+        if (!rc) rc = rad_model_add_tensor(m, &t, e);
         free(t.name);
     }
-    nameset_free(&names);
     if (!rc && rad_in_remaining(h) != 0)
         rc = rad_err_set(e, RAD_E_FORMAT, "%s: tensor table: %" PRIu64 " bytes left over after %" PRIu64 " tensors", h->name,
                          rad_in_remaining(h), n);

@@ -10,21 +10,8 @@
 
 static RadXTensor xt(const RadTensor *t) { return rad_xtensor_of(t, t->planes[0].data, t->planes[0].nbytes); }
 
-/* The checkpoint's tensor called name, or NULL; through the plan's hash of names. */
-static const RadTensor *find(Plan *p, const char *name) {
-    if (!p->indexed) {
-        p->indexed = 1;
-        for (uint64_t i = 0; i < p->src->n_tensors; i++)
-            if (rad_kv_set_u64(&p->by_name, p->src->tensors[i].name, i, NULL)) {
-                rad_kv_free(&p->by_name); /* out of memory: scan instead */
-                p->indexed = -1;
-                break;
-            }
-    }
-    if (p->indexed < 0) return rad_model_find(p->src, name);
-    const RadValue *v = rad_kv_get(&p->by_name, name);
-    return v ? &p->src->tensors[v->v.u] : NULL;
-}
+/* The checkpoint's tensor called name, or NULL (rad_model_find: through the model's name index). */
+static const RadTensor *find(Plan *p, const char *name) { return rad_model_find(p->src, name); }
 
 /* The sources of one map entry that are present: COPY takes the first present alternative,
  * every other kind needs all of them. */
@@ -250,6 +237,4 @@ void plan_free(Plan *p) {
     free(p->items);
     p->items = NULL;
     p->n = p->cap = 0;
-    rad_kv_free(&p->by_name);
-    p->indexed = 0;
 }

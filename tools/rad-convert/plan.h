@@ -27,9 +27,6 @@ typedef struct Plan {
     PlanItem *items;              /* [n] in declaration order */
     int n, cap;
     char missing[512];            /* the first declared weight no map entry could feed */
-    RadKV by_name;                /* tensor name -> index in src->tensors, built at the first
-                                     lookup (a scan per lookup was quadratic in the tensors) */
-    int indexed;
     int drop_unclaimed;           /* --drop-unclaimed: tensors no item reads are left out */
     int no_tokenizer;             /* --no-tokenizer: a source without a tokenizer converts */
 } Plan;
