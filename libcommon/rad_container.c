@@ -635,10 +635,18 @@ int rad_container_load(RadIn *in_, RadModelFile *m, RadErr *e) {
     return RAD_OK;
 }
 
-int rad_plane_read(const RadModelFile *m, const RadTensor *t, uint32_t j, void *dst, RadErr *e) {
+/* Plane j of t, whose bytes must be mapped: the readers below take them where they lie. */
+static int mapped_plane(const RadModelFile *m, const RadTensor *t, uint32_t j, const RadPlane **p, RadErr *e) {
     if (j >= t->n_planes) return rad_err_set(e, RAD_E_ARG, "tensor '%s': no plane %u", t->name, j);
-    const RadPlane *p = &t->planes[j];
-    if (!p->data) return rad_err_set(e, RAD_E_UNSUPPORTED, "%s: tensor '%s': data not mapped (stream input)", m->path, t->name);
+    *p = &t->planes[j];
+    if (!(*p)->data) return rad_err_set(e, RAD_E_UNSUPPORTED, "%s: tensor '%s': data not mapped (stream input)", m->path, t->name);
+    return RAD_OK;
+}
+
+int rad_plane_read(const RadModelFile *m, const RadTensor *t, uint32_t j, void *dst, RadErr *e) {
+    const RadPlane *p = NULL;
+    int rc = mapped_plane(m, t, j, &p, e);
+    if (rc) return rc;
     if (p->compression == RAD_COMP_NONE) {
         memcpy(dst, p->data, p->nbytes);
         return RAD_OK;
@@ -721,20 +729,20 @@ static int mismatch(RadErr *e, const RadModelFile *m, const RadTensor *t, const 
 }
 
 int rad_plane_verify(const RadModelFile *m, const RadTensor *t, uint32_t j, RadErr *e) {
-    if (j >= t->n_planes) return rad_err_set(e, RAD_E_ARG, "tensor '%s': no plane %u", t->name, j);
-    const RadPlane *p = &t->planes[j];
-    if (!p->data) return rad_err_set(e, RAD_E_UNSUPPORTED, "%s: tensor '%s': data not mapped (stream input)", m->path, t->name);
+    const RadPlane *p = NULL;
+    int rc = mapped_plane(m, t, j, &p, e);
+    if (rc) return rc;
     uint64_t h = 0;
-    int rc = hash_plane((RadModelFile *)m, t, p, &h, e); /* a mapped plane: the stream is not touched */
+    rc = hash_plane((RadModelFile *)m, t, p, &h, e); /* a mapped plane: the stream is not touched */
     if (rc) return rc;
     return h == p->checksum ? RAD_OK : mismatch(e, m, t, p, h);
 }
 
 int rad_plane_load(const RadModelFile *m, const RadTensor *t, uint32_t j, void *dst_, int verify, RadErr *e) {
     if (!verify) return rad_plane_read(m, t, j, dst_, e);
-    if (j >= t->n_planes) return rad_err_set(e, RAD_E_ARG, "tensor '%s': no plane %u", t->name, j);
-    const RadPlane *p = &t->planes[j];
-    if (!p->data) return rad_err_set(e, RAD_E_UNSUPPORTED, "%s: tensor '%s': data not mapped (stream input)", m->path, t->name);
+    const RadPlane *p = NULL;
+    int rc = mapped_plane(m, t, j, &p, e);
+    if (rc) return rc;
     /* in chunks that stay in cache between the copy (or decompression) and the hash */
     enum { CHUNK = 256 << 10 };
     uint8_t *dst = dst_;
