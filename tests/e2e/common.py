@@ -330,14 +330,14 @@ def free_port():
 class Server:
     """A radiance server started by a suite (its own flags: --api-key, small limits, a drain)."""
 
-    def __init__(self, name, *args):
+    def __init__(self, name, *args, model=None, deterministic=True):
         self.port = free_port()
         self.url = "http://127.0.0.1:%d" % self.port
         os.makedirs(LOGDIR, exist_ok=True)
         self.log = os.path.join(LOGDIR, "server-%s.log" % name)
         self.logf = open(self.log, "wb")
-        cmd = [BIN, "--model", MODEL_FILE, "--host", "127.0.0.1", "--port", str(self.port),
-               "--ctx", str(CTX), "--threads", "2", "--deterministic"] + list(args)
+        cmd = [BIN, "--model", model or MODEL_FILE, "--host", "127.0.0.1", "--port", str(self.port),
+               "--ctx", str(CTX), "--threads", "2"] + (["--deterministic"] if deterministic else []) + list(args)
         self.cmd = cmd
         self.proc = subprocess.Popen(cmd, stdout=self.logf, stderr=subprocess.STDOUT)
 
@@ -360,6 +360,15 @@ class Server:
                 pass
             time.sleep(0.2)
         raise AssertionError("%s: /health not 200 after %d s:\n%s" % (" ".join(self.cmd), timeout, self.tail()))
+
+    def ready(self, timeout=None):
+        """wait_ready, killing the server when it never gets there; returns self."""
+        try:
+            self.wait_ready(timeout)
+        except BaseException:
+            self.kill()
+            raise
+        return self
 
     def stop(self, timeout=30):
         """SIGTERM; returns the exit status (None if it had to be killed)."""

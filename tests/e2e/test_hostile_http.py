@@ -22,12 +22,7 @@ BOUND = 120 if QUICK else 60   # seconds before a trickle that was never closed 
 
 
 def own_server(tc, name, *args):
-    srv = Server(name, *args)
-    try:
-        srv.wait_ready()
-    except BaseException:
-        srv.kill()
-        raise
+    srv = Server(name, *args).ready()
     tc.addCleanup(srv.kill)
     return srv
 
@@ -211,12 +206,7 @@ class TestPaths(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.name = "m" * 200  # --served-model-name's limit
-        cls.srv = Server("paths", "--served-model-name", cls.name)
-        try:
-            cls.srv.wait_ready()
-        except BaseException:
-            cls.srv.kill()
-            raise
+        cls.srv = Server("paths", "--served-model-name", cls.name).ready()
 
     @classmethod
     def tearDownClass(cls):

@@ -5,7 +5,6 @@ the README's). Each answer must be non-empty and end by itself (finish_reason "s
 bound, and at least 3 of the 8 must name Paris (4 do: the 135M model often opens with "L'Étoile"). The requests set no sampling parameter, so what is tested is the
 container's default sampling; each carries a seed, so the test is the same every run."""
 import os
-import subprocess
 import unittest
 
 import common
@@ -16,29 +15,10 @@ BOUND = 256  # tokens; the answers measured were 8 to 78 (docs/SERVER.md, "The d
 SEEDS = range(8)  # the same in quick mode: ~30 tokens each
 
 
-class RunServer(common.Server):
-    """common.Server on the `make run` container, with make run's flags (threads aside)."""
-
-    def __init__(self):
-        self.port = common.free_port()
-        self.url = "http://127.0.0.1:%d" % self.port
-        os.makedirs(common.LOGDIR, exist_ok=True)
-        self.log = os.path.join(common.LOGDIR, "server-readme.log")
-        self.logf = open(self.log, "wb")
-        self.cmd = [common.BIN, "--model", RUN_MODEL, "--host", "127.0.0.1", "--port", str(self.port),
-                    "--ctx", str(common.CTX), "--threads", "2"]
-        self.proc = subprocess.Popen(self.cmd, stdout=self.logf, stderr=subprocess.STDOUT)
-
-
 class TestReadme(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.srv = RunServer()
-        try:
-            cls.srv.wait_ready()
-        except BaseException:
-            cls.srv.kill()
-            raise
+        cls.srv = common.Server("readme", model=RUN_MODEL, deterministic=False).ready()  # make run's flags
 
     @classmethod
     def tearDownClass(cls):

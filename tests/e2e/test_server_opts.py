@@ -44,12 +44,7 @@ class TestLimits(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.srv = Server("limits", "--api-key", KEY, "--max-body", "4096", "--max-header", "8192",
-                         "--max-conns", "8", "--idle-timeout", "3")
-        try:
-            cls.srv.wait_ready()
-        except BaseException:
-            cls.srv.kill()
-            raise
+                         "--max-conns", "8", "--idle-timeout", "3").ready()
         cls.auth = {"Authorization": "Bearer " + KEY}
 
     @classmethod
@@ -119,12 +114,7 @@ class TestLimits(unittest.TestCase):
 
 class TestDrain(unittest.TestCase):
     def _start(self, name, drain):
-        srv = Server(name, "--drain-timeout", str(drain))
-        try:
-            srv.wait_ready()
-        except BaseException:
-            srv.kill()
-            raise
+        srv = Server(name, "--drain-timeout", str(drain)).ready()
         self.addCleanup(srv.kill)
         st, body = http_json("GET", "/v1/models", port=srv.port)
         return srv, body["data"][0]["id"]

@@ -31,12 +31,7 @@ class TestSpecialTokens(E2E):
 
     @classmethod
     def setUpClass(cls):
-        cls.srv = Server("special-tokens", "--chat-special-tokens")
-        try:
-            cls.srv.wait_ready()
-        except BaseException:
-            cls.srv.kill()
-            raise
+        cls.srv = Server("special-tokens", "--chat-special-tokens").ready()
 
     @classmethod
     def tearDownClass(cls):
