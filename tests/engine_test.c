@@ -13,6 +13,8 @@
 #include "libcommon/rad_container.h"
 #include "libcommon/rad_engine.h"
 
+#include "tiny_llama.h"
+
 enum { L = 2, E = 32, H = 4, G = 2, HD = 8, FF = 48, V = 64, T = 11 };
 
 static char path[256];
@@ -52,18 +54,8 @@ static void setup(void) {
     }
     for (int i = 0; i < E; i++) out_norm[i] += 1.0f;
     RadKV meta;
-    rad_kv_init(&meta);
     RadErr e = {0};
-    rad_kv_set_str(&meta, "model.arch_id", "llama", &e);
-    rad_kv_set_str(&meta, "model.quant", "", &e);
-    rad_kv_set_str(&meta, "model.quant_origin", "native", &e);
-    const char *k[] = {"model.n_layers", "model.n_embd", "model.n_head", "model.n_head_kv", "model.head_dim", "model.n_ff",
-                       "model.n_vocab", "model.n_ctx_train"};
-    uint32_t v[] = {L, E, H, G, HD, FF, V, 256};
-    for (int i = 0; i < 8; i++) rad_kv_set_u32(&meta, k[i], v[i], &e);
-    rad_kv_set_f32(&meta, "model.rms_eps", 1e-5f, &e);
-    rad_kv_set_f32(&meta, "model.rope_theta", 10000.0f, &e);
-    rad_kv_set_bool(&meta, "model.tie_embeddings", false, &e);
+    tiny_llama_meta(&meta, L, E, H, G, HD, FF, V, &e);
     RadWriter *w;
     cr_assert_eq(rad_writer_init(&w, path, NULL, 1, &e), RAD_OK, "%s", e.msg);
     rad_writer_set_kv(w, 0, &meta, &e);
