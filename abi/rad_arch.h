@@ -439,7 +439,10 @@ static inline rad_weight rad_decl_weight(RadBuilder *b, const char *name, const 
 }
 static inline int rad_decl_name_map(RadBuilder *b, const RadNameMap *m) { return b->api->decl_name_map(b, m, sizeof *m); }
 static inline RadEnc rad_weight_encoding(RadBuilder *b, rad_weight w) { return b->api->weight_encoding(b, w); }
-/* This rank's rows of a SHARD_ROW weight: whole (part = UINT32_MAX) or one stacked part. */
+/* This rank's rows of a SHARD_ROW weight: whole (part = UINT32_MAX) or one stacked part. Splits
+ * are balanced (the first rows % world_size ranks own one row more), so uneven splits tile the
+ * tensor; a rank's declared shape[0] must be its share (refused naming the weight), and a
+ * weight with row_parts has no single span: ask each part. */
 static inline int rad_weight_shard_span(RadBuilder *b, rad_weight w, uint64_t *begin, uint64_t *len) {
     return b->api->weight_shard_span(b, w, UINT32_MAX, begin, len);
 }

@@ -107,6 +107,7 @@ static rad_weight b_decl_weight(RadBuilder *b, const char *name, const RadWeight
     uint64_t shape[RAD_MAX_RANK] = {0};
     w->enc = g->lookup ? g->lookup(g->lookup_user, c.source ? c.source : name, &c, g->maps, g->n_maps, &rank, shape)
                        : RAD_ENC_COUNT;
+    if (rank) w->stored_rows = shape[0];
     g->n_w++;
     if (w->enc == RAD_ENC_COUNT) {
         if (!c.optional) gfail(g, "weight '%s': missing (not in the checkpoint/container, and not optional)", name);
@@ -157,34 +158,55 @@ static RadEnc b_weight_encoding(RadBuilder *b, rad_weight w) {
     return wvalid(g, w) ? g->w[w.id].enc : RAD_ENC_COUNT;
 }
 
+/* Rank r's share of `total` rows over ws ranks: balanced, the first total % ws ranks one row
+ * more, so the ranks' spans tile [0, total) with nothing dropped (an uneven split such as 9
+ * heads' rows over 2 ranks). */
+static void balanced_span(uint64_t total, uint32_t r, uint32_t ws, uint64_t *begin, uint64_t *len) {
+    uint64_t base = total / ws, rem = total % ws;
+    *begin = (uint64_t)r * base + (r < rem ? r : rem);
+    *len = base + (r < rem ? 1 : 0);
+}
+
 static int b_weight_shard_span(RadBuilder *b, rad_weight w, uint32_t part, uint64_t *begin, uint64_t *len) {
     RadGraph *g = G(b);
     if (!wvalid(g, w)) return RAD_E_ARG;
-    const RadWeightDecl *d = &g->w[w.id].d;
+    const RadGWeight *gw = &g->w[w.id];
+    const RadWeightDecl *d = &gw->d;
     uint32_t r = g->ctx ? g->ctx->rank : 0, ws = g->ctx && g->ctx->world_size ? g->ctx->world_size : 1;
-    if (d->shard != RAD_SHARD_ROW || ws == 1) {
-        *begin = 0;
-        *len = d->shape[0];
-        if (part != UINT32_MAX && d->n_row_parts) {
-            if (part >= d->n_row_parts) return RAD_E_ARG;
-            uint64_t off = 0;
-            for (uint32_t i = 0; i < part; i++) off += d->row_parts[i];
-            *begin = off;
-            *len = d->row_parts[part];
-        }
-        return RAD_OK;
-    }
-    if (part == UINT32_MAX) { /* this rank's rows of the whole (undivided) tensor */
-        *begin = (uint64_t)r * d->shape[0];
-        *len = d->shape[0];
-        return RAD_OK;
-    }
-    if (part >= d->n_row_parts) return RAD_E_ARG;
+    if (part != UINT32_MAX && d->n_row_parts && part >= d->n_row_parts) return RAD_E_ARG;
     uint64_t off = 0;
-    for (uint32_t i = 0; i < part; i++) off += d->row_parts[i];
-    uint64_t per = d->row_parts[part] / ws; /* a rank owns a slice of each stacked part */
-    *begin = off + (uint64_t)r * per;
-    *len = per;
+    for (uint32_t i = 0; part != UINT32_MAX && i < part; i++) off += d->row_parts[i];
+    if (d->shard != RAD_SHARD_ROW || ws == 1) { /* every row is this rank's */
+        *begin = part == UINT32_MAX || !d->n_row_parts ? 0 : off;
+        *len = part == UINT32_MAX || !d->n_row_parts ? d->shape[0] : d->row_parts[part];
+        return RAD_OK;
+    }
+    if (part != UINT32_MAX) { /* a rank owns a slice of each stacked part, never of the stack */
+        if (!d->n_row_parts) return RAD_E_ARG;
+        uint64_t mine = 0, pb, pl; /* the declared (divided) rows must be this rank's slices */
+        for (uint32_t i = 0; i < d->n_row_parts; i++) balanced_span(d->row_parts[i], r, ws, &pb, &pl), mine += pl;
+        if (mine != d->shape[0]) {
+            gfail(g, "weight '%s': rank %u of %u owns %" PRIu64 " rows of its %u parts but declares %" PRIu64, gw->name, r, ws,
+                  mine, d->n_row_parts, d->shape[0]);
+            return RAD_E_SHAPE;
+        }
+        balanced_span(d->row_parts[part], r, ws, begin, len);
+        *begin += off;
+        return RAD_OK;
+    }
+    if (d->n_row_parts) { /* its rows are a slice of each part: not one span */
+        gfail(g, "weight '%s': stacks %u row parts; a rank's rows are rad_weight_shard_parts, not one span", gw->name,
+              d->n_row_parts);
+        return RAD_E_ARG;
+    }
+    /* this rank's rows of the whole tensor, of the stored (undivided) rows */
+    uint64_t total = gw->stored_rows ? gw->stored_rows : d->shape[0] * ws;
+    balanced_span(total, r, ws, begin, len);
+    if (*len != d->shape[0]) {
+        gfail(g, "weight '%s': rank %u of %u owns rows [%" PRIu64 ", %" PRIu64 ") of %" PRIu64 " but declares %" PRIu64,
+              gw->name, r, ws, *begin, *begin + *len, total, d->shape[0]);
+        return RAD_E_SHAPE;
+    }
     return RAD_OK;
 }
 

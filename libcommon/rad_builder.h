@@ -13,6 +13,7 @@ typedef struct RadGWeight {
     char *name;
     RadWeightDecl d;      /* as declared; d.row_parts/source/planes point into owned copies */
     RadEnc enc;           /* stored encoding (RAD_ENC_COUNT: absent) */
+    uint64_t stored_rows; /* dim 0 as stored (undivided), 0 when the lookup gave no shape */
 } RadGWeight;
 
 typedef struct RadGMap {

@@ -227,6 +227,84 @@ Test(builder, refusals_name_what_is_wrong, .init = setup) {
     expect_refusal(decl_plugin_refuses, lookup_all, "n_head_kv 5 does not divide n_head 9");
 }
 
+/* ---- uneven tensor-parallel splits (rad_weight_shard_span / _parts) -------------------------
+ * At world_size 2 a stacked [a|b] of 5 and 3 rows, and a plain weight of 7 stored rows: each
+ * rank declares its own (divided) rows and asks which rows of the stored tensor are its. The
+ * ranks' spans must tile each part and the whole with nothing dropped or shared (a part split
+ * by integer division once lost its last row). */
+typedef struct { uint64_t b, l; int rc; } Span;
+static Span spans[2][3];  /* [rank][part 0, part 1, whole of the plain weight] */
+static uint32_t shard_rank;
+static const uint64_t PARTS[2] = {5, 3};
+static int decl_uneven(RadBuilder *b, const RadModelMeta *m, const RadBuildCtx *c) {
+    (void)m;
+    uint64_t mine = 0, base, len;
+    for (int i = 0; i < 2; i++) base = PARTS[i] / 2, len = base + (c->rank < PARTS[i] % 2), mine += len;
+    RadWeightDecl st = {.dtype = RAD_F32, .rank = 2, .shape = {mine, 4}, .shard = RAD_SHARD_ROW, .n_row_parts = 2,
+                        .row_parts = PARTS};
+    rad_weight w = rad_decl_weight(b, "stack", &st);
+    RadWeightDecl pl = {.dtype = RAD_F32, .rank = 2, .shape = {c->rank == 0 ? 4 : 3, 4}, .shard = RAD_SHARD_ROW};
+    rad_weight v = rad_decl_weight(b, "plain", &pl);
+    for (uint32_t i = 0; i < 2; i++) {
+        Span *s = &spans[c->rank][i];
+        s->rc = rad_weight_shard_parts(b, w, i, &s->b, &s->l);
+    }
+    Span *s = &spans[c->rank][2];
+    s->rc = rad_weight_shard_span(b, v, &s->b, &s->l);
+    return 0;
+}
+/* Stored shapes are undivided: 8 rows of the stack, 7 of the plain weight. */
+static RadEnc lookup_undivided(void *user, const char *name, const RadWeightDecl *d, const RadGMap *maps, int n_maps,
+                               uint32_t *rank, uint64_t *shape) {
+    (void)user, (void)maps, (void)n_maps;
+    *rank = d->rank;
+    memcpy(shape, d->shape, d->rank * sizeof *shape);
+    shape[0] = strcmp(name, "stack") == 0 ? 8 : 7;
+    return RAD_ENC_F32;
+}
+
+Test(builder, shard_spans_tile_uneven_splits, .init = setup) {
+    RadPlugin p = in_test(decl_uneven);
+    for (shard_rank = 0; shard_rank < 2; shard_rank++) {
+        RadBuildCtx c = CTX;
+        c.world_size = 2, c.rank = shard_rank;
+        RadGraph g;
+        RadErr e = {0};
+        cr_assert_eq(rad_graph_declare(&g, &p, &META, &c, NULL, lookup_undivided, NULL, &e), RAD_OK, "rank %u: %s",
+                     shard_rank, e.msg);
+        rad_graph_free(&g);
+    }
+    const uint64_t start[3] = {0, 5, 0}, total[3] = {5, 3, 7};
+    for (int i = 0; i < 3; i++) {
+        const Span *a = &spans[0][i], *b = &spans[1][i];
+        cr_assert(a->rc == RAD_OK && b->rc == RAD_OK, "part %d: rc %d, %d", i, a->rc, b->rc);
+        cr_assert_eq(a->b, start[i], "part %d: rank 0 starts at %" PRIu64, i, a->b);
+        cr_assert_eq(b->b, a->b + a->l, "part %d: rank 1 starts at %" PRIu64 ", rank 0 ends at %" PRIu64, i, b->b, a->b + a->l);
+        cr_assert_eq(a->l + b->l, total[i], "part %d: the ranks own %" PRIu64 " of %" PRIu64 " rows", i, a->l + b->l, total[i]);
+    }
+    cr_assert_eq(spans[0][0].l + spans[0][1].l, 5, "rank 0 owns %" PRIu64 " stacked rows, declared 5",
+                 spans[0][0].l + spans[0][1].l);
+}
+
+/* A rank that declares rows it does not own is refused naming the weight. */
+static int decl_wrong_share(RadBuilder *b, const RadModelMeta *m, const RadBuildCtx *c) {
+    (void)m, (void)c;
+    RadWeightDecl pl = {.dtype = RAD_F32, .rank = 2, .shape = {3, 4}, .shard = RAD_SHARD_ROW};
+    rad_weight v = rad_decl_weight(b, "plain", &pl);
+    uint64_t s, l;
+    return rad_weight_shard_span(b, v, &s, &l) ? 1 : 0;
+}
+Test(builder, shard_span_refuses_a_share_it_does_not_own, .init = setup) {
+    RadPlugin p = in_test(decl_wrong_share);
+    RadBuildCtx c = CTX;
+    c.world_size = 2, c.rank = 0; /* 7 stored rows: rank 0 owns [0, 4), not 3 */
+    RadGraph g;
+    RadErr e = {0};
+    cr_assert_neq(rad_graph_declare(&g, &p, &META, &c, NULL, lookup_undivided, NULL, &e), RAD_OK, "accepted");
+    cr_assert(strstr(e.msg, "weight 'plain': rank 0 of 2 owns rows [0, 4) of 7 but declares 3"), "%s", e.msg);
+    rad_graph_free(&g);
+}
+
 /* ---- the loader's rules, with the real Llama plugins --------------------------------------- */
 
 Test(loader, exact_match_imports_and_refusals, .init = setup) {
