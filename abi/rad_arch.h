@@ -511,6 +511,7 @@ static inline int rad_issue(RadCtx *c, rad_op op, const RadOperand *o, uint32_t 
     (uint32_t)(sizeof((RadOperand[]){__VA_ARGS__}) / sizeof(RadOperand)), RAD_EXTENT_BATCH)
 #define RAD_ISSUE_N(c, op, n, ...) rad_issue((c), (op), (const RadOperand[]){__VA_ARGS__}, \
     (uint32_t)(sizeof((RadOperand[]){__VA_ARGS__}) / sizeof(RadOperand)), (n))
+/* Fails the step with `what`: every later issue in this step returns non-OK and runs nothing. */
 static inline void rad_step_fail(RadCtx *c, const char *what) { c->api->step_fail(c, what); }
 
 /* ---- the exports --------------------------------------------------------------------------- */

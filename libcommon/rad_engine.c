@@ -513,6 +513,7 @@ static void issue_prefetch(const RadEngine *en, const RadGOp *op, const RadEngin
 
 static int c_issue(RadCtx *c, rad_op h, const RadOperand *ops, uint32_t n_ops, uint64_t n) {
     RadEngine *en = E(c);
+    if (en->step_failed) return RAD_E_SHAPE; /* rad_step_fail (or a failed op) ends the step: nothing more runs */
     if (h.id < 0 || h.id >= en->g.n_ops) return step_err(en, "an undeclared op was issued");
     const RadGOp *op = &en->g.ops[h.id];
     if (n == RAD_EXTENT_BATCH) n = en->batch->n_tok;
