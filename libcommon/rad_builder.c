@@ -497,6 +497,17 @@ static const RadBuilderApi API = {
 
 /* ---- driving a declare ---------------------------------------------------------------------- */
 
+RadBuildCtx rad_build_ctx_for(const RadModelMeta *m, const RadStepBounds *b) {
+    uint32_t ctx = b->max_ctx;
+    if (!ctx) ctx = m->n_ctx_train > 0 ? (uint32_t)m->n_ctx_train : 4096;
+    if (!b->max_ctx && ctx > RAD_SERVE_CTX_CAP) ctx = RAD_SERVE_CTX_CAP;
+    uint32_t tok = b->max_tok ? b->max_tok : RAD_SERVE_MAX_TOK;
+    return (RadBuildCtx){.struct_size = sizeof(RadBuildCtx), .world_size = 1, .max_tok = tok,
+                         .max_seqs = b->max_seqs ? b->max_seqs : RAD_SERVE_MAX_SEQS, .max_ctx = ctx,
+                         .max_mixed_tok = tok, .kv_dtype = b->kv_dtype ? b->kv_dtype : RAD_F32, .state_dtype = RAD_F32,
+                         .scope = "", .max_out_rows = b->max_out_rows};
+}
+
 int rad_graph_declare(RadGraph *g, const RadPlugin *plugin, const RadModelMeta *meta, const RadBuildCtx *ctx,
                       const RadPluginSet *libs, RadWeightLookup lookup, void *lookup_user, RadErr *e) {
     memset(g, 0, sizeof *g);

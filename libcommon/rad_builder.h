@@ -88,6 +88,22 @@ typedef struct RadGraph {
     uint64_t naive_bytes;         /* transient buffers with no sharing, for comparison */
 } RadGraph;
 
+/* The step bounds a declare runs against, as radiance serves a model: rad-convert --plan-only
+ * declares against the same ones (and takes the same flags), so a plan that passes is the graph
+ * the server builds. Zero fields take the defaults below. */
+#define RAD_SERVE_MAX_TOK 512     /* tokens per step (radiance --max-mixed-tok) */
+#define RAD_SERVE_MAX_SEQS 16     /* sequences per step (radiance --max-seqs) */
+#define RAD_SERVE_CTX_CAP 8192    /* the context when --ctx is not given: n_ctx_train, capped */
+typedef struct RadStepBounds {
+    uint32_t max_tok;             /* 0: RAD_SERVE_MAX_TOK */
+    uint32_t max_seqs;            /* 0: RAD_SERVE_MAX_SEQS */
+    uint32_t max_ctx;             /* 0: n_ctx_train (4096 when unknown), capped at RAD_SERVE_CTX_CAP */
+    uint32_t max_out_rows;        /* 0: the plugin's rule */
+    RadDType kv_dtype;            /* 0: RAD_F32 */
+} RadStepBounds;
+/* A rank-0, world-1 RadBuildCtx for these bounds over this model. */
+RadBuildCtx rad_build_ctx_for(const RadModelMeta *m, const RadStepBounds *b);
+
 /* Runs plugin->declare against meta and ctx and records the graph. Weight encodings come from
  * lookup. Fails with the plugin's or the builder's one-line reason. */
 int rad_graph_declare(RadGraph *g, const RadPlugin *plugin, const RadModelMeta *meta, const RadBuildCtx *ctx,

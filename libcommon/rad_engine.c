@@ -592,7 +592,7 @@ static const RadCtxApi CTX_API = {sizeof(RadCtxApi), c_issue, c_step_fail, c_lan
 int rad_engine_open(RadEngine *en, const RadEngineOpts *o, RadErr *e) {
     memset(en, 0, sizeof *en);
     en->o = *o;
-    if (!en->o.max_tok) en->o.max_tok = 512;
+    if (!en->o.max_tok) en->o.max_tok = RAD_SERVE_MAX_TOK;
     if (!en->o.max_seqs) en->o.max_seqs = 1;
     if (en->o.max_tolerance <= 0) en->o.max_tolerance = 1e-3;
     if (!en->o.n_threads) { /* "all cores", resolved once: kernels are never told 0 */
@@ -624,12 +624,9 @@ int rad_engine_open(RadEngine *en, const RadEngineOpts *o, RadErr *e) {
     RadArchProbe probe;
     if ((rc = rad_plugin_check_flags(en->arch, &en->meta, &flags, &probe, e))) return rc;
     if ((rc = pick_libs(en, e))) return rc;
-    uint32_t ctx_len = o->max_ctx ? o->max_ctx : (en->meta.n_ctx_train > 0 ? (uint32_t)en->meta.n_ctx_train : 4096);
-    if (!o->max_ctx && ctx_len > 8192) ctx_len = 8192;
-    en->ctx = (RadBuildCtx){.struct_size = sizeof en->ctx, .world_size = 1, .max_tok = en->o.max_tok,
-                            .max_seqs = en->o.max_seqs, .max_ctx = ctx_len, .max_mixed_tok = en->o.max_tok,
-                            .kv_dtype = o->kv_dtype ? o->kv_dtype : RAD_F32, .state_dtype = RAD_F32, .scope = "",
-                            .max_out_rows = o->max_out_rows};
+    en->ctx = rad_build_ctx_for(&en->meta, &(RadStepBounds){.max_tok = en->o.max_tok, .max_seqs = en->o.max_seqs,
+                                                             .max_ctx = o->max_ctx, .max_out_rows = o->max_out_rows,
+                                                             .kv_dtype = o->kv_dtype});
     if ((rc = rad_graph_declare(&en->g, en->arch, &en->meta, &en->ctx, &en->sel, container_lookup, &en->m, e))) return rc;
     if ((rc = rad_graph_check_encodings(&en->g, e))) return rc;
     if ((rc = rad_graph_plan(&en->g, e))) return rc;

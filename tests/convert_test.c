@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 
 #include "libcommon/quant.h"
+#include "libcommon/rad_builder.h"
 #include "libcommon/rad_encode.h"
 #include "libcommon/rad_model.h"
 
@@ -460,4 +461,26 @@ Test(convert, no_tokenizer_and_unclaimed_tensors_are_refused) {
     cr_assert_eq(r.n_tensors, 3 + 9);
     cr_assert_null(rad_model_find(&r, "blk.1.attn_q.weight"));
     rad_model_free(&r);
+}
+
+/* --plan-only declares against radiance's step bounds (rad_build_ctx_for: 512 tokens, 16
+ * sequences, n_ctx_train capped at 8192) and takes radiance's flags for them; it once declared
+ * against 64 sequences and an uncapped context, a graph the server never builds. */
+Test(convert, plan_only_declares_against_radiance_bounds) {
+    char *err;
+    cr_assert_eq(run("$CONV $NT tests/fixtures/tiny-llama-bf16 --plan-only > $D/p1 && "
+                     "grep -qx 'plan: declared as radiance serves it: max_mixed_tok 512, max_seqs 16, context 512' $D/p1 && "
+                     "$CONV $NT tests/fixtures/tiny-llama-bf16 --plan-only -v --max-seqs 3 --max-mixed-tok 32 --ctx 64 > $D/p2 && "
+                     "grep -qx 'plan: declared as radiance serves it: max_mixed_tok 32, max_seqs 3, context 64' $D/p2 && "
+                     "grep -q 'note: .*max_tok 32' $D/p2", &err), 0, "%s", err);
+    free(err);
+    cr_assert_eq(run("$CONV $NT tests/fixtures/tiny-llama-bf16 --plan-only --ctx 8", &err), 2, "--ctx 8 accepted");
+    cr_assert(strstr(err, "--ctx 8: expected a whole number in [16,"), "%s", err);
+    free(err);
+    RadModelMeta m = {.struct_size = sizeof m, .n_ctx_train = 32768};
+    RadBuildCtx bc = rad_build_ctx_for(&m, &(RadStepBounds){0});
+    cr_assert(bc.max_tok == 512 && bc.max_mixed_tok == 512 && bc.max_seqs == 16 && bc.max_ctx == 8192 && bc.world_size == 1,
+              "defaults: %u %u %u %u", bc.max_tok, bc.max_mixed_tok, bc.max_seqs, bc.max_ctx);
+    bc = rad_build_ctx_for(&m, &(RadStepBounds){.max_ctx = 20000});
+    cr_assert_eq(bc.max_ctx, 20000, "an explicit --ctx is not capped");
 }

@@ -23,6 +23,7 @@
 typedef struct Opts {
     const char *src, *out;
     int plan_only, verbose, force, zstd, vocab_only, drop_unclaimed, no_tokenizer;
+    RadStepBounds bounds;         /* --max-mixed-tok/--max-seqs/--ctx: what the plan declares against */
     uint32_t align;
     QuantChoice quant;
     const char *sets[64];
@@ -41,6 +42,9 @@ static void usage(FILE *f) {
             "  --set KEY=VALUE    set a metadata key in the output (model.name=..., model.quant=...)\n"
             "  --plan-only        plan without writing; exit 0 exactly when a convert would succeed\n"
             "  -v                 with --plan-only (or alone): print every tensor of the plan\n"
+            "  --max-mixed-tok N, --max-seqs N, --ctx N\n"
+            "                     the step bounds the plan declares against, as radiance takes them\n"
+            "                     (default: radiance's, 512 / 16 / n_ctx_train capped at 8192)\n"
             "  --force            replace OUT if it exists\n"
             "  --zstd N           compress each tensor with zstd level N (1..19)\n"
             "  --align N          data alignment (power of two, default 64)\n"
@@ -144,7 +148,9 @@ static int parse_args(int argc, char **argv, Opts *o) {
         {"zstd", required_argument, 0, 'z'},  {"align", required_argument, 0, 'a'},
         {"plugin-dir", required_argument, 0, 'D'}, {"help", no_argument, 0, 'h'},
         {"output", required_argument, 0, 'o'}, {"vocab-only", no_argument, 0, 'V'},
-        {"drop-unclaimed", no_argument, 0, 'U'}, {"no-tokenizer", no_argument, 0, 'T'}, {0, 0, 0, 0}};
+        {"drop-unclaimed", no_argument, 0, 'U'}, {"no-tokenizer", no_argument, 0, 'T'},
+        {"max-mixed-tok", required_argument, 0, 'M'}, {"max-seqs", required_argument, 0, 'S'},
+        {"ctx", required_argument, 0, 'C'}, {0, 0, 0, 0}};
     int c;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "o:vh", lo, NULL)) != -1) {
@@ -181,6 +187,15 @@ static int parse_args(int argc, char **argv, Opts *o) {
             if (rad_num_u64("--align", optarg, 8, 1u << 20, &v, &e)) return fprintf(stderr, "rad-convert: %s\n", e.msg), 2;
             if (v & (v - 1)) return fprintf(stderr, "rad-convert: --align %s: not a power of two\n", optarg), 2;
             o->align = (uint32_t)v;
+            break;
+        }
+        case 'M': case 'S': case 'C': { /* radiance's flags and ranges */
+            RadErr e = {0};
+            uint64_t v;
+            const char *flag = c == 'M' ? "--max-mixed-tok" : c == 'S' ? "--max-seqs" : "--ctx";
+            uint64_t lo = c == 'C' ? 16 : 1, hi = c == 'S' ? 4096 : 1u << 20;
+            if (rad_num_u64(flag, optarg, lo, hi, &v, &e)) return fprintf(stderr, "rad-convert: %s\n", e.msg), 2;
+            *(c == 'M' ? &o->bounds.max_tok : c == 'S' ? &o->bounds.max_seqs : &o->bounds.max_ctx) = (uint32_t)v;
             break;
         }
         case 'D':
@@ -450,9 +465,7 @@ int main(int argc, char **argv) {
     char **kk = NULL, **kv = NULL;
     if (!rc) rc = rad_model_meta(&view, &mm, &e);
     if (!rc) rc = rad_meta_kv_fill(&mm, &meta, &src.chat, &kk, &kv, &e);
-    RadBuildCtx ctx = {.struct_size = sizeof ctx, .world_size = 1, .max_tok = 512, .max_seqs = 64,
-                       .max_ctx = mm.n_ctx_train > 0 ? (uint32_t)mm.n_ctx_train : 4096, .max_mixed_tok = 512,
-                       .kv_dtype = RAD_F32, .state_dtype = RAD_F32, .scope = ""};
+    RadBuildCtx ctx = rad_build_ctx_for(&mm, &o.bounds); /* radiance's bounds (rad_builder.h) */
     Plan plan = {.src = &src, .quant = o.quant, .drop_unclaimed = o.drop_unclaimed, .no_tokenizer = o.no_tokenizer};
     RadGraph g;
     memset(&g, 0, sizeof g);
@@ -476,6 +489,8 @@ int main(int argc, char **argv) {
         fprintf(f, "plan: %s -> %s with plugin '%s' (%s, \"%s\"%s%s)\n", o.src, o.out ? o.out : "(nothing)",
                 plugin->info->name, plugin->arch_id, plugin->quant, strcmp(origin, "native") ? ", " : "",
                 strcmp(origin, "native") ? origin : "");
+        fprintf(f, "plan: declared as radiance serves it: max_mixed_tok %u, max_seqs %u, context %u\n", ctx.max_tok,
+                ctx.max_seqs, ctx.max_ctx);
         for (int i = 0; i < plan.n; i++) {
             const PlanItem *it = &plan.items[i];
             total += it->bytes;

@@ -124,8 +124,8 @@ static int parse_args(int argc, char **argv, Opts *o) {
     o->header_timeout = 10;
     o->body_timeout = 30;
     o->drain_timeout = 30;
-    o->max_seqs = 16;
-    o->max_mixed_tok = 512;
+    o->max_seqs = RAD_SERVE_MAX_SEQS;
+    o->max_mixed_tok = RAD_SERVE_MAX_TOK;
     o->max_queue = 1024;
     int c;
     double v;

@@ -52,8 +52,11 @@ for i, v in enumerate(["1,abc", "0x10", "1.5", "-1", "+1", "2147483648", "999999
     CASES.append(dict(name="radiance-ids-%d" % i, argv=["{B}/radiance", "--model", "{MODEL}", "--ids", v, "-n", "1"],
                       rc=2, stderr=r"^radiance: --ids"))
 
-# rad-convert: --zstd a level 1..19, --align a power of two in [8, 1 MiB]
-for flag, extra in [("--zstd", ["1.5", "-1", "0", "20"]), ("--align", ["1.5", "-1", "0", "4", "96", "2097152"])]:
+# rad-convert: --zstd a level 1..19, --align a power of two in [8, 1 MiB], and radiance's step
+# bounds that --plan-only declares against
+for flag, extra in [("--zstd", ["1.5", "-1", "0", "20"]), ("--align", ["1.5", "-1", "0", "4", "96", "2097152"]),
+                    ("--max-seqs", ["1.5", "-1", "0", "4097"]), ("--max-mixed-tok", ["1.5", "-1", "0"]),
+                    ("--ctx", ["1.5", "-1", "15"])]:
     for v in BAD + extra:
         CASES.append(dict(name="rad-convert-%s-%s" % (flag.lstrip("-"), slug(v)),
                           argv=["{B}/rad-convert", "{GGUF}", "-o", "{T}/o.rad", flag, v], rc=2,
