@@ -262,6 +262,28 @@ int rad_chat_encode(const RadChatFormat *f, const RadTok *tok, const RadChatMsg 
     return rc;
 }
 
+static int stop_id_add(const RadTok *tok, const char *text, int32_t *ids, uint32_t *n, RadErr *e) {
+    if (!text || !*text || *n == RAD_CHAT_MAX_STOP_IDS) return RAD_OK;
+    int32_t *v;
+    size_t k;
+    int rc = rad_tok_encode(tok, text, strlen(text), 0, &v, &k, e);
+    if (rc) return rc;
+    int dup = 0;
+    for (uint32_t i = 0; k == 1 && i < *n; i++) dup |= ids[i] == v[0];
+    if (k == 1 && !dup && rad_tok_is_special(tok, v[0])) ids[(*n)++] = v[0];
+    free(v);
+    return RAD_OK;
+}
+
+int rad_chat_stop_ids(const RadChatFormat *f, const RadTok *tok, int32_t *ids, uint32_t *n, RadErr *e) {
+    *n = 0;
+    if (!f || !tok) return RAD_OK;
+    int rc = RAD_OK;
+    for (int i = 0; !rc && f->stop && f->stop[i] && i < 16; i++) rc = stop_id_add(tok, f->stop[i], ids, n, e);
+    if (!rc) rc = stop_id_add(tok, f->assistant_end, ids, n, e);
+    return rc;
+}
+
 /* ---- reasoning split ---------------------------------------------------------------------- */
 
 int rad_chat_prompt_opens_reasoning(const RadChatFormat *f, const char *prompt, size_t len) {

@@ -90,6 +90,14 @@ int rad_chat_render(const RadChatFormat *f, const RadChatMsg *msgs, size_t n, un
 int rad_chat_encode(const RadChatFormat *f, const RadTok *tok, const RadChatMsg *msgs, size_t n, unsigned flags,
                     int32_t **ids, size_t *n_ids, char **text, size_t *len, RadErr *e);
 
+/* The tokens that end an assistant turn, for RadGenReq.stop_ids: each of the format's stop
+ * strings, and its assistant_end, that the tokenizer encodes as exactly one special token
+ * (ChatML's <|im_end|>, Llama 3's <|eot_id|> and <|eom_id|>), each id once, into
+ * ids[RAD_CHAT_MAX_STOP_IDS]. Text that encodes otherwise ("<|im_end|>\n", a plain word) gives
+ * none. A format whose turn end is neither EOS nor EOT stops on it this way. */
+#define RAD_CHAT_MAX_STOP_IDS 17   /* stop (at most 16, rad_chat_format_check) + assistant_end */
+int rad_chat_stop_ids(const RadChatFormat *f, const RadTok *tok, int32_t *ids, uint32_t *n, RadErr *e);
+
 /* Reasoning split. Text between reasoning_start and reasoning_end goes to reasoning, the rest to
  * content; newlines right after reasoning_end are dropped (the model writes "</think>\n\n"
  * before its answer). A chat whose prompt ends inside reasoning (a generation prompt that opens

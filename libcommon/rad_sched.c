@@ -32,6 +32,8 @@ typedef struct Seq {
     RadSampler smp;
     RadLogitBias *bias;
     RadStopText text;              /* held-back bytes and stop strings */
+    int32_t *stop_ids;             /* [n_stop_ids] tokens that end generation */
+    uint32_t n_stop_ids;
     int ignore_eos, logprobs;
     uint32_t top_logprobs;
     atomic_int cancelled;
@@ -83,6 +85,7 @@ static void seq_free(Seq *q) {
     free(q->tok);
     free(q->hash);
     free(q->bias);
+    free(q->stop_ids);
     rad_sampler_free(&q->smp);
     rad_stop_text_free(&q->text);
     free(q);
@@ -147,6 +150,9 @@ int rad_sched_submit(RadSched *s, const RadGenReq *r, RadGenSink sink, void *use
         if (r->sp.bias[i].token < 0 || (uint32_t)r->sp.bias[i].token >= s->n_vocab)
             return rad_err_set(e, RAD_E_ARG, "logit_bias: token %d is outside the vocabulary (%u)", r->sp.bias[i].token,
                                s->n_vocab);
+    for (uint32_t i = 0; i < r->n_stop_ids; i++)
+        if (r->stop_ids[i] < 0 || (uint32_t)r->stop_ids[i] >= s->n_vocab)
+            return rad_err_set(e, RAD_E_ARG, "stop_ids: token %d is outside the vocabulary (%u)", r->stop_ids[i], s->n_vocab);
     if (r->top_logprobs > RAD_SCHED_MAX_TOP)
         return rad_err_set(e, RAD_E_ARG, "top_logprobs: %u is more than %d", r->top_logprobs, RAD_SCHED_MAX_TOP);
     if (r->n_prompt >= s->max_ctx)
@@ -167,8 +173,10 @@ int rad_sched_submit(RadSched *s, const RadGenReq *r, RadGenSink sink, void *use
     if (r->sp.n_bias) q->bias = malloc(r->sp.n_bias * sizeof *q->bias);
     RadSamplerParams sp = r->sp;
     if (q->bias) memcpy(q->bias, r->sp.bias, r->sp.n_bias * sizeof *q->bias), sp.bias = q->bias;
+    if (r->n_stop_ids && (q->stop_ids = malloc(r->n_stop_ids * sizeof *q->stop_ids)))
+        memcpy(q->stop_ids, r->stop_ids, r->n_stop_ids * sizeof *q->stop_ids), q->n_stop_ids = r->n_stop_ids;
     int rc = RAD_OK;
-    if (!q->tok || !q->hash || (r->sp.n_bias && !q->bias)) rc = rad_err_set(e, RAD_E_NOMEM, "out of memory");
+    if (!q->tok || !q->hash || (r->sp.n_bias && !q->bias) || (r->n_stop_ids && !q->stop_ids)) rc = rad_err_set(e, RAD_E_NOMEM, "out of memory");
     if (!rc) rc = rad_sampler_init(&q->smp, &sp, s->n_vocab, e);
     if (!rc) rc = rad_stop_text_init(&q->text, r->stop, r->n_stop, e);
     if (rc) return seq_free(q), rc;
@@ -333,11 +341,12 @@ static int wait_push(RadSched *s, Seq *q, int front) {
     return RAD_OK;
 }
 
-/* Takes in the inbox and the cancels; 0 when the loop should stop. Waits while idle. */
-static int intake(RadSched *s) {
+/* Takes in the inbox and the cancels; 0 when the loop should stop. Waits while idle, or (not
+ * `wait`: rad_sched_run_idle) returns 0 there. */
+static int intake(RadSched *s, int wait) {
     pthread_mutex_lock(&s->mu);
-    while (!s->stop && !s->inbox && !s->n_cancels && !s->n_wait && !s->n_run) pthread_cond_wait(&s->cv, &s->mu);
-    int go = !s->stop;
+    while (wait && !s->stop && !s->inbox && !s->n_cancels && !s->n_wait && !s->n_run) pthread_cond_wait(&s->cv, &s->mu);
+    int go = !s->stop && (s->inbox || s->n_cancels || s->n_wait || s->n_run);
     Seq *in = s->inbox;
     s->inbox = s->inbox_tail = NULL;
     uint32_t nc = s->n_cancels;
@@ -464,6 +473,8 @@ static RadGenFinish emit(RadSched *s, Seq *q, const float *lg) {
     if (q->t_first <= 0) q->t_first = now();
     s->cnt.generated_tokens++;
     if (!q->ignore_eos && (t == s->eos || t == s->eot)) return RAD_FINISH_STOP;
+    for (uint32_t i = 0; i < q->n_stop_ids; i++)
+        if (t == q->stop_ids[i]) return RAD_FINISH_STOP;
     char piece[256];
     int n = rad_tok_is_special(s->tok, t) ? 0 : rad_tok_piece(s->tok, t, piece, sizeof piece);
     if (n < 0) n = 0;
@@ -575,8 +586,8 @@ static void update_stats(RadSched *s) {
     pthread_mutex_unlock(&s->mu);
 }
 
-void rad_sched_run(RadSched *s) {
-    while (intake(s)) {
+static void run_loop(RadSched *s, int until_idle) {
+    while (intake(s, !until_idle)) {
         int ran = step(s);
         if (!ran && s->n_run > 1) preempt(s); /* prefills stuck on each other's blocks: one yields */
         else if (!ran && s->n_run == 1) {  /* cannot happen (admission checks the pool); never spin */
@@ -600,3 +611,6 @@ void rad_sched_run(RadSched *s) {
     }
     update_stats(s);
 }
+
+void rad_sched_run(RadSched *s) { run_loop(s, 0); }
+void rad_sched_run_idle(RadSched *s) { run_loop(s, 1); }

@@ -34,11 +34,15 @@ typedef struct RadGenReq {
     int ignore_eos;                /* 1: EOS/EOT do not end generation */
     int logprobs;                  /* 1: each token event carries its logprob */
     uint32_t top_logprobs;         /* 0..RAD_SCHED_MAX_TOP alternatives per token */
+    /* [n_stop_ids] token ids (copied) that end generation with RAD_FINISH_STOP, not emitted,
+     * ignore_eos or not: a chat format's turn end that is neither EOS nor EOT */
+    const int32_t *stop_ids;
+    uint32_t n_stop_ids;
 } RadGenReq;
 
 typedef enum RadGenFinish {
     RAD_FINISH_NONE = 0,           /* not finished (a text event) */
-    RAD_FINISH_STOP,               /* EOS/EOT or a stop string: OpenAI "stop" */
+    RAD_FINISH_STOP,               /* EOS/EOT, a stop id or a stop string: OpenAI "stop" */
     RAD_FINISH_LENGTH,             /* max_tokens or the context: "length" */
     RAD_FINISH_CANCELLED,          /* rad_sched_cancel or shutdown */
     RAD_FINISH_ERROR,              /* the engine failed the step; msg says why */
@@ -98,11 +102,16 @@ void rad_sched_close(RadSched *s);
 /* Runs steps until rad_sched_stop; call on the thread that owns the engine. */
 void rad_sched_run(RadSched *s);
 void rad_sched_stop(RadSched *s);
+/* Runs steps until no request is waiting or running (or rad_sched_stop), then returns with the
+ * scheduler open for more: a caller that submits and drives the loop on its own thread (the
+ * CLI: submit, run until idle, the request's finish event has been seen). */
+void rad_sched_run_idle(RadSched *s);
 
 /* Queues a request. Refused at admission with a one-line message (nothing queued, the sink is
- * never called): RAD_E_ARG for an empty prompt or a bad parameter, RAD_E_LIMIT when the prompt
- * plus max_tokens (or the prompt alone when max_tokens is 0) cannot fit the context or the whole
- * KV pool, or the queue is full. *id is set on success. Thread-safe. */
+ * never called): RAD_E_ARG for an empty prompt or a bad parameter (a prompt token, logit bias
+ * or stop id outside the vocabulary), RAD_E_LIMIT when the prompt plus max_tokens (or the
+ * prompt alone when max_tokens is 0) cannot fit the context or the whole KV pool, or the queue
+ * is full. *id is set on success. Thread-safe. */
 int rad_sched_submit(RadSched *s, const RadGenReq *r, RadGenSink sink, void *user, uint64_t *id, RadErr *e);
 /* Cancels a request (client gone): its blocks are freed at the next step and its sink gets one
  * CANCELLED event there. Unknown or finished ids are ignored. Thread-safe. */

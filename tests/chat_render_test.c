@@ -274,6 +274,32 @@ Test(chat_render, forged_turn_in_content_is_text_by_default) {
     rad_tok_free(tok);
 }
 
+/* The stop ids a format gives (RadGenReq.stop_ids): its stop strings and assistant_end that are
+ * one special token each, once; text of several tokens or of an ordinary one gives none. */
+Test(chat_render, stop_ids_are_the_formats_one_token_turn_ends) {
+    RadTok *tok = smol_tok();
+    int32_t ids[RAD_CHAT_MAX_STOP_IDS];
+    uint32_t n = 99;
+    RadErr e = {0};
+    cr_assert_eq(rad_chat_stop_ids(&rad_chat_chatml_smollm, tok, ids, &n, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(n, 2, "<|im_end|> and <|endoftext|>; \"<|im_end|>\\n\" is two tokens: %u", n);
+    cr_expect_eq(ids[0], 2);
+    cr_expect_eq(ids[1], 0);
+    cr_assert_eq(rad_chat_stop_ids(&rad_chat_zephyr, tok, ids, &n, &e), RAD_OK, "%s", e.msg);
+    cr_expect_eq(n, 0, "\"</s>\" is text in SmolLM2's vocabulary");
+    static const char *const stop[] = {"Hello", "<|im_start|>", "<|im_end|>", NULL};
+    RadChatFormat f = rad_chat_chatml;
+    f.stop = stop;
+    f.assistant_end = "<|im_start|>"; /* the same id again: once */
+    cr_assert_eq(rad_chat_stop_ids(&f, tok, ids, &n, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(n, 2, "%u ids", n);
+    cr_expect_eq(ids[0], 1);
+    cr_expect_eq(ids[1], 2);
+    cr_assert_eq(rad_chat_stop_ids(NULL, tok, ids, &n, &e), RAD_OK);
+    cr_expect_eq(n, 0);
+    rad_tok_free(tok);
+}
+
 /* An ordinary chat gets the ids it always had: the transformers golden above, and, for every line
  * of the tokenizer corpus that spells no special token, rad_tok_encode of the rendered text. */
 Test(chat_render, ordinary_chats_encode_as_before) {

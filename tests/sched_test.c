@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "libcommon/rad_chat.h"
 #include "libcommon/rad_sched.h"
 
 static char dir[256], model[300];
@@ -344,5 +345,89 @@ Test(sched, full_queue_is_busy_not_limit) {
     for (int i = 0; i < 1026; i++) cr_assert_eq(rad_sched_submit(f.s, &r, sink, &g[i], &id, &e), RAD_OK, "%d: %s", i, e.msg);
     cr_assert_eq(rad_sched_submit(f.s, &r, sink, &g[1026], &id, &e), RAD_E_BUSY, "%s", e.msg);
     cr_assert(strstr(e.msg, "queue is full") != NULL, "%s", e.msg);
+    fix_close(&f);
+}
+
+/* Runs what is queued to its end on this thread (the CLI's way: rad_sched_run_idle). */
+static void run_one(Fix *f, const int32_t *ids, uint32_t n, uint32_t max_tokens, const int32_t *stop_ids,
+                    uint32_t n_stop_ids, Got *g) {
+    memset(g, 0, sizeof *g);
+    RadGenReq r = {.prompt = ids, .n_prompt = n, .sp = rad_sampler_defaults(), .max_tokens = max_tokens, .ignore_eos = 1,
+                   .stop_ids = stop_ids, .n_stop_ids = n_stop_ids};
+    RadErr e = {0};
+    uint64_t id;
+    cr_assert_eq(rad_sched_submit(f->s, &r, sink, g, &id, &e), RAD_OK, "%s", e.msg);
+    rad_sched_run_idle(f->s);
+    cr_assert_neq(g->finish, RAD_FINISH_NONE, "rad_sched_run_idle returned before the request finished");
+}
+
+/* The first index of t in g's tokens, or g->n_tokens. */
+static uint32_t index_of(const Got *g, int32_t t) {
+    uint32_t k = 0;
+    while (k < g->n_tokens && g->tokens[k] != t) k++;
+    return k;
+}
+
+/* A stop id ends generation where it is sampled, with finish STOP, ignore_eos or not; it is not
+ * emitted, and what comes before is what the request without it gives. */
+Test(sched, stop_ids_end_generation_even_with_ignore_eos) {
+    Fix f = {0};
+    fix_open(&f, 1, 0, 1);
+    uint32_t n;
+    int32_t *ids = encode(&f, "Once upon a time", &n);
+    static Got a, b;
+    run_one(&f, ids, n, 16, NULL, 0, &a);
+    cr_assert_eq(a.finish, RAD_FINISH_LENGTH);
+    cr_assert_eq(a.n_tokens, 16);
+    int32_t t = a.tokens[5], stops[2] = {60, t};
+    uint32_t k = index_of(&a, t);
+    if (index_of(&a, 60) < k) stops[0] = t;
+    run_one(&f, ids, n, 16, stops, 2, &b);
+    cr_assert_eq(b.finish, RAD_FINISH_STOP, "finish %d after %u tokens", b.finish, b.n_tokens);
+    cr_assert_eq(b.n_tokens, k, "stopped after %u tokens, token %d is at %u", b.n_tokens, t, k);
+    cr_assert_eq(memcmp(a.tokens, b.tokens, k * sizeof *a.tokens), 0);
+    cr_assert(b.len <= a.len && memcmp(a.text, b.text, b.len) == 0, "'%.*s' is not a prefix of '%.*s'", (int)b.len, b.text,
+              (int)a.len, a.text);
+    /* a stop id outside the vocabulary is refused by name */
+    int32_t bad = 60000;
+    RadGenReq r = {.prompt = ids, .n_prompt = n, .sp = rad_sampler_defaults(), .max_tokens = 4, .stop_ids = &bad, .n_stop_ids = 1};
+    RadErr e = {0};
+    uint64_t id;
+    cr_assert_eq(rad_sched_submit(f.s, &r, sink, &b, &id, &e), RAD_E_ARG);
+    cr_assert(strstr(e.msg, "stop_ids") != NULL, "%s", e.msg);
+    free(ids);
+    fix_close(&f);
+}
+
+/* A chat format whose turn end is neither EOS nor EOT: ChatML as a model would have it whose
+ * turn ends at <|im_start|> (SmolLM2's BOS; its EOS <|im_end|> is passed over with ignore_eos,
+ * as a tokenizer naming another EOS would). rad_chat_stop_ids makes the format's stop string a
+ * stop id, and the reply ends there with STOP. */
+Test(sched, a_chat_turn_end_that_is_not_eos_stops) {
+    Fix f = {0};
+    fix_open(&f, 1, 0, 1);
+    static const char *const stop[] = {"<|im_start|>", "not one token", NULL};
+    RadChatFormat cf = {.struct_size = sizeof cf, .kind = "chatml", .bos = "", .system_start = "<|im_start|>system\n",
+                        .system_end = "<|im_end|>\n", .user_start = "<|im_start|>user\n", .user_end = "<|im_end|>\n",
+                        .assistant_start = "<|im_start|>assistant\n", .assistant_end = "<|im_end|>\n", .stop = stop};
+    int32_t stop_ids[RAD_CHAT_MAX_STOP_IDS];
+    uint32_t n_stop;
+    RadErr e = {0};
+    cr_assert_eq(rad_chat_stop_ids(&cf, f.tok, stop_ids, &n_stop, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(n_stop, 1, "<|im_start|> is one special token; the rest are not");
+    int32_t end = stop_ids[0];
+    cr_assert(end != rad_tok_eos(f.tok) && end != rad_tok_eot(f.tok), "the turn end %d is EOS or EOT", end);
+    RadChatMsg msgs[] = {{RAD_ROLE_USER, "What is 2+2?"}};
+    int32_t *ids;
+    size_t n;
+    cr_assert_eq(rad_chat_encode(&cf, f.tok, msgs, 1, RAD_CHAT_GEN_PROMPT, &ids, &n, NULL, NULL, &e), RAD_OK, "%s", e.msg);
+    static Got a, b;
+    run_one(&f, ids, (uint32_t)n, 48, NULL, 0, &a); /* without the stop id it runs on into the next turn */
+    uint32_t k = index_of(&a, end);
+    cr_assert_lt(k, a.n_tokens, "the model never samples the turn end in %u tokens: %.*s", a.n_tokens, (int)a.len, a.text);
+    run_one(&f, ids, (uint32_t)n, 48, stop_ids, n_stop, &b);
+    cr_assert_eq(b.finish, RAD_FINISH_STOP, "finish %d after %u tokens: %.*s", b.finish, b.n_tokens, (int)b.len, b.text);
+    cr_assert_eq(b.n_tokens, k, "stopped after %u tokens, the turn end is at %u", b.n_tokens, k);
+    free(ids);
     fix_close(&f);
 }

@@ -12,6 +12,7 @@
 #include "libcommon/rad_engine.h"
 #include "libcommon/rad_num.h"
 #include "libcommon/rad_sampler.h"
+#include "libcommon/rad_sched.h"
 #include "libcommon/rad_stdout.h"
 #include "libcommon/rad_tok.h"
 #include "radiance.h"
@@ -268,85 +269,75 @@ static int parse_ids(const char *what, const char *s, int32_t **ids, size_t *n, 
     }
 }
 
-/* A growing list of token ids. */
-typedef struct RadIds {
-    int32_t *v;
-    size_t n, cap;
-} RadIds;
+/* ---- generation: -p, --ids and --chat submit to the scheduler the server uses ---------------- */
 
-static int ids_push(RadIds *a, int32_t id, RadErr *e) {
-    if (a->n == a->cap) {
-        size_t cap = a->cap ? a->cap * 2 : 256;
-        int32_t *v = realloc(a->v, cap * sizeof *v);
-        if (!v) return rad_err_set(e, RAD_E_NOMEM, "out of memory (%zu tokens)", a->n);
-        a->v = v;
-        a->cap = cap;
+/* The timing line's sums over a run's requests. */
+typedef struct GenStats {
+    size_t n_prompt;               /* prompt tokens computed (not served from the prefix cache) */
+    double t_prompt, t_gen;        /* seconds: submit to the first token; the first token to the end */
+    int n_gen;                     /* tokens generated and printed (a stop token is not one) */
+} GenStats;
+
+/* One request's sink: its text (or ids) to stdout as it comes, flushed at each event. */
+typedef struct Gen {
+    RadSched *sched;
+    int print_ids;                 /* --print-ids: the token ids, one a line, instead of text */
+    int drop;                      /* -n 0: the prompt is computed, the token it yields dropped */
+    RadChatBuf *text;              /* the reply's text too (--chat), or NULL */
+    RadGenFinish finish;           /* NONE until the request's finish event */
+    int rc;                        /* a failed write (the request is then cancelled) or the request's error */
+    RadErr *e;
+    double t_submit, t_first, t_end;
+    uint32_t n_computed;           /* prompt tokens not served from the prefix cache */
+    int n_gen;
+} Gen;
+
+static void gen_sink(void *user, const RadGenEvent *ev) {
+    Gen *g = user;
+    if (ev->finish) {
+        g->finish = ev->finish;
+        g->t_end = now();
+        g->n_computed = ev->n_prompt - ev->n_cached;
+        if (ev->finish == RAD_FINISH_ERROR && !g->rc) g->rc = rad_err_set(g->e, RAD_E_IO, "%s", ev->msg ? ev->msg : "generation failed");
+        return;
     }
-    a->v[a->n++] = id;
-    return RAD_OK;
+    if (ev->token >= 0 && g->t_first <= 0) g->t_first = now();
+    if (g->rc || g->drop) return; /* after a failed write nothing more is written */
+    if (ev->token >= 0) g->n_gen++;
+    if (g->print_ids) {
+        if (ev->token >= 0) printf("%d\n", ev->token);
+    } else if (ev->len) {
+        fwrite(ev->text, 1, ev->len, stdout);
+        if (g->text && rad_chat_buf_add(g->text, ev->text, ev->len, g->e)) g->rc = RAD_E_NOMEM;
+    }
+    if (!g->rc) g->rc = rad_stdout_flush(g->e);
+    if (g->rc) rad_sched_cancel(g->sched, ev->id);
 }
 
-/* Generation state: prints text pieces as whole UTF-8 characters; keeps them in `text` when set. */
-typedef struct Out {
-    char pend[16];
-    int npend;
-    RadChatBuf *text;
-} Out;
-
-/* Streams one token; a failed write (disk full, closed pipe) is an error that stops generation. */
-static int emit(const RadTok *tok, Out *o, int32_t id, int print_ids, RadErr *e) {
-    if (print_ids) {
-        printf("%d\n", id);
-        return rad_stdout_flush(e);
-    }
-    if (rad_tok_is_special(tok, id)) return RAD_OK; /* control tokens are not text */
-    char buf[256];
-    int n = rad_tok_piece(tok, id, buf, sizeof buf);
-    if (n > (int)sizeof buf) n = (int)sizeof buf;
-    if (n > 0 && o->text) rad_chat_buf_add(o->text, buf, (size_t)n, NULL);
-    for (int i = 0; i < n; i++) {
-        if (o->npend == (int)sizeof o->pend) { fwrite(o->pend, 1, (size_t)o->npend, stdout); o->npend = 0; }
-        o->pend[o->npend++] = buf[i];
-    }
-    /* write all but an incomplete trailing UTF-8 sequence */
-    size_t keep = rad_utf8_tail(o->pend, (size_t)o->npend);
-    fwrite(o->pend, 1, (size_t)o->npend - keep, stdout);
-    memmove(o->pend, o->pend + o->npend - keep, keep);
-    o->npend = (int)keep;
-    return rad_stdout_flush(e);
-}
-
-static int is_stop(const RadTok *tok, int32_t id) {
-    return id == rad_tok_eos(tok) || (rad_tok_eot(tok) >= 0 && id == rad_tok_eot(tok));
-}
-
-/* Feeds ids at *pos, then generates up to n_predict tokens, streaming them (and appending
- * their ids to `hist` and their text to `text` when given). */
-static int generate(RadEngine *en, const RadTok *tok, RadSampler *s, const int32_t *ids, size_t n, uint32_t *pos,
-                    int n_predict, int print_ids, double *t_prompt, double *t_gen, int *n_gen, RadChatBuf *text,
-                    RadIds *hist, RadErr *e) {
-    for (size_t i = 0; i < n; i++) rad_sampler_accept(s, ids[i]);
-    double t0 = now();
-    int rc = rad_engine_forward(en, 0, ids, (uint32_t)n, *pos, 1, e);
-    *pos += (uint32_t)n;
-    *t_prompt += now() - t0;
+/* Generates up to n_predict tokens after the prompt (ids[n]), streaming them, on this thread:
+ * one request, the scheduler's loop run until it is done. stop_ids end it (--chat's turn end);
+ * the reply's text is kept in `text` when given. n_predict is cut to the context's room. */
+static int generate(RadSched *sched, const RadSamplerParams *sp, const int32_t *ids, size_t n, int n_predict,
+                    const int32_t *stop_ids, uint32_t n_stop_ids, int print_ids, RadChatBuf *text, GenStats *st,
+                    RadErr *e) {
+    uint32_t max_ctx = rad_sched_max_ctx(sched);
+    uint32_t room = n < max_ctx ? max_ctx - (uint32_t)n : 0;
+    RadGenReq r = {.prompt = ids, .n_prompt = (uint32_t)n, .sp = *sp, .stop_ids = stop_ids, .n_stop_ids = n_stop_ids,
+                   /* -n 0 computes the prompt all the same: one token, dropped */
+                   .max_tokens = n_predict == 0 ? 1 : (uint32_t)n_predict < room ? (uint32_t)n_predict : room};
+    if (!r.max_tokens) r.max_tokens = 1; /* no room at all: the scheduler says why */
+    Gen g = {.sched = sched, .print_ids = print_ids, .drop = n_predict == 0, .text = text, .e = e, .t_submit = now()};
+    uint64_t id;
+    int rc = rad_sched_submit(sched, &r, gen_sink, &g, &id, e);
     if (rc) return rc;
-    Out out = {.text = text};
-    double t1 = now();
-    for (int i = 0; i < n_predict; i++) {
-        int32_t next = rad_sampler_sample(s, rad_engine_logits(en, NULL));
-        if (is_stop(tok, next)) break;
-        if ((rc = emit(tok, &out, next, print_ids, e))) return rc;
-        rad_sampler_accept(s, next);
-        (*n_gen)++;
-        if (i + 1 == n_predict) break; /* printed, never fed: not in the cache (hist) */
-        if ((rc = rad_engine_forward(en, 0, &next, 1, *pos, 1, e))) return rc;
-        (*pos)++;
-        if (hist && (rc = ids_push(hist, next, e))) return rc;
-    }
-    if (out.npend) fwrite(out.pend, 1, (size_t)out.npend, stdout);
-    *t_gen += now() - t1;
-    return rad_stdout_flush(e);
+    rad_sched_run_idle(sched);
+    if (!g.finish && !g.rc) g.rc = rad_err_set(e, RAD_E_IO, "generation ended without a result"); /* never: idle means done */
+    double t_first = g.t_first > 0 ? g.t_first : g.t_end;
+    st->n_prompt += g.n_computed;
+    st->t_prompt += t_first - g.t_submit;
+    st->t_gen += g.t_end - t_first;
+    st->n_gen += g.n_gen;
+    return g.rc ? g.rc : rad_stdout_flush(e);
 }
 
 #define CHAT_MAX_LINE ((size_t)1 << 20) /* bytes in one --chat line (docs/SERVER.md) */
@@ -389,21 +380,22 @@ static int chat_read_line(FILE *f, char **buf, size_t *cap, size_t *len, int *nu
 /* --chat: one line is one user turn. Each turn renders the whole conversation (as the model's
  * template would, so the prompt's tokens equal transformers' apply_chat_template), encodes it
  * with rad_chat_encode (the lines are content: text, not control tokens, unless
- * --chat-special-tokens), and feeds only what differs from the tokens already in the cache. A
- * line that is refused (over CHAT_MAX_LINE, a NUL byte, past the context) is said on stderr in
- * one line and the chat goes on. */
-static int run_chat(RadEngine *en, const RadTok *tok, Opts *o, size_t *n_fed, double *tp, double *tg, int *ng, RadErr *e) {
+ * --chat-special-tokens) and submits it as one request: the prefix cache keeps the KV of what
+ * the turns before computed. The reply ends at EOS/EOT or the format's turn end (stop ids). Turn
+ * k (from 0) samples with seed + k. A line that is refused (over CHAT_MAX_LINE, a NUL byte,
+ * past the context) is said on stderr in one line and the chat goes on. */
+static int run_chat(RadEngine *en, RadSched *sched, const RadTok *tok, Opts *o, GenStats *st, RadErr *e) {
     const RadChatFormat *cf;
-    int frc = rad_chat_format_get(en->arch, &en->meta, &cf, e);
-    if (frc) return frc;
-    if (!cf) return rad_err_set(e, RAD_E_UNSUPPORTED, "plugin '%s' gives no chat format for this model", en->arch->info->name);
-    RadSampler s;
-    int rc = rad_sampler_init(&s, &o->sp, rad_tok_n_vocab(tok), e);
+    int rc = rad_chat_format_get(en->arch, &en->meta, &cf, e);
     if (rc) return rc;
+    if (!cf) return rad_err_set(e, RAD_E_UNSUPPORTED, "plugin '%s' gives no chat format for this model", en->arch->info->name);
+    int32_t stop_ids[RAD_CHAT_MAX_STOP_IDS];
+    uint32_t n_stop_ids;
+    if ((rc = rad_chat_stop_ids(cf, tok, stop_ids, &n_stop_ids, e))) return rc;
     RadChatMsg *msgs = NULL;     /* the conversation; contents owned here */
     size_t n_msgs = 0;
-    RadIds cache = {0};          /* the tokens in the KV cache, in order */
-    uint32_t pos = 0, max_ctx = en->ctx.max_ctx;
+    uint32_t max_ctx = rad_sched_max_ctx(sched);
+    uint64_t turn = 0;
     char *line = NULL;
     size_t line_cap = 0, line_len = 0, line_no = 0;
     int got, nul;
@@ -434,26 +426,22 @@ static int run_chat(RadEngine *en, const RadTok *tok, Opts *o, size_t *n_fed, do
         size_t n;
         unsigned flags = RAD_CHAT_GEN_PROMPT | (o->chat_special ? RAD_CHAT_SPECIAL_IN_CONTENT : 0);
         if ((rc = rad_chat_encode(cf, tok, msgs, n_msgs, flags, &ids, &n, NULL, NULL, e))) break;
-        if (n > max_ctx) { /* the turn cannot be fed: say so, drop it, go on */
-            fprintf(stderr, "radiance: --chat: line %zu makes the conversation %zu tokens, more than the context served "
-                            "(%u, --ctx); not sent\n", line_no, n, max_ctx);
+        if (n >= max_ctx) { /* the turn leaves no room for a reply: say so, drop it, go on */
+            if (n > max_ctx)
+                fprintf(stderr, "radiance: --chat: line %zu makes the conversation %zu tokens, more than the context served "
+                                "(%u, --ctx); not sent\n", line_no, n, max_ctx);
+            else
+                fprintf(stderr, "radiance: --chat: line %zu makes the conversation %zu tokens, the whole context served "
+                                "(%u, --ctx), leaving no room for a reply; not sent\n", line_no, n, max_ctx);
             free(ids);
             free((char *)msgs[--n_msgs].content);
             continue;
         }
-        /* the cache keeps the longest common prefix; at least one token is fed for logits */
-        size_t keep = 0;
-        while (keep < cache.n && keep < n && cache.v[keep] == ids[keep]) keep++;
-        if (keep == n) keep = n ? n - 1 : 0;
-        cache.n = keep;
-        pos = (uint32_t)keep;
-        for (size_t i = keep; !rc && i < n; i++) rc = ids_push(&cache, ids[i], e);
         RadChatBuf reply = {0};
-        if (!rc) rc = rad_chat_buf_add(&reply, "", 0, e);
-        *n_fed += n - keep;
-        /* the reply stops at the context's end: its last token is printed, never fed */
-        int n_predict = (size_t)o->n_predict > max_ctx - n + 1 ? (int)(max_ctx - n + 1) : o->n_predict;
-        if (!rc) rc = generate(en, tok, &s, ids + keep, n - keep, &pos, n_predict, 0, tp, tg, ng, &reply, &cache, e);
+        rc = rad_chat_buf_add(&reply, "", 0, e);
+        RadSamplerParams sp = o->sp;
+        sp.seed += turn++;
+        if (!rc) rc = generate(sched, &sp, ids, n, o->n_predict, stop_ids, n_stop_ids, 0, &reply, st, e);
         free(ids);
         if (!rc) {
             printf("\n");
@@ -465,8 +453,6 @@ static int run_chat(RadEngine *en, const RadTok *tok, Opts *o, size_t *n_fed, do
     free(line);
     for (size_t i = 0; i < n_msgs; i++) free((char *)msgs[i].content);
     free(msgs);
-    free(cache.v);
-    rad_sampler_free(&s);
     return rc;
 }
 
@@ -526,13 +512,17 @@ int main(int argc, char **argv) {
     t_load = now() - t_load;
     if (!rc && o.debug_graph) rad_engine_dump_graph(&en, stdout);
     if (!rc && o.debug_placement) rad_engine_dump_placement(&en, stdout);
-    double tp = 0, tg = 0;
-    int ng = 0;
-    size_t n_prompt = 0;
+    GenStats st = {0};
+    RadSched *sched = NULL;
+    if (!rc && (o.chat || o.prompt || o.ids)) { /* one sequence; the prefix cache keeps a chat's turns */
+        RadSchedOpts so = {.max_seqs = 1, .max_mixed_tok = eo.max_tok, .prefix_cache = !o.no_prefix_cache};
+        rc = rad_sched_open(&sched, &en, tok, &so, &e);
+    }
     if (!rc && o.chat) {
-        rc = run_chat(&en, tok, &o, &n_prompt, &tp, &tg, &ng, &e);
+        rc = run_chat(&en, sched, tok, &o, &st, &e);
     } else if (!rc && (o.prompt || o.ids)) {
         int32_t *ids = NULL;
+        size_t n_prompt = 0;
         if (o.ids) {
             if (!(rc = parse_ids("--ids", o.ids, &ids, &n_prompt, &e)) && !n_prompt)
                 rc = rad_err_set(&e, RAD_E_ARG, "--ids: expected token ids like 1,2,3");
@@ -543,22 +533,20 @@ int main(int argc, char **argv) {
         for (size_t i = 0; !rc && i < n_prompt; i++)
             if (ids[i] < 0 || ids[i] >= (int32_t)rad_tok_n_vocab(tok))
                 rc = rad_err_set(&e, RAD_E_ARG, "--ids: token %d outside the vocabulary (%u)", ids[i], rad_tok_n_vocab(tok));
-        RadSampler s;
-        if (!rc) rc = rad_sampler_init(&s, &o.sp, rad_tok_n_vocab(tok), &e);
         if (!rc) {
-            uint32_t pos = 0;
             if (o.prompt && !o.print_ids) fputs(o.prompt, stdout);
-            rc = generate(&en, tok, &s, ids, n_prompt, &pos, o.n_predict, o.print_ids, &tp, &tg, &ng, NULL, NULL, &e);
+            rc = generate(sched, &o.sp, ids, n_prompt, o.n_predict, NULL, 0, o.print_ids, NULL, &st, &e);
             if (!o.print_ids) printf("\n");
-            rad_sampler_free(&s);
         }
         free(ids);
     }
+    rad_sched_close(sched);
     if (!rc) rc = rad_stdout_flush(&e); /* before the timing line: a failed write is the one line */
     if (rc) fprintf(stderr, "radiance: %s\n", e.msg);
     else if (o.prompt || o.ids || o.chat)
         fprintf(stderr, "radiance: load %.2f s; prompt %zu tokens in %.3f s (%.1f tok/s); generation %d tokens in %.3f s (%.1f tok/s); %u threads\n",
-                t_load, n_prompt, tp, tp > 0 ? (double)n_prompt / tp : 0.0, ng, tg, tg > 0 ? ng / tg : 0.0, en.o.n_threads);
+                t_load, st.n_prompt, st.t_prompt, st.t_prompt > 0 ? (double)st.n_prompt / st.t_prompt : 0.0, st.n_gen, st.t_gen,
+                st.t_gen > 0 ? st.n_gen / st.t_gen : 0.0, en.o.n_threads);
     if (!rc && o.profile) rad_engine_dump_profile(&en, stderr);
     rad_tok_free(tok);
     if (have_engine) rad_engine_close(&en);

@@ -35,6 +35,8 @@ typedef struct ApiCtx {
     const char *model;                /* served model name */
     const RadTok *tok;
     const RadChatFormat *chat;        /* NULL: /v1/chat/completions is refused */
+    int32_t chat_stop_ids[RAD_CHAT_MAX_STOP_IDS]; /* the format's turn-end tokens (rad_chat_stop_ids) */
+    uint32_t n_chat_stop_ids;
     int chat_special;                 /* --chat-special-tokens: content may spell control tokens */
     uint32_t default_max_tokens;      /* --default-max-tokens: a request that omits max_tokens (0: OpenAI's) */
     uint32_t max_ctx;                 /* prompt + generated tokens */

@@ -648,6 +648,7 @@ static enum MHD_Result start_generation(Req *r, struct MHD_Connection *c, ApiKin
         RadGenReq g = {.prompt = r->api.prompt[ch->prompt], .n_prompt = r->api.n_prompt[ch->prompt], .sp = r->api.sp,
                        .max_tokens = r->api.max_tokens, .stop = (const char *const *)r->api.stop, .n_stop = r->api.n_stop,
                        .logprobs = r->api.logprobs, .top_logprobs = r->api.top_logprobs};
+        if (kind == API_CHAT) g.stop_ids = s->cx.chat_stop_ids, g.n_stop_ids = s->cx.n_chat_stop_ids; /* the turn's end */
         g.sp.seed = base + i; /* choice i of a seeded request: seed + i */
         atomic_fetch_add(&r->refs, 1);
         rc = rad_sched_submit(s->sched, &g, sink, ch, &ch->sid, &re);
@@ -1300,6 +1301,7 @@ int serve(const Opts *o) {
         else stem(o->model, s->model_name, sizeof s->model_name);
         s->cx = (ApiCtx){.model = s->model_name, .tok = s->tok, .max_ctx = rad_sched_max_ctx(sched), .defaults = gen_defaults(&s->en.meta)};
         rc = rad_chat_format_get(s->en.arch, &s->en.meta, &s->cx.chat, &e); /* checked before it is read */
+        if (!rc) rc = rad_chat_stop_ids(s->cx.chat, s->tok, s->cx.chat_stop_ids, &s->cx.n_chat_stop_ids, &e);
         s->cx.chat_special = o->chat_special;
         s->cx.default_max_tokens = o->default_max_tokens;
     }
