@@ -147,25 +147,10 @@ static int want_str(const char *file, const char *label, const json_t *v, const 
 
 /* ---- JSON → RadKV ------------------------------------------------------------------------- */
 
-typedef struct KeyBuf {
-    char *p;         /* the key being built, NUL-terminated */
-    size_t len, cap;
-} KeyBuf;
-
-static int key_push(KeyBuf *k, const char *part, RadErr *e) {
-    size_t pl = strlen(part), need = k->len + 1 + pl + 1;
-    if (need > k->cap) {
-        size_t nc = k->cap ? k->cap : 64;
-        while (nc < need) nc *= 2;
-        char *np = realloc(k->p, nc);
-        if (!np) return rad_err_set(e, RAD_E_NOMEM, "out of memory building a metadata key");
-        k->p = np;
-        k->cap = nc;
-    }
-    if (k->len) k->p[k->len++] = '.';
-    memcpy(k->p + k->len, part, pl + 1);
-    k->len += pl;
-    return RAD_OK;
+/* The key being built: parts joined by '.'. */
+static int key_push(RadBuf *k, const char *part, RadErr *e) {
+    int rc = k->len ? rad_buf_put(k, ".", 1, e) : RAD_OK;
+    return rc ? rc : rad_buf_puts(k, part, e);
 }
 
 /* Sets key to a JSON value: scalars as string/i64/f64/bool, homogeneous scalar arrays as typed
@@ -229,7 +214,7 @@ static int kv_set_json(RadKV *kv, const char *key, const json_t *v, RadErr *e) {
 }
 
 /* Flattens v under k ("config.rope_scaling.factor") into kv. */
-static int flatten(RadKV *kv, KeyBuf *k, const json_t *v, RadErr *e) {
+static int flatten(RadKV *kv, RadBuf *k, const json_t *v, RadErr *e) {
     if (!json_is_object(v)) return kv_set_json(kv, k->p, v, e);
     const char *key;
     json_t *x;
@@ -245,7 +230,7 @@ static int flatten(RadKV *kv, KeyBuf *k, const json_t *v, RadErr *e) {
 }
 
 static int flatten_into(RadKV *kv, const char *prefix, const json_t *root, RadErr *e) {
-    KeyBuf k = {0};
+    RadBuf k = {0};
     int rc = key_push(&k, prefix, e);
     if (!rc) rc = flatten(kv, &k, root, e);
     free(k.p);

@@ -488,25 +488,6 @@ int rad_kv_read(RadIn *in, RadKV *kv, uint64_t count, RadErr *e) {
     return RAD_OK;
 }
 
-int rad_buf_put(RadBuf *b, const void *p, uint64_t n, RadErr *e) {
-    if (b->len + n > b->cap) {
-        uint64_t nc = b->cap ? b->cap : 4096;
-        while (nc < b->len + n) nc *= 2;
-        uint8_t *np = realloc(b->p, nc);
-        if (!np) return rad_err_set(e, RAD_E_NOMEM, "out of memory writing a header");
-        b->p = np;
-        b->cap = nc;
-    }
-    if (n) memcpy(b->p + b->len, p, n);
-    b->len += n;
-    return RAD_OK;
-}
-
-void rad_buf_free(RadBuf *b) {
-    free(b->p);
-    memset(b, 0, sizeof *b);
-}
-
 static int put_u32(RadBuf *b, uint32_t x, RadErr *e) {
     uint8_t c[4] = {(uint8_t)x, (uint8_t)(x >> 8), (uint8_t)(x >> 16), (uint8_t)(x >> 24)};
     return rad_buf_put(b, c, 4, e);

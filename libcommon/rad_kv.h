@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "rad_buf.h"
 #include "rad_err.h"
 #include "rad_in.h"
 
@@ -87,12 +88,6 @@ int rad_kv_read(RadIn *in, RadKV *kv, uint64_t count, RadErr *e);
 /* Reads one value of type t (used by rad_kv_read; the key is for messages). */
 int rad_value_read(RadIn *in, RadValType t, RadValue *v, const char *key, int depth, RadErr *e);
 /* Appends the encoding of all entries (without the leading count) to a growing buffer. */
-typedef struct RadBuf {
-    uint8_t *p;
-    uint64_t len, cap;
-} RadBuf;
-int rad_buf_put(RadBuf *b, const void *p, uint64_t n, RadErr *e);
-void rad_buf_free(RadBuf *b);
 int rad_kv_write(const RadKV *kv, RadBuf *out, RadErr *e);
 
 /* A printable one-line rendering of a value ("[49152 × string]" for large arrays). */

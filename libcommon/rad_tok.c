@@ -73,24 +73,12 @@ static int get_str(const RadKV *kv, const char *key, const char **out, RadErr *e
 
 /* ---- spellings ----------------------------------------------------------------------------- */
 
-typedef struct Arena {
-    char *p;
-    size_t n, cap;
-} Arena;
-
-static int arena_put(Arena *a, const void *s, size_t n, uint32_t *off, RadErr *e) {
-    if (a->n + n > UINT32_MAX) return rad_err_set(e, RAD_E_LIMIT, "tokenizer.tokens: more than 4 GiB of text");
-    if (a->n + n > a->cap) {
-        size_t c = a->cap ? a->cap : 1 << 16;
-        while (c < a->n + n) c *= 2;
-        char *q = realloc(a->p, c);
-        if (!q) return rad_err_set(e, RAD_E_NOMEM, "tokenizer.tokens: out of memory");
-        a->p = q, a->cap = c;
-    }
-    if (n) memcpy(a->p + a->n, s, n);
-    *off = (uint32_t)a->n;
-    a->n += n;
-    return RAD_OK;
+/* Every token's text and spelling in one buffer, addressed by 32-bit offsets. */
+static int arena_put(RadBuf *a, const void *s, size_t n, uint32_t *off, RadErr *e) {
+    if (a->len + n > UINT32_MAX) return rad_err_set(e, RAD_E_LIMIT, "tokenizer.tokens: more than 4 GiB of text");
+    *off = (uint32_t)a->len;
+    int rc = rad_buf_put(a, s, n, NULL);
+    return rc ? rad_err_set(e, rc, "tokenizer.tokens: out of memory") : RAD_OK;
 }
 
 /* The code point at p (0 and *l = 1 for a byte that does not start a well-formed character). */
@@ -176,7 +164,7 @@ static int read_tokens(RadTok *t, const RadKV *kv, RadErr *e) {
     if (!(t->tok = calloc(t->n, sizeof *t->tok)))
         return rad_err_set(e, RAD_E_NOMEM, "tokenizer.tokens: out of memory for %u tokens", t->n);
     const RadStr *ts = toks->v.arr;
-    Arena a = {0};
+    RadBuf a = {0};
     uint8_t *tmp = malloc(3 * (size_t)TOK_MAX_LEN);
     if (!tmp) return rad_err_set(e, RAD_E_NOMEM, "tokenizer.tokens: out of memory");
     for (uint32_t i = 0; i < t->n && !rc; i++) {

@@ -6,25 +6,6 @@
 
 #include "rad_tok_int.h"
 
-typedef struct Buf {
-    char *p;
-    size_t n, cap;
-} Buf;
-
-static int put(Buf *b, const void *s, size_t n, RadErr *e) {
-    if (b->n + n + 1 > b->cap) {
-        size_t c = b->cap ? b->cap : 256;
-        while (c < b->n + n + 1) c *= 2;
-        char *q = realloc(b->p, c);
-        if (!q) return rad_err_set(e, RAD_E_NOMEM, "tokenizer: out of memory (%zu bytes)", c);
-        b->p = q, b->cap = c;
-    }
-    if (n) memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-    return RAD_OK;
-}
-
 static const char FFFD[] = "\xEF\xBF\xBD";
 
 /* The length of the maximal ill-formed subpart at p: the longest prefix of a well-formed
@@ -44,7 +25,7 @@ static size_t bad_len(const uint8_t *p, size_t n) {
     return k;
 }
 
-static int put_lossy(Buf *b, const uint8_t *s, size_t n, RadErr *e) {
+static int put_lossy(RadBuf *b, const uint8_t *s, size_t n, RadErr *e) {
     int rc = RAD_OK;
     for (size_t i = 0; i < n && !rc;) {
         size_t l = tok_utf8_len(s + i, n - i), j = i;
@@ -52,8 +33,8 @@ static int put_lossy(Buf *b, const uint8_t *s, size_t n, RadErr *e) {
             j += l;
             l = j < n ? tok_utf8_len(s + j, n - j) : 0;
         }
-        if (j > i) rc = put(b, s + i, j - i, e);
-        if (!rc && j < n) rc = put(b, FFFD, 3, e), j += bad_len(s + j, n - j);
+        if (j > i) rc = rad_buf_put(b, s + i, j - i, e);
+        if (!rc && j < n) rc = rad_buf_put(b, FFFD, 3, e), j += bad_len(s + j, n - j);
         i = j;
     }
     return rc;
@@ -74,15 +55,15 @@ size_t rad_utf8_tail(const char *s, size_t n) {
 }
 
 int rad_utf8_lossy(const char *s, size_t n, char **out, size_t *out_len, RadErr *e) {
-    Buf b = {0};
-    int rc = put(&b, "", 0, e);
+    RadBuf b = {0};
+    int rc = rad_buf_put(&b, "", 0, e);
     if (!rc) rc = put_lossy(&b, (const uint8_t *)s, n, e);
     if (rc) {
         free(b.p);
         *out = NULL, *out_len = 0;
         return rc;
     }
-    *out = b.p, *out_len = b.n;
+    *out = b.p, *out_len = b.len;
     return RAD_OK;
 }
 
@@ -105,36 +86,36 @@ static uint32_t bl_char(const uint8_t *s, size_t n, size_t *l) {
     return UINT32_MAX;
 }
 
-static int put_bytelevel(const RadTok *t, Buf *b, int32_t id, RadErr *e) {
+static int put_bytelevel(const RadTok *t, RadBuf *b, int32_t id, RadErr *e) {
     uint32_t n;
     const uint8_t *s = (const uint8_t *)tok_spell(t, id, &n);
     size_t l;
     for (size_t i = 0; i < n; i += l) {
         uint32_t c = bl_char(s + i, n - i, &l);
-        if (c >= 324 || t->char_byte[c] < 0) return put(b, s, n, e);
+        if (c >= 324 || t->char_byte[c] < 0) return rad_buf_put(b, s, n, e);
     }
-    size_t at = b->n;
-    int rc = put(b, s, n, e); /* room for n bytes; the mapped ones are fewer */
+    size_t at = b->len;
+    int rc = rad_buf_put(b, s, n, e); /* room for n bytes; the mapped ones are fewer */
     if (rc) return rc;
-    b->n = at;
-    for (size_t i = 0; i < n; i += l) b->p[b->n++] = (char)t->char_byte[bl_char(s + i, n - i, &l)];
-    b->p[b->n] = 0;
+    b->len = at;
+    for (size_t i = 0; i < n; i += l) b->p[b->len++] = (char)t->char_byte[bl_char(s + i, n - i, &l)];
+    b->p[b->len] = 0;
     return RAD_OK;
 }
 
 /* SentencePiece: a token's text with "▁" as " ". */
-static int put_spm_text(Buf *b, const uint8_t *s, size_t n, bool lossy, RadErr *e) {
+static int put_spm_text(RadBuf *b, const uint8_t *s, size_t n, bool lossy, RadErr *e) {
     int rc = RAD_OK;
     size_t i = 0, run = 0;
     for (; i + 2 < n; i++) {
         if (s[i] == 0xE2 && s[i + 1] == 0x96 && s[i + 2] == 0x81) {
-            if (i > run && (rc = lossy ? put_lossy(b, s + run, i - run, e) : put(b, s + run, i - run, e))) return rc;
-            if ((rc = put(b, " ", 1, e))) return rc;
+            if (i > run && (rc = lossy ? put_lossy(b, s + run, i - run, e) : rad_buf_put(b, s + run, i - run, e))) return rc;
+            if ((rc = rad_buf_put(b, " ", 1, e))) return rc;
             run = i + 3;
             i += 2;
         }
     }
-    if (n > run) rc = lossy ? put_lossy(b, s + run, n - run, e) : put(b, s + run, n - run, e);
+    if (n > run) rc = lossy ? put_lossy(b, s + run, n - run, e) : rad_buf_put(b, s + run, n - run, e);
     return rc;
 }
 
@@ -148,14 +129,14 @@ int rad_tok_decode(const RadTok *t, const int32_t *ids, size_t n, int flags, cha
             return rad_err_set(e, RAD_E_ARG, "tokenizer: id %d at index %zu is outside the vocabulary "
                                "(%u tokens)", ids[i], i, t->n);
     bool skip = flags & RAD_TOK_SKIP_SPECIAL, lossy = flags & RAD_TOK_LOSSY;
-    Buf b = {0};
-    int rc = put(&b, "", 0, e);
+    RadBuf b = {0};
+    int rc = rad_buf_put(&b, "", 0, e);
     if (t->kind == TOKK_BPE) {
         for (size_t i = 0; i < n && !rc; i++)
             if (!(skip && (t->tok[ids[i]].flags & TF_SPECIAL))) rc = put_bytelevel(t, &b, ids[i], e);
-        if (!rc && lossy && !valid_utf8((const uint8_t *)b.p, b.n)) {
-            Buf l = {0};
-            if (!(rc = put(&l, "", 0, e)) && !(rc = put_lossy(&l, (const uint8_t *)b.p, b.n, e))) {
+        if (!rc && lossy && !valid_utf8((const uint8_t *)b.p, b.len)) {
+            RadBuf l = {0};
+            if (!(rc = rad_buf_put(&l, "", 0, e)) && !(rc = put_lossy(&l, (const uint8_t *)b.p, b.len, e))) {
                 free(b.p);
                 b = l;
             } else {
@@ -170,13 +151,13 @@ int rad_tok_decode(const RadTok *t, const int32_t *ids, size_t n, int flags, cha
             int32_t id = i < n ? ids[i] : -1;
             if (id >= 0 && skip && (t->tok[id].flags & TF_SPECIAL)) continue;
             if (id >= 0 && (t->tok[id].flags & TF_BYTE)) {
-                rc = put(&b, &t->tok[id].byte, 1, e);
+                rc = rad_buf_put(&b, &t->tok[id].byte, 1, e);
                 run++;
                 continue;
             }
-            if (run && lossy && !valid_utf8((const uint8_t *)b.p + b.n - run, run)) {
-                b.n -= run;
-                for (size_t k = 0; k < run && !rc; k++) rc = put(&b, FFFD, 3, e);
+            if (run && lossy && !valid_utf8((const uint8_t *)b.p + b.len - run, run)) {
+                b.len -= run;
+                for (size_t k = 0; k < run && !rc; k++) rc = rad_buf_put(&b, FFFD, 3, e);
             }
             run = 0;
             if (id >= 0 && !rc) {
@@ -185,9 +166,9 @@ int rad_tok_decode(const RadTok *t, const int32_t *ids, size_t n, int flags, cha
                 rc = put_spm_text(&b, s, l, lossy, e);
             }
         }
-        if (!rc && t->add_space_prefix && b.n && b.p[0] == ' ') { /* Strip(" ", 1, 0) */
-            memmove(b.p, b.p + 1, b.n);
-            b.n--;
+        if (!rc && t->add_space_prefix && b.len && b.p[0] == ' ') { /* Strip(" ", 1, 0) */
+            memmove(b.p, b.p + 1, b.len);
+            b.len--;
         }
     }
     if (rc) {
@@ -195,30 +176,30 @@ int rad_tok_decode(const RadTok *t, const int32_t *ids, size_t n, int flags, cha
         return rc;
     }
     *text = b.p;
-    *len = b.n;
+    *len = b.len;
     return RAD_OK;
 }
 
 int rad_tok_piece(const RadTok *t, int32_t id, char *buf, size_t cap) {
     if (!t || id < 0 || (uint32_t)id >= t->n) return -1;
-    Buf b = {0};
+    RadBuf b = {0};
     int rc;
     if (t->kind == TOKK_BPE) {
         rc = put_bytelevel(t, &b, id, NULL);
     } else if (t->tok[id].flags & TF_BYTE) {
-        rc = put(&b, &t->tok[id].byte, 1, NULL);
+        rc = rad_buf_put(&b, &t->tok[id].byte, 1, NULL);
     } else {
         uint32_t l;
         const uint8_t *s = (const uint8_t *)tok_spell(t, id, &l);
-        rc = put(&b, "", 0, NULL);
+        rc = rad_buf_put(&b, "", 0, NULL);
         if (!rc) rc = put_spm_text(&b, s, l, false, NULL);
     }
     if (rc) {
         free(b.p);
         return -1;
     }
-    if (buf && cap) memcpy(buf, b.p, b.n < cap ? b.n : cap);
-    int n = b.n > INT32_MAX ? INT32_MAX : (int)b.n;
+    if (buf && cap) memcpy(buf, b.p, b.len < cap ? b.len : cap);
+    int n = b.len > INT32_MAX ? INT32_MAX : (int)b.len;
     free(b.p);
     return n;
 }

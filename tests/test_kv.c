@@ -61,7 +61,7 @@ Test(kv, every_type_round_trips) {
     RadBuf b = {0};
     encode(&kv, &b);
     RadErr e = {0};
-    cr_assert_eq(decode(b.p, b.len, &back, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(decode((const uint8_t *)b.p, b.len, &back, &e), RAD_OK, "%s", e.msg);
     cr_assert_eq(back.n, kv.n);
     int64_t x;
     cr_assert_eq(rad_kv_geti(&back, "s.i64", &x, &e), RAD_OK);
@@ -101,7 +101,7 @@ Test(kv, every_truncation_fails_cleanly) {
         RadKV back;
         rad_kv_init(&back);
         RadErr e = {0};
-        cr_assert_eq(decode(b.p, cut, &back, &e), RAD_E_FORMAT, "cut at %zu", cut);
+        cr_assert_eq(decode((const uint8_t *)b.p, cut, &back, &e), RAD_E_FORMAT, "cut at %zu", cut);
         cr_assert(strstr(e.msg, "kv.bin") != NULL, "%s", e.msg);
         rad_kv_free(&back);
     }

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "libcommon/rad_buf.h"
+
 /* Bucket bounds in seconds (vLLM's, so dashboards carry over). */
 static const double LE_TTFT[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};
 static const double LE_ITL[] = {0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5};
@@ -59,31 +61,22 @@ void met_cut(Metrics *m, MetCut why) {
     pthread_mutex_unlock(&m->mu);
 }
 
-typedef struct Buf {
-    char *p;
-    size_t len, cap;
+/* The page is built in one RadBuf; running out of memory drops the rest (the scrape fails). */
+typedef struct Page {
+    RadBuf b;
     int oom;
-} Buf;
+} Page;
 
-static void bprintf(Buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void bprintf(Buf *b, const char *fmt, ...) {
-    if (b->oom) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
-        va_end(ap);
-        if (n < 0) { b->oom = 1; return; }
-        if ((size_t)n < b->cap - b->len) { b->len += (size_t)n; return; }
-        size_t cap = b->cap * 2 + (size_t)n;
-        char *p = realloc(b->p, cap);
-        if (!p) { b->oom = 1; return; }
-        b->p = p;
-        b->cap = cap;
-    }
+static void bprintf(Page *pg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void bprintf(Page *pg, const char *fmt, ...) {
+    if (pg->oom) return;
+    va_list ap;
+    va_start(ap, fmt);
+    if (rad_buf_vprintf(&pg->b, NULL, fmt, ap)) pg->oom = 1;
+    va_end(ap);
 }
 
-static void hist(Buf *b, const char *name, const char *help, const MetHist *h) {
+static void hist(Page *b, const char *name, const char *help, const MetHist *h) {
     bprintf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     uint64_t cum = 0;
     for (int i = 0; i < h->n; i++) {
@@ -95,15 +88,14 @@ static void hist(Buf *b, const char *name, const char *help, const MetHist *h) {
             (unsigned long long)cum);
 }
 
-static void one(Buf *b, const char *type, const char *name, const char *help, double v) {
+static void one(Page *b, const char *type, const char *name, const char *help, double v) {
     bprintf(b, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
 }
 
 char *met_render(Metrics *m, const RadSchedStats *st, int ready, uint32_t connections) {
     static const char *ep[] = {"completions", "chat_completions"};
     static const char *oc[] = {"stop", "length", "cancelled", "error", "rejected"};
-    Buf b = {.cap = 16384};
-    if (!(b.p = malloc(b.cap))) return NULL;
+    Page b = {0};
     pthread_mutex_lock(&m->mu);
     bprintf(&b, "# HELP radiance_requests_total Generation requests finished, by endpoint and outcome.\n"
                 "# TYPE radiance_requests_total counter\n");
@@ -142,9 +134,9 @@ char *met_render(Metrics *m, const RadSchedStats *st, int ready, uint32_t connec
         one(&b, "counter", "radiance_preemptions_total", "Sequences preempted (recomputed) when KV ran out.", (double)st->preemptions);
         one(&b, "counter", "radiance_steps_total", "Engine steps run.", (double)st->steps);
     }
-    if (b.oom) {
-        free(b.p);
+    if (b.oom || !b.b.p) {
+        rad_buf_free(&b.b);
         return NULL;
     }
-    return b.p;
+    return b.b.p;
 }
