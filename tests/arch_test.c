@@ -303,7 +303,8 @@ Test(loader, probe_bits_refuse_flags_naming_the_plugin, .init = setup) {
 /* Declares the plugin at ctx, every weight present as declared (RAD_ANY stored as `any`). */
 static int declare(const RadPlugin *p, const RadModelMeta *m, const RadBuildCtx *ctx, const RadPluginSet *libs, RadEnc any,
                    RadGraph *g, RadErr *e) {
-    return rad_graph_declare(g, p, m, ctx, libs, lookup_all, &any, e);
+    const RadSelectOpts sel = {.libs = libs}; /* the engine's defaults: max tolerance 1e-3, not deterministic */
+    return rad_graph_declare(g, p, m, ctx, &sel, lookup_all, &any, e);
 }
 
 static void pin(const RadGraph *g, const char *golden) {
