@@ -205,8 +205,8 @@ int rad_select_check_kv(const RadKernel *k, const char *lib, const char *group, 
     const int has_kvq = k->struct_size >= offsetof(RadKernel, kvq_ok) + sizeof k->kvq_ok;
     const uint64_t encs = has_encs && k->kv_encs ? k->kv_encs : RAD_ENC_PLAIN_FLOATS;
     if ((unsigned)kv_dtype >= RAD_ENC_COUNT || !(encs & RAD_ENC_BIT(kv_dtype))) {
-        snprintf(buf, n, "kernel %s/%s/%s: does not read a %s KV cache (kv_encs) but group '%s' is %s", lib, k->op,
-                 k->variant, enc_name((RadEnc)kv_dtype), group, enc_name((RadEnc)kv_dtype));
+        snprintf(buf, n, "kernel %s/%s/%s: kv_encs lack %s but group '%s' stores %s", lib, k->op, k->variant,
+                 enc_name((RadEnc)kv_dtype), group, enc_name((RadEnc)kv_dtype));
         return RAD_E_UNSUPPORTED;
     }
     if (kv_quant != RAD_KVQ_NONE && !(has_kvq && (k->kvq_ok & (1u << kv_quant)))) {

@@ -300,16 +300,18 @@ Test(engine, debug_graph_shows_each_ops_bucket_table) {
 
 /* ---- selection: one rule for the builder and the engine ------------------------------------- */
 
-static int open_engine_kernels(RadEngine *en, const char *kernels, RadErr *e) {
+static int open_engine_kv(RadEngine *en, const char *kernels, RadDType kv_dtype, RadErr *e) {
     const char *b = getenv("RAD_BUILD");
     static char d1[256], d2[256];
     snprintf(d1, sizeof d1, "%s/test-plugins", b ? b : "build");
     snprintf(d2, sizeof d2, "%s/plugins", b ? b : "build");
     static const char *dirs[2] = {d1, d2};
     RadEngineOpts o = {.model = path, .plugin_dirs = dirs, .n_plugin_dirs = 2, .kernels = kernels, .max_tok = 16,
-                       .max_seqs = 1, .max_ctx = 64, .n_threads = 1};
+                       .max_seqs = 1, .max_ctx = 64, .n_threads = 1, .kv_dtype = kv_dtype};
     return rad_engine_open(en, &o, e);
 }
+
+static int open_engine_kernels(RadEngine *en, const char *kernels, RadErr *e) { return open_engine_kv(en, kernels, RAD_F32, e); }
 
 enum { N_GEN = 12 };
 
@@ -369,5 +371,16 @@ Test(engine, an_attention_kernel_on_another_kv_block_size_is_refused_by_name) {
     RadErr e = {0};
     cr_assert_eq(open_engine_kernels(&en, "kern_kvblock", &e), RAD_E_UNSUPPORTED, "opened: %s", e.msg);
     cr_assert(strstr(e.msg, "kernel kern_kvblock/attn_paged/generic: kv_block_size 16 but group 'kv' uses 32"), "%s", e.msg);
+    rad_engine_close(&en);
+}
+
+/* kern_test's attention reads f32/f16/bf16 caches (kv_encs 0): an fp8 cache is refused at open,
+ * naming the kernel, not read as floats. */
+Test(engine, an_attention_kernel_that_cannot_read_the_kv_dtype_is_refused_by_name) {
+    RadEngine en;
+    RadErr e = {0};
+    cr_assert_eq(open_engine_kv(&en, "kern_test", RAD_F8_E4M3, &e), RAD_E_UNSUPPORTED, "opened: %s", e.msg);
+    cr_assert(strstr(e.msg, "kernel kern_test/attn_paged/generic: kv_encs lack f8_e4m3 but group 'kv' stores f8_e4m3"), "%s",
+              e.msg);
     rad_engine_close(&en);
 }
