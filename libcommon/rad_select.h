@@ -34,10 +34,11 @@ typedef struct RadSelectOp {
     uint32_t n_w;
 } RadSelectOp;
 
-/* The one choice: the kernel that serves `op` over every row count in [lo, hi], and its
- * library (index into o->libs); NULL with *why a short reason ("no library defines this op",
- * "no kernel accepts weight encoding q4_1", "... looser than the max tolerance 0.001 ...",
- * "no kernel covers rows 3..4"). why_buf holds the reason when it is composed. */
+/* The one choice: the kernel that serves `op` over every row count in [lo, hi] (a bucket), and
+ * its library in *lib (index into o->libs; lib may be NULL). NULL when none does, with a short
+ * reason in why_buf when given ("no library defines this op", "no kernel accepts weight
+ * encoding q4_1", "... looser than the max tolerance 0.001 ...", "no kernel covers rows 3..4"):
+ * the text --debug-graph shows. */
 const RadKernel *rad_select_kernel(const RadSelectOpts *o, const RadSelectOp *op, int64_t lo, int64_t hi, int *lib,
                                    char *why_buf, size_t why_n);
 
