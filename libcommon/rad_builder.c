@@ -244,17 +244,6 @@ static rad_buf b_decl_buffer(RadBuilder *b, const char *name, const RadBufDecl *
     return (rad_buf){g->n_bufs++};
 }
 
-/* The KV block size comes from the attention kernel that resolves; 16 when none is loaded. */
-static uint32_t attn_block_size(RadGraph *g) {
-    for (int i = 0; g->libs && i < g->libs->n; i++) {
-        const RadKernelLib *l = g->libs->p[i].lib;
-        for (uint32_t k = 0; l && k < l->n_kernels; k++)
-            if (strcmp(rad_kernel_at(l, k)->op, "attn_paged") == 0 && rad_kernel_at(l, k)->kv_block_size)
-                return rad_kernel_at(l, k)->kv_block_size;
-    }
-    return 16;
-}
-
 static rad_kv b_decl_kv_group(RadBuilder *b, const char *name, const RadKvDecl *d, size_t sz) {
     RadGraph *g = G(b);
     if (g->failed) return (rad_kv){-1};
@@ -272,7 +261,7 @@ static rad_kv b_decl_kv_group(RadBuilder *b, const char *name, const RadKvDecl *
     memset(k, 0, sizeof *k);
     k->name = dup_str(name);
     k->d = c;
-    k->block_size = attn_block_size(g);
+    k->block_size = rad_select_kv_block_size(&g->sel, g->ctx ? g->ctx->max_tok : 1);
     return (rad_kv){g->n_kvs++};
 }
 
@@ -310,33 +299,25 @@ static int b_kv_refine(RadBuilder *b, rad_kv k, int what) {
 
 /* ---- ops ------------------------------------------------------------------------------------ */
 
-/* The first kernel (library order, then table order) for this op whose layout accepts every
- * weight's encoding and whose extent covers the op's range. */
+/* The op's bucket table under the graph's options (rad_select.h): the engine runs these picks. */
 static void resolve(RadGraph *g, RadGOp *o) {
-    const RadParam *range = NULL;
-    for (uint32_t i = 0; i < o->n_params; i++)
-        if (o->params[i].kind == RAD_PARAM_RANGE) range = &o->params[i];
-    int seen = 0;
-    for (int i = 0; g->libs && i < g->libs->n; i++) {
-        const RadKernelLib *l = g->libs->p[i].lib;
-        for (uint32_t k = 0; l && k < l->n_kernels; k++) {
-            const RadKernel *kr = rad_kernel_at(l, k);
-            if (strcmp(kr->op, o->op) != 0) continue;
-            seen = 1;
-            int ok = 1;
-            for (uint32_t j = 0; j < o->n_w && ok; j++) {
-                RadEnc e = g->w[o->w[j].id].enc;
-                if (e != RAD_ENC_COUNT && !(kr->weight_encs & RAD_ENC_BIT(e))) ok = 0;
-            }
-            if (ok && range && (range->lo < kr->n_min || (kr->n_max && range->hi > kr->n_max))) ok = 0;
-            if (!ok) continue;
-            o->kernel = kr;
-            o->kernel_lib = g->libs->p[i].info->name;
-            o->why = "first kernel whose layout accepts the weights and covers the range";
-            return;
-        }
+    RadEnc enc[16], *w_enc = o->n_w <= 16 ? enc : malloc(o->n_w * sizeof *w_enc);
+    if (!w_enc) {
+        gfail(g, "out of memory");
+        return;
     }
-    o->why = seen ? "no kernel accepts these weight encodings or this range" : "no library defines this op";
+    for (uint32_t j = 0; j < o->n_w; j++) w_enc[j] = g->w[o->w[j].id].enc;
+    const RadSelectOp sop = {.op = o->op, .params = o->params, .n_params = o->n_params, .w_enc = w_enc, .n_w = o->n_w};
+    int rc = rad_select_table(&g->sel, &sop, &o->sel);
+    if (w_enc != enc) free(w_enc);
+    if (rc) {
+        gfail(g, "out of memory selecting a kernel for op '%s'", o->op);
+        return;
+    }
+    if (rad_select_served(&o->sel)) {
+        o->kernel = o->sel.pick[0];
+        o->kernel_lib = g->sel.libs->p[o->sel.pick_lib[0]].info->name;
+    }
 }
 
 static rad_op b_decl_op(RadBuilder *b, const char *op, const RadParam *p, uint32_t np, const rad_weight *w, uint32_t nw) {
@@ -394,20 +375,18 @@ static int b_op_access(RadBuilder *b, rad_op op, int writes, const rad_buf *bufs
     return RAD_OK;
 }
 
+/* Resolved exactly when the engine will have a kernel for every bucket; a false answer is the
+ * plugin's cue to emit the chain, so the op is marked declined (never issued). */
 static int b_op_resolved(RadBuilder *b, rad_op op) {
     RadGraph *g = G(b);
-    return op.id >= 0 && op.id < g->n_ops && g->ops[op.id].kernel != NULL;
-}
-
-static int b_op_declared(RadBuilder *b, const char *op) {
-    RadGraph *g = G(b);
-    for (int i = 0; g->libs && i < g->libs->n; i++) {
-        const RadKernelLib *l = g->libs->p[i].lib;
-        for (uint32_t k = 0; l && k < l->n_kernels; k++)
-            if (strcmp(rad_kernel_at(l, k)->op, op) == 0) return 1;
-    }
+    if (op.id < 0 || op.id >= g->n_ops) return 0;
+    RadGOp *o = &g->ops[op.id];
+    if (rad_select_served(&o->sel)) return 1;
+    o->declined = 1;
     return 0;
 }
+
+static int b_op_declared(RadBuilder *b, const char *op) { return op && rad_select_declared(&G(b)->sel, op); }
 
 static int b_buf_concurrent(RadBuilder *b, rad_buf x) {
     RadGraph *g = G(b);
@@ -509,17 +488,20 @@ RadBuildCtx rad_build_ctx_for(const RadModelMeta *m, const RadStepBounds *b) {
 }
 
 int rad_graph_declare(RadGraph *g, const RadPlugin *plugin, const RadModelMeta *meta, const RadBuildCtx *ctx,
-                      const RadPluginSet *libs, RadWeightLookup lookup, void *lookup_user, RadErr *e) {
+                      const RadSelectOpts *sel, RadWeightLookup lookup, void *lookup_user, RadErr *e) {
     memset(g, 0, sizeof *g);
     g->head.struct_size = sizeof g->head;
     g->head.api = &API;
     g->lookup = lookup;
     g->lookup_user = lookup_user;
-    g->libs = libs;
+    if (sel) g->sel = *sel;
     g->ctx = ctx;
     g->plugin_name = plugin->info->name;
     g->logits = g->pooled = RAD_NONE_B;
     g->lane1_begin = g->lane1_end = -1;
+    if (g->sel.tune) /* rule 1 of the selector does not exist yet: refused, not ignored */
+        return rad_err_set(e, RAD_E_UNSUPPORTED, "plugin '%s': a kernel tuning table was given, but this build does not "
+                           "read one", plugin->info->name);
     int rc = plugin->declare(&g->head, meta, ctx);
     if (!g->failed && g->lane1_open) gfail(g, "the lane-1 window was never closed");
     if (g->failed || rc != 0) {
@@ -553,6 +535,7 @@ void rad_graph_free(RadGraph *g) {
         free(o->reads);
         free(o->writes);
         free(o->op);
+        rad_select_table_free(&o->sel);
     }
     for (int i = 0; i < g->n_notes; i++) free(g->notes[i]);
     for (int i = 0; i < g->n_pnames; i++) free(g->pnames[i]);
@@ -578,27 +561,17 @@ const RadGMap *rad_graph_map_for(const RadGraph *g, const char *dst, int nth) {
 int rad_graph_check_encodings(const RadGraph *g, RadErr *e) {
     for (int i = 0; i < g->n_ops; i++) {
         const RadGOp *o = &g->ops[i];
-        if (o->kernel || !o->n_w || !b_op_declared((RadBuilder *)&g->head, o->op)) continue;
+        if (o->declined || rad_select_served(&o->sel) || !o->n_w || !rad_select_declared(&g->sel, o->op)) continue;
         /* some library defines the op but none takes these weights: name the first refused */
         for (uint32_t j = 0; j < o->n_w; j++) {
             const RadGWeight *w = &g->w[o->w[j].id];
             if (w->enc == RAD_ENC_COUNT) continue;
-            char libs[256] = "";
-            size_t k = 0;
-            for (int l = 0; g->libs && l < g->libs->n; l++) {
-                const RadKernelLib *kl = g->libs->p[l].lib;
-                for (uint32_t x = 0; kl && x < kl->n_kernels; x++) {
-                    const RadKernel *kr = rad_kernel_at(kl, x);
-                    if (strcmp(kr->op, o->op) == 0 && !(kr->weight_encs & RAD_ENC_BIT(w->enc)) && k < sizeof libs)
-                        k += (size_t)snprintf(libs + k, sizeof libs - k, "%s%s:%s", k ? ", " : "", g->libs->p[l].info->name,
-                                              kr->variant);
-                }
-            }
-            if (k)
+            char libs[256];
+            if (rad_select_enc_refusers(&g->sel, o->op, w->enc, libs, sizeof libs))
                 return rad_err_set(e, RAD_E_UNSUPPORTED, "weight '%s' is %s, which no kernel for op '%s' accepts (%s)",
                                    w->name, enc_name(w->enc), o->op, libs);
         }
-        return rad_err_set(e, RAD_E_UNSUPPORTED, "op '%s' (#%d): %s", o->op, i, o->why);
+        return rad_err_set(e, RAD_E_UNSUPPORTED, "op '%s' (#%d): %s", o->op, i, o->sel.why);
     }
     return RAD_OK;
 }
@@ -747,6 +720,21 @@ static void dump_shape(FILE *f, uint32_t rank, const uint64_t *s) {
     fputc(']', f);
 }
 
+/* " -> lib:variant[a..b], ..." (neighbouring buckets with one kernel as one), or why not. */
+static void dump_picks(const RadGraph *g, const RadGOp *o, FILE *f) {
+    const RadSelectTable *t = &o->sel;
+    if (o->declined || !rad_select_served(t)) {
+        fputs(o->declined ? " -> declined" : " -> unresolved", f);
+        return;
+    }
+    fputs(" ->", f);
+    for (int i = 0, j; i < t->n_buckets; i = j) {
+        for (j = i + 1; j < t->n_buckets && t->pick[j] == t->pick[i];) j++;
+        fprintf(f, "%s %s:%s[%" PRId64 "..%" PRId64 "]", i ? "," : "", g->sel.libs->p[t->pick_lib[i]].info->name,
+                t->pick[i]->variant, t->lo[i], j < t->n_buckets ? t->lo[j] - 1 : t->range_hi);
+    }
+}
+
 void rad_graph_dump(const RadGraph *g, FILE *f) {
     static const char *access[] = {"per_token", "per_request", "conditional", "rare", "vocab"};
     static const char *shard[] = {"none", "row", "col"};
@@ -799,6 +787,7 @@ void rad_graph_dump(const RadGraph *g, FILE *f) {
         for (uint32_t j = 0; j < o->n_reads; j++) fprintf(f, " r:%s", g->bufs[o->reads[j].id].name);
         for (uint32_t j = 0; j < o->n_writes; j++) fprintf(f, " w>%s", g->bufs[o->writes[j].id].name);
         if (o->lane1) fputs(" lane1", f);
+        if (g->sel.libs && g->sel.libs->n) dump_picks(g, o, f);
         fputc('\n', f);
     }
     if (g->logits.id >= 0) fprintf(f, "logits %s\n", g->bufs[g->logits.id].name);

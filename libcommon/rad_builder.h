@@ -8,6 +8,7 @@
 #include "abi/rad_kernels.h"
 #include "rad_err.h"
 #include "rad_plugins.h"
+#include "rad_select.h"
 
 typedef struct RadGWeight {
     char *name;
@@ -34,7 +35,7 @@ typedef struct RadGBuf {
 typedef struct RadGKv {
     char *name;
     RadKvDecl d;
-    uint32_t block_size;  /* from the resolved attention kernel */
+    uint32_t block_size;  /* the kv_block_size of the attention kernel selection picks (rad_select_kv_block_size) */
     int zero, replicated, dense_read;
 } RadGKv;
 
@@ -47,9 +48,12 @@ typedef struct RadGOp {
     rad_buf *reads, *writes;
     uint32_t n_reads, n_writes;
     int lane1;            /* declared inside the lane-1 window */
-    const RadKernel *kernel;   /* the kernel chosen (NULL: unresolved) */
+    RadSelectTable sel;        /* the selector's candidates and per-bucket picks, under the graph's
+                                  options: what the engine runs (sel.why: why, for --debug-graph) */
+    const RadKernel *kernel;   /* the first bucket's kernel when every bucket is served (NULL: unresolved) */
     const char *kernel_lib;    /* its library's name */
-    const char *why;           /* a short reason for the choice */
+    int declined;              /* the plugin asked rad_op_resolved and got false: it emits the chain
+                                  instead and never issues this op */
 } RadGOp;
 
 /* The stored encoding and shape of a declared weight, as the container (or, at convert time,
@@ -62,7 +66,8 @@ typedef struct RadGraph {
     RadBuilder head;          /* what the plugin sees: struct_size + api; must stay first */
     RadWeightLookup lookup;
     void *lookup_user;
-    const RadPluginSet *libs; /* kernel libraries to resolve against (may be NULL) */
+    RadSelectOpts sel;        /* kernel libraries (sel.libs may be NULL), tolerance, deterministic:
+                                 what every op is resolved under */
     const RadBuildCtx *ctx;
     const char *plugin_name;  /* the declaring plugin, for op-schema messages */
     RadGWeight *w; int n_w;
@@ -104,10 +109,12 @@ typedef struct RadStepBounds {
 /* A rank-0, world-1 RadBuildCtx for these bounds over this model. */
 RadBuildCtx rad_build_ctx_for(const RadModelMeta *m, const RadStepBounds *b);
 
-/* Runs plugin->declare against meta and ctx and records the graph. Weight encodings come from
- * lookup. Fails with the plugin's or the builder's one-line reason. */
+/* Runs plugin->declare against meta and ctx and records the graph. Ops are resolved under sel
+ * (the engine's own options, so a fused op resolves exactly when the engine will serve every
+ * bucket of it; NULL: no libraries). Weight encodings come from lookup. Fails with the
+ * plugin's or the builder's one-line reason. */
 int rad_graph_declare(RadGraph *g, const RadPlugin *plugin, const RadModelMeta *meta, const RadBuildCtx *ctx,
-                      const RadPluginSet *libs, RadWeightLookup lookup, void *lookup_user, RadErr *e);
+                      const RadSelectOpts *sel, RadWeightLookup lookup, void *lookup_user, RadErr *e);
 void rad_graph_free(RadGraph *g);
 
 /* The declare-time check: every present weight's encoding is accepted by some kernel (for the
@@ -118,7 +125,9 @@ int rad_graph_check_encodings(const RadGraph *g, RadErr *e);
  * never share bytes; buffers touched on lane 1 stay live across the whole lane-1 window. */
 int rad_graph_plan(RadGraph *g, RadErr *e);
 
-/* The declared graph as text, one line per item, stable across runs (tests pin it). */
+/* The declared graph as text, one line per item, stable across runs (tests pin it). With
+ * libraries, each op's line ends with its picks per bucket ("-> ref:exact[1..512]"), or
+ * "-> declined" / "-> unresolved". */
 void rad_graph_dump(const RadGraph *g, FILE *f);
 
 /* Lookup helpers. */

@@ -55,7 +55,8 @@ static size_t pack_plan(const RadEngine *en, const RadTensor **tens, const int *
     for (int i = 0; i < en->g.n_w; i++) pack[i] = UNSEEN;
     for (int o = 0; o < en->g.n_ops; o++) {
         const RadGOp *op = &en->g.ops[o];
-        const RadEngineKernels *c = &en->cand[o];
+        const RadSelectTable *c = &op->sel;
+        if (op->declined) continue; /* never issued: its picks read nothing */
         for (uint32_t w = 0; w < op->n_w; w++) {
             const int id = op->w[w].id;
             if (id < 0 || id >= en->g.n_w || !tens[id]) continue;
@@ -293,86 +294,16 @@ static int pick_libs(RadEngine *en, RadErr *e) {
     return RAD_OK;
 }
 
-static int lib_of(const RadEngine *en, const RadKernel *k) {
-    for (int i = 0; i < en->n_libs; i++) {
-        const RadKernelLib *l = en->libs[i]->lib;
-        for (uint32_t j = 0; j < l->n_kernels; j++)
-            if (rad_kernel_at(l, j) == k) return i;
-    }
-    return -1;
-}
-
-static int cmp_i64(const void *a, const void *b) {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
-static int covers(const RadKernel *k, int64_t n) { return n >= k->n_min && (!k->n_max || n <= k->n_max); }
-
-/* The selector's bucket table over the op's RAD_RANGE [lo, hi]: every candidate's extent ends
- * cut the range; each bucket gets the first candidate covering it. A row count inside the range
- * that no candidate serves is refused here, at open, not mid-step. */
-static int build_buckets(RadEngine *en, int o, RadErr *e) {
-    const RadGOp *op = &en->g.ops[o];
-    RadEngineKernels *c = &en->cand[o];
-    if (!c->n) return RAD_OK; /* unresolved: the plugin emits the chain instead */
-    int64_t lo = 1, hi = 1;
-    for (uint32_t p = 0; p < op->n_params; p++)
-        if (op->params[p].kind == RAD_PARAM_RANGE) lo = op->params[p].lo < 1 ? 1 : op->params[p].lo, hi = op->params[p].hi;
-    int64_t *cut = malloc((2 * (size_t)c->n + 65) * sizeof *cut);
-    if (!cut) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
-    int nc = 0;
-    cut[nc++] = lo;
-    for (int64_t p2 = 2; p2 <= hi && nc < 64; p2 *= 2) /* powers of two: where a tuning table may differ */
-        if (p2 > lo) cut[nc++] = p2;
-    for (int i = 0; i < c->n; i++) {
-        if (c->k[i]->n_min > lo && c->k[i]->n_min <= hi) cut[nc++] = c->k[i]->n_min;
-        if (c->k[i]->n_max && c->k[i]->n_max >= lo && c->k[i]->n_max < hi) cut[nc++] = c->k[i]->n_max + 1;
-    }
-    qsort(cut, (size_t)nc, sizeof *cut, cmp_i64);
-    c->lo = malloc((size_t)nc * sizeof *c->lo);
-    c->pick = malloc((size_t)nc * sizeof *c->pick);
-    c->pick_lib = malloc((size_t)nc * sizeof *c->pick_lib);
-    if (!c->lo || !c->pick || !c->pick_lib) return free(cut), rad_err_set(e, RAD_E_NOMEM, "out of memory");
-    for (int i = 0; i < nc; i++) {
-        if (c->n_buckets && c->lo[c->n_buckets - 1] == cut[i]) continue;
-        const RadKernel *k = NULL;
-        for (int j = 0; j < c->n && !k; j++)
-            if (covers(c->k[j], cut[i])) k = c->k[j];
-        if (!k) {
-            int64_t from = cut[i], end = i + 1 < nc ? cut[i + 1] - 1 : hi;
-            free(cut);
-            return rad_err_set(e, RAD_E_UNSUPPORTED, "op '%s' (#%d): no selected kernel serves %" PRId64 "..%" PRId64
-                               " rows of its range [%" PRId64 ", %" PRId64 "]", op->op, o, from, end, lo, hi);
-        }
-        c->lo[c->n_buckets] = cut[i];
-        c->pick_lib[c->n_buckets] = lib_of(en, k);
-        c->pick[c->n_buckets++] = k;
-    }
-    free(cut);
-    return RAD_OK;
-}
-
-/* The bucket for n rows: the last starting at or below n, when its kernel covers n; else -1. */
-static int pick_bucket(const RadEngineKernels *c, int64_t n) {
-    if (!c->n_buckets || n < c->lo[0]) return -1;
-    int a = 0, b = c->n_buckets - 1;
-    while (a < b) {
-        int m = (a + b + 1) / 2;
-        if (c->lo[m] <= n) a = m;
-        else b = m - 1;
-    }
-    return covers(c->pick[a], n) ? a : -1;
-}
-
 static int param_int(const RadGOp *op, const char *name, int64_t *out) {
     for (uint32_t i = 0; i < op->n_params; i++)
         if (strcmp(op->params[i].name, name) == 0) return *out = op->params[i].lo, 1;
     return 0;
 }
 
-/* Every kernel that can run each op, in preference order (libraries as given, then table
- * order); the issue picks the first whose extent covers the call. */
+/* The engine's side of each op's table: the graph chose the picks (rad_select_table under
+ * en->select), so what is left is to refuse, at open and not mid-step, an op the plugin did not
+ * decline but some bucket of which no kernel serves; to size the workspace of the kernels
+ * picked; and to find the KV layer an op reads. */
 static int build_candidates(RadEngine *en, RadErr *e) {
     en->cand = calloc((size_t)(en->g.n_ops ? en->g.n_ops : 1), sizeof *en->cand);
     if (!en->cand) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
@@ -383,49 +314,42 @@ static int build_candidates(RadEngine *en, RadErr *e) {
     }
     for (int o = 0; o < en->g.n_ops; o++) {
         const RadGOp *op = &en->g.ops[o];
+        const RadSelectTable *t = &op->sel;
         RadEngineKernels *c = &en->cand[o];
-        int cap = 64;
-        if (!(c->k = malloc((size_t)cap * sizeof *c->k))) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
-        for (int pass = 0; pass < (en->o.deterministic ? 2 : 1); pass++) {
-            for (int i = 0; i < en->n_libs; i++) {
-                const RadKernelLib *l = en->libs[i]->lib;
-                for (uint32_t j = 0; j < l->n_kernels; j++) {
-                    const RadKernel *k = rad_kernel_at(l, j);
-                    if (strcmp(k->op, op->op) != 0) continue;
-                    int ok = 1;
-                    for (uint32_t w = 0; w < op->n_w && ok; w++) {
-                        RadEnc enc = en->g.w[op->w[w].id].enc;
-                        if (enc != RAD_ENC_COUNT && !(k->weight_encs & RAD_ENC_BIT(enc))) ok = 0;
-                    }
-                    if (k->exactness == RAD_EXACT_TOLERANCE && k->tolerance > en->o.max_tolerance) ok = 0;
-                    /* deterministic mode: batch-invariant kernels on the first pass, the rest after */
-                    if (en->o.deterministic && (pass == 0) != (k->batch_invariant != 0)) ok = 0;
-                    if (!ok) continue;
-                    if (c->n == cap) { /* every fitting kernel is a candidate: none dropped unseen */
-                        const RadKernel **nk = realloc(c->k, (size_t)(cap *= 2) * sizeof *nk);
-                        if (!nk) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
-                        c->k = nk;
-                    }
-                    c->k[c->n++] = k;
-                    if (k->workspace) {
-                        int64_t hi = 1;
-                        for (uint32_t p = 0; p < op->n_params; p++)
-                            if (op->params[p].kind == RAD_PARAM_RANGE) hi = op->params[p].hi;
-                        size_t ws = k->workspace(op->params, op->n_params, hi);
-                        if (ws > en->workspace_bytes) en->workspace_bytes = ws;
-                    }
-                }
-            }
-        }
-    }
-    for (int o = 0; o < en->g.n_ops; o++) {
-        int rc = build_buckets(en, o, e);
-        if (rc) return rc;
+        c->sel = t;
         int64_t layer; /* looked up once here, not by name at every issue */
-        en->cand[o].layer = param_int(&en->g.ops[o], "layer", &layer) && layer >= 0 && layer < en->g.n_layer_kv ? (int32_t)layer : -1;
+        c->layer = param_int(op, "layer", &layer) && layer >= 0 && layer < en->g.n_layer_kv ? (int32_t)layer : -1;
+        if (op->declined) continue; /* the plugin emits the chain instead */
+        if (!rad_select_served(t)) return rad_err_set(e, RAD_E_UNSUPPORTED, "op '%s' (#%d): %s", op->op, o, t->why);
+        for (int b = 0; b < t->n_buckets; b++) {
+            if (!t->pick[b]->workspace || (b && t->pick[b] == t->pick[b - 1])) continue;
+            size_t ws = t->pick[b]->workspace(op->params, op->n_params, t->range_hi);
+            if (ws > en->workspace_bytes) en->workspace_bytes = ws;
+        }
     }
     if (en->workspace_bytes && !(en->workspace = aligned_alloc(256, (en->workspace_bytes + 255) & ~(size_t)255)))
         return rad_err_set(e, RAD_E_NOMEM, "out of memory for a %zu-byte kernel workspace", en->workspace_bytes);
+    return RAD_OK;
+}
+
+/* Every attention kernel picked against the KV group its layer is bound to: the group's block
+ * size came from the kernel picked for decode, and a kernel picked for another bucket must agree
+ * with it, read the group's dtype and (narrow KV) its layout. Refused by name at open. */
+static int check_kv_kernels(const RadEngine *en, RadErr *e) {
+    for (int o = 0; o < en->g.n_ops; o++) {
+        const RadGOp *op = &en->g.ops[o];
+        const RadSelectTable *t = &op->sel;
+        const int layer = en->cand[o].layer;
+        if (op->declined || layer < 0 || en->g.layer_kv[layer] < 0) continue;
+        const RadGKv *kv = &en->g.kvs[en->g.layer_kv[layer]];
+        for (int b = 0; b < t->n_buckets; b++) {
+            if (b && t->pick[b] == t->pick[b - 1]) continue;
+            char why[256];
+            int rc = rad_select_check_kv(t->pick[b], en->libs[t->pick_lib[b]]->info->name, kv->name, kv->block_size,
+                                         kv->d.dtype, en->ctx.kv_quant, why, sizeof why);
+            if (rc) return rad_err_set(e, rc, "op '%s' (#%d), rows %" PRId64 "..: %s", op->op, o, t->lo[b], why);
+        }
+    }
     return RAD_OK;
 }
 
@@ -495,7 +419,7 @@ static uint64_t now_ns(void) {
 
 /* An issue reads a dozen small tables that the weight stream evicted since the last step: asking
  * for them all at once turns a chain of cache misses into one wait. */
-static void issue_prefetch(const RadEngine *en, const RadGOp *op, const RadEngineKernels *cand, const RadOperand *ops,
+static void issue_prefetch(const RadEngine *en, const RadGOp *op, const RadSelectTable *cand, const RadOperand *ops,
                            uint32_t n_ops) {
     const char *p = (const char *)op->params;
     for (size_t o = 0; o < op->n_params * sizeof *op->params; o += 64) __builtin_prefetch(p + o);
@@ -518,9 +442,9 @@ static int c_issue(RadCtx *c, rad_op h, const RadOperand *ops, uint32_t n_ops, u
     const RadGOp *op = &en->g.ops[h.id];
     if (n == RAD_EXTENT_BATCH) n = en->batch->n_tok;
     if (n == 0) return RAD_E_SHAPE; /* zero rows is not a call: nothing runs, nothing written */
-    const RadEngineKernels *cand = &en->cand[h.id];
+    const RadSelectTable *cand = &op->sel;
     issue_prefetch(en, op, cand, ops, n_ops);
-    const int bucket = pick_bucket(cand, (int64_t)n);
+    const int bucket = rad_select_bucket(cand, (int64_t)n);
     const RadKernel *k = bucket >= 0 ? cand->pick[bucket] : NULL;
     if (!k) return step_err(en, "op '%s' (#%d) over %" PRIu64 " rows: no selected kernel serves it", op->op, h.id, n);
     if (op->n_params > MAX_PARAMS || n_ops > MAX_OPERANDS) return step_err(en, "op '%s': too many operands", op->op);
@@ -567,7 +491,8 @@ static int c_issue(RadCtx *c, rad_op h, const RadOperand *ops, uint32_t n_ops, u
     RadKernelArgs ka = {.struct_size = sizeof ka, .params = params, .n_params = op->n_params, .n = (int64_t)n,
                         .args = args, .n_args = n_ops, .batch = en->batch, .workspace = en->workspace,
                         .n_threads = en->o.n_threads, .deterministic = (uint32_t)en->o.deterministic};
-    if (cand->layer >= 0) ka.kv = &en->kv_state[cand->layer];
+    const int32_t layer = en->cand[h.id].layer;
+    if (layer >= 0) ka.kv = &en->kv_state[layer];
     const int li = cand->pick_lib[bucket];
     ka.lib_state = li >= 0 ? en->lib_state[li] : NULL;
     en->n_issues++;
@@ -627,7 +552,8 @@ int rad_engine_open(RadEngine *en, const RadEngineOpts *o, RadErr *e) {
     en->ctx = rad_build_ctx_for(&en->meta, &(RadStepBounds){.max_tok = en->o.max_tok, .max_seqs = en->o.max_seqs,
                                                              .max_ctx = o->max_ctx, .max_out_rows = o->max_out_rows,
                                                              .kv_dtype = o->kv_dtype});
-    if ((rc = rad_graph_declare(&en->g, en->arch, &en->meta, &en->ctx, &en->sel, container_lookup, &en->m, e))) return rc;
+    en->select = (RadSelectOpts){.libs = &en->sel, .max_tolerance = en->o.max_tolerance, .deterministic = en->o.deterministic};
+    if ((rc = rad_graph_declare(&en->g, en->arch, &en->meta, &en->ctx, &en->select, container_lookup, &en->m, e))) return rc;
     if ((rc = rad_graph_check_encodings(&en->g, e))) return rc;
     if ((rc = rad_graph_plan(&en->g, e))) return rc;
     en->arena = aligned_alloc(256, en->g.arena_bytes ? en->g.arena_bytes : 256);
@@ -635,6 +561,7 @@ int rad_engine_open(RadEngine *en, const RadEngineOpts *o, RadErr *e) {
     if (!en->arena || !en->persist)
         return rad_err_set(e, RAD_E_NOMEM, "cannot allocate the %" PRIu64 "-byte activation arena", en->g.arena_bytes);
     if ((rc = build_candidates(en, e))) return rc; /* first: the picks decide which weights are packed */
+    if ((rc = check_kv_kernels(en, e))) return rc;
     if ((rc = bind_weights(en, e))) return rc;
     if (!en->o.mmap_weights) { /* every weight is in wstore now: the file is never read again */
         rad_model_unguard(en->guard);
@@ -654,9 +581,7 @@ void rad_engine_close(RadEngine *en) {
     if (en->guard >= 0) rad_model_unguard(en->guard);
     if (en->wstore) munmap(en->wstore, en->wstore_bytes);
     free(en->w);
-    for (int i = 0; en->cand && i < en->g.n_ops; i++)
-        free(en->cand[i].k), free(en->cand[i].lo), free(en->cand[i].pick), free(en->cand[i].pick_lib);
-    free(en->cand);
+    free(en->cand); /* the tables themselves are the graph's */
     free(en->prof_ns);
     free(en->prof_calls);
     for (int i = 0; en->kv && i < en->g.n_kvs; i++) rad_kvcache_free(&en->kv[i]);
@@ -883,17 +808,19 @@ void rad_engine_drop_seq(RadEngine *en, int32_t seq_id) {
 void rad_engine_dump_profile(const RadEngine *en, FILE *f) {
     if (!en->prof_ns || !en->prof_steps) return;
     /* one line per (op name, kernel): the layers' copies of an op summed */
-    typedef struct Row { const char *op; const RadKernel *k; uint64_t ns, calls; } Row;
+    typedef struct Row { const char *op; const RadKernel *k; int lib; uint64_t ns, calls; } Row;
     Row *rows = calloc((size_t)en->g.n_ops + 1, sizeof *rows);
     if (!rows) return;
     int n = 0;
     uint64_t in_ops = 0;
     for (int o = 0; o < en->g.n_ops; o++) {
         if (!en->prof_calls[o]) continue;
-        const RadKernel *k = en->cand[o].n ? en->cand[o].pick[0] : NULL;
+        const RadSelectTable *t = &en->g.ops[o].sel;
+        const RadKernel *k = t->n_buckets ? t->pick[0] : NULL;
+        const int lib = t->n_buckets ? t->pick_lib[0] : -1;
         int r = 0;
         while (r < n && !(strcmp(rows[r].op, en->g.ops[o].op) == 0 && rows[r].k == k)) r++;
-        if (r == n) rows[n++] = (Row){en->g.ops[o].op, k, 0, 0};
+        if (r == n) rows[n++] = (Row){en->g.ops[o].op, k, lib, 0, 0};
         rows[r].ns += en->prof_ns[o], rows[r].calls += en->prof_calls[o];
         in_ops += en->prof_ns[o];
     }
@@ -907,7 +834,7 @@ void rad_engine_dump_profile(const RadEngine *en, FILE *f) {
             total / steps * 1e-6);
     fprintf(f, "%-16s %-22s %9s %7s %10s %9s\n", "op", "kernel", "ms/step", "share", "calls/step", "us/call");
     for (int i = 0; i < n; i++) {
-        int li = rows[i].k ? lib_of(en, rows[i].k) : -1;
+        int li = rows[i].k ? rows[i].lib : -1;
         char kn[64];
         snprintf(kn, sizeof kn, "%s:%s", li >= 0 ? en->libs[li]->info->name : "?", rows[i].k ? rows[i].k->variant : "?");
         fprintf(f, "%-16s %-22s %9.3f %6.1f%% %10.1f %9.2f\n", rows[i].op, kn, (double)rows[i].ns / steps * 1e-6,
@@ -925,34 +852,29 @@ void rad_engine_dump_graph(const RadEngine *en, FILE *f) {
     fputc('\n', f);
     for (int o = 0; o < en->g.n_ops; o++) {
         const RadGOp *op = &en->g.ops[o];
-        const RadEngineKernels *c = &en->cand[o];
+        const RadSelectTable *c = &op->sel;
         fprintf(f, "op %4d %-14s", o, op->op);
         for (uint32_t w = 0; w < op->n_w; w++)
             fprintf(f, " %s(%s)", en->g.w[op->w[w].id].name, rad_enc_info(en->g.w[op->w[w].id].enc) ? rad_enc_info(en->g.w[op->w[w].id].enc)->name : "absent");
-        if (!c->n) {
-            fprintf(f, "  -> unresolved: %s%s\n", op->why ? op->why : "no kernel", op->n_w ? "" : " (a fused form the plugin will not issue)");
+        if (op->declined || !rad_select_served(c)) { /* only a declined op opens unresolved */
+            fprintf(f, "  -> unresolved: %s%s\n", c->why,
+                    op->declined ? " (declined: the plugin emits the chain)" : "");
             continue;
         }
         fprintf(f, "  ->");
         for (int i = 0; i < c->n; i++) {
-            int li = lib_of(en, c->k[i]);
             char hi[24] = "inf";
             if (c->k[i]->n_max) snprintf(hi, sizeof hi, "%" PRId64, c->k[i]->n_max);
-            fprintf(f, "%s %s:%s[%" PRId64 "..%s]", i ? "," : "", li >= 0 ? en->libs[li]->info->name : "?", c->k[i]->variant,
+            fprintf(f, "%s %s:%s[%" PRId64 "..%s]", i ? "," : "", en->libs[c->k_lib[i]]->info->name, c->k[i]->variant,
                     c->k[i]->n_min, hi);
         }
         fprintf(f, "  buckets:");
-        int64_t hi = 0;
-        for (uint32_t p = 0; p < op->n_params; p++)
-            if (op->params[p].kind == RAD_PARAM_RANGE) hi = op->params[p].hi;
         for (int i = 0, j; i < c->n_buckets; i = j) { /* neighbours with the same kernel print as one */
             for (j = i + 1; j < c->n_buckets && c->pick[j] == c->pick[i];) j++;
-            int li = lib_of(en, c->pick[i]);
-            fprintf(f, "%s rows %" PRId64 "..%" PRId64 " %s:%s", i ? "," : "", c->lo[i], j < c->n_buckets ? c->lo[j] - 1 : hi,
-                    li >= 0 ? en->libs[li]->info->name : "?", c->pick[i]->variant);
+            fprintf(f, "%s rows %" PRId64 "..%" PRId64 " %s:%s", i ? "," : "", c->lo[i], j < c->n_buckets ? c->lo[j] - 1 : c->range_hi,
+                    en->libs[c->pick_lib[i]]->info->name, c->pick[i]->variant);
         }
-        fprintf(f, "  (each bucket: the first candidate whose layout takes the weights' encodings and whose extent covers its rows%s)\n",
-                en->o.deterministic ? "; batch-invariant first" : "");
+        fprintf(f, "  (%s%s)\n", c->why, en->o.deterministic ? "; batch-invariant first" : "");
     }
 }
 

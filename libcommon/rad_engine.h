@@ -43,12 +43,8 @@ typedef struct RadEngineWeight {
 } RadEngineWeight;
 
 typedef struct RadEngineKernels {
-    const RadKernel **k;           /* [n] candidates for one op, in preference order */
-    int n;
-    int64_t *lo;                   /* [n_buckets] ascending: bucket i covers rows [lo[i], lo[i+1]) */
-    const RadKernel **pick;        /* [n_buckets] the first candidate covering the bucket */
-    int *pick_lib;                 /* [n_buckets] the library of pick[i] (index into libs) */
-    int n_buckets;                 /* over the op's RAD_RANGE; the last bucket ends at its hi */
+    const RadSelectTable *sel;     /* the op's candidates and per-bucket picks: the graph's (RadGOp.sel),
+                                      chosen at declare under the engine's options */
     int32_t layer;                 /* the op's "layer" parameter when it names a KV layer, else -1 */
 } RadEngineKernels;
 
@@ -64,6 +60,7 @@ typedef struct RadEngine {
     void **lib_state;              /* [n_libs] what init returned */
     int n_libs;
     RadPluginSet sel;              /* the same libraries as a set, for the builder */
+    RadSelectOpts select;          /* sel, max_tolerance, deterministic: what every op is resolved under */
     RadBuildCtx ctx;
     RadGraph g;
     RadEngineWeight *w;            /* [g.n_w] */

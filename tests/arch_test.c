@@ -381,7 +381,8 @@ Test(loader, probe_bits_refuse_flags_naming_the_plugin, .init = setup) {
 /* Declares the plugin at ctx, every weight present as declared (RAD_ANY stored as `any`). */
 static int declare(const RadPlugin *p, const RadModelMeta *m, const RadBuildCtx *ctx, const RadPluginSet *libs, RadEnc any,
                    RadGraph *g, RadErr *e) {
-    return rad_graph_declare(g, p, m, ctx, libs, lookup_all, &any, e);
+    const RadSelectOpts sel = {.libs = libs}; /* the engine's defaults: max tolerance 1e-3, not deterministic */
+    return rad_graph_declare(g, p, m, ctx, &sel, lookup_all, &any, e);
 }
 
 static void pin(const RadGraph *g, const char *golden) {
@@ -522,5 +523,41 @@ Test(llama, encoding_no_kernel_accepts_is_refused_by_name, .init = setup) {
     cr_assert(gemm >= 0 && g.ops[gemm].kernel != NULL && strcmp(g.ops[gemm].kernel_lib, "kern_test") == 0);
     cr_assert_eq(g.kvs[0].block_size, 16, "the KV block size comes from the attention kernel");
     rad_graph_free(&g);
+    rad_plugins_free(&s);
+}
+
+/* The graph the engine plans with libref at its defaults (max tolerance 1e-3, not
+ * deterministic): the fused forms selection resolves (add_rmsnorm, gemm_nt3 for q|k|v, gemm_nt2
+ * for gate|up) and each op's kernel per bucket, beside the chain form above (no libraries).
+ * rad_graph_declare resolves under the same options the engine passes, so this is what runs. */
+Test(llama, smollm2_graph_with_libref_pinned_fused, .init = setup) {
+    RadPluginSet s = {0};
+    load(&s, "plugins/arch_llama.so");
+    load(&s, "plugins/kern_ref.so");
+    RadModelMeta m = smollm2_meta();
+    RadGraph g, chain;
+    RadErr e = {0};
+    cr_assert_eq(declare(&s.p[0], &m, &SERVE, &s, RAD_ENC_BF16, &g, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(declare(&s.p[0], &m, &SERVE, NULL, RAD_ENC_BF16, &chain, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_graph_check_encodings(&g, &e), RAD_OK, "%s", e.msg);
+    int fused_norm = 0, adds = 0, chain_adds = 0, nt3 = 0, nt2 = 0;
+    for (int i = 0; i < g.n_ops; i++) {
+        const RadGOp *o = &g.ops[i];
+        cr_assert(o->declined || rad_select_served(&o->sel), "op %d %s: %s", i, o->op, o->sel.why);
+        if (o->declined) continue;
+        fused_norm += !strcmp(o->op, "add_rmsnorm"), adds += !strcmp(o->op, "add");
+        nt3 += !strcmp(o->op, "gemm_nt3"), nt2 += !strcmp(o->op, "gemm_nt2");
+    }
+    for (int i = 0; i < chain.n_ops; i++) chain_adds += !strcmp(chain.ops[i].op, "add");
+    /* every residual add but none is settled by the next norm: 2 per layer, the first norm plain */
+    cr_assert_eq(fused_norm, 2 * 30, "fused norms");
+    cr_assert_eq(adds, 0);
+    cr_assert_eq(chain_adds, 2 * 30, "the chain form settles each add with add + rmsnorm");
+    cr_assert(nt3 == 30 && nt2 == 30, "gemm_nt3 %d, gemm_nt2 %d", nt3, nt2);
+    cr_assert_eq(g.kvs[0].block_size, 16, "libref's attn_paged asks 16-token blocks");
+    cr_assert_eq(rad_graph_plan(&g, &e), RAD_OK, "%s", e.msg);
+    assert_plan_sound(&g);
+    pin(&g, "llama-smollm2-135m-libref.graph");
+    rad_graph_free(&g), rad_graph_free(&chain);
     rad_plugins_free(&s);
 }

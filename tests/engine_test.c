@@ -297,3 +297,90 @@ Test(engine, debug_graph_shows_each_ops_bucket_table) {
     free(buf);
     rad_engine_close(&en);
 }
+
+/* ---- selection: one rule for the builder and the engine ------------------------------------- */
+
+static int open_engine_kv(RadEngine *en, const char *kernels, RadDType kv_dtype, RadErr *e) {
+    const char *b = getenv("RAD_BUILD");
+    static char d1[256], d2[256];
+    snprintf(d1, sizeof d1, "%s/test-plugins", b ? b : "build");
+    snprintf(d2, sizeof d2, "%s/plugins", b ? b : "build");
+    static const char *dirs[2] = {d1, d2};
+    RadEngineOpts o = {.model = path, .plugin_dirs = dirs, .n_plugin_dirs = 2, .kernels = kernels, .max_tok = 16,
+                       .max_seqs = 1, .max_ctx = 64, .n_threads = 1, .kv_dtype = kv_dtype};
+    return rad_engine_open(en, &o, e);
+}
+
+static int open_engine_kernels(RadEngine *en, const char *kernels, RadErr *e) { return open_engine_kv(en, kernels, RAD_F32, e); }
+
+enum { N_GEN = 12 };
+
+/* The prompt IDS, then N_GEN greedy tokens (argmax, ties to the lower id). */
+static void greedy(RadEngine *en, int32_t *out) {
+    RadErr e = {0};
+    cr_assert_eq(rad_engine_forward(en, 0, IDS, T, 0, 1, &e), RAD_OK, "%s", e.msg);
+    for (int k = 0; k < N_GEN; k++) {
+        uint32_t nv;
+        const float *lg = rad_engine_logits(en, &nv);
+        int32_t arg = 0;
+        for (uint32_t i = 1; i < nv; i++)
+            if (lg[i] > lg[arg]) arg = (int32_t)i;
+        out[k] = arg;
+        if (k + 1 < N_GEN) cr_assert_eq(rad_engine_forward(en, 0, &out[k], 1, T + k, 1, &e), RAD_OK, "%s", e.msg);
+    }
+    rad_engine_drop_seq(en, 0);
+}
+
+/* kern_loose's only add_rmsnorm states tolerance 1e-2, looser than the default max (1e-3): the
+ * selector does not choose it, so the fused op does not resolve at declare time, the plugin
+ * emits add + rmsnorm, and the run gives libref's greedy tokens. (Resolved by a rule of its own
+ * that ignored the tolerance, the fused op used to be issued and fail mid-run: "no selected
+ * kernel serves it".) */
+Test(engine, a_fused_kernel_too_loose_is_declined_and_the_chain_runs) {
+    RadEngine loose, ref;
+    RadErr e = {0};
+    cr_assert_eq(open_engine_kernels(&loose, "kern_loose", &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(open_engine_kernels(&ref, "ref", &e), RAD_OK, "%s", e.msg);
+    int fused = 0, adds = 0;
+    for (int o = 0; o < loose.g.n_ops; o++) {
+        fused += strcmp(loose.g.ops[o].op, "add_rmsnorm") == 0 && rad_select_served(&loose.g.ops[o].sel);
+        adds += strcmp(loose.g.ops[o].op, "add") == 0;
+    }
+    cr_assert(fused == 0 && adds > 0, "%d fused norms served, %d adds", fused, adds);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    rad_engine_dump_graph(&loose, f);
+    fclose(f);
+    const char *why = strstr(buf, "add_rmsnorm");
+    cr_assert(why && strstr(why, "looser than the max tolerance 0.001 (kern_loose:generic: 0.01)") &&
+              strstr(why, "declined: the plugin emits the chain"), "%s", buf);
+    free(buf);
+    int32_t a[N_GEN], b[N_GEN];
+    greedy(&loose, a);
+    greedy(&ref, b);
+    for (int k = 0; k < N_GEN; k++) cr_assert_eq(a[k], b[k], "greedy token %d: kern_loose %d, ref %d", k, a[k], b[k]);
+    rad_engine_close(&loose), rad_engine_close(&ref);
+}
+
+/* The KV block size is the one the attention kernel picked for decode asks (kern_kvblock's
+ * "decode", 32); the generic kernel picked for wider buckets asks 16: refused at open, naming
+ * the kernel and the group, not run over blocks of the wrong size. */
+Test(engine, an_attention_kernel_on_another_kv_block_size_is_refused_by_name) {
+    RadEngine en;
+    RadErr e = {0};
+    cr_assert_eq(open_engine_kernels(&en, "kern_kvblock", &e), RAD_E_UNSUPPORTED, "opened: %s", e.msg);
+    cr_assert(strstr(e.msg, "kernel kern_kvblock/attn_paged/generic: kv_block_size 16 but group 'kv' uses 32"), "%s", e.msg);
+    rad_engine_close(&en);
+}
+
+/* kern_test's attention reads f32/f16/bf16 caches (kv_encs 0): an fp8 cache is refused at open,
+ * naming the kernel, not read as floats. */
+Test(engine, an_attention_kernel_that_cannot_read_the_kv_dtype_is_refused_by_name) {
+    RadEngine en;
+    RadErr e = {0};
+    cr_assert_eq(open_engine_kv(&en, "kern_test", RAD_F8_E4M3, &e), RAD_E_UNSUPPORTED, "opened: %s", e.msg);
+    cr_assert(strstr(e.msg, "kernel kern_test/attn_paged/generic: kv_encs lack f8_e4m3 but group 'kv' stores f8_e4m3"), "%s",
+              e.msg);
+    rad_engine_close(&en);
+}

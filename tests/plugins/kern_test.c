@@ -446,8 +446,23 @@ static int run_attn_paged(const RadKernelArgs *a) {
 
 /* ---- the table -------------------------------------------------------------------------------- */
 
+/* Seams for the selector's tests: a file that includes this one may rename the library, state a
+ * tolerance on the fused add_rmsnorm, and put an attention variant with its own KV block size
+ * over a narrower extent before the generic one (kern_loose.c, kern_kvblock.c). */
+#ifndef KERN_TEST_NAME
+#define KERN_TEST_NAME "kern_test"
+#define KERN_TEST_DESC "scalar test kernels for the Llama vocabulary (f32/f16/bf16 weights)"
+#endif
+#ifdef KERN_TEST_FUSED_TOL
+#define KERN_TEST_FUSED_EXACT RAD_EXACT_TOLERANCE, KERN_TEST_FUSED_TOL
+#else
+#define KERN_TEST_FUSED_EXACT RAD_EXACT_BITWISE, 0.0
+#endif
+
 #define K_(OP, VAR, ENCS, NMIN, NMAX, KVB, EX, TOL, WS, RUN) \
     {sizeof(RadKernel), OP, VAR, ENCS, RAD_F32, NMIN, NMAX, KVB, EX, TOL, 1, WS, RUN, 0, 0, 0}
+
+#define KX_(...) K_(__VA_ARGS__) /* KERN_TEST_FUSED_EXACT expands to two arguments first */
 
 static const RadKernel kernels[] = {
     K_("embed_gather", "generic", RAD_ENC_PLAIN_FLOATS, 1, 0, 0, RAD_EXACT_BITWISE, 0.0, NULL, run_embed_gather),
@@ -456,6 +471,10 @@ static const RadKernel kernels[] = {
     /* a second variant over a narrower extent, so selection by range has something to choose */
     K_("gemm_nt", "gemv", RAD_ENC_PLAIN_FLOATS, 1, 1, 0, RAD_EXACT_BITWISE, 0.0, NULL, run_gemm),
     K_("rope", "generic", 0, 1, 0, 0, RAD_EXACT_TOLERANCE, 1e-6, rope_workspace, run_rope),
+#ifdef KERN_TEST_ATTN_NARROW_VARIANT
+    K_("attn_paged", KERN_TEST_ATTN_NARROW_VARIANT, 0, 1, KERN_TEST_ATTN_NARROW_NMAX, KERN_TEST_ATTN_NARROW_KVB,
+       RAD_EXACT_TOLERANCE, 1e-5, NULL, run_attn_paged),
+#endif
     K_("attn_paged", "generic", 0, 1, 0, 16, RAD_EXACT_TOLERANCE, 1e-5, NULL, run_attn_paged),
     K_("silu_mul", "generic", 0, 1, 0, 0, RAD_EXACT_TOLERANCE, 1e-6, NULL, run_silu_mul),
     K_("add", "generic", 0, 1, 0, 0, RAD_EXACT_BITWISE, 0.0, NULL, run_add),
@@ -463,7 +482,7 @@ static const RadKernel kernels[] = {
     K_("logits_gather", "generic", 0, 1, 0, 0, RAD_EXACT_BITWISE, 0.0, NULL, run_logits_gather),
     K_("logits_gemm", "generic", RAD_ENC_PLAIN_FLOATS, 1, 0, 0, RAD_EXACT_BITWISE, 0.0, NULL, run_gemm),
     /* optional fusions last: KERN_TEST_NO_FUSED drops them by shortening the table */
-    K_("add_rmsnorm", "generic", RAD_ENC_PLAIN_FLOATS, 1, 0, 0, RAD_EXACT_BITWISE, 0.0, NULL, run_add_rmsnorm),
+    KX_("add_rmsnorm", "generic", RAD_ENC_PLAIN_FLOATS, 1, 0, 0, KERN_TEST_FUSED_EXACT, NULL, run_add_rmsnorm),
 };
 #define N_KERNELS ((uint32_t)(sizeof kernels / sizeof kernels[0]))
 #define N_FUSED 1u
@@ -492,4 +511,4 @@ static const RadKernelLib *kern_test_lib(void) {
     return v && *v && strcmp(v, "0") != 0 ? &lib_unfused : &lib_full;
 }
 
-RAD_KERNEL_LIB(*kern_test_lib(), "kern_test", "0.1.0", "scalar test kernels for the Llama vocabulary (f32/f16/bf16 weights)")
+RAD_KERNEL_LIB(*kern_test_lib(), KERN_TEST_NAME, "0.1.0", KERN_TEST_DESC)

@@ -4,6 +4,7 @@
 #include <float.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -471,7 +472,10 @@ int main(int argc, char **argv) {
     memset(&g, 0, sizeof g);
     int declared = 0;
     if (!rc) {
-        rc = rad_graph_declare(&g, plugin, &mm, &ctx, &plugins, plan_lookup, &plan, &e);
+        /* the installed libraries, with no tolerance bound: the encoding check asks whether some
+         * deployment could serve each weight, not what today's default would pick */
+        const RadSelectOpts sel = {.libs = &plugins, .max_tolerance = HUGE_VAL};
+        rc = rad_graph_declare(&g, plugin, &mm, &ctx, &sel, plan_lookup, &plan, &e);
         declared = 1;
         if (rc && plan.missing[0]) { /* the lookup knows which checkpoint names it tried */
             rad_err_clear(&e);
