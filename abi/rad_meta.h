@@ -200,6 +200,9 @@ static inline int rad_meta_u32s(const RadModelMeta *m, const char *key, uint32_t
 #include <stdio.h>
 
 #include "rad_types.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
 typedef struct RadBuilder RadBuilder;
 static inline int rad_declare_fail(RadBuilder *b, const char *what); /* rad_arch.h */
 
@@ -238,4 +241,7 @@ static inline int rad_meta_need_u32s(RadBuilder *b, const RadModelMeta *m, const
                                      uint32_t *n) {
     return rad_meta_need_report(b, m, key, rad_meta_u32s(m, key, out, cap, n), "an array of u32 within the plugin's length");
 }
+#ifdef __cplusplus
+}
+#endif
 #endif
