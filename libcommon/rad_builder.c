@@ -797,6 +797,41 @@ void rad_graph_dump(const RadGraph *g, FILE *f) {
 
 /* ---- RadModelMeta's free-form table -------------------------------------------------------- */
 
+/* A numeric or boolean array of at most RAD_META_ARRAY_MAX elements as "[a, b, c]", what
+ * rad_meta_u32s/_f32s read (a per-layer count or window); NULL for any other array: token lists
+ * and string arrays stay in the container. */
+#define RAD_META_ARRAY_MAX 1024
+static char *array_text(const RadValue *v) {
+    size_t es = rad_val_scalar_size(v->arr_type);
+    if (!es || v->n > RAD_META_ARRAY_MAX) return NULL;
+    size_t cap = 3 + (size_t)v->n * 26, k = 1;
+    char *s = malloc(cap);
+    if (!s) return NULL;
+    s[0] = '[';
+    for (uint64_t i = 0; i < v->n; i++) {
+        const uint8_t *p = (const uint8_t *)v->v.arr + i * es;
+        union { uint8_t u8; int8_t i8; uint16_t u16; int16_t i16; uint32_t u32; int32_t i32; float f32;
+                uint64_t u64; int64_t i64; double f64; } x;
+        memcpy(&x, p, es);
+        const char *sep = i ? ", " : "";
+        switch (v->arr_type) {
+        case RAD_VAL_U8: k += (size_t)snprintf(s + k, cap - k, "%s%u", sep, (unsigned)x.u8); break;
+        case RAD_VAL_BOOL: k += (size_t)snprintf(s + k, cap - k, "%s%s", sep, x.u8 ? "true" : "false"); break;
+        case RAD_VAL_I8: k += (size_t)snprintf(s + k, cap - k, "%s%d", sep, (int)x.i8); break;
+        case RAD_VAL_U16: k += (size_t)snprintf(s + k, cap - k, "%s%u", sep, (unsigned)x.u16); break;
+        case RAD_VAL_I16: k += (size_t)snprintf(s + k, cap - k, "%s%d", sep, (int)x.i16); break;
+        case RAD_VAL_U32: k += (size_t)snprintf(s + k, cap - k, "%s%" PRIu32, sep, x.u32); break;
+        case RAD_VAL_I32: k += (size_t)snprintf(s + k, cap - k, "%s%" PRId32, sep, x.i32); break;
+        case RAD_VAL_F32: k += (size_t)snprintf(s + k, cap - k, "%s%.9g", sep, (double)x.f32); break;
+        case RAD_VAL_U64: k += (size_t)snprintf(s + k, cap - k, "%s%" PRIu64, sep, x.u64); break;
+        case RAD_VAL_I64: k += (size_t)snprintf(s + k, cap - k, "%s%" PRId64, sep, x.i64); break;
+        default: k += (size_t)snprintf(s + k, cap - k, "%s%.17g", sep, x.f64); break;
+        }
+    }
+    snprintf(s + k, cap - k, "]");
+    return s;
+}
+
 static char *value_text(const RadValue *v) {
     char buf[128];
     switch (v->type) {
@@ -806,7 +841,7 @@ static char *value_text(const RadValue *v) {
     case RAD_VAL_I8: case RAD_VAL_I16: case RAD_VAL_I32: case RAD_VAL_I64:
         snprintf(buf, sizeof buf, "%" PRId64, v->v.i);
         return dup_str(buf);
-    case RAD_VAL_ARRAY: return NULL; /* arrays stay in the container; plugins read scalars */
+    case RAD_VAL_ARRAY: return array_text(v);
     default: snprintf(buf, sizeof buf, "%" PRIu64, v->v.u); return dup_str(buf);
     }
 }
@@ -822,9 +857,11 @@ int rad_meta_kv_fill(RadModelMeta *m, const RadKV *meta, const RadKV *chat, char
     const RadKV *tabs[2] = {meta, chat};
     for (int t = 0; t < 2; t++)
         for (uint64_t i = 0; tabs[t] && i < tabs[t]->n; i++) {
-            if (tabs[t]->vals[i].type == RAD_VAL_ARRAY) continue;
+            const RadValue *val = &tabs[t]->vals[i];
+            if (val->type == RAD_VAL_ARRAY && (!rad_val_scalar_size(val->arr_type) || val->n > RAD_META_ARRAY_MAX))
+                continue; /* token lists, string arrays: they stay in the container */
             k[n] = dup_str(tabs[t]->keys[i].p);
-            v[n] = value_text(&tabs[t]->vals[i]);
+            v[n] = value_text(val);
             if (!k[n] || !v[n]) { /* a key left out would read as absent: refused, not dropped */
                 for (int j = 0; j <= n; j++) free(k[j]), free(v[j]);
                 free(k), free(v);

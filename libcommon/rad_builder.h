@@ -133,9 +133,10 @@ void rad_graph_dump(const RadGraph *g, FILE *f);
 /* Lookup helpers. */
 int rad_graph_weight(const RadGraph *g, const char *name);
 const RadGMap *rad_graph_map_for(const RadGraph *g, const char *dst, int nth);
-/* Fills a RadModelMeta's kv table (what rad_meta_find/_gets/_geti/_getf read) with every scalar
- * key of meta and then chat, model.* included, each value as text (arrays are left out: the
- * ABI's table holds scalars). Returns storage to free with rad_meta_kv_free. */
+/* Fills a RadModelMeta's kv table (what abi/rad_meta.h's getters read) with every scalar key of
+ * meta and then chat, model.* included, each value as text, and each numeric or boolean array of
+ * at most 1024 elements as "[a, b, c]" (token lists and string arrays are left out). Returns
+ * storage to free with rad_meta_kv_free. */
 struct RadKV;
 int rad_meta_kv_fill(RadModelMeta *m, const struct RadKV *meta, const struct RadKV *chat, char ***keys,
                      char ***vals, RadErr *e);

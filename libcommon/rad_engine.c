@@ -850,6 +850,8 @@ void rad_engine_dump_graph(const RadEngine *en, FILE *f) {
             en->arch->info->name, en->arch->arch_id, en->arch->quant, en->g.n_ops, en->g.n_w, en->g.n_bufs);
     for (int i = 0; i < en->n_libs; i++) fprintf(f, " %s", en->libs[i]->info->name);
     fputc('\n', f);
+    /* the plugin's own account of the shape it declared (rad_note), before the ops it explains */
+    for (int i = 0; i < en->g.n_notes; i++) fprintf(f, "note: %s\n", en->g.notes[i]);
     for (int o = 0; o < en->g.n_ops; o++) {
         const RadGOp *op = &en->g.ops[o];
         const RadSelectTable *c = &op->sel;

@@ -35,12 +35,17 @@ done
 mkdir -p "$work/src"
 cp "$root/tests/plugins/kern_test.c" "$work/src/"
 cat >"$work/src/oot_arch.c" <<'EOF'
-/* The smallest architecture plugin: declares nothing, steps nothing. */
+/* The smallest architecture plugin: declares nothing, steps nothing; it includes the installed
+ * blocks and reads a key with the metadata getters, so those build out of tree too. */
 #include <arch/rad_arch.h>
+#include <arch/common/rad_block_attn.h>
+#include <arch/common/rad_block_mlp.h>
 
 static int declare(RadBuilder *b, const RadModelMeta *m, const RadBuildCtx *c) {
-    (void)m, (void)c;
-    rad_note(b, "an out-of-tree build check");
+    uint32_t n;
+    (void)c;
+    if (rad_meta_need_u32(b, m, "oot.count", &n) != 0) return 1;
+    rad_note(b, "an out-of-tree build check (%u)", n);
     return 0;
 }
 static void step(RadCtx *c, const struct RadBatch *bt) { (void)c, (void)bt; }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "libcommon/rad_builder.h"
+#include "libcommon/rad_kv.h"
 #include "libcommon/rad_plugins.h"
 
 static char build_dir[256];
@@ -303,6 +304,155 @@ Test(builder, shard_span_refuses_a_share_it_does_not_own, .init = setup) {
     cr_assert_neq(rad_graph_declare(&g, &p, &META, &c, NULL, lookup_undivided, NULL, &e), RAD_OK, "accepted");
     cr_assert(strstr(e.msg, "weight 'plain': rank 0 of 2 owns rows [0, 4) of 7 but declares 3"), "%s", e.msg);
     rad_graph_free(&g);
+}
+
+/* ---- the metadata getters (abi/rad_meta.h) ------------------------------------------------ */
+
+static const char *const MK[] = {"n", "f", "s", "yes", "no", "bad", "arr", "farr", "neg", "big", "frac", "inf", "sp", "empty"};
+static const char *const MV[] = {"8192", "0.5", "text", "true", "0", "x1", "[1, 2, 3]", "0.5,2", "-1", "4294967296",
+                                 "1.5", "inf", "7  ", "[]"};
+static const RadModelMeta MM = {.struct_size = sizeof(RadModelMeta), .arch_id = "intest", .name = "", .quant = "",
+                                .n_kv = 14, .kv_key = MK, .kv_val = MV};
+
+Test(meta, typed_getters_take_defaults_and_report_malformed) {
+    uint32_t u;
+    float f;
+    double d;
+    int64_t i;
+    bool t;
+    const char *s;
+    cr_assert(rad_meta_u32(&MM, "n", 7, &u) == 1 && u == 8192);
+    cr_assert(rad_meta_u32(&MM, "absent", 7, &u) == 0 && u == 7);
+    cr_assert(rad_meta_u32(&MM, "sp", 0, &u) == 1 && u == 7, "trailing spaces are allowed");
+    const char *not_u32[] = {"neg", "big", "frac", "bad", "inf", "s", "arr"};
+    for (size_t k = 0; k < sizeof not_u32 / sizeof *not_u32; k++) {
+        cr_assert_eq(rad_meta_u32(&MM, not_u32[k], 7, &u), -1, "%s read as a u32", not_u32[k]);
+        cr_assert_eq(u, 7, "%s: the default is not written", not_u32[k]);
+    }
+    cr_assert(rad_meta_f32(&MM, "f", 1, &f) == 1 && f == 0.5f);
+    cr_assert(rad_meta_f32(&MM, "inf", 1, &f) == -1 && f == 1, "a float is finite");
+    cr_assert(rad_meta_f32(&MM, "bad", 1, &f) == -1 && f == 1);
+    cr_assert(rad_meta_f64(&MM, "frac", 0, &d) == 1 && d == 1.5);
+    cr_assert(rad_meta_f64(&MM, "absent", 2.5, &d) == 0 && d == 2.5);
+    cr_assert(rad_meta_i64(&MM, "neg", 0, &i) == 1 && i == -1);
+    cr_assert(rad_meta_i64(&MM, "yes", 0, &i) == 1 && i == 1, "a flag reads as a count");
+    cr_assert(rad_meta_i64(&MM, "frac", 3, &i) == -1 && i == 3);
+    cr_assert(rad_meta_bool(&MM, "yes", false, &t) == 1 && t);
+    cr_assert(rad_meta_bool(&MM, "no", true, &t) == 1 && !t);
+    cr_assert(rad_meta_bool(&MM, "bad", true, &t) == -1 && t);
+    cr_assert(rad_meta_bool(&MM, "absent", true, &t) == 0 && t);
+    cr_assert(rad_meta_str(&MM, "s", "d", &s) == 1 && !strcmp(s, "text"));
+    cr_assert(rad_meta_str(&MM, "absent", "d", &s) == 0 && !strcmp(s, "d"));
+    /* arrays, with or without brackets; a short cap or a wrong element is malformed */
+    uint32_t ua[4], n;
+    float fa[4];
+    cr_assert(rad_meta_u32s(&MM, "arr", ua, 4, &n) == 1 && n == 3 && ua[0] == 1 && ua[2] == 3);
+    cr_assert(rad_meta_u32s(&MM, "arr", ua, 2, &n) == -1 && n == 0);
+    cr_assert(rad_meta_f32s(&MM, "farr", fa, 4, &n) == 1 && n == 2 && fa[0] == 0.5f && fa[1] == 2);
+    cr_assert(rad_meta_u32s(&MM, "farr", ua, 4, &n) == -1 && n == 0, "0.5 is not a u32");
+    cr_assert(rad_meta_u32s(&MM, "n", ua, 4, &n) == 1 && n == 1 && ua[0] == 8192);
+    cr_assert(rad_meta_u32s(&MM, "empty", ua, 4, &n) == 1 && n == 0);
+    cr_assert(rad_meta_u32s(&MM, "bad", ua, 4, &n) == -1);
+    cr_assert(rad_meta_u32s(&MM, "absent", ua, 4, &n) == 0 && n == 0);
+    /* the table: every entry, and none from a producer built before it existed */
+    const char *k, *v;
+    cr_assert_eq(rad_meta_count(&MM), 14);
+    cr_assert(rad_meta_entry(&MM, 13, &k, &v) && !strcmp(k, "empty") && !strcmp(v, "[]"));
+    cr_assert(!rad_meta_entry(&MM, 14, &k, &v));
+    RadModelMeta old = MM;
+    old.struct_size = offsetof(RadModelMeta, n_kv);
+    cr_assert(rad_meta_count(&old) == 0 && rad_meta_find(&old, "n") == NULL);
+    cr_assert(rad_meta_count(NULL) == 0 && rad_meta_find(NULL, "n") == NULL);
+}
+
+/* The core's table (rad_meta_kv_fill): scalars as text, short numeric arrays as "[a, b]" the
+ * array getters read; token lists and string arrays stay out. */
+Test(meta, the_core_writes_short_numeric_arrays_the_getters_read) {
+    RadKV kv;
+    RadErr e = {0};
+    rad_kv_init(&kv);
+    const uint32_t win[3] = {4096, 0, 4096};
+    const float fr[2] = {0.25f, 1e-7f};
+    const int32_t neg[2] = {-3, 5};
+    static int32_t big[2000];
+    const char *const toks[2] = {"a", "b"};
+    cr_assert_eq(rad_kv_set_arr(&kv, "attention.window", RAD_VAL_U32, win, 3, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_kv_set_arr(&kv, "f", RAD_VAL_F32, fr, 2, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_kv_set_arr(&kv, "neg", RAD_VAL_I32, neg, 2, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_kv_set_arr(&kv, "tokenizer.token_type", RAD_VAL_I32, big, 2000, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_kv_set_strarr(&kv, "tokenizer.tokens", toks, 2, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_kv_set_u32(&kv, "n", 7, &e), RAD_OK, "%s", e.msg);
+    RadModelMeta m = {.struct_size = sizeof m};
+    char **k = NULL, **v = NULL;
+    cr_assert_eq(rad_meta_kv_fill(&m, &kv, NULL, &k, &v, &e), RAD_OK, "%s", e.msg);
+    uint32_t u[4], n;
+    float f[2];
+    cr_assert(rad_meta_u32s(&m, "attention.window", u, 4, &n) == 1 && n == 3 && u[0] == 4096 && u[1] == 0,
+              "%s", rad_meta_find(&m, "attention.window"));
+    cr_assert(rad_meta_f32s(&m, "f", f, 2, &n) == 1 && n == 2 && f[0] == 0.25f && f[1] == 1e-7f, "exact: %s",
+              rad_meta_find(&m, "f"));
+    cr_assert_str_eq(rad_meta_find(&m, "neg"), "[-3, 5]");
+    cr_assert(rad_meta_u32s(&m, "neg", u, 4, &n) == -1, "-3 is not a u32");
+    cr_assert_null(rad_meta_find(&m, "tokenizer.token_type"), "a long array stays in the container");
+    cr_assert_null(rad_meta_find(&m, "tokenizer.tokens"), "a string array stays in the container");
+    cr_assert_str_eq(rad_meta_find(&m, "n"), "7");
+    cr_assert_eq(rad_meta_count(&m), 4);
+    rad_meta_kv_free(&m, k, v);
+    rad_kv_free(&kv);
+}
+
+static int decl_need_missing(RadBuilder *b, const RadModelMeta *m, const RadBuildCtx *c) {
+    uint32_t v;
+    (void)c;
+    return rad_meta_need_u32(b, m, "attention.window", &v);
+}
+static int decl_need_malformed(RadBuilder *b, const RadModelMeta *m, const RadBuildCtx *c) {
+    float f;
+    (void)c;
+    return rad_meta_need_f32(b, m, "bad", &f);
+}
+static int decl_need_present(RadBuilder *b, const RadModelMeta *m, const RadBuildCtx *c) {
+    uint32_t v, a[3], n;
+    bool t;
+    (void)c;
+    if (rad_meta_need_u32(b, m, "n", &v) || rad_meta_need_bool(b, m, "yes", &t) || rad_meta_need_u32s(b, m, "arr", a, 3, &n))
+        return RAD_E_ARG;
+    return v == 8192 && t && n == 3 ? 0 : RAD_E_ARG;
+}
+
+static void declare_mm(DeclFn fn, int want_ok, const char *needle) {
+    RadPlugin p = in_test(fn);
+    RadGraph g;
+    RadErr e = {0};
+    int rc = rad_graph_declare(&g, &p, &MM, &CTX, NULL, lookup_all, NULL, &e);
+    if (want_ok) {
+        cr_assert_eq(rc, RAD_OK, "%s", e.msg);
+    } else {
+        cr_assert_neq(rc, RAD_OK, "accepted (%s)", needle);
+        cr_assert(strstr(e.msg, needle) && strstr(e.msg, "intest"), "'%s' not in: %s", needle, e.msg);
+    }
+    rad_graph_free(&g);
+}
+
+/* The spec's three names read the same table: 1 and the value, or 0 and *out untouched. */
+Test(meta, the_spec_getters_gets_geti_getf, .init = setup) {
+    const char *sv = "untouched";
+    int64_t iv = -7;
+    double fv = -7;
+    cr_assert(rad_meta_gets(&MM, "s", &sv) == 1 && strcmp(sv, "text") == 0, "gets s: %s", sv);
+    cr_assert(rad_meta_geti(&MM, "n", &iv) == 1 && iv == 8192, "geti n: %lld", (long long)iv);
+    cr_assert(rad_meta_geti(&MM, "yes", &iv) == 1 && iv == 1, "geti yes: %lld", (long long)iv);
+    cr_assert(rad_meta_getf(&MM, "f", &fv) == 1 && fv == 0.5, "getf f: %g", fv);
+    iv = -7, fv = -7, sv = "untouched";
+    cr_assert(rad_meta_geti(&MM, "bad", &iv) == 0 && iv == -7, "geti of 'x1' read %lld", (long long)iv);
+    cr_assert(rad_meta_getf(&MM, "s", &fv) == 0 && fv == -7, "getf of 'text' read %g", fv);
+    cr_assert(rad_meta_gets(&MM, "absent", &sv) == 0 && strcmp(sv, "untouched") == 0, "gets of an absent key");
+}
+
+Test(meta, required_keys_are_refused_through_the_builder_by_name, .init = setup) {
+    declare_mm(decl_need_missing, 0, "metadata key attention.window is missing");
+    declare_mm(decl_need_malformed, 0, "metadata key bad is 'x1', not a finite float");
+    declare_mm(decl_need_present, 1, NULL);
 }
 
 /* ---- the loader's rules, with the real Llama plugins --------------------------------------- */

@@ -280,6 +280,33 @@ Test(engine, a_gguf_model_is_refused_with_the_way_forward) {
     rad_engine_close(&en);
 }
 
+/* --debug-graph opens with the plugin's rad_note lines (abi/rad_arch.h: "shown by --debug-graph
+ * and --plan-only -v"), each as "note: LINE", after the header and before the first op. */
+Test(engine, debug_graph_prints_the_plugins_notes_first) {
+    RadEngine en;
+    open_engine(&en, 16);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    rad_engine_dump_graph(&en, f);
+    fclose(f);
+    const char *second = strchr(buf, '\n');
+    cr_assert_not_null(second, "%s", buf);
+    cr_assert(strncmp(second + 1, "note: llama: ", 13) == 0, "the notes do not follow the header:\n%.400s", buf);
+    const char *first_op = strstr(buf, "\nop ");
+    cr_assert_not_null(first_op, "%s", buf);
+    cr_assert_gt(en.g.n_notes, 3, "the llama plugin notes its shape");
+    for (int i = 0; i < en.g.n_notes; i++) {
+        char want[600];
+        snprintf(want, sizeof want, "\nnote: %s\n", en.g.notes[i]);
+        const char *at = strstr(buf, want);
+        cr_assert(at != NULL && at < first_op, "note %d '%s' missing or after the ops", i, en.g.notes[i]);
+    }
+    cr_assert(strstr(buf, "note: rope: theta ") != NULL, "%.600s", buf);
+    free(buf);
+    rad_engine_close(&en);
+}
+
 Test(engine, debug_graph_shows_each_ops_bucket_table) {
     RadEngine en;
     open_engine(&en, 16);

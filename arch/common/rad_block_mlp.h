@@ -4,8 +4,8 @@
  *
  * (g and u as one gemm_nt2 when a library resolves it, else two gemm_nt).
  *
- * The geometry, residual stream, pre-norm and all-reduce are rad_block_attn.h's (included);
- * as there, the block leaves its output pending in the residual's y and the next pre-norm adds
+ * The geometry, residual stream, pre-norm and all-reduce are rad_block.h's (included); as
+ * every block there, it leaves its output pending in the residual's y and the next pre-norm adds
  * it (fused add_rmsnorm when resolved, else add + rmsnorm).
  *
  * Declare order: rad_mlp_declare_weights with the other weights, rad_mlp_scratch_declare with
@@ -13,7 +13,7 @@
 #ifndef RAD_BLOCK_MLP_H
 #define RAD_BLOCK_MLP_H
 
-#include "rad_block_attn.h"
+#include "rad_block.h"
 
 /* Declared weight names of one layer ("blk.3.ffn_gate.weight", ...). */
 typedef struct RadMlpNames {
@@ -22,7 +22,8 @@ typedef struct RadMlpNames {
 
 /* Per-model scratch shared by every layer: gate, up and the activation, [max_tok, n_ff]. */
 typedef struct RadMlpScratch {
-    rad_buf gate, up, act;
+    rad_buf gate, up;         /* [max_tok, n_ff] */
+    rad_buf act;              /* [max_tok, n_ff] silu(gate) * up */
 } RadMlpScratch;
 
 static inline int rad_mlp_scratch_declare(RadBuilder *b, const RadBlockGeom *g, const char *prefix,
@@ -35,13 +36,15 @@ static inline int rad_mlp_scratch_declare(RadBuilder *b, const RadBlockGeom *g, 
 
 typedef struct RadMlpBlock {
     uint32_t layer;
-    rad_weight w_norm, w_gate, w_up, w_down;
-    RadPreNorm pre;
+    rad_weight w_norm;        /* [n_embd] */
+    rad_weight w_gate, w_up;  /* [n_ff, n_embd] (SHARD_ROW under TP) */
+    rad_weight w_down;        /* [n_embd, n_ff] (SHARD_COL under TP, then all_reduce) */
+    RadPreNorm pre;           /* h = rmsnorm(x), settling the attention's output */
     rad_op op_gate, op_up, op_act, op_down;
     rad_op op_gate_up;        /* gemm_nt2 when resolved (id < 0: op_gate, op_up are issued) */
-    RadAllReduce ar;
+    RadAllReduce ar;          /* of y, under TP */
     RadMlpScratch s;
-    rad_buf h, y;
+    rad_buf h, y;             /* the residual stream's */
 } RadMlpBlock;
 
 /* Weights: norm gamma [n_embd]; gate, up [n_ff, n_embd] (SHARD_ROW under TP); down [n_embd, n_ff]
@@ -71,8 +74,8 @@ static inline int rad_mlp_declare_ops(RadBuilder *b, const RadBlockGeom *g, RadR
     }
     m->op_gate = m->op_up = m->op_gate_up;
     if (m->op_gate_up.id < 0) {
-        m->op_gate = rad_attn_gemm(b, g, m->w_gate, g->n_ff, g->n_embd, r->h, s->gate);
-        m->op_up = rad_attn_gemm(b, g, m->w_up, g->n_ff, g->n_embd, r->h, s->up);
+        m->op_gate = rad_block_gemm(b, g, m->w_gate, g->n_ff, g->n_embd, r->h, s->gate);
+        m->op_up = rad_block_gemm(b, g, m->w_up, g->n_ff, g->n_embd, r->h, s->up);
     }
     m->op_act = RAD_OP(b, "silu_mul", RAD_PARAMS(RAD_RANGE("M", 1, g->max_tok), RAD_INT("N", g->n_ff)),
                        RAD_NO_WEIGHTS);
@@ -80,7 +83,7 @@ static inline int rad_mlp_declare_ops(RadBuilder *b, const RadBlockGeom *g, RadR
         rad_op_reads(b, m->op_act, RAD_BUFS(s->gate, s->up), 2);
         rad_op_writes(b, m->op_act, RAD_BUFS(s->act), 1);
     }
-    m->op_down = rad_attn_gemm(b, g, m->w_down, g->n_embd, g->n_ff, s->act, r->y);
+    m->op_down = rad_block_gemm(b, g, m->w_down, g->n_embd, g->n_ff, s->act, r->y);
     if (rad_allreduce_declare(b, g, &m->ar, r->y, g->n_embd) != 0) return -1;
     r->pending = 1;
     if (m->op_gate.id < 0 || m->op_up.id < 0 || m->op_act.id < 0 || m->op_down.id < 0) return -1;

@@ -10,9 +10,6 @@
 
 #include <arch/rad_arch.h>
 
-/* The kv table's value of `key`, or NULL (fields beyond meta->struct_size read as absent). */
-static inline const char *rad_chat_meta_get(const RadModelMeta *m, const char *key) { return rad_meta_find(m, key); }
-
 static const char *const rad_chat_stop_chatml[] = {"<|im_end|>", "<|endoftext|>", NULL};
 static const char *const rad_chat_stop_llama3[] = {"<|eot_id|>", "<|end_of_text|>", "<|eom_id|>", NULL};
 static const char *const rad_chat_stop_eos_s[] = {"</s>", NULL};
@@ -86,8 +83,8 @@ static inline const RadChatFormat *rad_chat_from_markup(const char *t, RadChatHi
 
 /* See the header comment. `fallback` is returned when nothing in the metadata decides. */
 static inline const RadChatFormat *rad_chat_format_pick(const RadModelMeta *m, const RadChatFormat *fallback) {
-    const char *tmpl = rad_chat_meta_get(m, "chat.template");
-    const char *kind = rad_chat_meta_get(m, "chat.kind");
+    const char *tmpl = rad_meta_find(m, "chat.template");
+    const char *kind = rad_meta_find(m, "chat.kind");
     const char *name = (m && m->name) ? m->name : "";
     RadChatHints h;
     const RadChatFormat *f;
@@ -102,13 +99,12 @@ static inline const RadChatFormat *rad_chat_format_pick(const RadModelMeta *m, c
     if ((f = rad_chat_from_markup(tmpl, h)) != NULL) return f;
     /* the tokenizer's special tokens: any tokenizer.* value (token lists, as the core renders
      * them), then the template's BOS/EOS text */
-    if (m && m->struct_size >= offsetof(RadModelMeta, kv_val) + sizeof m->kv_val && m->kv_key && m->kv_val) {
-        for (int32_t i = 0; i < m->n_kv; i++)
-            if (m->kv_key[i] && m->kv_val[i] && strncmp(m->kv_key[i], "tokenizer.", 10) == 0 &&
-                (f = rad_chat_from_markup(m->kv_val[i], h)) != NULL)
-                return f;
-    }
-    const char *eos = rad_chat_meta_get(m, "chat.eos"), *bos = rad_chat_meta_get(m, "chat.bos");
+    const char *key, *val;
+    for (int32_t i = 0; i < rad_meta_count(m); i++)
+        if (rad_meta_entry(m, i, &key, &val) && strncmp(key, "tokenizer.", 10) == 0 &&
+            (f = rad_chat_from_markup(val, h)) != NULL)
+            return f;
+    const char *eos = rad_meta_find(m, "chat.eos"), *bos = rad_meta_find(m, "chat.bos");
     if (eos && strcmp(eos, "<|im_end|>") == 0) return rad_chat_from_markup("<|im_start|>", h);
     if ((eos && strcmp(eos, "<|eot_id|>") == 0) || (bos && strcmp(bos, "<|begin_of_text|>") == 0))
         return rad_chat_from_markup("<|start_header_id|>", h);

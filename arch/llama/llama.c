@@ -52,67 +52,53 @@ static const uint64_t llama_encs =
 #define LLAMA_MAX_LAYERS 512
 #define LLAMA_NAME 160
 
+/* What declare works from: the checked metadata and this deployment, read once (llama_hparams)
+ * and handed to every declare step. */
+typedef struct LlamaHparams {
+    RadBlockGeom g;           /* the blocks' geometry, per rank (heads and n_ff divided) */
+    uint32_t n_layers;        /* model.n_layers */
+    uint32_t n_vocab;         /* model.n_vocab */
+    uint32_t n_head, n_head_kv, n_ff; /* the checkpoint's, whole (the GGUF un-interleave, the notes) */
+    uint32_t out_rows;        /* logits rows a step may ask: n_out's bound */
+    uint32_t rank, world;     /* tensor parallel: this rank of `world` (1: none) */
+    RadDType kv_dtype;        /* the KV cache's element type */
+    int tp_wire_lossy;        /* notes only: the all-reduce may be lossy above its floor */
+    bool head_optional;       /* model.tie_embeddings is not false: the head may be absent (tied) */
+    uint32_t sliding_window;  /* attention.sliding_window (0: none); served as full attention */
+    char pfx[64];             /* "" or "<scope>.": every declared name's prefix */
+} LlamaHparams;
+
 typedef struct LlamaLayer {
     RadAttnBlock attn;
     RadMlpBlock mlp;
 } LlamaLayer;
 
-typedef struct LlamaModel {
-    int ready;                /* a declare completed: step may run */
-    int head_tied;            /* w_out is w_tok: the checkpoint has no head of its own */
-    uint32_t n_layers, n_vocab, out_rows, max_tok;
-    RadBlockGeom g;
-    rad_weight w_tok, w_out_norm, w_out, w_rope_freqs;
-    RadResid r;
-    RadAttnScratch as;
-    RadMlpScratch ms;
-    rad_buf head_x, logits;   /* [out_rows, n_embd], [out_rows, n_vocab] */
-    rad_kv kv;
-    rad_op op_embed, op_gather, op_logits;
-    RadPreNorm final_norm;
-    LlamaLayer layers[LLAMA_MAX_LAYERS];
-} LlamaModel;
-
-/* The model step() runs, and a second one a shape-probe declare writes (spec: a sizing declare
- * "must not touch state the real declare wrote"). One model per loaded plugin: see README. */
 /* The model state lives in memory the core owns for as long as the declared program
  * (rad_builder_alloc) and reaches step through RadCtx::model, so two models in one process
  * (a drafter beside its target, two engines, a sizing declare) never share it. */
-
-/* ---- metadata ------------------------------------------------------------------------------ */
-
-static const char *meta_gets(const RadModelMeta *m, const char *key) { return rad_chat_meta_get(m, key); }
-
-/* 1: present and parsed; 0: absent; -1: present but not a number. */
-static int meta_getf(const RadModelMeta *m, const char *key, double *out) {
-    const char *v = meta_gets(m, key);
-    char *end;
-    if (!v) return 0;
-    double d = strtod(v, &end);
-    if (end == v) return -1;
-    while (*end == ' ') end++;
-    if (*end) return -1;
-    *out = d;
-    return 1;
-}
-
-static int meta_getu(const RadModelMeta *m, const char *key, uint32_t *out) {
-    double d;
-    int rc = meta_getf(m, key, &d);
-    if (rc <= 0) return rc;
-    if (d < 0 || d > 4294967295.0 || d != (double)(uint32_t)d) return -1;
-    *out = (uint32_t)d;
-    return 1;
-}
-
-/* 1 true, 0 false, -1 absent or unreadable. */
-static int meta_getb(const RadModelMeta *m, const char *key) {
-    const char *v = meta_gets(m, key);
-    if (!v) return -1;
-    if (!strcmp(v, "true") || !strcmp(v, "1") || !strcmp(v, "True")) return 1;
-    if (!strcmp(v, "false") || !strcmp(v, "0") || !strcmp(v, "False")) return 0;
-    return -1;
-}
+typedef struct LlamaModel {
+    int ready;                /* a declare completed: step may run */
+    LlamaHparams hp;
+    /* weights */
+    rad_weight w_tok;         /* [n_vocab, n_embd] the embedding */
+    rad_weight w_out;         /* [n_vocab, n_embd] the head, or w_tok when tied */
+    int head_tied;            /* w_out is w_tok: the checkpoint has no head of its own */
+    rad_weight w_out_norm;    /* [n_embd] */
+    rad_weight w_rope_freqs;  /* f32 [n_rot/2], optional (GGUF's llama3 rope) */
+    /* buffers */
+    RadResid r;               /* x, h, y [max_tok, n_embd] */
+    RadAttnScratch as;        /* every layer's attention scratch */
+    RadMlpScratch ms;         /* every layer's MLP scratch */
+    rad_buf head_x;           /* [out_rows, n_embd] the gathered rows */
+    rad_buf logits;           /* [out_rows, n_vocab] */
+    rad_kv kv;                /* one full-attention group, every layer bound */
+    /* ops */
+    rad_op op_embed;          /* embed_gather -> r.x */
+    LlamaLayer layers[LLAMA_MAX_LAYERS]; /* [n_layers] each block's weights and ops */
+    RadPreNorm final_norm;    /* r.x -> r.h */
+    rad_op op_gather;         /* logits_gather r.h -> head_x */
+    rad_op op_logits;         /* logits_gemm head_x -> logits */
+} LlamaModel;
 
 #if defined(__GNUC__)
 __attribute__((format(printf, 2, 3)))
@@ -188,58 +174,26 @@ static const struct {
 };
 enum { T_ATTN_NORM, T_Q, T_K, T_V, T_O, T_FFN_NORM, T_GATE, T_UP, T_DOWN, T_COUNT };
 
-/* Name map: Hugging Face entries first, GGUF beside them (the first entry whose sources are
- * present wins). Heads for the un-interleave are the checkpoint's (whole model), not per rank. */
-static int llama_declare_map(RadBuilder *b, LlamaNames *nn, const RadModelMeta *meta) {
-    char dst[LLAMA_NAME], hf[LLAMA_NAME], gg[LLAMA_NAME];
-    int rc = 0;
-    rc |= map_copy1(b, dname(nn, dst, sizeof dst, "tok_embd.weight"), "model.embed_tokens.weight");
-    rc |= map_copy1(b, dst, "token_embd.weight");
-    rc |= map_copy1(b, dname(nn, dst, sizeof dst, "output_norm.weight"), "model.norm.weight");
-    rc |= map_copy1(b, dst, "output_norm.weight");
-    /* the head: its own name only. A tied checkpoint has none, and declare reads the head
-     * from the embedding's weight instead of storing a copy (see declare, the head) */
-    rc |= map_copy1(b, dname(nn, dst, sizeof dst, "output.weight"), "lm_head.weight");
-    rc |= map_copy1(b, dst, "output.weight");
-    /* GGUF's precomputed llama3 rope factors (optional; see declare) */
-    rc |= map_copy1(b, dname(nn, dst, sizeof dst, "rope_freqs.weight"), "rope_freqs.weight");
-    for (int32_t l = 0; l < meta->n_layers; l++) {
-        for (int t = 0; t < T_COUNT; t++) {
-            dname(nn, dst, sizeof dst, "blk.%d.%s", (int)l, llama_layer_tensors[t].decl);
-            snprintf(hf, sizeof hf, "model.layers.%d.%s", (int)l, llama_layer_tensors[t].hf);
-            snprintf(gg, sizeof gg, "blk.%d.%s", (int)l, llama_layer_tensors[t].gguf);
-            rc |= map_copy1(b, dst, hf);
-            if (llama_layer_tensors[t].heads == HEADS_NONE) {
-                rc |= map_copy1(b, dst, gg);
-            } else {
-                const char *const s[] = {gg, NULL};
-                uint32_t heads = (uint32_t)(llama_layer_tensors[t].heads == HEADS_Q ? meta->n_head : meta->n_head_kv);
-                rc |= map_entry(b, RAD_MAP_ROWS, dst, s, heads);
-            }
-        }
-    }
-    return rc ? -1 : 0;
-}
-
-/* ---- validation ---------------------------------------------------------------------------- */
+/* ---- 0. hyperparameters ------------------------------------------------------------------- */
 
 /* The rope: type, factors. Returns 0, or a refusal already named. */
 static int llama_rope(RadBuilder *b, const RadModelMeta *meta, RadBlockGeom *g) {
-    const char *type = meta_gets(meta, "rope.scaling.type");
-    double f;
-    int rc;
+    const char *type;
+    float f, lo, hi;
+    uint32_t orig;
+    rad_meta_str(meta, "rope.scaling.type", "", &type);
     g->rope_scaling = RAD_ROPE_SCALING_NONE;
     g->rope_factor = 1.0f;
     g->rope_low_freq_factor = g->rope_high_freq_factor = 0.0f;
     g->rope_orig_ctx = 0;
-    g->rope_has_freqs = 0; /* set by declare when the checkpoint has rope_freqs.weight */
-    if (!type || !*type || !strcmp(type, "none") || !strcmp(type, "default")) {
+    g->rope_has_freqs = 0; /* set with the weights when the checkpoint has rope_freqs.weight */
+    if (!*type || !strcmp(type, "none") || !strcmp(type, "default")) {
         /* older GGUFs carry a linear factor as rope.scale_linear, with no type */
-        if ((rc = meta_getf(meta, "rope.scale_linear", &f)) < 0 || (rc > 0 && !(f > 0)))
+        if (rad_meta_f32(meta, "rope.scale_linear", 1.0f, &f) < 0 || !(f > 0))
             return llama_fail(b, "llama: rope.scale_linear is not a positive number");
-        if (rc > 0 && f != 1.0) {
+        if (f != 1.0f) {
             g->rope_scaling = RAD_ROPE_SCALING_LINEAR;
-            g->rope_factor = (float)f;
+            g->rope_factor = f;
         }
         return 0;
     }
@@ -247,26 +201,22 @@ static int llama_rope(RadBuilder *b, const RadModelMeta *meta, RadBlockGeom *g) 
     else if (!strcmp(type, "llama3")) g->rope_scaling = RAD_ROPE_SCALING_LLAMA3;
     else
         return llama_fail(b, "llama: rope.scaling.type \"%s\" is not served (none, linear, llama3)", type);
-    if ((rc = meta_getf(meta, "rope.scaling.factor", &f)) <= 0 || !(f > 0))
+    if (rad_meta_f32(meta, "rope.scaling.factor", 0, &f) <= 0 || !(f > 0))
         return llama_fail(b, "llama: rope.scaling.factor missing or not positive for rope.scaling.type %s", type);
-    g->rope_factor = (float)f;
-    if (g->rope_scaling == RAD_ROPE_SCALING_LLAMA3) {
-        double lo, hi;
-        uint32_t orig;
-        if (meta_getf(meta, "rope.scaling.low_freq_factor", &lo) <= 0 || !(lo > 0))
-            return llama_fail(b, "llama: rope.scaling.low_freq_factor missing or not positive (llama3 rope)");
-        if (meta_getf(meta, "rope.scaling.high_freq_factor", &hi) <= 0 || !(hi > lo))
-            return llama_fail(b, "llama: rope.scaling.high_freq_factor missing or not above low_freq_factor (llama3 rope)");
-        /* absent: transformers takes max_position_embeddings (model.n_ctx_train) */
-        if ((rc = meta_getu(meta, "rope.scaling.original_context_length", &orig)) == 0)
-            orig = meta->n_ctx_train > 0 ? (uint32_t)meta->n_ctx_train : 0;
-        if (rc < 0 || orig == 0)
-            return llama_fail(b, "llama: rope.scaling.original_context_length (or model.n_ctx_train) missing or zero "
-                                 "(llama3 rope)");
-        g->rope_low_freq_factor = (float)lo;
-        g->rope_high_freq_factor = (float)hi;
-        g->rope_orig_ctx = orig;
-    }
+    g->rope_factor = f;
+    if (g->rope_scaling != RAD_ROPE_SCALING_LLAMA3) return 0;
+    if (rad_meta_f32(meta, "rope.scaling.low_freq_factor", 0, &lo) <= 0 || !(lo > 0))
+        return llama_fail(b, "llama: rope.scaling.low_freq_factor missing or not positive (llama3 rope)");
+    if (rad_meta_f32(meta, "rope.scaling.high_freq_factor", 0, &hi) <= 0 || !(hi > lo))
+        return llama_fail(b, "llama: rope.scaling.high_freq_factor missing or not above low_freq_factor (llama3 rope)");
+    /* absent: transformers takes max_position_embeddings (model.n_ctx_train) */
+    if (rad_meta_u32(meta, "rope.scaling.original_context_length", meta->n_ctx_train > 0 ? (uint32_t)meta->n_ctx_train : 0,
+                     &orig) < 0 || orig == 0)
+        return llama_fail(b, "llama: rope.scaling.original_context_length (or model.n_ctx_train) missing or zero "
+                             "(llama3 rope)");
+    g->rope_low_freq_factor = lo;
+    g->rope_high_freq_factor = hi;
+    g->rope_orig_ctx = orig;
     return 0;
 }
 
@@ -308,6 +258,95 @@ static int llama_check_meta(RadBuilder *b, const RadModelMeta *m, const RadBuild
     return 0;
 }
 
+/* The geometry, read and divided over the ranks (whole heads per rank). */
+static int llama_geom(RadBuilder *b, const RadModelMeta *meta, const RadBuildCtx *ctx, uint32_t world, RadBlockGeom *g) {
+    g->n_embd = (uint32_t)meta->n_embd;
+    g->n_head = (uint32_t)meta->n_head / world;
+    g->n_head_kv = (uint32_t)meta->n_head_kv / world;
+    g->head_dim = (uint32_t)meta->head_dim;
+    g->n_ff = (uint32_t)meta->n_ff / world;
+    g->rms_eps = meta->rms_eps;
+    g->rope_theta = meta->rope_theta;
+    int r = rad_meta_u32(meta, "rope.dimension_count", g->head_dim, &g->n_rot);
+    if (r < 0 || g->n_rot == 0 || g->n_rot > g->head_dim || g->n_rot % 2)
+        return llama_fail(b, "llama: rope.dimension_count must be even and within head_dim %u", g->head_dim);
+    int rc = llama_rope(b, meta, g);
+    if (rc != 0) return rc;
+    g->attn_scale = rad_block_rsqrt(g->head_dim);
+    g->prefill_fp8 = ctx->attn_prefill_fp8;
+    g->max_tok = ctx->max_tok;
+    g->world_size = world;
+    g->tp_wire_lossy = ctx->tp_wire_lossy;
+    g->tp_wire_min_bytes = ctx->tp_wire_min_bytes;
+    g->linear_dtype = RAD_ANY; /* as stored; checked with rad_weight_encoding (llama_check_enc) */
+    g->norm_dtype = RAD_F32;   /* a bf16/f16 gamma widens exactly */
+    return 0;
+}
+
+static int llama_hparams(RadBuilder *b, const RadModelMeta *meta, const RadBuildCtx *ctx, LlamaHparams *hp) {
+    int rc;
+    if ((rc = llama_check_meta(b, meta, ctx)) != 0) return rc;
+    if (ctx->scope && *ctx->scope) {
+        int k = snprintf(hp->pfx, sizeof hp->pfx, "%s.", ctx->scope);
+        if (k < 0 || (size_t)k >= sizeof hp->pfx) return llama_fail(b, "llama: RadBuildCtx.scope too long");
+    }
+    hp->world = ctx->world_size ? ctx->world_size : 1;
+    hp->rank = ctx->rank;
+    if ((rc = llama_geom(b, meta, ctx, hp->world, &hp->g)) != 0) return rc;
+    hp->n_layers = (uint32_t)meta->n_layers;
+    hp->n_vocab = (uint32_t)meta->n_vocab;
+    hp->n_head = (uint32_t)meta->n_head;
+    hp->n_head_kv = (uint32_t)meta->n_head_kv;
+    hp->n_ff = (uint32_t)meta->n_ff;
+    /* logits rows: what the KL mode asks, else one per sequence and speculative token */
+    uint64_t rows = ctx->max_out_rows ? ctx->max_out_rows : (uint64_t)(ctx->max_seqs ? ctx->max_seqs : 1) * (1u + ctx->max_spec);
+    if (rows > ctx->max_tok) rows = ctx->max_tok;
+    hp->out_rows = (uint32_t)(rows ? rows : 1);
+    hp->kv_dtype = ctx->kv_dtype;
+    hp->tp_wire_lossy = ctx->tp_wire_lossy;
+    rad_meta_bool(meta, "model.tie_embeddings", true, &hp->head_optional);
+    rad_meta_u32(meta, "attention.sliding_window", 0, &hp->sliding_window);
+    return 0;
+}
+
+/* ---- 1. the name map ----------------------------------------------------------------------- */
+
+/* Hugging Face entries first, GGUF beside them (the first entry whose sources are present wins).
+ * Heads for the un-interleave are the checkpoint's (whole model), not per rank. */
+static int llama_declare_map(RadBuilder *b, const LlamaHparams *hp) {
+    LlamaNames nn = {hp->pfx, 0};
+    char dst[LLAMA_NAME], hf[LLAMA_NAME], gg[LLAMA_NAME];
+    int rc = 0;
+    rc |= map_copy1(b, dname(&nn, dst, sizeof dst, "tok_embd.weight"), "model.embed_tokens.weight");
+    rc |= map_copy1(b, dst, "token_embd.weight");
+    rc |= map_copy1(b, dname(&nn, dst, sizeof dst, "output_norm.weight"), "model.norm.weight");
+    rc |= map_copy1(b, dst, "output_norm.weight");
+    /* the head: its own name only. A tied checkpoint has none, and the weights step reads the
+     * head from the embedding's weight instead of storing a copy */
+    rc |= map_copy1(b, dname(&nn, dst, sizeof dst, "output.weight"), "lm_head.weight");
+    rc |= map_copy1(b, dst, "output.weight");
+    /* GGUF's precomputed llama3 rope factors (optional; see the weights step) */
+    rc |= map_copy1(b, dname(&nn, dst, sizeof dst, "rope_freqs.weight"), "rope_freqs.weight");
+    for (uint32_t l = 0; l < hp->n_layers; l++) {
+        for (int t = 0; t < T_COUNT; t++) {
+            dname(&nn, dst, sizeof dst, "blk.%d.%s", (int)l, llama_layer_tensors[t].decl);
+            snprintf(hf, sizeof hf, "model.layers.%d.%s", (int)l, llama_layer_tensors[t].hf);
+            snprintf(gg, sizeof gg, "blk.%d.%s", (int)l, llama_layer_tensors[t].gguf);
+            rc |= map_copy1(b, dst, hf);
+            if (llama_layer_tensors[t].heads == HEADS_NONE) {
+                rc |= map_copy1(b, dst, gg);
+            } else {
+                const char *const src[] = {gg, NULL};
+                rc |= map_entry(b, RAD_MAP_ROWS, dst, src, llama_layer_tensors[t].heads == HEADS_Q ? hp->n_head : hp->n_head_kv);
+            }
+        }
+    }
+    if (rc || nn.overflow) return llama_fail(b, "llama: a name-map entry was refused");
+    return 0;
+}
+
+/* ---- 2. weights ---------------------------------------------------------------------------- */
+
 /* A weight taken as stored: its encoding must be one this plugin's kernels take. */
 static int llama_check_enc(RadBuilder *b, rad_weight w, const char *name) {
     RadEnc e = rad_weight_encoding(b, w);
@@ -319,12 +358,210 @@ static int llama_check_enc(RadBuilder *b, rad_weight w, const char *name) {
                       RAD_LLAMA_QUANTISED ? "" : " (GGUF block quantisations: llama_ggml)");
 }
 
-/* ---- declare ------------------------------------------------------------------------------- */
-
-static rad_buf llama_buf(RadBuilder *b, LlamaNames *nn, const char *name, uint64_t rows, uint64_t cols) {
-    char full[LLAMA_NAME];
-    return rad_block_buf(b, "", dname(nn, full, sizeof full, "%s", name), rows, cols);
+static RadWeightDecl llama_vocab_decl(const LlamaHparams *hp, int optional) {
+    RadWeightDecl d;
+    memset(&d, 0, sizeof d);
+    d.dtype = RAD_ANY;
+    d.rank = 2;
+    d.shape[0] = hp->n_vocab;
+    d.shape[1] = hp->g.n_embd;
+    d.access = RAD_ACCESS_VOCAB;
+    d.shard = RAD_SHARD_NONE;
+    d.optional = optional;
+    return d;
 }
+
+/* The embedding, the head and the final norm. The head is stored under its own name when the
+ * checkpoint has one (an untied model, or one that ships lm_head.weight beside a tied config);
+ * absent, the model is tied and logits_gemm takes the embedding's weight itself, so the
+ * container holds the matrix once. Optional unless the metadata says untied: then a missing
+ * head is an error, never a silent fallback to the embedding. */
+static int llama_weights_ends(RadBuilder *b, const LlamaHparams *hp, LlamaModel *m) {
+    LlamaNames nn = {hp->pfx, 0};
+    char name[LLAMA_NAME];
+    int rc;
+    RadWeightDecl d = llama_vocab_decl(hp, 0);
+    m->w_tok = rad_decl_weight(b, dname(&nn, name, sizeof name, "tok_embd.weight"), &d);
+    if (m->w_tok.id < 0) return llama_fail(b, "llama: weight %s was refused", name);
+    if ((rc = llama_check_enc(b, m->w_tok, name)) != 0) return rc;
+    d = llama_vocab_decl(hp, hp->head_optional);
+    m->w_out = rad_decl_weight(b, dname(&nn, name, sizeof name, "output.weight"), &d);
+    if (m->w_out.id < 0) return llama_fail(b, "llama: weight %s was refused", name);
+    m->head_tied = (unsigned)rad_weight_encoding(b, m->w_out) >= RAD_ENC_COUNT;
+    if (m->head_tied) m->w_out = m->w_tok; /* its encoding was checked above */
+    else if ((rc = llama_check_enc(b, m->w_out, name)) != 0) return rc;
+    m->w_out_norm = rad_block_norm_weight(b, &hp->g, dname(&nn, name, sizeof name, "output_norm.weight"),
+                                          (RadGroup){RAD_GROUP_NONE, 0, 0}, hp->g.n_embd);
+    if (m->w_out_norm.id < 0) return llama_fail(b, "llama: weight %s was refused", name);
+    return 0;
+}
+
+/* GGUF's llama3 rope (llama.cpp writes Llama 3.1's rope_scaling as this tensor, with no
+ * rope.scaling.* keys): f32 [n_rot/2] frequency divisors, inv_freq[i] / rope_freqs[i]. When
+ * present both rope ops take it as their weight (docs/OPS.md, rope); a Hugging Face source has
+ * the scaling as rope.scaling.* keys instead, computed by the rope op itself. A wrong shape or
+ * encoding is refused by the core, naming the tensor. Sets the geometry's rope_has_freqs. */
+static int llama_weights_rope(RadBuilder *b, LlamaHparams *hp, LlamaModel *m) {
+    LlamaNames nn = {hp->pfx, 0};
+    char name[LLAMA_NAME];
+    RadWeightDecl d;
+    memset(&d, 0, sizeof d);
+    d.dtype = RAD_F32;
+    d.rank = 1;
+    d.shape[0] = hp->g.n_rot / 2;
+    d.access = RAD_ACCESS_PER_TOKEN; /* read by every layer's rope, every step */
+    d.shard = RAD_SHARD_NONE;
+    d.optional = 1;
+    m->w_rope_freqs = rad_decl_weight(b, dname(&nn, name, sizeof name, "rope_freqs.weight"), &d);
+    if (m->w_rope_freqs.id < 0) return llama_fail(b, "llama: weight %s was refused", name);
+    if ((unsigned)rad_weight_encoding(b, m->w_rope_freqs) >= RAD_ENC_COUNT) return 0;
+    if (hp->g.rope_scaling == RAD_ROPE_SCALING_LLAMA3)
+        return llama_fail(b, "llama: %s and rope.scaling.type llama3 both scale the rope (the scaling would apply "
+                             "twice): a checkpoint carries one of them", name);
+    hp->g.rope_has_freqs = 1;
+    hp->g.rope_freqs = m->w_rope_freqs;
+    return 0;
+}
+
+/* One layer's nine weights, the projections' encodings checked. */
+static int llama_weights_layer(RadBuilder *b, const LlamaHparams *hp, uint32_t l, LlamaLayer *L) {
+    LlamaNames nn = {hp->pfx, 0};
+    char nmv[T_COUNT][LLAMA_NAME];
+    int rc;
+    for (int t = 0; t < T_COUNT; t++) dname(&nn, nmv[t], sizeof nmv[t], "blk.%u.%s", l, llama_layer_tensors[t].decl);
+    if (nn.overflow) return llama_fail(b, "llama: a declared name is too long");
+    RadAttnNames an = {nmv[T_ATTN_NORM], nmv[T_Q], nmv[T_K], nmv[T_V], nmv[T_O]};
+    RadMlpNames mn = {nmv[T_FFN_NORM], nmv[T_GATE], nmv[T_UP], nmv[T_DOWN]};
+    if (rad_attn_declare_weights(b, &hp->g, l, &an, &L->attn) != 0)
+        return llama_fail(b, "llama: layer %u: an attention weight was refused", l);
+    if (rad_mlp_declare_weights(b, &hp->g, l, &mn, &L->mlp) != 0)
+        return llama_fail(b, "llama: layer %u: an MLP weight was refused", l);
+    const rad_weight lw[] = {L->attn.qkv.w_q, L->attn.qkv.w_k, L->attn.qkv.w_v, L->attn.w_o,
+                             L->mlp.w_gate,   L->mlp.w_up,     L->mlp.w_down};
+    const int lt[] = {T_Q, T_K, T_V, T_O, T_GATE, T_UP, T_DOWN};
+    for (int i = 0; i < 7; i++)
+        if ((rc = llama_check_enc(b, lw[i], nmv[lt[i]])) != 0) return rc;
+    return 0;
+}
+
+static int llama_declare_weights(RadBuilder *b, LlamaHparams *hp, LlamaModel *m) {
+    int rc;
+    if ((rc = llama_weights_ends(b, hp, m)) != 0) return rc;
+    if ((rc = llama_weights_rope(b, hp, m)) != 0) return rc;
+    for (uint32_t l = 0; l < hp->n_layers; l++)
+        if ((rc = llama_weights_layer(b, hp, l, &m->layers[l])) != 0) return rc;
+    return 0;
+}
+
+/* ---- 3. buffers ---------------------------------------------------------------------------- */
+
+static int llama_declare_buffers(RadBuilder *b, const LlamaHparams *hp, LlamaModel *m) {
+    const RadBlockGeom *g = &hp->g;
+    if (rad_resid_declare(b, g, hp->pfx, &m->r) != 0 || rad_attn_scratch_declare(b, g, hp->pfx, &m->as) != 0 ||
+        rad_mlp_scratch_declare(b, g, hp->pfx, &m->ms) != 0)
+        return llama_fail(b, "llama: a buffer was refused");
+    m->head_x = rad_block_buf(b, hp->pfx, "head.x", hp->out_rows, g->n_embd);
+    m->logits = rad_block_buf(b, hp->pfx, "logits", hp->out_rows, hp->n_vocab);
+    if (m->head_x.id < 0 || m->logits.id < 0) return llama_fail(b, "llama: a head buffer was refused");
+    return 0;
+}
+
+/* ---- 4. the KV group: one full-attention group, every layer bound to it --------------------- */
+
+static int llama_declare_kv(RadBuilder *b, const LlamaHparams *hp, LlamaModel *m) {
+    LlamaNames nn = {hp->pfx, 0};
+    char name[LLAMA_NAME];
+    uint32_t l;
+    m->kv = rad_attn_kv_declare(b, &hp->g, dname(&nn, name, sizeof name, "kv"), RAD_KV_FULL, hp->kv_dtype, 0);
+    if (m->kv.id < 0) return llama_fail(b, "llama: the KV group was refused");
+    if (rad_attn_kv_bind(b, m->kv, 0, hp->n_layers, &l) != 0) return llama_fail(b, "llama: layer %u: KV binding refused", l);
+    return 0;
+}
+
+/* ---- 5. the embedding and the layers -------------------------------------------------------- */
+
+static int llama_declare_layers(RadBuilder *b, const LlamaHparams *hp, LlamaModel *m) {
+    const RadBlockGeom *g = &hp->g;
+    m->op_embed = RAD_OP(b, "embed_gather",
+                         RAD_PARAMS(RAD_RANGE("M", 1, g->max_tok), RAD_INT("N", g->n_embd), RAD_INT("V", hp->n_vocab)),
+                         RAD_WEIGHTS(m->w_tok));
+    if (m->op_embed.id < 0) return llama_fail(b, "llama: embed_gather was refused");
+    rad_op_writes(b, m->op_embed, RAD_BUFS(m->r.x), 1);
+    for (uint32_t l = 0; l < hp->n_layers; l++) {
+        LlamaLayer *L = &m->layers[l];
+        if (rad_attn_declare_ops(b, g, m->kv, &m->r, &m->as, &L->attn) != 0)
+            return llama_fail(b, "llama: layer %u: an attention op was refused", l);
+        if (rad_mlp_declare_ops(b, g, &m->r, &m->ms, &L->mlp) != 0)
+            return llama_fail(b, "llama: layer %u: an MLP op was refused", l);
+    }
+    return 0;
+}
+
+/* ---- 6. the head: final norm, the rows that need logits, logits ----------------------------- */
+
+static int llama_declare_head(RadBuilder *b, const LlamaHparams *hp, LlamaModel *m) {
+    const RadBlockGeom *g = &hp->g;
+    if (rad_prenorm_declare(b, g, &m->r, m->w_out_norm, &m->final_norm) != 0)
+        return llama_fail(b, "llama: the final norm was refused");
+    m->op_gather = RAD_OP(b, "logits_gather",
+                          RAD_PARAMS(RAD_RANGE("M", 1, hp->out_rows), RAD_INT("N", g->n_embd)), RAD_NO_WEIGHTS);
+    m->op_logits = RAD_OP(b, "logits_gemm",
+                          RAD_PARAMS(RAD_RANGE("M", 1, hp->out_rows), RAD_INT("N", hp->n_vocab), RAD_INT("K", g->n_embd)),
+                          RAD_WEIGHTS(m->w_out));
+    if (m->op_gather.id < 0 || m->op_logits.id < 0) return llama_fail(b, "llama: the head was refused");
+    rad_op_reads(b, m->op_gather, RAD_BUFS(m->r.h), 1);
+    rad_op_writes(b, m->op_gather, RAD_BUFS(m->head_x), 1);
+    rad_op_reads(b, m->op_logits, RAD_BUFS(m->head_x), 1);
+    rad_op_writes(b, m->op_logits, RAD_BUFS(m->logits), 1);
+    if (rad_declare_logits(b, m->logits) != 0) return llama_fail(b, "llama: the logits buffer was refused");
+    return 0;
+}
+
+/* ---- 7. notes: the declared shape, for --debug-graph and --plan-only -v --------------------- */
+
+static void llama_note_rope(RadBuilder *b, const RadBlockGeom *g) {
+    if (g->rope_has_freqs)
+        rad_note(b, "rope: theta %g, n_rot %u, frequencies divided by rope_freqs.weight [%u] (GGUF's llama3 "
+                    "scaling)%s", (double)g->rope_theta, g->n_rot, g->n_rot / 2,
+                 g->rope_scaling == RAD_ROPE_SCALING_LINEAR ? ", after the linear factor" : "");
+    else if (g->rope_scaling == RAD_ROPE_SCALING_LLAMA3)
+        rad_note(b, "rope: theta %g, n_rot %u, llama3 scaling factor %g low %g high %g orig_ctx %u",
+                 (double)g->rope_theta, g->n_rot, (double)g->rope_factor, (double)g->rope_low_freq_factor,
+                 (double)g->rope_high_freq_factor, g->rope_orig_ctx);
+    else if (g->rope_scaling == RAD_ROPE_SCALING_LINEAR)
+        rad_note(b, "rope: theta %g, n_rot %u, linear scaling factor %g", (double)g->rope_theta, g->n_rot,
+                 (double)g->rope_factor);
+    else
+        rad_note(b, "rope: theta %g, n_rot %u, no scaling", (double)g->rope_theta, g->n_rot);
+}
+
+static void llama_notes(RadBuilder *b, const LlamaHparams *hp, const LlamaModel *m) {
+    const RadBlockGeom *g = &hp->g;
+    uint32_t fused = m->final_norm.mode == RAD_PRENORM_FUSED, norms = 2 * hp->n_layers + 1;
+    for (uint32_t l = 0; l < hp->n_layers; l++)
+        fused += (m->layers[l].attn.pre.mode == RAD_PRENORM_FUSED) + (m->layers[l].mlp.pre.mode == RAD_PRENORM_FUSED);
+    rad_note(b, "%s: %d layers, n_embd %d, GQA %d:%d, head_dim %d, n_ff %d, vocab %d, %s lm_head",
+             RAD_PLUGIN_NAME_OF("llama"), (int)hp->n_layers, (int)g->n_embd, (int)hp->n_head, (int)hp->n_head_kv,
+             (int)g->head_dim, (int)hp->n_ff, (int)hp->n_vocab, m->head_tied ? "tied" : "untied");
+    llama_note_rope(b, g);
+    rad_note(b, "weights: projections and embedding as stored (%s), norms f32; %u of %u norms fuse the residual add",
+             RAD_LLAMA_QUANTISED ? "f32/f16/bf16 or GGUF blocks" : "f32/f16/bf16", fused, norms);
+    rad_note(b, "KV: one full group, %u kv heads x %u per rank, every layer bound; max_tok %u", g->n_head_kv,
+             g->head_dim, g->max_tok);
+    rad_note(b, "head: final norm over the step's rows, logits_gather of n_out rows, logits [%u, %u]", hp->out_rows,
+             hp->n_vocab);
+    if (m->head_tied)
+        rad_note(b, "head: tied, a view of the embedding: logits_gemm reads %stok_embd.weight (no %soutput.weight "
+                    "in the checkpoint; the matrix is stored once)", hp->pfx, hp->pfx);
+    if (hp->world > 1)
+        rad_note(b, "tensor parallel: rank %u of %u, %u heads / %u kv heads / n_ff %u per rank, all_reduce %s", hp->rank,
+                 hp->world, g->n_head, g->n_head_kv, g->n_ff, hp->tp_wire_lossy ? "lossy above the floor" : "exact");
+    if (hp->sliding_window > 0)
+        rad_note(b, "attention.sliding_window %u ignored: full attention (exact while the context is within it)",
+                 hp->sliding_window);
+}
+
+/* ---- declare ------------------------------------------------------------------------------- */
 
 static int llama_declare(RadBuilder *b, const RadModelMeta *meta, const RadBuildCtx *ctx_in) {
     /* fields beyond the producer's struct_size read as zero */
@@ -334,218 +571,16 @@ static int llama_declare(RadBuilder *b, const RadModelMeta *meta, const RadBuild
     LlamaModel *m = rad_builder_alloc(b, sizeof *m);
     if (!m) return 1;
     rad_builder_set_model(b, m);
+    LlamaHparams *hp = &m->hp;
     int rc;
-    if ((rc = llama_check_meta(b, meta, &ctx)) != 0) return rc;
-
-    const uint32_t world = ctx.world_size ? ctx.world_size : 1;
-    char pfx[64] = "";
-    if (ctx.scope && *ctx.scope) {
-        int k = snprintf(pfx, sizeof pfx, "%s.", ctx.scope);
-        if (k < 0 || (size_t)k >= sizeof pfx) return llama_fail(b, "llama: RadBuildCtx.scope too long");
-    }
-    LlamaNames nn = {pfx, 0};
-
-    /* geometry: read, divided over the ranks (whole heads per rank) */
-    RadBlockGeom *g = &m->g;
-    g->n_embd = (uint32_t)meta->n_embd;
-    g->n_head = (uint32_t)meta->n_head / world;
-    g->n_head_kv = (uint32_t)meta->n_head_kv / world;
-    g->head_dim = (uint32_t)meta->head_dim;
-    g->n_ff = (uint32_t)meta->n_ff / world;
-    g->rms_eps = meta->rms_eps;
-    g->rope_theta = meta->rope_theta;
-    g->n_rot = g->head_dim;
-    {
-        uint32_t n_rot;
-        int r = meta_getu(meta, "rope.dimension_count", &n_rot);
-        if (r < 0 || (r > 0 && (n_rot == 0 || n_rot > g->head_dim || n_rot % 2)))
-            return llama_fail(b, "llama: rope.dimension_count must be even and within head_dim %u", g->head_dim);
-        if (r > 0) g->n_rot = n_rot;
-    }
-    if ((rc = llama_rope(b, meta, g)) != 0) return rc;
-    g->attn_scale = rad_block_rsqrt(g->head_dim);
-    g->prefill_fp8 = ctx.attn_prefill_fp8;
-    g->max_tok = ctx.max_tok;
-    g->world_size = world;
-    g->tp_wire_lossy = ctx.tp_wire_lossy;
-    g->tp_wire_min_bytes = ctx.tp_wire_min_bytes;
-    g->linear_dtype = RAD_ANY;  /* as stored; checked with rad_weight_encoding below */
-    g->norm_dtype = RAD_F32;    /* a bf16/f16 gamma widens exactly */
-    m->n_layers = (uint32_t)meta->n_layers;
-    m->n_vocab = (uint32_t)meta->n_vocab;
-    m->max_tok = ctx.max_tok;
-    {   /* logits rows: what the KL mode asks, else one per sequence and speculative token */
-        uint64_t rows = ctx.max_out_rows ? ctx.max_out_rows
-                                         : (uint64_t)(ctx.max_seqs ? ctx.max_seqs : 1) * (1u + ctx.max_spec);
-        if (rows > ctx.max_tok) rows = ctx.max_tok;
-        m->out_rows = (uint32_t)(rows ? rows : 1);
-    }
-
-    /* 1. the name map */
-    if (llama_declare_map(b, &nn, meta) != 0 || nn.overflow)
-        return llama_fail(b, "llama: a name-map entry was refused");
-
-    /* 2. weights */
-    char name[LLAMA_NAME];
-    {
-        RadWeightDecl d;
-        memset(&d, 0, sizeof d);
-        d.dtype = RAD_ANY;
-        d.rank = 2;
-        d.shape[0] = m->n_vocab;
-        d.shape[1] = g->n_embd;
-        d.access = RAD_ACCESS_VOCAB;
-        d.shard = RAD_SHARD_NONE;
-        m->w_tok = rad_decl_weight(b, dname(&nn, name, sizeof name, "tok_embd.weight"), &d);
-        if (m->w_tok.id < 0) return llama_fail(b, "llama: weight %s was refused", name);
-        if ((rc = llama_check_enc(b, m->w_tok, name)) != 0) return rc;
-        /* The head. Stored under its own name when the checkpoint has one (an untied model, or
-         * one that ships lm_head.weight beside a tied config); absent, the model is tied and
-         * logits_gemm takes the embedding's weight itself, so the container holds the matrix
-         * once. Optional unless the metadata says untied: then a missing head is an error,
-         * never a silent fallback to the embedding. */
-        d.optional = meta_getb(meta, "model.tie_embeddings") != 0;
-        m->w_out = rad_decl_weight(b, dname(&nn, name, sizeof name, "output.weight"), &d);
-        if (m->w_out.id < 0) return llama_fail(b, "llama: weight %s was refused", name);
-        if ((unsigned)rad_weight_encoding(b, m->w_out) < RAD_ENC_COUNT) {
-            if ((rc = llama_check_enc(b, m->w_out, name)) != 0) return rc;
-            m->head_tied = 0;
-        } else {
-            m->w_out = m->w_tok; /* tied: its encoding was checked above */
-            m->head_tied = 1;
-        }
-        m->w_out_norm = rad_block_norm_weight(b, g, dname(&nn, name, sizeof name, "output_norm.weight"),
-                                              (RadGroup){RAD_GROUP_NONE, 0, 0}, g->n_embd);
-        if (m->w_out_norm.id < 0) return llama_fail(b, "llama: weight %s was refused", name);
-        /* GGUF's llama3 rope (llama.cpp writes Llama 3.1's rope_scaling as this tensor, with no
-         * rope.scaling.* keys): f32 [n_rot/2] frequency divisors, inv_freq[i] / rope_freqs[i].
-         * When present both rope ops take it as their weight (docs/OPS.md, rope); a Hugging Face
-         * source has the scaling as rope.scaling.* keys instead, computed by the rope op itself.
-         * A wrong shape or encoding is refused by the core, naming the tensor. */
-        memset(&d, 0, sizeof d);
-        d.dtype = RAD_F32;
-        d.rank = 1;
-        d.shape[0] = g->n_rot / 2;
-        d.access = RAD_ACCESS_PER_TOKEN; /* read by every layer's rope, every step */
-        d.shard = RAD_SHARD_NONE;
-        d.optional = 1;
-        m->w_rope_freqs = rad_decl_weight(b, dname(&nn, name, sizeof name, "rope_freqs.weight"), &d);
-        if (m->w_rope_freqs.id < 0) return llama_fail(b, "llama: weight %s was refused", name);
-        if ((unsigned)rad_weight_encoding(b, m->w_rope_freqs) < RAD_ENC_COUNT) {
-            if (g->rope_scaling == RAD_ROPE_SCALING_LLAMA3)
-                return llama_fail(b, "llama: %s and rope.scaling.type llama3 both scale the rope (the "
-                                     "scaling would apply twice): a checkpoint carries one of them", name);
-            g->rope_has_freqs = 1;
-            g->rope_freqs = m->w_rope_freqs;
-        }
-    }
-    for (uint32_t l = 0; l < m->n_layers; l++) {
-        char nmv[T_COUNT][LLAMA_NAME];
-        for (int t = 0; t < T_COUNT; t++) dname(&nn, nmv[t], sizeof nmv[t], "blk.%u.%s", l, llama_layer_tensors[t].decl);
-        if (nn.overflow) return llama_fail(b, "llama: a declared name is too long");
-        RadAttnNames an = {nmv[T_ATTN_NORM], nmv[T_Q], nmv[T_K], nmv[T_V], nmv[T_O]};
-        RadMlpNames mn = {nmv[T_FFN_NORM], nmv[T_GATE], nmv[T_UP], nmv[T_DOWN]};
-        LlamaLayer *L = &m->layers[l];
-        if (rad_attn_declare_weights(b, g, l, &an, &L->attn) != 0) return llama_fail(b, "llama: layer %u: an attention weight was refused", l);
-        if (rad_mlp_declare_weights(b, g, l, &mn, &L->mlp) != 0) return llama_fail(b, "llama: layer %u: an MLP weight was refused", l);
-        const rad_weight lw[] = {L->attn.w_q, L->attn.w_k, L->attn.w_v, L->attn.w_o,
-                                 L->mlp.w_gate, L->mlp.w_up, L->mlp.w_down};
-        const int lt[] = {T_Q, T_K, T_V, T_O, T_GATE, T_UP, T_DOWN};
-        for (int i = 0; i < 7; i++)
-            if ((rc = llama_check_enc(b, lw[i], nmv[lt[i]])) != 0) return rc;
-    }
-
-    /* 3. buffers */
-    if (rad_resid_declare(b, g, pfx, &m->r) != 0 || rad_attn_scratch_declare(b, g, pfx, &m->as) != 0 ||
-        rad_mlp_scratch_declare(b, g, pfx, &m->ms) != 0)
-        return llama_fail(b, "llama: a buffer was refused");
-    m->head_x = llama_buf(b, &nn, "head.x", m->out_rows, g->n_embd);
-    m->logits = llama_buf(b, &nn, "logits", m->out_rows, m->n_vocab);
-    if (m->head_x.id < 0 || m->logits.id < 0) return llama_fail(b, "llama: a head buffer was refused");
-
-    /* 4. the KV group: one full-attention group, every layer bound to it */
-    {
-        RadKvDecl kd;
-        memset(&kd, 0, sizeof kd);
-        kd.kind = RAD_KV_FULL;
-        kd.dtype = ctx.kv_dtype;
-        kd.n_head_kv = g->n_head_kv;
-        kd.head_dim = g->head_dim;
-        m->kv = rad_decl_kv_group(b, dname(&nn, name, sizeof name, "kv"), &kd);
-        if (m->kv.id < 0) return llama_fail(b, "llama: the KV group was refused");
-        for (uint32_t l = 0; l < m->n_layers; l++)
-            if (rad_bind_layer_kv(b, l, m->kv) != 0) return llama_fail(b, "llama: layer %u: KV binding refused", l);
-    }
-
-    /* 5. ops: embedding, layers, final norm, head */
-    m->op_embed = RAD_OP(b, "embed_gather",
-                         RAD_PARAMS(RAD_RANGE("M", 1, g->max_tok), RAD_INT("N", g->n_embd), RAD_INT("V", m->n_vocab)),
-                         RAD_WEIGHTS(m->w_tok));
-    if (m->op_embed.id < 0) return llama_fail(b, "llama: embed_gather was refused");
-    rad_op_writes(b, m->op_embed, RAD_BUFS(m->r.x), 1);
-    for (uint32_t l = 0; l < m->n_layers; l++) {
-        LlamaLayer *L = &m->layers[l];
-        if (rad_attn_declare_ops(b, g, m->kv, &m->r, &m->as, &L->attn) != 0)
-            return llama_fail(b, "llama: layer %u: an attention op was refused", l);
-        if (rad_mlp_declare_ops(b, g, &m->r, &m->ms, &L->mlp) != 0)
-            return llama_fail(b, "llama: layer %u: an MLP op was refused", l);
-    }
-    if (rad_prenorm_declare(b, g, &m->r, m->w_out_norm, &m->final_norm) != 0)
-        return llama_fail(b, "llama: the final norm was refused");
-    m->op_gather = RAD_OP(b, "logits_gather",
-                          RAD_PARAMS(RAD_RANGE("M", 1, m->out_rows), RAD_INT("N", g->n_embd)), RAD_NO_WEIGHTS);
-    m->op_logits = RAD_OP(b, "logits_gemm",
-                          RAD_PARAMS(RAD_RANGE("M", 1, m->out_rows), RAD_INT("N", m->n_vocab), RAD_INT("K", g->n_embd)),
-                          RAD_WEIGHTS(m->w_out));
-    if (m->op_gather.id < 0 || m->op_logits.id < 0) return llama_fail(b, "llama: the head was refused");
-    rad_op_reads(b, m->op_gather, RAD_BUFS(m->r.h), 1);
-    rad_op_writes(b, m->op_gather, RAD_BUFS(m->head_x), 1);
-    rad_op_reads(b, m->op_logits, RAD_BUFS(m->head_x), 1);
-    rad_op_writes(b, m->op_logits, RAD_BUFS(m->logits), 1);
-    if (rad_declare_logits(b, m->logits) != 0) return llama_fail(b, "llama: the logits buffer was refused");
-
-    /* 6. notes */
-    {
-        const char *sw = meta_gets(meta, "attention.sliding_window");
-        uint32_t fused = 0, norms = 0;
-        for (uint32_t l = 0; l < m->n_layers; l++) {
-            norms += 2;
-            fused += (m->layers[l].attn.pre.mode == RAD_PRENORM_FUSED) + (m->layers[l].mlp.pre.mode == RAD_PRENORM_FUSED);
-        }
-        norms += 1;
-        fused += m->final_norm.mode == RAD_PRENORM_FUSED;
-        rad_note(b, "%s: %d layers, n_embd %d, GQA %d:%d, head_dim %d, n_ff %d, vocab %d, %s lm_head",
-                 RAD_PLUGIN_NAME_OF("llama"), (int)meta->n_layers, (int)meta->n_embd, (int)meta->n_head,
-                 (int)meta->n_head_kv, (int)meta->head_dim, (int)meta->n_ff, (int)meta->n_vocab,
-                 m->head_tied ? "tied" : "untied");
-        if (g->rope_has_freqs)
-            rad_note(b, "rope: theta %g, n_rot %u, frequencies divided by rope_freqs.weight [%u] (GGUF's llama3 "
-                        "scaling)%s", (double)g->rope_theta, g->n_rot, g->n_rot / 2,
-                     g->rope_scaling == RAD_ROPE_SCALING_LINEAR ? ", after the linear factor" : "");
-        else if (g->rope_scaling == RAD_ROPE_SCALING_LLAMA3)
-            rad_note(b, "rope: theta %g, n_rot %u, llama3 scaling factor %g low %g high %g orig_ctx %u",
-                     (double)g->rope_theta, g->n_rot, (double)g->rope_factor, (double)g->rope_low_freq_factor,
-                     (double)g->rope_high_freq_factor, g->rope_orig_ctx);
-        else if (g->rope_scaling == RAD_ROPE_SCALING_LINEAR)
-            rad_note(b, "rope: theta %g, n_rot %u, linear scaling factor %g", (double)g->rope_theta, g->n_rot,
-                     (double)g->rope_factor);
-        else
-            rad_note(b, "rope: theta %g, n_rot %u, no scaling", (double)g->rope_theta, g->n_rot);
-        rad_note(b, "weights: projections and embedding as stored (%s), norms f32; %u of %u norms fuse the residual add",
-                 RAD_LLAMA_QUANTISED ? "f32/f16/bf16 or GGUF blocks" : "f32/f16/bf16", fused, norms);
-        rad_note(b, "KV: one full group, %u kv heads x %u per rank, every layer bound; max_tok %u",
-                 g->n_head_kv, g->head_dim, g->max_tok);
-        rad_note(b, "head: final norm over the step's rows, logits_gather of n_out rows, logits [%u, %u]",
-                 m->out_rows, m->n_vocab);
-        if (m->head_tied)
-            rad_note(b, "head: tied, a view of the embedding: logits_gemm reads %stok_embd.weight (no %soutput.weight "
-                        "in the checkpoint; the matrix is stored once)", pfx, pfx);
-        if (world > 1)
-            rad_note(b, "tensor parallel: rank %u of %u, %u heads / %u kv heads / n_ff %u per rank, all_reduce %s",
-                     ctx.rank, world, g->n_head, g->n_head_kv, g->n_ff, ctx.tp_wire_lossy ? "lossy above the floor" : "exact");
-        if (sw && strtol(sw, NULL, 10) > 0)
-            rad_note(b, "attention.sliding_window %s ignored: full attention (exact while the context is within it)", sw);
-    }
+    if ((rc = llama_hparams(b, meta, &ctx, hp)) != 0) return rc;       /* 0. hyperparameters */
+    if ((rc = llama_declare_map(b, hp)) != 0) return rc;               /* 1. the name map */
+    if ((rc = llama_declare_weights(b, hp, m)) != 0) return rc;        /* 2. weights */
+    if ((rc = llama_declare_buffers(b, hp, m)) != 0) return rc;        /* 3. buffers */
+    if ((rc = llama_declare_kv(b, hp, m)) != 0) return rc;             /* 4. the KV group */
+    if ((rc = llama_declare_layers(b, hp, m)) != 0) return rc;         /* 5. embedding, layers */
+    if ((rc = llama_declare_head(b, hp, m)) != 0) return rc;           /* 6. the head */
+    llama_notes(b, hp, m);                                             /* 7. notes */
     m->ready = 1;
     return 0;
 }
@@ -564,14 +599,14 @@ static void llama_step(RadCtx *c, const RadBatch *bt) {
         rad_step_fail(c, "llama: a draft pass, but no drafter is declared");
         return;
     }
-    if (n > m->max_tok || bt->n_out > m->out_rows || bt->n_out > n) {
+    if (n > m->hp.g.max_tok || bt->n_out > m->hp.out_rows || bt->n_out > n) {
         rad_step_fail(c, "llama: the step exceeds the declared bounds (n_tok, n_out)");
         return;
     }
     if (n == 0) return; /* zero rows is not a call */
     if ((rc = RAD_ISSUE_N(c, m->op_embed, n, RAD_W(m->w_tok), praw(bt->token_ids, RAD_I32, n), brows(m->r.x, n))) != 0)
         return;
-    for (uint32_t l = 0; l < m->n_layers; l++) {
+    for (uint32_t l = 0; l < m->hp.n_layers; l++) {
         if (rad_attn_step(c, &m->layers[l].attn, bt) != 0) return;
         if (rad_mlp_step(c, &m->layers[l].mlp, bt) != 0) return;
     }

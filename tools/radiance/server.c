@@ -1217,15 +1217,16 @@ static RadSamplerParams gen_defaults(const RadModelMeta *m) {
     RadSamplerParams p = rad_sampler_defaults();
     double d;
     int64_t i;
+    bool sample;
     p.temperature = 1.0f;
     p.top_p = 1.0f;
     /* a value the sampler would refuse is left out, so a container cannot make every request fail */
-    if (rad_meta_getf(m, "generation.temperature", &d) && d >= 0 && d <= 100) p.temperature = (float)d;
-    if (rad_meta_getf(m, "generation.top_p", &d) && (float)d > 0 && d <= 1) p.top_p = (float)d;
-    if (rad_meta_geti(m, "generation.top_k", &i) && i >= 0 && i <= INT32_MAX) p.top_k = (int32_t)i;
-    if (rad_meta_getf(m, "generation.min_p", &d) && d >= 0 && d <= 1) p.min_p = (float)d;
-    if (rad_meta_getf(m, "generation.repetition_penalty", &d) && (float)d > 0 && d <= 100) p.repetition_penalty = (float)d;
-    if (rad_meta_geti(m, "generation.do_sample", &i) && i == 0) p.temperature = 0; /* greedy by default */
+    if (rad_meta_f64(m, "generation.temperature", 0, &d) > 0 && d >= 0 && d <= 100) p.temperature = (float)d;
+    if (rad_meta_f64(m, "generation.top_p", 0, &d) > 0 && (float)d > 0 && d <= 1) p.top_p = (float)d;
+    if (rad_meta_i64(m, "generation.top_k", 0, &i) > 0 && i >= 0 && i <= INT32_MAX) p.top_k = (int32_t)i;
+    if (rad_meta_f64(m, "generation.min_p", 0, &d) > 0 && d >= 0 && d <= 1) p.min_p = (float)d;
+    if (rad_meta_f64(m, "generation.repetition_penalty", 0, &d) > 0 && (float)d > 0 && d <= 100) p.repetition_penalty = (float)d;
+    if (rad_meta_bool(m, "generation.do_sample", true, &sample) > 0 && !sample) p.temperature = 0; /* greedy by default */
     return p;
 }
 

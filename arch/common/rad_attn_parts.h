@@ -1,0 +1,183 @@
+/* rad_attn_parts.h — the pieces any attention block is built from, header-only, family-neutral:
+ *
+ *     q, k, v = h·Wq^T, h·Wk^T, h·Wv^T        RadQkv      (one gemm_nt3 when resolved)
+ *     rope(q), rope(k)                         RadRope     (positions as a raw operand)
+ *     o = attn_paged(q, k, v) over a KV group  rad_attn_paged_*
+ *     the KV group and its layers              rad_attn_kv_*
+ *
+ * rad_block_attn.h assembles them into the pre-norm GQA block (Llama); a family whose block
+ * differs (a norm on q and k, biases, a sliding window on some layers) assembles its own from
+ * the same parts. Ops, parameter names and operand order are the op vocabulary's (docs/OPS.md).
+ *
+ * Positions: rope takes the step's positions as a raw operand, praw(batch->positions, I32, n),
+ * as the op vocabulary lists it (no derived buffer). A model whose rope has per-pair frequency
+ * divisors (GGUF's rope_freqs.weight, Llama 3.1) sets RadBlockGeom::rope_has_freqs/rope_freqs;
+ * both rope ops then take that weight. */
+#ifndef RAD_ATTN_PARTS_H
+#define RAD_ATTN_PARTS_H
+
+#include "rad_block.h"
+
+/* ---- scratch ------------------------------------------------------------------------------- */
+
+/* Per-model scratch shared by every layer's attention. */
+typedef struct RadAttnScratch {
+    rad_buf q;                /* [max_tok, n_head*head_dim] */
+    rad_buf k, v;             /* [max_tok, n_head_kv*head_dim] */
+    rad_buf o;                /* [max_tok, n_head*head_dim] the attention output */
+} RadAttnScratch;
+
+static inline int rad_attn_scratch_declare(RadBuilder *b, const RadBlockGeom *g, const char *prefix,
+                                           RadAttnScratch *s) {
+    uint64_t qw = (uint64_t)g->n_head * g->head_dim, kw = (uint64_t)g->n_head_kv * g->head_dim;
+    s->q = rad_block_buf(b, prefix, "attn.q", g->max_tok, qw);
+    s->k = rad_block_buf(b, prefix, "attn.k", g->max_tok, kw);
+    s->v = rad_block_buf(b, prefix, "attn.v", g->max_tok, kw);
+    s->o = rad_block_buf(b, prefix, "attn.out", g->max_tok, qw);
+    return (s->q.id < 0 || s->k.id < 0 || s->v.id < 0 || s->o.id < 0) ? -1 : 0;
+}
+
+/* ---- q, k, v projections ------------------------------------------------------------------- */
+
+typedef struct RadQkv {
+    rad_weight w_q;           /* [n_head*head_dim, n_embd] (SHARD_ROW under TP: whole heads per rank) */
+    rad_weight w_k, w_v;      /* [n_head_kv*head_dim, n_embd] (SHARD_ROW under TP) */
+    rad_op fused;             /* gemm_nt3 when resolved (id < 0: q, k, v are issued) */
+    rad_op q, k, v;           /* gemm_nt each; all three are `fused` when it resolved */
+    rad_buf h;                /* [max_tok, n_embd] the input */
+    rad_buf yq, yk, yv;       /* the outputs: the scratch's q, k, v */
+} RadQkv;
+
+/* Returns -1 when the core refused one (it has named it). */
+static inline int rad_qkv_declare_weights(RadBuilder *b, const RadBlockGeom *g, uint32_t layer, const char *q,
+                                          const char *k, const char *v, RadQkv *p) {
+    uint64_t qw = (uint64_t)g->n_head * g->head_dim, kw = (uint64_t)g->n_head_kv * g->head_dim;
+    p->w_q = rad_block_linear(b, g, q, layer, qw, g->n_embd, RAD_SHARD_ROW);
+    p->w_k = rad_block_linear(b, g, k, layer, kw, g->n_embd, RAD_SHARD_ROW);
+    p->w_v = rad_block_linear(b, g, v, layer, kw, g->n_embd, RAD_SHARD_ROW);
+    return (p->w_q.id < 0 || p->w_k.id < 0 || p->w_v.id < 0) ? -1 : 0;
+}
+
+static inline int rad_qkv_declare_ops(RadBuilder *b, const RadBlockGeom *g, rad_buf h, const RadAttnScratch *s,
+                                      RadQkv *p) {
+    uint32_t qw = g->n_head * g->head_dim, kw = g->n_head_kv * g->head_dim;
+    const rad_weight w[3] = {p->w_q, p->w_k, p->w_v};
+    const uint32_t n_out[3] = {qw, kw, kw};
+    const rad_buf y[3] = {s->q, s->k, s->v};
+    p->h = h;
+    p->yq = s->q, p->yk = s->k, p->yv = s->v;
+    p->fused = rad_block_gemm_multi(b, g, 3, w, n_out, g->n_embd, h, y);
+    p->q = p->k = p->v = p->fused;
+    if (p->fused.id < 0) {
+        p->q = rad_block_gemm(b, g, p->w_q, qw, g->n_embd, h, s->q);
+        p->k = rad_block_gemm(b, g, p->w_k, kw, g->n_embd, h, s->k);
+        p->v = rad_block_gemm(b, g, p->w_v, kw, g->n_embd, h, s->v);
+    }
+    return (p->q.id < 0 || p->k.id < 0 || p->v.id < 0) ? -1 : 0;
+}
+
+static inline int rad_qkv_step(RadCtx *c, const RadQkv *p, uint64_t n) {
+    int rc;
+    if (p->fused.id >= 0)
+        return RAD_ISSUE_N(c, p->fused, n, RAD_W(p->w_q), RAD_W(p->w_k), RAD_W(p->w_v), brows(p->h, n),
+                           brows(p->yq, n), brows(p->yk, n), brows(p->yv, n));
+    if ((rc = RAD_ISSUE_N(c, p->q, n, RAD_W(p->w_q), brows(p->h, n), brows(p->yq, n))) != 0) return rc;
+    if ((rc = RAD_ISSUE_N(c, p->k, n, RAD_W(p->w_k), brows(p->h, n), brows(p->yk, n))) != 0) return rc;
+    return RAD_ISSUE_N(c, p->v, n, RAD_W(p->w_v), brows(p->h, n), brows(p->yv, n));
+}
+
+/* ---- rope on q and k ----------------------------------------------------------------------- */
+
+typedef struct RadRope {
+    rad_op q, k;              /* rope over n_head and n_head_kv heads, in place */
+    int has_freqs;            /* both take `freqs` as their weight (RadBlockGeom::rope_has_freqs) */
+    rad_weight freqs;         /* f32 [n_rot/2] per-pair frequency divisors */
+    rad_buf bq, bk;           /* the rotated buffers: the scratch's q, k */
+} RadRope;
+
+/* One rope op over x [max_tok, n_head*head_dim], in place, with the geometry's scaling. */
+static inline rad_op rad_rope_op(RadBuilder *b, const RadBlockGeom *g, uint32_t n_head, rad_buf x) {
+    int none = g->rope_scaling == RAD_ROPE_SCALING_NONE, l3 = g->rope_scaling == RAD_ROPE_SCALING_LLAMA3;
+    rad_op op = RAD_OP(b, "rope",
+                       RAD_PARAMS(RAD_RANGE("M", 1, g->max_tok), RAD_INT("n_head", n_head),
+                                  RAD_INT("head_dim", g->head_dim), RAD_INT("n_rot", g->n_rot),
+                                  RAD_FLOAT("theta", g->rope_theta), RAD_INT("scaling", g->rope_scaling),
+                                  RAD_FLOAT("factor", none ? 1.0f : g->rope_factor),
+                                  RAD_FLOAT("low_freq_factor", l3 ? g->rope_low_freq_factor : 0.0f),
+                                  RAD_FLOAT("high_freq_factor", l3 ? g->rope_high_freq_factor : 0.0f),
+                                  RAD_INT("orig_ctx", l3 ? g->rope_orig_ctx : 0)),
+                       g->rope_has_freqs ? RAD_WEIGHTS(g->rope_freqs) : RAD_NO_WEIGHTS);
+    if (op.id >= 0) {
+        rad_op_reads(b, op, RAD_BUFS(x), 1);
+        rad_op_writes(b, op, RAD_BUFS(x), 1);
+    }
+    return op;
+}
+
+static inline int rad_rope_declare(RadBuilder *b, const RadBlockGeom *g, rad_buf q, rad_buf k, RadRope *r) {
+    r->has_freqs = g->rope_has_freqs;
+    r->freqs = g->rope_freqs;
+    r->bq = q, r->bk = k;
+    r->q = rad_rope_op(b, g, g->n_head, q);
+    r->k = rad_rope_op(b, g, g->n_head_kv, k);
+    return (r->q.id < 0 || r->k.id < 0) ? -1 : 0;
+}
+
+static inline int rad_rope_step(RadCtx *c, const RadRope *r, const int32_t *positions, uint64_t n) {
+    int rc;
+    if (r->has_freqs) {
+        if ((rc = RAD_ISSUE_N(c, r->q, n, RAD_W(r->freqs), brows(r->bq, n), praw(positions, RAD_I32, n))) != 0) return rc;
+        return RAD_ISSUE_N(c, r->k, n, RAD_W(r->freqs), brows(r->bk, n), praw(positions, RAD_I32, n));
+    }
+    if ((rc = RAD_ISSUE_N(c, r->q, n, brows(r->bq, n), praw(positions, RAD_I32, n))) != 0) return rc;
+    return RAD_ISSUE_N(c, r->k, n, brows(r->bk, n), praw(positions, RAD_I32, n));
+}
+
+/* ---- paged attention ----------------------------------------------------------------------- */
+
+/* o = attn_paged(q, k, v) over `kv` (the group `layer` is bound to), on the scratch's buffers;
+ * the softmax scale is the geometry's attn_scale, or 1/sqrt(head_dim) when that is 0. */
+static inline rad_op rad_attn_paged_declare(RadBuilder *b, const RadBlockGeom *g, rad_kv kv, uint32_t layer,
+                                            const RadAttnScratch *s) {
+    float scale = g->attn_scale > 0 ? g->attn_scale : rad_block_rsqrt(g->head_dim);
+    rad_op op = RAD_OP(b, "attn_paged",
+                       RAD_PARAMS(RAD_RANGE_ROLE("M", 1, g->max_tok, RAD_PROLE_SEQ_CHUNK),
+                                  RAD_INT("n_head", g->n_head), RAD_INT("n_head_kv", g->n_head_kv),
+                                  RAD_INT("head_dim", g->head_dim), RAD_INT("kv", kv.id),
+                                  RAD_INT("layer", layer), RAD_FLOAT("scale", scale),
+                                  RAD_INT("prefill_fp8", g->prefill_fp8)),
+                       RAD_NO_WEIGHTS);
+    if (op.id >= 0) {
+        rad_op_reads(b, op, RAD_BUFS(s->q, s->k, s->v), 3);
+        rad_op_writes(b, op, RAD_BUFS(s->o), 1);
+    }
+    return op;
+}
+
+static inline int rad_attn_paged_step(RadCtx *c, rad_op op, const RadAttnScratch *s, uint64_t n) {
+    return RAD_ISSUE_N(c, op, n, brows(s->q, n), brows(s->k, n), brows(s->v, n), brows(s->o, n));
+}
+
+/* ---- the KV group -------------------------------------------------------------------------- */
+
+/* One group of the geometry's KV heads: kind FULL (window 0) or WINDOW (window tokens). */
+static inline rad_kv rad_attn_kv_declare(RadBuilder *b, const RadBlockGeom *g, const char *name, RadKvKind kind,
+                                         RadDType dtype, uint32_t window) {
+    RadKvDecl kd;
+    memset(&kd, 0, sizeof kd);
+    kd.kind = kind;
+    kd.dtype = dtype;
+    kd.n_head_kv = g->n_head_kv;
+    kd.head_dim = g->head_dim;
+    kd.window = window;
+    return rad_decl_kv_group(b, name, &kd);
+}
+
+/* Binds layers [begin, end) to kv. Returns 0, or -1 with the refused layer in *refused. */
+static inline int rad_attn_kv_bind(RadBuilder *b, rad_kv kv, uint32_t begin, uint32_t end, uint32_t *refused) {
+    for (uint32_t l = begin; l < end; l++)
+        if (rad_bind_layer_kv(b, l, kv) != 0) return *refused = l, -1;
+    return 0;
+}
+
+#endif
