@@ -394,16 +394,16 @@ static int chat_read_line(FILE *f, char **buf, size_t *cap, size_t *len, int *nu
  * one line and the chat goes on. */
 static int run_chat(RadEngine *en, const RadTok *tok, Opts *o, size_t *n_fed, double *tp, double *tg, int *ng, RadErr *e) {
     const RadChatFormat *cf;
-    int frc = rad_chat_format_get(en->arch, &en->meta, &cf, e);
+    int frc = rad_chat_format_get(rad_engine_arch(en), rad_engine_meta(en), &cf, e);
     if (frc) return frc;
-    if (!cf) return rad_err_set(e, RAD_E_UNSUPPORTED, "plugin '%s' gives no chat format for this model", en->arch->info->name);
+    if (!cf) return rad_err_set(e, RAD_E_UNSUPPORTED, "plugin '%s' gives no chat format for this model", rad_engine_arch(en)->info->name);
     RadSampler s;
     int rc = rad_sampler_init(&s, &o->sp, rad_tok_n_vocab(tok), e);
     if (rc) return rc;
     RadChatMsg *msgs = NULL;     /* the conversation; contents owned here */
     size_t n_msgs = 0;
     RadIds cache = {0};          /* the tokens in the KV cache, in order */
-    uint32_t pos = 0, max_ctx = en->ctx.max_ctx;
+    uint32_t pos = 0, max_ctx = rad_engine_limits(en).max_ctx;
     char *line = NULL;
     size_t line_cap = 0, line_len = 0, line_no = 0;
     int got, nul;
@@ -479,8 +479,7 @@ int main(int argc, char **argv) {
     if (!o.prompt && !o.ids && !o.tokenize && !o.detokenize && !o.chat && !o.debug_graph && !o.debug_placement) return serve(&o);
     RadErr e = {0};
     RadTok *tok = NULL;
-    RadEngine en;
-    int have_engine = 0;
+    RadEngine *en = NULL;
     double t_load = now();
     if (o.tokenize || o.detokenize) { /* the tokenizer alone: no kernels, no plugin */
         RadModelFile m;
@@ -521,16 +520,15 @@ int main(int argc, char **argv) {
                         .deterministic = o.deterministic, .max_tolerance = o.fast ? 2e-2 : 1e-3, .profile = o.profile,
                         .mmap_weights = o.mmap_weights, .no_repack = o.no_repack, .no_verify = o.no_verify, .kv_dtype = (RadDType)o.kv_dtype};
     rc = rad_engine_open(&en, &eo, &e);
-    have_engine = 1;
-    if (!rc) rc = rad_tok_init(&tok, &en.m.tok, &e);
+    if (!rc) rc = rad_tok_init(&tok, rad_engine_tok_data(en), &e);
     t_load = now() - t_load;
-    if (!rc && o.debug_graph) rad_engine_dump_graph(&en, stdout);
-    if (!rc && o.debug_placement) rad_engine_dump_placement(&en, stdout);
+    if (!rc && o.debug_graph) rad_engine_dump_graph(en, stdout);
+    if (!rc && o.debug_placement) rad_engine_dump_placement(en, stdout);
     double tp = 0, tg = 0;
     int ng = 0;
     size_t n_prompt = 0;
     if (!rc && o.chat) {
-        rc = run_chat(&en, tok, &o, &n_prompt, &tp, &tg, &ng, &e);
+        rc = run_chat(en, tok, &o, &n_prompt, &tp, &tg, &ng, &e);
     } else if (!rc && (o.prompt || o.ids)) {
         int32_t *ids = NULL;
         if (o.ids) {
@@ -548,7 +546,7 @@ int main(int argc, char **argv) {
         if (!rc) {
             uint32_t pos = 0;
             if (o.prompt && !o.print_ids) fputs(o.prompt, stdout);
-            rc = generate(&en, tok, &s, ids, n_prompt, &pos, o.n_predict, o.print_ids, &tp, &tg, &ng, NULL, NULL, &e);
+            rc = generate(en, tok, &s, ids, n_prompt, &pos, o.n_predict, o.print_ids, &tp, &tg, &ng, NULL, NULL, &e);
             if (!o.print_ids) printf("\n");
             rad_sampler_free(&s);
         }
@@ -558,9 +556,9 @@ int main(int argc, char **argv) {
     if (rc) fprintf(stderr, "radiance: %s\n", e.msg);
     else if (o.prompt || o.ids || o.chat)
         fprintf(stderr, "radiance: load %.2f s; prompt %zu tokens in %.3f s (%.1f tok/s); generation %d tokens in %.3f s (%.1f tok/s); %u threads\n",
-                t_load, n_prompt, tp, tp > 0 ? (double)n_prompt / tp : 0.0, ng, tg, tg > 0 ? ng / tg : 0.0, en.o.n_threads);
-    if (!rc && o.profile) rad_engine_dump_profile(&en, stderr);
+                t_load, n_prompt, tp, tp > 0 ? (double)n_prompt / tp : 0.0, ng, tg, tg > 0 ? ng / tg : 0.0, rad_engine_limits(en).n_threads);
+    if (!rc && o.profile) rad_engine_dump_profile(en, stderr);
     rad_tok_free(tok);
-    if (have_engine) rad_engine_close(&en);
+    rad_engine_close(en);
     return rad_stdout_close("radiance", rc ? 1 : 0);
 }
