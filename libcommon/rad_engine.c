@@ -1,5 +1,5 @@
 /* The engine: load, declare, select, place, step. See rad_engine.h. */
-#include "rad_engine.h"
+#include "rad_engine_int.h"
 
 #include <errno.h> /* program_invocation_short_name */
 
@@ -514,7 +514,7 @@ static const RadCtxApi CTX_API = {sizeof(RadCtxApi), c_issue, c_step_fail, c_lan
 
 /* ---- open / close ------------------------------------------------------------------------- */
 
-int rad_engine_open(RadEngine *en, const RadEngineOpts *o, RadErr *e) {
+static int engine_open(RadEngine *en, const RadEngineOpts *o, RadErr *e) {
     memset(en, 0, sizeof *en);
     en->o = *o;
     if (!en->o.max_tok) en->o.max_tok = RAD_SERVE_MAX_TOK;
@@ -577,7 +577,18 @@ int rad_engine_open(RadEngine *en, const RadEngineOpts *o, RadErr *e) {
     return RAD_OK;
 }
 
+int rad_engine_open(RadEngine **out, const RadEngineOpts *o, RadErr *e) {
+    *out = NULL;
+    RadEngine *en = malloc(sizeof *en);
+    if (!en) return rad_err_set(e, RAD_E_NOMEM, "%s: out of memory for the engine", o->model);
+    int rc = engine_open(en, o, e);
+    if (rc) return rad_engine_close(en), rc; /* what a failed open took is freed here, not by the caller */
+    *out = en;
+    return RAD_OK;
+}
+
 void rad_engine_close(RadEngine *en) {
+    if (!en) return;
     if (en->guard >= 0) rad_model_unguard(en->guard);
     if (en->wstore) munmap(en->wstore, en->wstore_bytes);
     free(en->w);
@@ -602,8 +613,17 @@ void rad_engine_close(RadEngine *en) {
     if (en->kv_keys) rad_meta_kv_free(&en->meta, en->kv_keys, en->kv_vals);
     rad_plugins_free(&en->plugins);
     rad_model_free(&en->m);
-    memset(en, 0, sizeof *en);
+    free(en);
 }
+
+RadEngineLimits rad_engine_limits(const RadEngine *en) {
+    return (RadEngineLimits){.max_ctx = en->ctx.max_ctx, .max_seqs = en->ctx.max_seqs, .max_tok = en->ctx.max_tok,
+                             .n_threads = en->o.n_threads};
+}
+
+const RadPlugin *rad_engine_arch(const RadEngine *en) { return en->arch; }
+const RadModelMeta *rad_engine_meta(const RadEngine *en) { return &en->meta; }
+const RadKV *rad_engine_tok_data(const RadEngine *en) { return &en->m.tok; }
 
 /* ---- steps -------------------------------------------------------------------------------- */
 
@@ -801,6 +821,44 @@ void rad_engine_drop_seq(RadEngine *en, int32_t seq_id) {
         int slot = rad_kvcache_find(&en->kv[gi], seq_id);
         if (slot >= 0) rad_kvcache_release(&en->kv[gi], slot);
     }
+}
+
+/* ---- the KV cache, for a scheduler: the first group ------------------------------------------ */
+
+void rad_engine_kv_stats(const RadEngine *en, RadEngineKvStats *st) {
+    memset(st, 0, sizeof *st);
+    if (en->g.n_kvs < 1) return;
+    const RadKvCache *c = &en->kv[0];
+    *st = (RadEngineKvStats){.n_groups = (uint32_t)en->g.n_kvs, .block_size = c->block_size, .n_blocks = c->n_blocks,
+                             .n_free = c->n_free, .n_cached_free = c->n_cached_free};
+}
+
+uint32_t rad_engine_kv_free_blocks(const RadEngine *en) { return en->g.n_kvs < 1 ? 0 : en->kv[0].n_free; }
+
+uint32_t rad_engine_kv_need(const RadEngine *en, int32_t seq_id, uint32_t len) {
+    return en->g.n_kvs < 1 ? 0 : rad_kvcache_need(&en->kv[0], seq_id, len);
+}
+
+int rad_engine_kv_adopt_prefix(RadEngine *en, int32_t seq_id, const int32_t *tokens, uint32_t n_blocks, int share,
+                               uint64_t *hashes) {
+    if (en->g.n_kvs < 1) return -1;
+    RadKvCache *c = &en->kv[0];
+    int slot = rad_kvcache_seq(c, seq_id);
+    if (slot < 0) return -1;
+    rad_kvcache_hash_chain(tokens, 0, n_blocks, c->block_size, hashes);
+    uint32_t hit = share ? rad_kvcache_lookup(c, hashes, n_blocks) : 0;
+    rad_kvcache_adopt(c, slot, hashes, hit);
+    return (int)hit;
+}
+
+int rad_engine_kv_publish(RadEngine *en, int32_t seq_id, const int32_t *tokens, uint32_t from, uint32_t to,
+                          uint64_t *hashes) {
+    int slot = en->g.n_kvs < 1 ? -1 : rad_kvcache_find(&en->kv[0], seq_id);
+    if (slot < 0) return RAD_E_NOTFOUND;
+    RadKvCache *c = &en->kv[0];
+    rad_kvcache_hash_chain(tokens, from, to, c->block_size, hashes); /* the new blocks only, chained on */
+    for (uint32_t b = from; b < to; b++) rad_kvcache_publish(c, slot, b, hashes[b]);
+    return RAD_OK;
 }
 
 /* ---- debug views ---------------------------------------------------------------------------- */

@@ -4,22 +4,24 @@
 #ifndef RAD_ENGINE_H
 #define RAD_ENGINE_H
 
+#include <stdint.h>
+#include <stdio.h>
+
 #include "abi/rad_arch.h"
-#include "abi/rad_kernels.h"
-#include "rad_builder.h"
-#include "rad_container.h"
-#include "rad_kvcache.h"
+#include "rad_err.h"
+#include "rad_kv.h"
 #include "rad_model.h"
 #include "rad_plugins.h"
 
 typedef struct RadEngineOpts {
     const char *model;             /* a .rad container */
-    const char *const *plugin_dirs;/* --plugin-dir, in order */
-    int n_plugin_dirs;
+    const char *const *plugin_dirs;/* [n_plugin_dirs] --plugin-dir, searched before the default
+                                      path (RADIANCE_PLUGIN_PATH, installed, beside the binary) */
+    int n_plugin_dirs;             /* >= 0 */
     const char *kernels;           /* "ref,kern_test": libraries by name, in preference order; NULL: all, by load order */
     uint32_t n_threads;            /* 0: all cores */
-    uint32_t max_tok;              /* tokens per step (prefill chunk) */
-    uint32_t max_seqs;
+    uint32_t max_tok;              /* tokens per step (prefill chunk); 0: 512 */
+    uint32_t max_seqs;             /* sequences at once; 0: 1 */
     uint32_t max_ctx;              /* 0: the model's n_ctx_train, capped at 8192 */
     uint32_t kv_blocks;            /* 0: enough for max_seqs sequences of max_ctx, within a
                                       quarter of physical memory (at least one full context) */
@@ -38,59 +40,30 @@ typedef struct RadEngineOpts {
                                       quantised GEMMs quantise activations as llama.cpp does */
 } RadEngineOpts;
 
-typedef struct RadEngineWeight {
-    RadKArg arg;                   /* as kernels see it: bytes in wstore, or in the file mapping */
-} RadEngineWeight;
+/* Opaque: tools see the engine through these functions only; its state, the KV cache among it,
+ * is rad_engine.c's (rad_engine_int.h, for tests that check internals). */
+typedef struct RadEngine RadEngine;
 
-typedef struct RadEngineKernels {
-    const RadSelectTable *sel;     /* the op's candidates and per-bucket picks: the graph's (RadGOp.sel),
-                                      chosen at declare under the engine's options */
-    int32_t layer;                 /* the op's "layer" parameter when it names a KV layer, else -1 */
-} RadEngineKernels;
+/* What the engine serves, as resolved at open. */
+typedef struct RadEngineLimits {
+    uint32_t max_ctx;              /* tokens a sequence may hold: --ctx, else the model's n_ctx_train capped at 8192 */
+    uint32_t max_seqs;             /* sequences in one step (and KV slots) */
+    uint32_t max_tok;              /* tokens in one step */
+    uint32_t n_threads;            /* kernel threads (never 0: "all cores" resolved at open) */
+} RadEngineLimits;
 
-typedef struct RadEngine {
-    RadCtx head;                   /* what the plugin's step sees; must stay first */
-    RadEngineOpts o;
-    RadModelFile m;
-    RadModelMeta meta;
-    char **kv_keys, **kv_vals;
-    RadPluginSet plugins;
-    const RadPlugin *arch;
-    const RadPlugin **libs;        /* [n_libs] kernel libraries used, preference order */
-    void **lib_state;              /* [n_libs] what init returned */
-    int n_libs;
-    RadPluginSet sel;              /* the same libraries as a set, for the builder */
-    RadSelectOpts select;          /* sel, max_tolerance, deterministic: what every op is resolved under */
-    RadBuildCtx ctx;
-    RadGraph g;
-    RadEngineWeight *w;            /* [g.n_w] */
-    uint8_t *wstore;               /* weights copied (or decompressed) into one anonymous map */
-    size_t wstore_bytes;           /* its length (whole 2 MiB pages) */
-    int wstore_huge;               /* huge pages asked for it (madvise accepted; THP decides) */
-    int n_packed;                  /* tensors a kernel library packed at load */
-    uint64_t packed_bytes;         /* their stored bytes */
-    RadEngineKernels *cand;        /* [g.n_ops] */
-    uint8_t *arena;                /* transient buffers (g.arena_bytes) */
-    uint8_t *persist;              /* persistent and derived buffers */
-    uint8_t *workspace;            /* the largest workspace any selected kernel asks */
-    size_t workspace_bytes;
-    RadKvCache *kv;                /* [g.n_kvs] */
-    int32_t **step_table;          /* [g.n_kvs][max_seqs * max_blocks]: block tables in batch order */
-    int32_t *step_i32;             /* scratch for a step's batch arrays (see step_seqs) */
-    RadKvState *kv_state;          /* [g.n_layer_kv] per layer, rebuilt each step */
-    const RadBatch *batch;         /* the step being run */
-    int step_failed;
-    char step_msg[512];
-    int guard;                     /* rad_model_guard slot over the file mapping, or -1 */
-    int changed;                   /* --mmap: the file changed under the mapping; every step fails */
-    char changed_msg[512];
-    uint64_t n_issues;             /* ops issued, for --debug-graph and timing */
-    uint64_t *prof_ns, *prof_calls;/* [g.n_ops] when o.profile: time in each op's kernel, calls */
-    uint64_t prof_step_ns, prof_steps; /* whole steps (the plugin's own work and the kernels) */
-} RadEngine;
-
-int rad_engine_open(RadEngine *en, const RadEngineOpts *o, RadErr *e);
+/* Allocates and opens *en; on failure *en is NULL (everything freed) and e says why. */
+int rad_engine_open(RadEngine **en, const RadEngineOpts *o, RadErr *e);
+/* Frees the engine; NULL is ignored. */
 void rad_engine_close(RadEngine *en);
+
+RadEngineLimits rad_engine_limits(const RadEngine *en);
+/* The architecture plugin the model runs on (for its chat format, its name). */
+const RadPlugin *rad_engine_arch(const RadEngine *en);
+/* The model's metadata as the plugin was declared against it. */
+const RadModelMeta *rad_engine_meta(const RadEngine *en);
+/* The container's tokenizer entries, what rad_tok_init takes (valid until close). */
+const RadKV *rad_engine_tok_data(const RadEngine *en);
 
 /* With --mmap, NULL while the file is as it was at open; once it changed under the mapping,
  * the one-line reason ("FILE: changed while mapped (--mmap): ..."): every step since has failed
@@ -98,17 +71,17 @@ void rad_engine_close(RadEngine *en);
  * RAD_EXIT_MODEL_CHANGED (docs/TOOLS.md, "A file that changes under the server"). */
 const char *rad_engine_fail_closed(const RadEngine *en);
 
-/* Runs one step over `b` (built by the caller with rad_engine_batch_*). The KV blocks of the
- * step's sequences must be reserved first (rad_kvcache_reserve). */
+/* Runs one step over `b`, built by the caller. The KV blocks of the step's sequences must be
+ * reserved first (rad_engine_reserve); b's block tables are the caller's. */
 int rad_engine_step(RadEngine *en, const RadBatch *b, RadErr *e);
 
 /* One sequence's part of a step: n new tokens at positions [pos, pos+n). */
 typedef struct RadEngineSeq {
-    int32_t seq_id;                /* the caller's id; a KV slot is taken on first use */
-    const int32_t *tokens;         /* [n] */
+    int32_t seq_id;                /* the caller's id (>= 0); a KV slot is taken on first use */
+    const int32_t *tokens;         /* [n] token ids */
     uint32_t n;                    /* >= 1; n == 1 is a decode row */
     uint32_t pos;                  /* tokens of this sequence already in the cache */
-    int want_logits;               /* logits of tokens[n-1] */
+    int want_logits;               /* 1: logits of tokens[n-1] */
 } RadEngineSeq;
 
 /* One step over several sequences (prefill, decode or mixed): the engine orders decode rows
@@ -121,6 +94,43 @@ int rad_engine_step_seqs(RadEngine *en, const RadEngineSeq *seqs, uint32_t n_seq
  * blocks or slots run out (nothing taken then). */
 int rad_engine_reserve(RadEngine *en, int32_t seq_id, uint32_t len, RadErr *e);
 
+/* ---- the KV cache, for a scheduler ----
+ * The engine is the only code that changes its KV cache. A scheduler plans against it with
+ * these calls; they act on the model's first KV group (rad_sched_open refuses a model with
+ * more than one). */
+
+/* The pool at a glance: its geometry (fixed at open) and what is free now. */
+typedef struct RadEngineKvStats {
+    uint32_t n_groups;             /* KV groups the model binds (the rest describe the first; 0: none) */
+    uint32_t block_size;           /* tokens per block */
+    uint32_t n_blocks;             /* blocks in the pool */
+    uint32_t n_free;               /* blocks a reservation can take: clean ones and free cached ones */
+    uint32_t n_cached_free;        /* of the free ones, those holding a published prefix (evicted
+                                      least recently freed first) */
+} RadEngineKvStats;
+void rad_engine_kv_stats(const RadEngine *en, RadEngineKvStats *st);
+
+/* Blocks a reservation can take now (RadEngineKvStats.n_free). */
+uint32_t rad_engine_kv_free_blocks(const RadEngine *en);
+/* Blocks that growing sequence seq_id (holding a slot or not) to len tokens would take. */
+uint32_t rad_engine_kv_need(const RadEngine *en, int32_t seq_id, uint32_t len);
+
+/* The prefix cache: a full block is named by a hash chained over its tokens and every block
+ * before it; a published block outlives its sequence (free but cached) until evicted.
+ *
+ * A newly admitted sequence takes a KV slot, the chain hashes of the first n_blocks full blocks
+ * of tokens into hashes[0..n_blocks), and, when share, the longest run of them that names
+ * cached blocks, shared (only a sequence holding no tokens starts on shared blocks). Returns
+ * the blocks found cached (0 when !share), or -1 when every slot is taken (nothing done). */
+int rad_engine_kv_adopt_prefix(RadEngine *en, int32_t seq_id, const int32_t *tokens, uint32_t n_blocks, int share,
+                               uint64_t *hashes);
+/* Publishes a sequence's full blocks [from, to), written, so later sequences can share them:
+ * their hashes into hashes[from..to), chained on hashes[from-1] when from > 0. A hash already
+ * naming another block is left as it is. RAD_E_NOTFOUND (nothing done) when seq_id holds no
+ * slot. */
+int rad_engine_kv_publish(RadEngine *en, int32_t seq_id, const int32_t *tokens, uint32_t from, uint32_t to,
+                          uint64_t *hashes);
+
 /* The logits the step produced: [n_out][n_vocab]. */
 const float *rad_engine_logits(const RadEngine *en, uint32_t *n_vocab);
 
@@ -128,6 +138,8 @@ const float *rad_engine_logits(const RadEngine *en, uint32_t *n_vocab);
  * most max_tok; logits of the last token when want_logits. */
 int rad_engine_forward(RadEngine *en, int32_t seq_id, const int32_t *tokens, uint32_t n, uint32_t pos,
                        int want_logits, RadErr *e);
+/* Releases a sequence's slot and blocks (its published blocks stay cached); unknown ids are
+ * ignored. */
 void rad_engine_drop_seq(RadEngine *en, int32_t seq_id);
 
 /* Teacher forcing: the logits of every one of n tokens into out[n][n_vocab] (the engine must be

@@ -1,7 +1,8 @@
 /* rad_kvcache.h — the paged KV block manager: one block pool per KV group, blocks of the size
  * the resolved attention kernel requires, a free list, and each sequence's block table. Every
  * layer bound to a group has its own pool memory, indexed by the same block ids (docs/OPS.md,
- * "the pool layout"). */
+ * "the pool layout"). The engine owns its caches: only rad_engine.c calls these (make walls
+ * refuses a tool that includes this header). */
 #ifndef RAD_KVCACHE_H
 #define RAD_KVCACHE_H
 
@@ -23,22 +24,22 @@ typedef struct RadKvCache {
     uint32_t n_layers;      /* layers bound to the group */
     uint8_t **pools;        /* [n_layers] n_blocks * block_bytes each, inside pool_map */
     uint8_t *pool_map;      /* one anonymous map for every layer's pool */
-    size_t pool_map_bytes;
+    size_t pool_map_bytes;  /* its length */
     uint64_t pool_stride;   /* bytes from one layer's pool to the next (whole 4 KiB pages) */
     int32_t *free_list;     /* [n_clean] stack of free blocks holding nothing */
-    uint32_t n_clean;
+    uint32_t n_clean;       /* blocks on free_list */
     uint32_t n_free;        /* blocks that can be taken: n_clean + free cached blocks */
     /* the prefix cache: a full block's content is named by a hash chained over the tokens of
      * it and of every block before it; free blocks keep their content until evicted */
     uint32_t *ref;          /* [n_blocks] sequences holding the block */
     uint64_t *hash;         /* [n_blocks] chain hash of a published block, 0: none */
     int32_t *lru_prev, *lru_next; /* [n_blocks] free cached blocks, least recently freed first */
-    int32_t lru_head, lru_tail;
+    int32_t lru_head, lru_tail; /* the least and the most recently freed; -1: list empty */
     uint32_t n_cached_free; /* blocks on the LRU list */
     int32_t *map;           /* [map_cap] open addressing: hash -> block, -1 empty, -2 deleted */
     uint32_t map_cap, map_gone; /* capacity; deleted entries (rebuilt past a quarter) */
     RadKvSeq *seqs;         /* [max_seqs] */
-    uint32_t max_seqs;
+    uint32_t max_seqs;      /* sequence slots */
     int32_t *table;         /* [max_seqs][max_blocks]: block tables of the step's sequences */
 } RadKvCache;
 

@@ -46,7 +46,7 @@ struct RadSched {
     RadEngine *en;
     const RadTok *tok;
     RadSchedOpts o;
-    RadKvCache *kv;                /* the engine's one KV group */
+    uint32_t block_size, n_blocks; /* the engine's one KV group (fixed at open) */
     uint32_t max_ctx, n_vocab;
     int32_t eos, eot;
     pthread_mutex_t mu;
@@ -162,14 +162,14 @@ int rad_sched_submit(RadSched *s, const RadGenReq *r, RadGenSink sink, void *use
         return rad_err_set(e, RAD_E_LIMIT, "max_tokens: %u prompt + %u generated tokens exceed the context of %u", r->n_prompt,
                            r->max_tokens, s->max_ctx);
     uint32_t total = r->max_tokens ? r->n_prompt + r->max_tokens : s->max_ctx;
-    uint32_t blocks = (total + s->kv->block_size - 1) / s->kv->block_size;
-    if (blocks > s->kv->n_blocks)
-        return rad_err_set(e, RAD_E_LIMIT, "the request needs %u KV blocks; the whole cache has %u", blocks, s->kv->n_blocks);
+    uint32_t blocks = (total + s->block_size - 1) / s->block_size;
+    if (blocks > s->n_blocks)
+        return rad_err_set(e, RAD_E_LIMIT, "the request needs %u KV blocks; the whole cache has %u", blocks, s->n_blocks);
     Seq *q = calloc(1, sizeof *q);
     if (!q) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
     q->cap = total;
     q->tok = malloc(q->cap * sizeof *q->tok);
-    q->hash = calloc(q->cap / s->kv->block_size + 1, sizeof *q->hash);
+    q->hash = calloc(q->cap / s->block_size + 1, sizeof *q->hash);
     if (r->sp.n_bias) q->bias = malloc(r->sp.n_bias * sizeof *q->bias);
     RadSamplerParams sp = r->sp;
     if (q->bias) memcpy(q->bias, r->sp.bias, r->sp.n_bias * sizeof *q->bias), sp.bias = q->bias;
@@ -225,22 +225,25 @@ void rad_sched_cancel(RadSched *s, uint64_t id) {
 
 int rad_sched_open(RadSched **out, RadEngine *en, const RadTok *tok, const RadSchedOpts *o, RadErr *e) {
     *out = NULL;
-    if (en->g.n_kvs != 1) return rad_err_set(e, RAD_E_UNSUPPORTED, "the scheduler serves models with one KV group (this has %d)", en->g.n_kvs);
+    RadEngineKvStats kv;
+    rad_engine_kv_stats(en, &kv);
+    const RadEngineLimits lim = rad_engine_limits(en);
+    if (kv.n_groups != 1) return rad_err_set(e, RAD_E_UNSUPPORTED, "the scheduler serves models with one KV group (this has %u)", kv.n_groups);
     uint32_t nv = 0;
     if (!rad_engine_logits(en, &nv) || !nv) return rad_err_set(e, RAD_E_UNSUPPORTED, "the model has no logits head to sample from");
-    if (o->max_seqs > en->ctx.max_seqs || o->max_mixed_tok > en->ctx.max_tok)
+    if (o->max_seqs > lim.max_seqs || o->max_mixed_tok > lim.max_tok)
         return rad_err_set(e, RAD_E_ARG, "scheduler: max_seqs %u / max_mixed_tok %u exceed the engine's %u / %u", o->max_seqs,
-                           o->max_mixed_tok, en->ctx.max_seqs, en->ctx.max_tok);
+                           o->max_mixed_tok, lim.max_seqs, lim.max_tok);
     RadSched *s = calloc(1, sizeof *s);
     if (!s) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
     s->en = en;
     s->tok = tok;
     s->o = *o;
-    if (!s->o.max_seqs) s->o.max_seqs = en->ctx.max_seqs;
-    if (!s->o.max_mixed_tok) s->o.max_mixed_tok = en->ctx.max_tok;
+    if (!s->o.max_seqs) s->o.max_seqs = lim.max_seqs;
+    if (!s->o.max_mixed_tok) s->o.max_mixed_tok = lim.max_tok;
     if (!s->o.max_queue) s->o.max_queue = 1024;
-    s->kv = &en->kv[0];
-    s->max_ctx = en->ctx.max_ctx;
+    s->block_size = kv.block_size, s->n_blocks = kv.n_blocks;
+    s->max_ctx = lim.max_ctx;
     s->n_vocab = nv;
     s->eos = rad_tok_eos(tok);
     s->eot = rad_tok_eot(tok);
@@ -263,8 +266,7 @@ int rad_sched_open(RadSched **out, RadEngine *en, const RadTok *tok, const RadSc
 }
 
 static void release_seq(RadSched *s, Seq *q) {
-    int slot = rad_kvcache_find(s->kv, q->eid);
-    if (slot >= 0) rad_kvcache_release(s->kv, slot);
+    rad_engine_drop_seq(s->en, q->eid);
     q->n_done = 0;
     q->n_published = 0;
 }
@@ -407,17 +409,15 @@ static Seq *preempt(RadSched *s) {
 }
 
 /* KV blocks sequence q needs to hold len tokens. */
-static uint32_t need(const RadSched *s, const Seq *q, uint32_t len) { return rad_kvcache_need(s->kv, q->eid, len); }
+static uint32_t need(const RadSched *s, const Seq *q, uint32_t len) { return rad_engine_kv_need(s->en, q->eid, len); }
 
 /* A newly admitted sequence takes the longest cached prefix of its tokens (full blocks only,
  * and never the last token, whose logits the step must produce). */
 static void adopt_prefix(RadSched *s, Seq *q) {
-    uint32_t B = s->kv->block_size, nb = (q->n_tok - 1) / B;
-    int slot = rad_kvcache_seq(s->kv, q->eid);
-    if (slot < 0) return;
-    rad_kvcache_hash_chain(q->tok, 0, nb, B, q->hash);
-    uint32_t hit = s->o.prefix_cache ? rad_kvcache_lookup(s->kv, q->hash, nb) : 0;
-    rad_kvcache_adopt(s->kv, slot, q->hash, hit);
+    uint32_t B = s->block_size, nb = (q->n_tok - 1) / B;
+    int got = rad_engine_kv_adopt_prefix(s->en, q->eid, q->tok, nb, s->o.prefix_cache, q->hash);
+    if (got < 0) return;
+    uint32_t hit = (uint32_t)got;
     q->n_done = hit * B;
     q->n_published = hit;
     if (!q->admitted) {
@@ -430,12 +430,9 @@ static void adopt_prefix(RadSched *s, Seq *q) {
 /* Publishes the sequence's newly full blocks (prompt and generated alike). */
 static void publish(RadSched *s, Seq *q) {
     if (!s->o.prefix_cache) return;
-    uint32_t B = s->kv->block_size, full = q->n_done / B;
+    uint32_t B = s->block_size, full = q->n_done / B;
     if (full <= q->n_published) return;
-    int slot = rad_kvcache_find(s->kv, q->eid);
-    if (slot < 0) return;
-    rad_kvcache_hash_chain(q->tok, q->n_published, full, B, q->hash); /* the new blocks only, chained on */
-    for (uint32_t b = q->n_published; b < full; b++) rad_kvcache_publish(s->kv, slot, b, q->hash[b]);
+    if (rad_engine_kv_publish(s->en, q->eid, q->tok, q->n_published, full, q->hash)) return;
     q->n_published = full;
 }
 
@@ -503,7 +500,7 @@ static int step(RadSched *s) {
         /* short of a block: the youngest goes (rows before i are older, so never one already
          * in the step); when that is q itself, the loop ends with it */
         RadErr e = {0};
-        if (need(s, q, q->n_tok) > s->kv->n_free || rad_engine_reserve(s->en, q->eid, q->n_tok, &e)) {
+        if (need(s, q, q->n_tok) > rad_engine_kv_free_blocks(s->en) || rad_engine_reserve(s->en, q->eid, q->n_tok, &e)) {
             preempt(s);
             continue;
         }
@@ -512,7 +509,7 @@ static int step(RadSched *s) {
         i++;
     }
     /* 2. prefill chunks of running sequences, then admissions, while tokens and blocks last */
-    uint32_t B = s->kv->block_size;
+    uint32_t B = s->block_size;
     for (uint32_t pass = 0; pass < 2 && budget; pass++) {
         for (uint32_t i = 0; budget && n < s->o.max_seqs; i++) {
             Seq *q;
@@ -535,7 +532,7 @@ static int step(RadSched *s) {
             }
             uint32_t left = q->n_tok - q->n_done, c = left < budget ? left : budget;
             /* as many tokens as the free blocks (and the slack of the last held block) allow */
-            uint32_t held = (q->n_done + B - 1) / B * B, room = held - q->n_done + s->kv->n_free * B;
+            uint32_t held = (q->n_done + B - 1) / B * B, room = held - q->n_done + rad_engine_kv_free_blocks(s->en) * B;
             if (c > room) c = room;
             if (!c) {
                 if (pass == 1) { /* admitted but no room: back to the head of the queue */
@@ -577,9 +574,11 @@ static void update_stats(RadSched *s) {
     s->st.waiting = s->n_wait;
     for (Seq *q = s->inbox; q; q = q->next) s->st.waiting++;
     s->st.running = s->n_run;
-    s->st.kv_blocks_free = s->kv->n_free;
-    s->st.kv_blocks_used = s->kv->n_blocks - s->kv->n_free;
-    s->st.kv_blocks_cached = s->kv->n_cached_free;
+    RadEngineKvStats kv;
+    rad_engine_kv_stats(s->en, &kv);
+    s->st.kv_blocks_free = kv.n_free;
+    s->st.kv_blocks_used = kv.n_blocks - kv.n_free;
+    s->st.kv_blocks_cached = kv.n_cached_free;
     s->st.prefix_lookups_tok = s->cnt.prefix_lookups_tok, s->st.prefix_hits_tok = s->cnt.prefix_hits_tok;
     s->st.prompt_tokens = s->cnt.prompt_tokens, s->st.generated_tokens = s->cnt.generated_tokens;
     s->st.preemptions = s->cnt.preemptions, s->st.steps = s->cnt.steps;

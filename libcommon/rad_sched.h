@@ -30,7 +30,7 @@ typedef struct RadGenReq {
     RadSamplerParams sp;           /* temperature, top_k/p, min_p, penalties, logit bias, seed */
     uint32_t max_tokens;           /* 0: up to the context */
     const char *const *stop;       /* [n_stop] stop strings (copied), never emitted */
-    uint32_t n_stop;
+    uint32_t n_stop;               /* 0: no stop strings */
     int ignore_eos;                /* 1: EOS/EOT do not end generation */
     int logprobs;                  /* 1: each token event carries its logprob */
     uint32_t top_logprobs;         /* 0..RAD_SCHED_MAX_TOP alternatives per token */
@@ -49,20 +49,20 @@ typedef enum RadGenFinish {
 } RadGenFinish;
 
 typedef struct RadGenTop {
-    int32_t token;
-    float logprob;
+    int32_t token;                 /* a token id in the vocabulary */
+    float logprob;                 /* its log-softmax (<= 0) */
 } RadGenTop;
 
 typedef struct RadGenEvent {
     uint64_t id;                   /* the request's id from rad_sched_submit */
     RadGenFinish finish;           /* NONE: a text event; else the last event of the request */
-    const char *text;              /* new text, not NUL-terminated (may be empty) */
-    size_t len;
+    const char *text;              /* [len] new text, not NUL-terminated (may be empty) */
+    size_t len;                    /* bytes of text */
     /* the token this event ends with (text events; -1 on a finish event carrying no token) */
     int32_t token;
     float logprob;                 /* log-softmax of the logits before sampling (when asked) */
     const RadGenTop *top;          /* [n_top] best alternatives, descending (when asked) */
-    uint32_t n_top;
+    uint32_t n_top;                /* <= the request's top_logprobs */
     /* usage and timing, filled on every event */
     uint32_t n_prompt;             /* prompt tokens */
     uint32_t n_cached;             /* of which served from the prefix cache */
@@ -84,11 +84,17 @@ typedef struct RadSchedOpts {
 } RadSchedOpts;
 
 typedef struct RadSchedStats {    /* a snapshot for /metrics */
-    uint32_t waiting, running;
-    uint32_t kv_blocks_used, kv_blocks_free, kv_blocks_cached; /* cached: free but holding a prefix */
-    uint64_t prefix_lookups_tok, prefix_hits_tok; /* prompt tokens looked up / served from cache */
-    uint64_t prompt_tokens, generated_tokens;
-    uint64_t preemptions, steps;
+    uint32_t waiting;              /* requests submitted, not yet admitted (preempted ones too) */
+    uint32_t running;              /* requests admitted, holding KV */
+    uint32_t kv_blocks_used;       /* KV blocks held by sequences (n_blocks - free) */
+    uint32_t kv_blocks_free;       /* KV blocks a reservation can take */
+    uint32_t kv_blocks_cached;     /* of the free ones, those still holding a published prefix */
+    uint64_t prefix_lookups_tok;   /* prompt tokens looked up in the prefix cache (since open) */
+    uint64_t prefix_hits_tok;      /* of which served from it */
+    uint64_t prompt_tokens;        /* prompt tokens admitted (a preempted request counts once) */
+    uint64_t generated_tokens;     /* tokens sampled */
+    uint64_t preemptions;          /* sequences preempted to be recomputed */
+    uint64_t steps;                /* engine steps run (a failed one too) */
 } RadSchedStats;
 
 typedef struct RadSched RadSched;

@@ -2,7 +2,11 @@
 # check-walls.sh — the layout's include walls, read from the sources:
 #   arch/ and kernels/ include only abi/ (and system headers);
 #   libcommon/ never includes arch/, kernels/ or tools/;
-#   a tool includes libcommon/ and abi/, never another tool.
+#   a tool includes libcommon/ and abi/, never another tool;
+#   the engine is the one owner of its state and KV cache: libcommon/rad_engine_int.h is
+#   rad_engine.c's alone and libcommon/rad_kvcache.h the engine's (rad_engine.c,
+#   rad_engine_int.h, rad_kvcache.c); no tool and no other libcommon file includes either
+#   (tests may, to check internals).
 # Prints each breach and exits 1 if there is any.
 set -u
 cd "${1:-.}" || exit 2
@@ -21,10 +25,17 @@ for f in $(find arch kernels libcommon tools -type f \( -name '*.c' -o -name '*.
                 kernels/*) [ "${f%%/*}" = kernels ] || breach "$f" "$inc" "a plugin sees only abi/";;
                 *) breach "$f" "$inc" "a plugin sees only abi/";; esac;;
         libcommon/*)
-            case "$path" in arch/*|kernels/*|tools/*) breach "$f" "$inc" "libcommon loads plugins with dlopen and knows no tool";; esac;;
+            case "$path" in arch/*|kernels/*|tools/*) breach "$f" "$inc" "libcommon loads plugins with dlopen and knows no tool";;
+                libcommon/rad_engine_int.h) [ "$f" = libcommon/rad_engine.c ] ||
+                    breach "$f" "$inc" "the engine's state is rad_engine.c's: use rad_engine.h";;
+                libcommon/rad_kvcache.h) case "$f" in libcommon/rad_engine.c|libcommon/rad_engine_int.h|libcommon/rad_kvcache.c) ;;
+                    *) breach "$f" "$inc" "the engine owns the KV cache: ask it (rad_engine_kv_*)";; esac;;
+            esac;;
         tools/*)
             tool=$(echo "$f" | cut -d/ -f2)
-            case "$path" in libcommon/*|abi/*) ;; tools/"$tool"/*) ;;
+            case "$path" in libcommon/rad_engine_int.h) breach "$f" "$inc" "a tool sees the engine through rad_engine.h only";;
+                libcommon/rad_kvcache.h) breach "$f" "$inc" "the engine owns the KV cache: a tool asks it (rad_engine_kv_*)";;
+                libcommon/*|abi/*) ;; tools/"$tool"/*) ;;
                 arch/*|kernels/*|tools/*) breach "$f" "$inc" "a tool sees libcommon/ and abi/ only";; esac;;
         esac
     done

@@ -25,7 +25,7 @@ static void teardown(void) {
     cr_assert_eq(system(cmd), 0);
 }
 
-static void open_engine(RadEngine *en, int deterministic, uint32_t max_seqs, uint32_t kv_blocks) {
+static void open_engine(RadEngine **en, int deterministic, uint32_t max_seqs, uint32_t kv_blocks) {
     const char *b = getenv("RAD_BUILD");
     static char d[256];
     snprintf(d, sizeof d, "%s/plugins", b ? b : "build");
@@ -67,26 +67,26 @@ static void run_batched(RadEngine *en, int32_t tok[NS][32], float *out[NS], uint
 
 static void run_alone(int deterministic, int32_t tok[NS][32], float *out[NS], uint32_t nv) {
     for (int i = 0; i < NS; i++) {
-        RadEngine en;
+        RadEngine *en = NULL;
         open_engine(&en, deterministic, 1, 0);
         RadErr e = {0};
-        cr_assert_eq(rad_engine_forward(&en, 7, tok[i], first[i] + second[i], 0, 1, &e), RAD_OK, "%s", e.msg);
-        memcpy(out[i], rad_engine_logits(&en, NULL), nv * sizeof(float));
-        rad_engine_close(&en);
+        cr_assert_eq(rad_engine_forward(en, 7, tok[i], first[i] + second[i], 0, 1, &e), RAD_OK, "%s", e.msg);
+        memcpy(out[i], rad_engine_logits(en, NULL), nv * sizeof(float));
+        rad_engine_close(en);
     }
 }
 
 static void compare(int deterministic) {
     int32_t tok[NS][32];
     for (int i = 0; i < NS; i++) ids(tok[i], 32, 11u * (unsigned)i + 5u);
-    RadEngine en;
+    RadEngine *en = NULL;
     open_engine(&en, deterministic, 8, 0);
     uint32_t nv;
-    rad_engine_logits(&en, &nv);
+    rad_engine_logits(en, &nv);
     float *a[NS], *b[NS];
     for (int i = 0; i < NS; i++) a[i] = malloc(nv * sizeof(float)), b[i] = malloc(nv * sizeof(float));
-    run_batched(&en, tok, a, nv);
-    rad_engine_close(&en);
+    run_batched(en, tok, a, nv);
+    rad_engine_close(en);
     run_alone(deterministic, tok, b, nv);
     for (int i = 0; i < NS; i++) {
         for (uint32_t v = 0; v < nv; v++) {
@@ -107,43 +107,45 @@ Test(batch, a_mixed_step_gives_each_sequence_its_own_logits) { compare(0); }
 Test(batch, deterministic_mode_is_batch_invariant_bit_for_bit) { compare(1); }
 
 Test(batch, refusals_name_the_problem_and_take_nothing) {
-    RadEngine en;
+    RadEngine *en = NULL;
     open_engine(&en, 0, 2, 3); /* 3 blocks of the attention kernel's size */
     int32_t tok[80];
     ids(tok, 80, 3);
     RadErr e = {0};
     int32_t row[3];
-    uint32_t free0 = en.kv[0].n_free;
+    uint32_t free0 = rad_engine_kv_free_blocks(en);
     RadEngineSeq s[3] = {{.seq_id = 1, .tokens = tok, .n = 4}, {.seq_id = 1, .tokens = tok, .n = 2}, {.seq_id = 2, .tokens = tok, .n = 1}};
-    cr_assert_eq(rad_engine_step_seqs(&en, s, 2, row, &e), RAD_E_ARG);
+    cr_assert_eq(rad_engine_step_seqs(en, s, 2, row, &e), RAD_E_ARG);
     cr_assert(strstr(e.msg, "twice") != NULL, "%s", e.msg);
     s[1].seq_id = 3;
     s[1].n = 0;
     rad_err_clear(&e);
-    cr_assert_eq(rad_engine_step_seqs(&en, s, 2, row, &e), RAD_E_SHAPE);
+    cr_assert_eq(rad_engine_step_seqs(en, s, 2, row, &e), RAD_E_SHAPE);
     cr_assert(strstr(e.msg, "zero tokens") != NULL, "%s", e.msg);
     s[1].n = 2;
     rad_err_clear(&e);
-    cr_assert_eq(rad_engine_step_seqs(&en, s, 3, row, &e), RAD_E_LIMIT); /* max_seqs 2 */
+    cr_assert_eq(rad_engine_step_seqs(en, s, 3, row, &e), RAD_E_LIMIT); /* max_seqs 2 */
     cr_assert(strstr(e.msg, "max_seqs") != NULL, "%s", e.msg);
     RadEngineSeq big = {.seq_id = 4, .tokens = tok, .n = 65};
     rad_err_clear(&e);
-    cr_assert_eq(rad_engine_step_seqs(&en, &big, 1, row, &e), RAD_E_LIMIT); /* max_tok 64 */
+    cr_assert_eq(rad_engine_step_seqs(en, &big, 1, row, &e), RAD_E_LIMIT); /* max_tok 64 */
     cr_assert(strstr(e.msg, "max_tok") != NULL, "%s", e.msg);
-    cr_assert_eq(en.kv[0].n_free, free0, "a refused step took KV blocks");
+    cr_assert_eq(rad_engine_kv_free_blocks(en), free0, "a refused step took KV blocks");
     /* more blocks than the pool has: refused, and the sequence's slot is given back */
-    uint32_t bs = en.kv[0].block_size;
+    RadEngineKvStats kv;
+    rad_engine_kv_stats(en, &kv);
+    uint32_t bs = kv.block_size;
     if (3 * bs + 1 <= 64) {
         RadEngineSeq over = {.seq_id = 5, .tokens = tok, .n = 3 * bs + 1};
         rad_err_clear(&e);
-        cr_assert_eq(rad_engine_step_seqs(&en, &over, 1, row, &e), RAD_E_LIMIT);
+        cr_assert_eq(rad_engine_step_seqs(en, &over, 1, row, &e), RAD_E_LIMIT);
         cr_assert(strstr(e.msg, "KV cache full") != NULL, "%s", e.msg);
-        cr_assert_eq(en.kv[0].n_free, free0);
+        cr_assert_eq(rad_engine_kv_free_blocks(en), free0);
     }
     /* the engine still serves a step after the refusals */
     RadEngineSeq ok = {.seq_id = 6, .tokens = tok, .n = 3, .want_logits = 1};
     rad_err_clear(&e);
-    cr_assert_eq(rad_engine_step_seqs(&en, &ok, 1, row, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_engine_step_seqs(en, &ok, 1, row, &e), RAD_OK, "%s", e.msg);
     cr_assert_eq(row[0], 0);
-    rad_engine_close(&en);
+    rad_engine_close(en);
 }

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "libcommon/rad_container.h"
-#include "libcommon/rad_engine.h"
+#include "libcommon/rad_engine_int.h" /* checks internals */
 
 #include "tiny_llama.h"
 
@@ -154,7 +154,7 @@ static void reference(const int32_t *ids, int n, double *logits) {
     matvec(logits, out_w, h, V, E);
 }
 
-static void open_engine_with(RadEngine *en, uint32_t max_tok, int mmap_weights, int profile) {
+static void open_engine_with(RadEngine **en, uint32_t max_tok, int mmap_weights, int profile) {
     const char *b = getenv("RAD_BUILD");
     static char d1[256], d2[256];
     snprintf(d1, sizeof d1, "%s/test-plugins", b ? b : "build");
@@ -166,19 +166,19 @@ static void open_engine_with(RadEngine *en, uint32_t max_tok, int mmap_weights, 
     cr_assert_eq(rad_engine_open(en, &o, &e), RAD_OK, "%s", e.msg);
 }
 
-static void open_engine(RadEngine *en, uint32_t max_tok) { open_engine_with(en, max_tok, 0, 0); }
+static void open_engine(RadEngine **en, uint32_t max_tok) { open_engine_with(en, max_tok, 0, 0); }
 
 static const int32_t IDS[T] = {1, 17, 5, 63, 22, 9, 40, 3, 3, 58, 11};
 
 TestSuite(engine, .init = setup, .fini = teardown);
 
 Test(engine, logits_match_the_reference_forward) {
-    RadEngine en;
+    RadEngine *en = NULL;
     open_engine(&en, 64);
     RadErr e = {0};
-    cr_assert_eq(rad_engine_forward(&en, 0, IDS, T, 0, 1, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_engine_forward(en, 0, IDS, T, 0, 1, &e), RAD_OK, "%s", e.msg);
     uint32_t nv;
-    const float *lg = rad_engine_logits(&en, &nv);
+    const float *lg = rad_engine_logits(en, &nv);
     cr_assert_eq(nv, V);
     double ref[V], maxd = 0, maxr = 0;
     reference(IDS, T, ref);
@@ -188,132 +188,133 @@ Test(engine, logits_match_the_reference_forward) {
         if (fabs(ref[i]) > maxr) maxr = fabs(ref[i]);
     }
     cr_assert_lt(maxd / (maxr + 1e-6), 1e-4, "max |engine - reference| = %g (max |ref| %g)", maxd, maxr);
-    rad_engine_close(&en);
+    rad_engine_close(en);
 }
 
 /* Weights copied into the engine's own region (the default) or read in the file mapping
  * (--mmap): the same bytes, so the same logits bit for bit; every copied weight lies inside the
  * region, every mapped one outside it. */
 Test(engine, copied_and_mapped_weights_give_the_same_logits) {
-    RadEngine a, b;
+    RadEngine *a = NULL, *b = NULL;
     open_engine_with(&a, 64, 0, 0);
     open_engine_with(&b, 64, 1, 0);
-    cr_assert_not_null(a.wstore, "the default copies the weights");
-    cr_assert_null(b.wstore, "--mmap copies nothing (no plane is compressed)");
-    for (int i = 0; i < a.g.n_w; i++) {
-        const uint8_t *pa = a.w[i].arg.data, *pb = b.w[i].arg.data;
+    cr_assert_not_null(a->wstore, "the default copies the weights");
+    cr_assert_null(b->wstore, "--mmap copies nothing (no plane is compressed)");
+    for (int i = 0; i < a->g.n_w; i++) {
+        const uint8_t *pa = a->w[i].arg.data, *pb = b->w[i].arg.data;
         if (!pa) continue;
-        cr_assert(pa >= a.wstore && pa < a.wstore + a.wstore_bytes, "weight '%s' outside the region", a.g.w[i].name);
+        cr_assert(pa >= a->wstore && pa < a->wstore + a->wstore_bytes, "weight '%s' outside the region", a->g.w[i].name);
         cr_assert_not_null(pb);
-        cr_assert_eq(memcmp(pa, pb, a.w[i].arg.rows * a.w[i].arg.row_stride), 0, "weight '%s' differs", a.g.w[i].name);
+        cr_assert_eq(memcmp(pa, pb, a->w[i].arg.rows * a->w[i].arg.row_stride), 0, "weight '%s' differs", a->g.w[i].name);
     }
     RadErr e = {0};
-    cr_assert_eq(rad_engine_forward(&a, 0, IDS, T, 0, 1, &e), RAD_OK, "%s", e.msg);
-    cr_assert_eq(rad_engine_forward(&b, 0, IDS, T, 0, 1, &e), RAD_OK, "%s", e.msg);
-    cr_assert_eq(memcmp(rad_engine_logits(&a, NULL), rad_engine_logits(&b, NULL), V * sizeof(float)), 0);
-    rad_engine_close(&a), rad_engine_close(&b);
+    cr_assert_eq(rad_engine_forward(a, 0, IDS, T, 0, 1, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_engine_forward(b, 0, IDS, T, 0, 1, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(memcmp(rad_engine_logits(a, NULL), rad_engine_logits(b, NULL), V * sizeof(float)), 0);
+    rad_engine_close(a), rad_engine_close(b);
 }
 
 /* --profile: every issued op is counted once, and whole steps are timed. */
 Test(engine, profile_counts_every_issue) {
-    RadEngine en;
+    RadEngine *en = NULL;
     open_engine_with(&en, 64, 0, 1);
     RadErr e = {0};
-    cr_assert_eq(rad_engine_forward(&en, 0, IDS, T, 0, 1, &e), RAD_OK, "%s", e.msg);
-    cr_assert_eq(rad_engine_forward(&en, 0, IDS, 1, T, 1, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_engine_forward(en, 0, IDS, T, 0, 1, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_engine_forward(en, 0, IDS, 1, T, 1, &e), RAD_OK, "%s", e.msg);
     uint64_t calls = 0;
-    for (int o = 0; o < en.g.n_ops; o++) calls += en.prof_calls[o];
-    cr_assert_eq(en.prof_steps, 2);
-    cr_assert_eq(calls, en.n_issues, "%" PRIu64 " timed calls, %" PRIu64 " issues", calls, en.n_issues);
-    cr_assert_gt(en.prof_step_ns, 0);
+    for (int o = 0; o < en->g.n_ops; o++) calls += en->prof_calls[o];
+    cr_assert_eq(en->prof_steps, 2);
+    cr_assert_eq(calls, en->n_issues, "%" PRIu64 " timed calls, %" PRIu64 " issues", calls, en->n_issues);
+    cr_assert_gt(en->prof_step_ns, 0);
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
-    rad_engine_dump_profile(&en, f);
+    rad_engine_dump_profile(en, f);
     fclose(f);
     cr_assert(strstr(buf, "gemm_nt") && strstr(buf, "attn_paged") && strstr(buf, "(outside ops)"), "%s", buf);
     free(buf);
-    rad_engine_close(&en);
+    rad_engine_close(en);
 }
 
 Test(engine, chunked_prefill_and_decode_equal_one_step) {
-    RadEngine a, b;
+    RadEngine *a = NULL, *b = NULL;
     open_engine(&a, 64);
     open_engine(&b, 3); /* prefill cut into steps of 3 tokens */
     RadErr e = {0};
-    cr_assert_eq(rad_engine_forward(&a, 0, IDS, T, 0, 1, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_engine_forward(a, 0, IDS, T, 0, 1, &e), RAD_OK, "%s", e.msg);
     /* b: the first T-1 tokens in chunks, then the last as a decode step */
-    cr_assert_eq(rad_engine_forward(&b, 0, IDS, T - 1, 0, 0, &e), RAD_OK, "%s", e.msg);
-    cr_assert_eq(rad_engine_forward(&b, 0, IDS + T - 1, 1, T - 1, 1, &e), RAD_OK, "%s", e.msg);
-    const float *la = rad_engine_logits(&a, NULL), *lb = rad_engine_logits(&b, NULL);
+    cr_assert_eq(rad_engine_forward(b, 0, IDS, T - 1, 0, 0, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_engine_forward(b, 0, IDS + T - 1, 1, T - 1, 1, &e), RAD_OK, "%s", e.msg);
+    const float *la = rad_engine_logits(a, NULL), *lb = rad_engine_logits(b, NULL);
     for (int i = 0; i < V; i++) cr_assert_float_eq(la[i], lb[i], 1e-4, "logit %d: %g vs %g", i, la[i], lb[i]);
-    rad_engine_close(&a), rad_engine_close(&b);
+    rad_engine_close(a), rad_engine_close(b);
 }
 
 Test(engine, zero_rows_and_no_outputs) {
-    RadEngine en;
+    RadEngine *en = NULL;
     open_engine(&en, 64);
     RadErr e = {0};
-    cr_assert_eq(rad_engine_forward(&en, 0, IDS, 0, 0, 1, &e), RAD_E_SHAPE);
+    cr_assert_eq(rad_engine_forward(en, 0, IDS, 0, 0, 1, &e), RAD_E_SHAPE);
     /* n_out 0: the head's ops are not issued (a one-token step with and without logits) */
-    cr_assert_eq(rad_engine_forward(&en, 1, IDS, 4, 0, 0, &e), RAD_OK, "%s", e.msg);
-    uint64_t before = en.n_issues;
-    cr_assert_eq(rad_engine_forward(&en, 1, IDS + 4, 1, 4, 0, &e), RAD_OK, "%s", e.msg);
-    uint64_t no_head = en.n_issues - before;
-    before = en.n_issues;
-    cr_assert_eq(rad_engine_forward(&en, 1, IDS + 5, 1, 5, 1, &e), RAD_OK, "%s", e.msg);
-    cr_assert_eq(en.n_issues - before, no_head + 3, "final norm, logits_gather and logits_gemm run only for n_out > 0");
+    cr_assert_eq(rad_engine_forward(en, 1, IDS, 4, 0, 0, &e), RAD_OK, "%s", e.msg);
+    uint64_t before = en->n_issues;
+    cr_assert_eq(rad_engine_forward(en, 1, IDS + 4, 1, 4, 0, &e), RAD_OK, "%s", e.msg);
+    uint64_t no_head = en->n_issues - before;
+    before = en->n_issues;
+    cr_assert_eq(rad_engine_forward(en, 1, IDS + 5, 1, 5, 1, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(en->n_issues - before, no_head + 3, "final norm, logits_gather and logits_gemm run only for n_out > 0");
     /* a sequence past the context served is refused before anything runs */
     static int32_t many[80];
     rad_err_clear(&e);
-    cr_assert_eq(rad_engine_forward(&en, 0, many, 80, 0, 1, &e), RAD_E_LIMIT);
+    cr_assert_eq(rad_engine_forward(en, 0, many, 80, 0, 1, &e), RAD_E_LIMIT);
     cr_assert(strstr(e.msg, "exceeds the context") != NULL, "%s", e.msg);
-    rad_engine_close(&en);
+    rad_engine_close(en);
 }
 
 Test(engine, a_gguf_model_is_refused_with_the_way_forward) {
-    RadEngine en;
+    RadEngine *en = NULL;
     RadEngineOpts o = {.model = "models/SmolLM2-135M-Instruct.Q4_1.gguf"};
     RadErr e = {0};
     cr_assert_eq(rad_engine_open(&en, &o, &e), RAD_E_UNSUPPORTED);
     cr_assert(strstr(e.msg, "rad-convert") != NULL, "%s", e.msg);
-    rad_engine_close(&en);
+    cr_assert_null(en, "a failed open frees what it took and hands back nothing");
+    rad_engine_close(en);
 }
 
 /* --debug-graph opens with the plugin's rad_note lines (abi/rad_arch.h: "shown by --debug-graph
  * and --plan-only -v"), each as "note: LINE", after the header and before the first op. */
 Test(engine, debug_graph_prints_the_plugins_notes_first) {
-    RadEngine en;
+    RadEngine *en = NULL;
     open_engine(&en, 16);
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
-    rad_engine_dump_graph(&en, f);
+    rad_engine_dump_graph(en, f);
     fclose(f);
     const char *second = strchr(buf, '\n');
     cr_assert_not_null(second, "%s", buf);
     cr_assert(strncmp(second + 1, "note: llama: ", 13) == 0, "the notes do not follow the header:\n%.400s", buf);
     const char *first_op = strstr(buf, "\nop ");
     cr_assert_not_null(first_op, "%s", buf);
-    cr_assert_gt(en.g.n_notes, 3, "the llama plugin notes its shape");
-    for (int i = 0; i < en.g.n_notes; i++) {
+    cr_assert_gt(en->g.n_notes, 3, "the llama plugin notes its shape");
+    for (int i = 0; i < en->g.n_notes; i++) {
         char want[600];
-        snprintf(want, sizeof want, "\nnote: %s\n", en.g.notes[i]);
+        snprintf(want, sizeof want, "\nnote: %s\n", en->g.notes[i]);
         const char *at = strstr(buf, want);
-        cr_assert(at != NULL && at < first_op, "note %d '%s' missing or after the ops", i, en.g.notes[i]);
+        cr_assert(at != NULL && at < first_op, "note %d '%s' missing or after the ops", i, en->g.notes[i]);
     }
     cr_assert(strstr(buf, "note: rope: theta ") != NULL, "%.600s", buf);
     free(buf);
-    rad_engine_close(&en);
+    rad_engine_close(en);
 }
 
 Test(engine, debug_graph_shows_each_ops_bucket_table) {
-    RadEngine en;
+    RadEngine *en = NULL;
     open_engine(&en, 16);
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
-    rad_engine_dump_graph(&en, f);
+    rad_engine_dump_graph(en, f);
     fclose(f);
     /* gemm_nt's range is [1, max_tok]; kern_test's generic kernel is first and covers all of it */
     const char *g = strstr(buf, "gemm_nt");
@@ -322,12 +323,12 @@ Test(engine, debug_graph_shows_each_ops_bucket_table) {
     cr_assert(strstr(g, "buckets: rows 1..16 kern_test:generic") != NULL && strstr(g, "buckets:") < eol, "%.*s",
               (int)(eol - g), g);
     free(buf);
-    rad_engine_close(&en);
+    rad_engine_close(en);
 }
 
 /* ---- selection: one rule for the builder and the engine ------------------------------------- */
 
-static int open_engine_kv(RadEngine *en, const char *kernels, RadDType kv_dtype, RadErr *e) {
+static int open_engine_kv(RadEngine **en, const char *kernels, RadDType kv_dtype, RadErr *e) {
     const char *b = getenv("RAD_BUILD");
     static char d1[256], d2[256];
     snprintf(d1, sizeof d1, "%s/test-plugins", b ? b : "build");
@@ -338,7 +339,7 @@ static int open_engine_kv(RadEngine *en, const char *kernels, RadDType kv_dtype,
     return rad_engine_open(en, &o, e);
 }
 
-static int open_engine_kernels(RadEngine *en, const char *kernels, RadErr *e) { return open_engine_kv(en, kernels, RAD_F32, e); }
+static int open_engine_kernels(RadEngine **en, const char *kernels, RadErr *e) { return open_engine_kv(en, kernels, RAD_F32, e); }
 
 enum { N_GEN = 12 };
 
@@ -364,50 +365,50 @@ static void greedy(RadEngine *en, int32_t *out) {
  * that ignored the tolerance, the fused op used to be issued and fail mid-run: "no selected
  * kernel serves it".) */
 Test(engine, a_fused_kernel_too_loose_is_declined_and_the_chain_runs) {
-    RadEngine loose, ref;
+    RadEngine *loose = NULL, *ref = NULL;
     RadErr e = {0};
     cr_assert_eq(open_engine_kernels(&loose, "kern_loose", &e), RAD_OK, "%s", e.msg);
     cr_assert_eq(open_engine_kernels(&ref, "ref", &e), RAD_OK, "%s", e.msg);
     int fused = 0, adds = 0;
-    for (int o = 0; o < loose.g.n_ops; o++) {
-        fused += strcmp(loose.g.ops[o].op, "add_rmsnorm") == 0 && rad_select_served(&loose.g.ops[o].sel);
-        adds += strcmp(loose.g.ops[o].op, "add") == 0;
+    for (int o = 0; o < loose->g.n_ops; o++) {
+        fused += strcmp(loose->g.ops[o].op, "add_rmsnorm") == 0 && rad_select_served(&loose->g.ops[o].sel);
+        adds += strcmp(loose->g.ops[o].op, "add") == 0;
     }
     cr_assert(fused == 0 && adds > 0, "%d fused norms served, %d adds", fused, adds);
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
-    rad_engine_dump_graph(&loose, f);
+    rad_engine_dump_graph(loose, f);
     fclose(f);
     const char *why = strstr(buf, "add_rmsnorm");
     cr_assert(why && strstr(why, "looser than the max tolerance 0.001 (kern_loose:generic: 0.01)") &&
               strstr(why, "declined: the plugin emits the chain"), "%s", buf);
     free(buf);
     int32_t a[N_GEN], b[N_GEN];
-    greedy(&loose, a);
-    greedy(&ref, b);
+    greedy(loose, a);
+    greedy(ref, b);
     for (int k = 0; k < N_GEN; k++) cr_assert_eq(a[k], b[k], "greedy token %d: kern_loose %d, ref %d", k, a[k], b[k]);
-    rad_engine_close(&loose), rad_engine_close(&ref);
+    rad_engine_close(loose), rad_engine_close(ref);
 }
 
 /* The KV block size is the one the attention kernel picked for decode asks (kern_kvblock's
  * "decode", 32); the generic kernel picked for wider buckets asks 16: refused at open, naming
  * the kernel and the group, not run over blocks of the wrong size. */
 Test(engine, an_attention_kernel_on_another_kv_block_size_is_refused_by_name) {
-    RadEngine en;
+    RadEngine *en = NULL;
     RadErr e = {0};
     cr_assert_eq(open_engine_kernels(&en, "kern_kvblock", &e), RAD_E_UNSUPPORTED, "opened: %s", e.msg);
     cr_assert(strstr(e.msg, "kernel kern_kvblock/attn_paged/generic: kv_block_size 16 but group 'kv' uses 32"), "%s", e.msg);
-    rad_engine_close(&en);
+    rad_engine_close(en);
 }
 
 /* kern_test's attention reads f32/f16/bf16 caches (kv_encs 0): an fp8 cache is refused at open,
  * naming the kernel, not read as floats. */
 Test(engine, an_attention_kernel_that_cannot_read_the_kv_dtype_is_refused_by_name) {
-    RadEngine en;
+    RadEngine *en = NULL;
     RadErr e = {0};
     cr_assert_eq(open_engine_kv(&en, "kern_test", RAD_F8_E4M3, &e), RAD_E_UNSUPPORTED, "opened: %s", e.msg);
     cr_assert(strstr(e.msg, "kernel kern_test/attn_paged/generic: kv_encs lack f8_e4m3 but group 'kv' stores f8_e4m3"), "%s",
               e.msg);
-    rad_engine_close(&en);
+    rad_engine_close(en);
 }

@@ -17,7 +17,7 @@
 #include <xxhash.h>
 
 #include "libcommon/rad_container.h"
-#include "libcommon/rad_engine.h"
+#include "libcommon/rad_engine_int.h" /* checks internals */
 #include "libcommon/rad_sched.h"
 
 #include "tiny_llama.h"
@@ -86,7 +86,7 @@ static void teardown(void) {
     cr_assert_eq(system(cmd), 0);
 }
 
-static int open_engine(RadEngine *en, int mmap_weights, int no_verify, uint32_t threads, RadErr *e) {
+static int open_engine(RadEngine **en, int mmap_weights, int no_verify, uint32_t threads, RadErr *e) {
     const char *b = getenv("RAD_BUILD");
     static char d1[256], d2[256];
     snprintf(d1, sizeof d1, "%s/test-plugins", b ? b : "build");
@@ -175,14 +175,14 @@ Test(load, a_flipped_weight_byte_is_refused_naming_the_tensor) {
             uint64_t off;
             plane_of("blk.0.ffn_down.weight", &off);
             flip_byte(off + 100);
-            RadEngine en;
+            RadEngine *en = NULL;
             RadErr e = {0};
             cr_assert_eq(open_engine(&en, mm, 0, th, &e), RAD_E_CHECKSUM, "mmap %d threads %u: %s", mm, th, e.msg);
             assert_one_line_naming(e.msg, "'blk.0.ffn_down.weight'", "checksum mismatch");
-            rad_engine_close(&en);
+            rad_engine_close(en);
             rad_err_clear(&e);
             cr_assert_eq(open_engine(&en, mm, 1, th, &e), RAD_OK, "--no-verify: %s", e.msg);
-            rad_engine_close(&en);
+            rad_engine_close(en);
         }
 }
 
@@ -193,17 +193,17 @@ Test(load, a_compressed_plane_is_verified_as_it_decompresses) {
         uint64_t off;
         RadPlane p = plane_of("output_norm.weight", &off);
         cr_assert_eq(p.compression, RAD_COMP_ZSTD, "the norm of ones should compress");
-        RadEngine en;
+        RadEngine *en = NULL;
         RadErr e = {0};
         cr_assert_eq(open_engine(&en, mm, 0, 2, &e), RAD_OK, "an intact zstd model: %s", e.msg);
-        rad_engine_close(&en);
+        rad_engine_close(en);
         patch_checksum(p.checksum);
         cr_assert_eq(open_engine(&en, mm, 0, 2, &e), RAD_E_CHECKSUM, "mmap %d: %s", mm, e.msg);
         assert_one_line_naming(e.msg, "'output_norm.weight'", "checksum mismatch");
-        rad_engine_close(&en);
+        rad_engine_close(en);
         rad_err_clear(&e);
         cr_assert_eq(open_engine(&en, mm, 1, 2, &e), RAD_OK, "--no-verify: %s", e.msg);
-        rad_engine_close(&en);
+        rad_engine_close(en);
     }
 }
 
@@ -222,11 +222,11 @@ Test(load, verified_and_unverified_loads_agree) {
     for (int z = 0; z < 2; z++) {
         write_model(path, 3 * z);
         for (int k = 0; k < 4; k++) {
-            RadEngine en;
+            RadEngine *en = NULL;
             RadErr e = {0};
             cr_assert_eq(open_engine(&en, k & 1, k >> 1, 2, &e), RAD_OK, "%s", e.msg);
-            forward(&en, k ? got : ref);
-            rad_engine_close(&en);
+            forward(en, k ? got : ref);
+            rad_engine_close(en);
             if (k) cr_assert_eq(memcmp(ref, got, sizeof ref), 0, "zstd %d, mmap %d, no_verify %d differs", z, k & 1, k >> 1);
         }
     }
@@ -236,18 +236,18 @@ Test(load, verified_and_unverified_loads_agree) {
  * rewritten under it and the answers do not change. */
 Test(load, the_default_copy_reads_the_file_once) {
     write_model(path, 0);
-    RadEngine en;
+    RadEngine *en = NULL;
     RadErr e = {0};
     cr_assert_eq(open_engine(&en, 0, 0, 2, &e), RAD_OK, "%s", e.msg);
-    for (int i = 0; i < en.m.n_ins; i++) cr_assert_null(en.m.ins[i].data, "the file is still mapped");
-    cr_assert_eq(en.m.watch.on, 0, "the file's descriptor is still open");
+    for (int i = 0; i < en->m.n_ins; i++) cr_assert_null(en->m.ins[i].data, "the file is still mapped");
+    cr_assert_eq(en->m.watch.on, 0, "the file's descriptor is still open");
     float a[V], b[V];
-    forward(&en, a);
+    forward(en, a);
     cr_assert_eq(truncate(path, 0), 0);
-    forward(&en, b);
-    cr_assert_null(rad_engine_fail_closed(&en));
+    forward(en, b);
+    cr_assert_null(rad_engine_fail_closed(en));
     cr_assert_eq(memcmp(a, b, sizeof a), 0);
-    rad_engine_close(&en);
+    rad_engine_close(en);
 }
 
 /* The identity check: a rename over the path or a hard link leaves the mapped inode as it was;
@@ -296,33 +296,33 @@ Test(load, a_mapped_engine_fails_closed_when_the_file_changes) {
     char other[400];
     snprintf(other, sizeof other, "%s/new.rad", dir);
     write_model(path, 0);
-    RadEngine en;
+    RadEngine *en = NULL;
     RadErr e = {0};
     cr_assert_eq(open_engine(&en, 1, 0, 2, &e), RAD_OK, "%s", e.msg);
     float a[V], b[V];
-    forward(&en, a);
+    forward(en, a);
     write_model(other, 0);
     cr_assert_eq(rename(other, path), 0);
-    forward(&en, b);
+    forward(en, b);
     cr_assert_eq(memcmp(a, b, sizeof a), 0);
-    cr_assert_null(rad_engine_fail_closed(&en));
-    rad_engine_close(&en);
+    cr_assert_null(rad_engine_fail_closed(en));
+    rad_engine_close(en);
 
     write_model(path, 0);
     cr_assert_eq(open_engine(&en, 1, 0, 2, &e), RAD_OK, "%s", e.msg);
-    forward(&en, a);
+    forward(en, a);
     uint64_t off;
     plane_of("output.weight", &off);
     flip_byte(off);
     static const int32_t ids[1] = {3};
     for (int i = 0; i < 2; i++) {
-        cr_assert_eq(rad_engine_forward(&en, 0, ids, 1, 0, 1, &e), RAD_E_IO, "step %d after the write ran", i);
+        cr_assert_eq(rad_engine_forward(en, 0, ids, 1, 0, 1, &e), RAD_E_IO, "step %d after the write ran", i);
         assert_one_line_naming(e.msg, NULL, "changed while mapped (--mmap): written in place");
         rad_err_clear(&e);
     }
-    cr_assert_not_null(rad_engine_fail_closed(&en));
-    cr_assert(strstr(rad_engine_fail_closed(&en), "changed while mapped"));
-    rad_engine_close(&en);
+    cr_assert_not_null(rad_engine_fail_closed(en));
+    cr_assert(strstr(rad_engine_fail_closed(en), "changed while mapped"));
+    rad_engine_close(en);
 }
 
 /* Runs fn in a child with stderr on a pipe; returns the wait status and what it wrote. */
@@ -423,10 +423,10 @@ Test(load, a_vocabulary_only_container_is_refused_as_such) {
     cr_assert_eq(rad_writer_finish(w, &e), RAD_OK, "%s", e.msg);
     rad_writer_free(w);
     rad_kv_free(&meta), rad_kv_free(&tok);
-    RadEngine en;
+    RadEngine *en = NULL;
     cr_assert_eq(open_engine(&en, 0, 0, 1, &e), RAD_E_UNSUPPORTED);
     assert_one_line_naming(e.msg, NULL, "this container holds no weights (vocabulary only)");
-    rad_engine_close(&en);
+    rad_engine_close(en);
 }
 
 /* ---- the scheduler on SmolLM2 under --mmap: the file written in place mid-generation --------- */
@@ -471,14 +471,14 @@ Test(load, the_scheduler_fails_closed_and_returns_when_the_mapped_file_changes, 
     static const char *dirs[1] = {d};
     RadEngineOpts o = {.model = path, .plugin_dirs = dirs, .n_plugin_dirs = 1, .kernels = "ref", .max_tok = 32, .max_seqs = 2,
                        .max_ctx = 256, .n_threads = 2, .mmap_weights = 1};
-    RadEngine en;
+    RadEngine *en = NULL;
     RadTok *tok;
     RadSched *s;
     RadErr e = {0};
     cr_assert_eq(rad_engine_open(&en, &o, &e), RAD_OK, "%s", e.msg);
-    cr_assert_eq(rad_tok_init(&tok, &en.m.tok, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_tok_init(&tok, rad_engine_tok_data(en), &e), RAD_OK, "%s", e.msg);
     RadSchedOpts so = {.max_seqs = 2, .max_mixed_tok = 32};
-    cr_assert_eq(rad_sched_open(&s, &en, tok, &so, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_sched_open(&s, en, tok, &so, &e), RAD_OK, "%s", e.msg);
     int32_t prompt[4] = {1, 2, 3, 4};
     RadGenReq r = {.prompt = prompt, .n_prompt = 4, .sp = rad_sampler_defaults(), .max_tokens = 200, .ignore_eos = 1};
     r.sp.temperature = 0;
@@ -506,11 +506,11 @@ Test(load, the_scheduler_fails_closed_and_returns_when_the_mapped_file_changes, 
         assert_one_line_naming(fin.msg[i], NULL, "changed while mapped (--mmap): written in place");
         cr_assert_lt(fin.n_tokens[i], 200);
     }
-    cr_assert_not_null(rad_engine_fail_closed(&en));
+    cr_assert_not_null(rad_engine_fail_closed(en));
     cr_assert_neq(rad_sched_submit(s, &r, sink, (void *)(intptr_t)0, &id[0], &e), RAD_OK, "admitted after the change");
     rad_sched_close(s);
     rad_tok_free(tok);
-    rad_engine_close(&en);
+    rad_engine_close(en);
 }
 
 /* rad_model_find goes through a name index (a scan per lookup made a file of many tensors

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "libcommon/rad_engine.h"
+#include "libcommon/rad_engine_int.h" /* checks internals */
 #include "oracle_golden.h"
 
 
@@ -34,7 +34,7 @@ static void teardown(void) {
 }
 
 /* max_tolerance: 0 is the engine's default (1e-3, the exact paths); 2e-2 is radiance --fast. */
-static void open_engine_x(RadEngine *en, const char *model, double max_tolerance, int no_repack) {
+static void open_engine_x(RadEngine **en, const char *model, double max_tolerance, int no_repack) {
     const char *b = getenv("RAD_BUILD");
     static char d[256];
     snprintf(d, sizeof d, "%s/plugins", b ? b : "build");
@@ -45,7 +45,7 @@ static void open_engine_x(RadEngine *en, const char *model, double max_tolerance
     RadErr e = {0};
     cr_assert_eq(rad_engine_open(en, &o, &e), RAD_OK, "%s", e.msg);
 }
-static void open_engine(RadEngine *en, const char *model, double max_tolerance) { open_engine_x(en, model, max_tolerance, 0); }
+static void open_engine(RadEngine **en, const char *model, double max_tolerance) { open_engine_x(en, model, max_tolerance, 0); }
 
 typedef struct Score {
     uint64_t positions, agree, gen_cases, gen_exact, gen_same; /* gen_same: greedy tokens equal before the first difference */
@@ -121,10 +121,10 @@ static void score_case(RadEngine *en, const Case *c, Score *s, const char *name,
 }
 
 static void run_model(const char *model, const char *prefix, double max_tolerance, int strict, Score *s) {
-    RadEngine en;
+    RadEngine *en = NULL;
     open_engine(&en, model, max_tolerance);
-    for (int o = 0; o < en.g.n_ops; o++)
-        if (en.g.ops[o].sel.n && en.g.ops[o].sel.k[0]->exactness == RAD_EXACT_TOLERANCE && en.g.ops[o].sel.k[0]->tolerance > 1e-3)
+    for (int o = 0; o < en->g.n_ops; o++)
+        if (en->g.ops[o].sel.n && en->g.ops[o].sel.k[0]->exactness == RAD_EXACT_TOLERANCE && en->g.ops[o].sel.k[0]->tolerance > 1e-3)
             s->loose_ops++;
     FILE *mf = fopen("tests/fixtures/oracle/MANIFEST", "r");
     cr_assert_not_null(mf);
@@ -139,11 +139,11 @@ static void run_model(const char *model, const char *prefix, double max_toleranc
         snprintf(path, sizeof path, "tests/fixtures/oracle/%s", fn);
         Case c;
         cr_assert(load_case(path, &c), "%s missing", path);
-        score_case(&en, &c, s, fn, strict);
+        score_case(en, &c, s, fn, strict);
         free(c.buf);
     }
     fclose(mf);
-    rad_engine_close(&en);
+    rad_engine_close(en);
 }
 
 TestSuite(oracle, .init = setup, .fini = teardown);
@@ -273,36 +273,36 @@ Test(oracle, smollm2_q4_1_packed_at_load) {
     snprintf(model, sizeof model, "%s/smollm2-q4_1.rad", dir);
     snprintf(cmd, sizeof cmd, "%s models/SmolLM2-135M-Instruct.Q4_1.gguf -o %s", conv, model);
     cr_assert_eq(system(cmd), 0);
-    RadEngine a, b, x;
+    RadEngine *a = NULL, *b = NULL, *x = NULL;
     open_engine(&a, model, 2e-2);
     open_engine_x(&b, model, 2e-2, 1);
     open_engine(&x, model, 0);
     int n_q4_1 = 0;
-    for (int i = 0; i < a.g.n_w; i++) {
-        if (!a.w[i].arg.data || (a.g.w[i].enc != RAD_ENC_Q4_1)) continue;
+    for (int i = 0; i < a->g.n_w; i++) {
+        if (!a->w[i].arg.data || (a->g.w[i].enc != RAD_ENC_Q4_1)) continue;
         n_q4_1++;
-        cr_assert(a.w[i].arg.dtype == (RadDType)(RAD_Q4_1 | RAD_PACKED), "q4_1 weight '%s' not packed", a.g.w[i].name);
-        cr_assert(b.w[i].arg.dtype == RAD_Q4_1 && x.w[i].arg.dtype == RAD_Q4_1, "'%s' packed under --no-repack or exact",
-                  a.g.w[i].name);
+        cr_assert(a->w[i].arg.dtype == (RadDType)(RAD_Q4_1 | RAD_PACKED), "q4_1 weight '%s' not packed", a->g.w[i].name);
+        cr_assert(b->w[i].arg.dtype == RAD_Q4_1 && x->w[i].arg.dtype == RAD_Q4_1, "'%s' packed under --no-repack or exact",
+                  a->g.w[i].name);
     }
     cr_assert_gt(n_q4_1, 0);
-    cr_assert_eq(a.n_packed, n_q4_1);
-    cr_assert_eq(b.n_packed, 0);
-    cr_assert_eq(x.n_packed, 0, "the exact GEMMs do not read the packed layout");
+    cr_assert_eq(a->n_packed, n_q4_1);
+    cr_assert_eq(b->n_packed, 0);
+    cr_assert_eq(x->n_packed, 0, "the exact GEMMs do not read the packed layout");
     enum { N = 40 };
     int32_t ids[N];
     for (int i = 0; i < N; i++) ids[i] = 100 + (i * 7919) % 40000;
     uint32_t nv;
-    rad_engine_logits(&a, &nv);
+    rad_engine_logits(a, &nv);
     float *la = malloc(sizeof(float) * N * nv);
     RadErr e = {0};
-    cr_assert_eq(rad_engine_forward_all(&a, 0, ids, N, 0, la, &e), RAD_OK, "%s", e.msg);
-    rad_engine_drop_seq(&a, 0);
+    cr_assert_eq(rad_engine_forward_all(a, 0, ids, N, 0, la, &e), RAD_OK, "%s", e.msg);
+    rad_engine_drop_seq(a, 0);
     /* prefill of N - 1 then one decode step: the last row's bits */
-    cr_assert_eq(rad_engine_forward(&a, 0, ids, N - 1, 0, 0, &e), RAD_OK, "%s", e.msg);
-    cr_assert_eq(rad_engine_forward(&a, 0, &ids[N - 1], 1, N - 1, 1, &e), RAD_OK, "%s", e.msg);
-    cr_assert_eq(memcmp(rad_engine_logits(&a, NULL), la + (size_t)(N - 1) * nv, sizeof(float) * nv), 0,
+    cr_assert_eq(rad_engine_forward(a, 0, ids, N - 1, 0, 0, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_engine_forward(a, 0, &ids[N - 1], 1, N - 1, 1, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(memcmp(rad_engine_logits(a, NULL), la + (size_t)(N - 1) * nv, sizeof(float) * nv), 0,
                  "decode step and prefill row differ");
     free(la);
-    rad_engine_close(&a), rad_engine_close(&b), rad_engine_close(&x);
+    rad_engine_close(a), rad_engine_close(b), rad_engine_close(x);
 }

@@ -62,7 +62,7 @@ static int convert(const char *src, const char *out, const char *extra, char *mo
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
-static void open_engine(RadEngine *en, const char *model) {
+static void open_engine(RadEngine **en, const char *model) {
     static char d[256];
     snprintf(d, sizeof d, "%s/plugins", build_dir());
     static const char *dirs[1] = {d};
@@ -155,7 +155,7 @@ static void score_case(RadEngine *en, const Case *c, Score *s, const char *name,
 /* Every case of the MANIFEST; logits[i] ([rows[i], V])
  * per case when asked (at most 8). Returns the number of cases. */
 static int run_model(const char *model, Score *s, float **logits, size_t *rows, const char *label) {
-    RadEngine en;
+    RadEngine *en = NULL;
     open_engine(&en, model);
     FILE *mf = fopen(FIX "/MANIFEST", "r");
     cr_assert_not_null(mf);
@@ -171,13 +171,13 @@ static int run_model(const char *model, Score *s, float **logits, size_t *rows, 
         Case c;
         cr_assert(load_case(path, &c), "%s missing", path);
         cr_assert_eq(c.n_prompt, np, "%s: MANIFEST", fn);
-        score_case(&en, &c, s, fn, logits ? &logits[n] : NULL);
+        score_case(en, &c, s, fn, logits ? &logits[n] : NULL);
         if (rows) rows[n] = (size_t)c.n_pos * c.vocab;
         free(c.buf);
         n++;
     }
     fclose(mf);
-    rad_engine_close(&en);
+    rad_engine_close(en);
     double agree = (double)s->agree / (double)s->positions, kl = s->kl_sum / (double)s->positions;
     printf("rope-llama3 %s: %" PRIu64 " positions, top-1 %.4f, mean KL %.2e (max %.2e), exact KL over %" PRIu64
            " full rows %.2e, greedy %" PRIu64 "/%" PRIu64 "\n",

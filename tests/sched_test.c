@@ -29,7 +29,7 @@ static void teardown(void) {
 }
 
 typedef struct Fix {
-    RadEngine en;
+    RadEngine *en;
     RadTok *tok;
     RadSched *s;
     pthread_t th;
@@ -49,9 +49,9 @@ static void fix_open(Fix *f, uint32_t max_seqs, uint32_t kv_blocks, int prefix) 
                        .max_seqs = max_seqs, .max_ctx = 256, .n_threads = 2, .deterministic = 1, .kv_blocks = kv_blocks};
     RadErr e = {0};
     cr_assert_eq(rad_engine_open(&f->en, &o, &e), RAD_OK, "%s", e.msg);
-    cr_assert_eq(rad_tok_init(&f->tok, &f->en.m.tok, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_tok_init(&f->tok, rad_engine_tok_data(f->en), &e), RAD_OK, "%s", e.msg);
     RadSchedOpts so = {.max_seqs = max_seqs, .max_mixed_tok = 48, .prefix_cache = prefix};
-    cr_assert_eq(rad_sched_open(&f->s, &f->en, f->tok, &so, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_sched_open(&f->s, f->en, f->tok, &so, &e), RAD_OK, "%s", e.msg);
 }
 
 static void fix_start(Fix *f) { cr_assert_eq(pthread_create(&f->th, NULL, loop, f->s), 0); }
@@ -61,7 +61,7 @@ static void fix_close(Fix *f) {
     if (f->th) pthread_join(f->th, NULL);
     rad_sched_close(f->s);
     rad_tok_free(f->tok);
-    rad_engine_close(&f->en);
+    rad_engine_close(f->en);
 }
 
 /* What a request's sink collected. */
@@ -129,18 +129,18 @@ static uint32_t greedy_alone(Fix *f, const int32_t *prompt, uint32_t n, uint32_t
     RadErr e = {0};
     uint32_t nv;
     int32_t eos = rad_tok_eos(f->tok), eot = rad_tok_eot(f->tok);
-    cr_assert_eq(rad_engine_forward(&f->en, 999, prompt, n, 0, 1, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_engine_forward(f->en, 999, prompt, n, 0, 1, &e), RAD_OK, "%s", e.msg);
     uint32_t k = 0;
     for (; k < max; k++) {
-        const float *lg = rad_engine_logits(&f->en, &nv);
+        const float *lg = rad_engine_logits(f->en, &nv);
         int32_t best = 0;
         for (uint32_t i = 1; i < nv; i++)
             if (lg[i] > lg[best]) best = (int32_t)i;
         out[k] = best;
         if (best == eos || best == eot) return k + 1;
-        if (k + 1 < max) cr_assert_eq(rad_engine_forward(&f->en, 999, &best, 1, n + k, 1, &e), RAD_OK, "%s", e.msg);
+        if (k + 1 < max) cr_assert_eq(rad_engine_forward(f->en, 999, &best, 1, n + k, 1, &e), RAD_OK, "%s", e.msg);
     }
-    rad_engine_drop_seq(&f->en, 999);
+    rad_engine_drop_seq(f->en, 999);
     return k;
 }
 

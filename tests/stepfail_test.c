@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "libcommon/rad_container.h"
-#include "libcommon/rad_engine.h"
+#include "libcommon/rad_engine_int.h" /* the per-op call counts */
 
 #include "tiny_llama.h"
 
@@ -43,19 +43,19 @@ Test(stepfail, no_issue_runs_after_rad_step_fail) {
     const char *dirs[2] = {d1, d2};
     RadEngineOpts o = {.model = path, .plugin_dirs = dirs, .n_plugin_dirs = 2, .kernels = "kern_test", .max_tok = 8,
                        .max_seqs = 1, .max_ctx = 16, .n_threads = 1, .profile = 1};
-    RadEngine en;
+    RadEngine *en = NULL;
     RadErr e = {0};
     cr_assert_eq(rad_engine_open(&en, &o, &e), RAD_OK, "%s", e.msg);
     const int32_t ids[3] = {1, 2, 3};
     for (int round = 1; round <= 2; round++) { /* the failure is per step, not sticky */
         rad_err_clear(&e);
-        cr_assert_neq(rad_engine_forward(&en, 0, ids, 3, 0, 0, &e), RAD_OK, "the failed step succeeded");
+        cr_assert_neq(rad_engine_forward(en, 0, ids, 3, 0, 0, &e), RAD_OK, "the failed step succeeded");
         cr_assert(strstr(e.msg, "stepfail_test: failed on purpose"), "the plugin's reason is not the error: %s", e.msg);
         uint64_t calls = 0;
-        for (int i = 0; i < en.g.n_ops; i++) calls += en.prof_calls[i];
+        for (int i = 0; i < en->g.n_ops; i++) calls += en->prof_calls[i];
         cr_assert_eq(calls, (uint64_t)round, "step %d: %llu kernel calls, the issue after rad_step_fail ran", round,
                      (unsigned long long)calls);
-        rad_engine_drop_seq(&en, 0);
+        rad_engine_drop_seq(en, 0);
     }
-    rad_engine_close(&en);
+    rad_engine_close(en);
 }

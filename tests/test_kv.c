@@ -198,6 +198,32 @@ Test(walls, tree_is_clean_and_a_breach_fails) {
     cr_assert_eq(rc, 0, "check-walls did not report both breaches");
 }
 
+/* The engine is the one owner of its state and KV cache: a tool or another libcommon file that
+ * includes rad_engine_int.h or rad_kvcache.h is a breach; the engine's own files and the public
+ * header are not. */
+Test(walls, only_the_engine_sees_its_state_and_kv_cache) {
+    char d[] = "/tmp/rad-walls-XXXXXX";
+    cr_assert_not_null(mkdtemp(d));
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p %s/libcommon %s/tools/a && touch %s/libcommon/rad_engine_int.h %s/libcommon/rad_kvcache.h && "
+             "printf '#include \"rad_engine_int.h\"\\n#include \"rad_kvcache.h\"\\n' > %s/libcommon/rad_engine.c && "
+             "echo '#include \"rad_kvcache.h\"' > %s/libcommon/rad_sched.c && "
+             "echo '#include \"libcommon/rad_engine.h\"' > %s/tools/a/ok.c && "
+             "echo '#include \"libcommon/rad_engine_int.h\"' > %s/tools/a/state.c && "
+             "echo '#include \"../../libcommon/rad_kvcache.h\"' > %s/tools/a/kv.c && "
+             "sh scripts/check-walls.sh %s > %s/out; echo $? > %s/rc",
+             d, d, d, d, d, d, d, d, d, d, d, d);
+    cr_assert_eq(system(cmd), 0);
+    snprintf(cmd, sizeof cmd, "grep -q '^1$' %s/rc && grep -q 'libcommon/rad_sched.c' %s/out && grep -q 'tools/a/state.c' %s/out && "
+             "grep -q 'tools/a/kv.c' %s/out && ! grep -q 'rad_engine.c' %s/out && ! grep -q ok.c %s/out && "
+             "[ $(wc -l < %s/out) -eq 3 ]", d, d, d, d, d, d, d);
+    int rc = system(cmd);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", d);
+    cr_assert_eq(system(cmd), 0);
+    cr_assert_eq(rc, 0, "check-walls did not report exactly the three breaches");
+}
+
 /* The hash index: 100,000 keys set, replaced and found (a scan per key made this quadratic);
  * the table's order and the small-table path are unchanged; the encoding of 100,000 entries
  * reads back with a duplicate after them all still refused. */

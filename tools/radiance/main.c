@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "libcommon/rad_chat.h"
+#include "libcommon/rad_builder.h"
 #include "libcommon/rad_engine.h"
 #include "libcommon/rad_num.h"
 #include "libcommon/rad_sampler.h"
@@ -386,9 +387,9 @@ static int chat_read_line(FILE *f, char **buf, size_t *cap, size_t *len, int *nu
  * past the context) is said on stderr in one line and the chat goes on. */
 static int run_chat(RadEngine *en, RadSched *sched, const RadTok *tok, Opts *o, GenStats *st, RadErr *e) {
     const RadChatFormat *cf;
-    int rc = rad_chat_format_get(en->arch, &en->meta, &cf, e);
+    int rc = rad_chat_format_get(rad_engine_arch(en), rad_engine_meta(en), &cf, e);
     if (rc) return rc;
-    if (!cf) return rad_err_set(e, RAD_E_UNSUPPORTED, "plugin '%s' gives no chat format for this model", en->arch->info->name);
+    if (!cf) return rad_err_set(e, RAD_E_UNSUPPORTED, "plugin '%s' gives no chat format for this model", rad_engine_arch(en)->info->name);
     int32_t stop_ids[RAD_CHAT_MAX_STOP_IDS];
     uint32_t n_stop_ids;
     if ((rc = rad_chat_stop_ids(cf, tok, stop_ids, &n_stop_ids, e))) return rc;
@@ -465,8 +466,7 @@ int main(int argc, char **argv) {
     if (!o.prompt && !o.ids && !o.tokenize && !o.detokenize && !o.chat && !o.debug_graph && !o.debug_placement) return serve(&o);
     RadErr e = {0};
     RadTok *tok = NULL;
-    RadEngine en;
-    int have_engine = 0;
+    RadEngine *en = NULL;
     double t_load = now();
     if (o.tokenize || o.detokenize) { /* the tokenizer alone: no kernels, no plugin */
         RadModelFile m;
@@ -507,19 +507,18 @@ int main(int argc, char **argv) {
                         .deterministic = o.deterministic, .max_tolerance = o.fast ? 2e-2 : 1e-3, .profile = o.profile,
                         .mmap_weights = o.mmap_weights, .no_repack = o.no_repack, .no_verify = o.no_verify, .kv_dtype = (RadDType)o.kv_dtype};
     rc = rad_engine_open(&en, &eo, &e);
-    have_engine = 1;
-    if (!rc) rc = rad_tok_init(&tok, &en.m.tok, &e);
+    if (!rc) rc = rad_tok_init(&tok, rad_engine_tok_data(en), &e);
     t_load = now() - t_load;
-    if (!rc && o.debug_graph) rad_engine_dump_graph(&en, stdout);
-    if (!rc && o.debug_placement) rad_engine_dump_placement(&en, stdout);
+    if (!rc && o.debug_graph) rad_engine_dump_graph(en, stdout);
+    if (!rc && o.debug_placement) rad_engine_dump_placement(en, stdout);
     GenStats st = {0};
     RadSched *sched = NULL;
     if (!rc && (o.chat || o.prompt || o.ids)) { /* one sequence; the prefix cache keeps a chat's turns */
         RadSchedOpts so = {.max_seqs = 1, .max_mixed_tok = eo.max_tok, .prefix_cache = !o.no_prefix_cache};
-        rc = rad_sched_open(&sched, &en, tok, &so, &e);
+        rc = rad_sched_open(&sched, en, tok, &so, &e);
     }
     if (!rc && o.chat) {
-        rc = run_chat(&en, sched, tok, &o, &st, &e);
+        rc = run_chat(en, sched, tok, &o, &st, &e);
     } else if (!rc && (o.prompt || o.ids)) {
         int32_t *ids = NULL;
         size_t n_prompt = 0;
@@ -546,9 +545,9 @@ int main(int argc, char **argv) {
     else if (o.prompt || o.ids || o.chat)
         fprintf(stderr, "radiance: load %.2f s; prompt %zu tokens in %.3f s (%.1f tok/s); generation %d tokens in %.3f s (%.1f tok/s); %u threads\n",
                 t_load, st.n_prompt, st.t_prompt, st.t_prompt > 0 ? (double)st.n_prompt / st.t_prompt : 0.0, st.n_gen, st.t_gen,
-                st.t_gen > 0 ? st.n_gen / st.t_gen : 0.0, en.o.n_threads);
-    if (!rc && o.profile) rad_engine_dump_profile(&en, stderr);
+                st.t_gen > 0 ? st.n_gen / st.t_gen : 0.0, rad_engine_limits(en).n_threads);
+    if (!rc && o.profile) rad_engine_dump_profile(en, stderr);
     rad_tok_free(tok);
-    if (have_engine) rad_engine_close(&en);
+    rad_engine_close(en);
     return rad_stdout_close("radiance", rc ? 1 : 0);
 }

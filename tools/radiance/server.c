@@ -72,8 +72,7 @@ typedef struct Srv {
     const Opts *o;
     struct MHD_Daemon *d;
     atomic_int state;
-    RadEngine en;
-    int have_engine;
+    RadEngine *en;                 /* NULL until opened */
     RadTok *tok;
     pthread_mutex_t gate;          /* sched and sched_live: calls into the scheduler from MHD's thread */
     RadSched *sched;
@@ -1291,17 +1290,16 @@ int serve(const Opts *o) {
                         .mmap_weights = o->mmap_weights, .no_repack = o->no_repack, .no_verify = o->no_verify, .kv_dtype = (RadDType)o->kv_dtype};
     double t0 = now();
     int rc = rad_engine_open(&s->en, &eo, &e);
-    s->have_engine = 1;
-    if (!rc) rc = rad_tok_init(&s->tok, &s->en.m.tok, &e);
+    if (!rc) rc = rad_tok_init(&s->tok, rad_engine_tok_data(s->en), &e);
     RadSched *sched = NULL;
     RadSchedOpts so = {.max_seqs = o->max_seqs, .max_mixed_tok = o->max_mixed_tok, .max_queue = o->max_queue,
                        .prefix_cache = !o->no_prefix_cache};
-    if (!rc) rc = rad_sched_open(&sched, &s->en, s->tok, &so, &e);
+    if (!rc) rc = rad_sched_open(&sched, s->en, s->tok, &so, &e);
     if (!rc) {
         if (o->served_model_name) snprintf(s->model_name, sizeof s->model_name, "%s", o->served_model_name);
         else stem(o->model, s->model_name, sizeof s->model_name);
-        s->cx = (ApiCtx){.model = s->model_name, .tok = s->tok, .max_ctx = rad_sched_max_ctx(sched), .defaults = gen_defaults(&s->en.meta)};
-        rc = rad_chat_format_get(s->en.arch, &s->en.meta, &s->cx.chat, &e); /* checked before it is read */
+        s->cx = (ApiCtx){.model = s->model_name, .tok = s->tok, .max_ctx = rad_sched_max_ctx(sched), .defaults = gen_defaults(rad_engine_meta(s->en))};
+        rc = rad_chat_format_get(rad_engine_arch(s->en), rad_engine_meta(s->en), &s->cx.chat, &e); /* checked before it is read */
         if (!rc) rc = rad_chat_stop_ids(s->cx.chat, s->tok, s->cx.chat_stop_ids, &s->cx.n_chat_stop_ids, &e);
         s->cx.chat_special = o->chat_special;
         s->cx.default_max_tokens = o->default_max_tokens;
@@ -1321,7 +1319,7 @@ int serve(const Opts *o) {
                 s->model_name, s->cx.max_ctx, o->max_seqs, o->max_mixed_tok, o->deterministic ? "deterministic" : "not deterministic",
                 s->cx.chat ? s->cx.chat->kind : "none");
     if (run) rad_sched_run(sched); /* until the drain stops it, or the weights change under --mmap */
-    const char *why_changed = run ? rad_engine_fail_closed(&s->en) : NULL;
+    const char *why_changed = run ? rad_engine_fail_closed(s->en) : NULL;
     const int changed = why_changed != NULL; /* exit RAD_EXIT_MODEL_CHANGED (docs/TOOLS.md) */
     if (changed) fprintf(stderr, "radiance: %s\n", why_changed);
 
@@ -1355,7 +1353,7 @@ int serve(const Opts *o) {
         }
     watch_stop(s);
     rad_tok_free(s->tok);
-    if (s->have_engine) rad_engine_close(&s->en);
+    rad_engine_close(s->en);
     met_free(&s->met);
     fprintf(stderr, "radiance: stopped\n");
     return changed ? RAD_EXIT_MODEL_CHANGED : rc ? 1 : 0;
