@@ -17,9 +17,9 @@ LDLIBS  += $(PKG_LIBS) -lm -lpthread -ldl
 SAN      = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
 TOOLS     = radiance rad-convert rad-info rad-kbench rad-tune
-LIB_SRC   = $(sort $(wildcard libcommon/*.c))
-LIB_HDR   = $(wildcard libcommon/*.h abi/*.h)
-TEST_SRC  = $(sort $(wildcard tests/*.c))
+LIB_SRC   = $(sort $(wildcard libcommon/*/*.c))
+LIB_HDR   = $(wildcard libcommon/*/*.h abi/*.h)
+TEST_SRC  = $(sort $(filter-out tests/plugins/%,$(wildcard tests/*/*.c)))
 FUZZ_SRC  = $(sort $(wildcard fuzz/*.c))
 FUZZ_SECONDS ?= 60
 FUZZ_SMOKE   ?= 10
@@ -82,7 +82,7 @@ $(B)/libcommon.a: $(LIB_SRC:%.c=$(B)/obj/%.o)
 $(B)/%: $$(addprefix $(B)/obj/,$$(subst .c,.o,$$(wildcard tools/$$*/*.c))) $(B)/libcommon.a
 	$(CC) $(CFLAGS) -o $@ $(filter %.o,$^) $(B)/libcommon.a $(LDLIBS)
 
-# --- tests: every tests/*.c is one Criterion binary, so CI reads one summary line ----------
+# --- tests: every tests/<folder>/*.c is one Criterion binary, so CI reads one summary line ----------
 $(B)/tests/run: $(TEST_SRC:%.c=$(B)/obj/%.o) $(B)/libcommon.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $(filter %.o,$^) $(B)/libcommon.a $(LDLIBS) -lcriterion
@@ -131,6 +131,7 @@ plugin-sdk: tools
 
 walls:
 	@sh scripts/check-walls.sh
+	@sh scripts/check-walls.sh --self-test
 
 flake-check:
 	@if command -v nix-instantiate >/dev/null; then \

@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "libcommon/gguf.h"
-#include "libcommon/quant.h"
+#include "libcommon/format/rad_gguf.h"
+#include "libcommon/tensor/rad_enc.h"
 
 typedef struct Mem {
     const uint8_t *p;

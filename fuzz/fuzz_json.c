@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "libcommon/hf.h"
+#include "libcommon/format/rad_hf.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
@@ -35,8 +35,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     if (rc != RAD_OK && (e.code != rc || !e.msg[0] || strchr(e.msg, '\n'))) abort();
     /* a loaded vocabulary has as many types as tokens */
-    const RadValue *t = rad_kv_get(&m.tok, "tokenizer.tokens");
-    const RadValue *tt = rad_kv_get(&m.tok, "tokenizer.token_type");
+    const RadValue *t = rad_dict_get(&m.tok, "tokenizer.tokens");
+    const RadValue *tt = rad_dict_get(&m.tok, "tokenizer.token_type");
     if (rc == RAD_OK && t && (!tt || tt->n != t->n)) abort();
     rad_model_free(&m);
     free(p);

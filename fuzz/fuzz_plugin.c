@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "libcommon/rad_plugins.h"
+#include "libcommon/plugin/rad_plugins.h"
 
 typedef struct In {
     const uint8_t *p;

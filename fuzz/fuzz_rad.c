@@ -6,7 +6,7 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "libcommon/rad_container.h"
+#include "libcommon/format/rad_container.h"
 
 /* The header checksum would stop almost every mutation at the door: recompute it over a copy,
  * so the fuzzer reaches the section and tensor-table parsers. Odd inputs keep it as it was, so

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "libcommon/safetensors.h"
+#include "libcommon/format/rad_safetensors.h"
 
 typedef struct Mem {
     const uint8_t *p;

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Dev-time: writes tests/fixtures/oracle/smollm2-chat-golden.json, the greedy replies Hugging Face
-transformers gives in a two-turn chat with SmolLM2-135M-Instruct, which tests/chat_test.c
+transformers gives in a two-turn chat with SmolLM2-135M-Instruct, which tests/text/chat_test.c
 compares `radiance --chat --temp 0 -n 32` against.
 
     /work/venv/bin/python scripts/gen-chat-golden.py            # ~1 minute

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the golden fixtures for libcommon/rad_encode.c and libcommon/rad_xform.c into
+"""Writes the golden fixtures for libcommon/tensor/rad_encode.c and libcommon/tensor/rad_xform.c into
 tests/fixtures/encode/.
 
 The oracles are numpy and the `gguf` Python package (llama.cpp's gguf-py); run this with a
@@ -8,9 +8,9 @@ Python that has both (`pip install gguf numpy`):
     python3 scripts/gen-encode-fixtures.py [--out tests/fixtures/encode]
 
 Deterministic for a given numpy/gguf version (fixed seed). Every file is raw little-endian data,
-no header; the shapes are fixed here and repeated in tests/test_encode.c / tests/test_xform.c.
+no header; the shapes are fixed here and repeated in tests/tensor/encode_test.c / tests/tensor/xform_test.c.
 
-Encoding (tests/test_encode.c):
+Encoding (tests/tensor/encode_test.c):
   values.f32        N f32 values: hand-picked hard cases for f16 and bf16 (ties at every
                     rounding position, the f16 subnormal range and its edges, the overflow edge
                     65504..65520, huge, f32 subnormals, ±0, ±inf, NaNs with payloads), then
@@ -25,7 +25,7 @@ Encoding (tests/test_encode.c):
                     range) then random blocks at scales 1e-6 .. 1e4
   q8_0.bin          gguf.quants.quantize(q8_0.f32.reshape(-1, 32), Q8_0)
 
-Transforms (tests/test_xform.c):
+Transforms (tests/tensor/xform_test.c):
   rope_hf.f32       [ROPE_HEADS*ROPE_D, ROPE_COLS] Hugging Face q rows (random)
   rope_gguf.f32     llama.cpp's convert_hf_to_gguf permute of it (rope pairs interleaved)
   rope_gguf.q4_1    gguf's Q4_1 quantize of rope_gguf.f32 ([ROPE_Q_ROWS, ROPE_Q_COLS] below)

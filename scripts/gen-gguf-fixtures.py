@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the golden fixtures for libcommon/quant.c and libcommon/gguf.c into tests/fixtures/gguf/.
+"""Writes the golden fixtures for libcommon/tensor/rad_enc.c and libcommon/format/rad_gguf.c into tests/fixtures/gguf/.
 
 The oracle is the `gguf` Python package (llama.cpp's gguf-py) and numpy: run this with a Python
 that has both (`pip install gguf numpy`); nothing here assumes a particular interpreter path.

@@ -469,7 +469,7 @@ def q8_blocks(x, f16_scale):
 def calibrate_q8act():
     """Scores a transformers run whose every Linear (the 210 q4_1 projections and the q8_0 tied
     head) sees its input quantised to q8 blocks, against the committed smollm2 files, by the
-    tests' measures: teacher-forced top-1 agreement, top-64 + rest KL (as tests/oracle_test.c),
+    tests' measures: teacher-forced top-1 agreement, top-64 + rest KL (as tests/runtime/oracle_test.c),
     the exact KL at the stored full rows, and greedy continuations identical to the oracle's.
     That is the arithmetic radiance --fast lets the quantised GEMMs use; its numbers are what the
     --fast bound in docs/ORACLE.md is judged against."""

@@ -2,7 +2,7 @@
  *   cc -I. scripts/gen-rad-seeds.c build/libcommon.a $(pkg-config --libs libarchive libzstd jansson libxxhash) -lm -o /tmp/g && /tmp/g fuzz/corpus/fuzz_rad */
 #include <stdio.h>
 
-#include "libcommon/rad_container.h"
+#include "libcommon/format/rad_container.h"
 
 int main(int argc, char **argv) {
     if (argc != 2) return 2;
@@ -14,12 +14,12 @@ int main(int argc, char **argv) {
     for (int z = 0; z < 2; z++) {
         char p[512];
         snprintf(p, sizeof p, "%s/seed%d.rad", argv[1], z);
-        RadKV meta, tok;
-        rad_kv_init(&meta), rad_kv_init(&tok);
-        rad_kv_set_str(&meta, "model.arch_id", "llama", &e);
-        rad_kv_set_u32(&meta, "model.n_layers", 1, &e);
+        RadDict meta, tok;
+        rad_dict_init(&meta), rad_dict_init(&tok);
+        rad_dict_set_str(&meta, "model.arch_id", "llama", &e);
+        rad_dict_set_u32(&meta, "model.n_layers", 1, &e);
         const char *t[] = {"a", "b"};
-        rad_kv_set_strarr(&tok, "tokenizer.tokens", t, 2, &e);
+        rad_dict_set_strarr(&tok, "tokenizer.tokens", t, 2, &e);
         RadWriter *w;
         RadWriteOpts o = {.alignment = 8, .zstd_level = z ? 3 : 0, .compress_min = 16};
         uint64_t s1[2] = {2, 32}, s2[2] = {2, 32};
@@ -32,7 +32,7 @@ int main(int argc, char **argv) {
             return 1;
         }
         rad_writer_free(w);
-        rad_kv_free(&meta), rad_kv_free(&tok);
+        rad_dict_free(&meta), rad_dict_free(&tok);
     }
     return 0;
 }

@@ -24,7 +24,7 @@ six times the original context, so the scaled frequencies decide the attention p
     /work/venv/bin/python scripts/make-rope-llama3.py           # ~1 minute
     /work/venv/bin/python scripts/make-rope-llama3.py --verify  # re-read the goldens
 
-Tests (tests/rope_scaling_test.c) read the files with plain C and never run Python.
+Tests (tests/runtime/rope_scaling_test.c) read the files with plain C and never run Python.
 """
 import argparse
 import importlib.util

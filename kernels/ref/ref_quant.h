@@ -2,8 +2,8 @@
  *
  * A kernel library cannot call libcommon, so block decoding lives here. The layouts are GGML's
  * byte for byte (abi/rad_types.h), read byte by byte (a weight row may have any alignment), and
- * the arithmetic is libcommon/quant.c's in the same order with every product stored before it
- * is added: these decoders are bit-identical to rad_dequant (tests/test_ref.c checks it through
+ * the arithmetic is libcommon/tensor/rad_enc.c's in the same order with every product stored before it
+ * is added: these decoders are bit-identical to rad_dequant (tests/kernels/ref_test.c checks it through
  * embed_gather), which is itself checked against the gguf package. The SIMD decoders in
  * ref_dequant.c are checked against these. */
 #ifndef REF_QUANT_H

@@ -1,5 +1,5 @@
 /* A kernel library that is wrong in the way $RAD_TEST_BADLIB names, so one .so shows the loader
- * (tests/plugins_test.c, tests/hostile/cases/plugins.py, fuzz/fuzz_plugin.c's seeds) every field
+ * (tests/plugin/plugins_test.c, tests/hostile/cases/plugins.py, fuzz/fuzz_plugin.c's seeds) every field
  * a plugin can get wrong. Unset or unknown: "null-table". "good": a valid three-kernel library;
  * "many": a valid one of 70 rmsnorm variants that serve no real row count; "init-fails": a valid one
  * whose init refuses. */

@@ -13,12 +13,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "libcommon/hf.h"
-#include "libcommon/rad_container.h"
-#include "libcommon/rad_num.h"
-#include "libcommon/rad_plugins.h"
-#include "libcommon/rad_src.h"
-#include "libcommon/rad_stdout.h"
+#include "libcommon/format/rad_hf.h"
+#include "libcommon/format/rad_container.h"
+#include "libcommon/base/rad_num.h"
+#include "libcommon/plugin/rad_plugins.h"
+#include "libcommon/io/rad_src.h"
+#include "libcommon/format/rad_model.h"
+#include "libcommon/base/rad_stdout.h"
 #include "plan.h"
 
 typedef struct Opts {
@@ -83,8 +84,8 @@ static int check_set(const Opts *o, const char *arg, RadErr *e) {
 
 /* The type a --set value takes: the key's type in the output metadata when it is there, else
  * the documented type of a model.* or generation.* key (docs/KEYS.md), else a string. */
-static RadValType set_type(const RadKV *meta, const char *key) {
-    const RadValue *v = rad_kv_get(meta, key);
+static RadValType set_type(const RadDict *meta, const char *key) {
+    const RadValue *v = rad_dict_get(meta, key);
     if (v) return v->type;
     static const struct { const char *key; RadValType t; } known[] = {
         {"model.n_layers", RAD_VAL_U32}, {"model.n_embd", RAD_VAL_U32}, {"model.n_head", RAD_VAL_U32},
@@ -106,7 +107,7 @@ static RadValType set_type(const RadKV *meta, const char *key) {
 
 /* Applies every --set to meta, each value parsed strictly as its key's type (set_type): a
  * number must be finite and fit the type, named by its key. */
-static int apply_sets(const Opts *o, RadKV *meta, RadErr *e) {
+static int apply_sets(const Opts *o, RadDict *meta, RadErr *e) {
     for (int i = 0; i < o->n_sets; i++) {
         char key[256], what[272];
         const char *eq = strchr(o->sets[i], '='), *val = eq + 1;
@@ -117,7 +118,7 @@ static int apply_sets(const Opts *o, RadKV *meta, RadErr *e) {
         int rc = RAD_OK;
         double f = 0;
         switch (t) {
-        case RAD_VAL_STRING: rc = rad_kv_set_str(meta, key, val, e); continue;
+        case RAD_VAL_STRING: rc = rad_dict_set_str(meta, key, val, e); continue;
         case RAD_VAL_BOOL:
             if (strcmp(val, "true") && strcmp(val, "false"))
                 return rad_err_set(e, RAD_E_ARG, "--set %s: '%.40s' is not true or false (the key is a bool)", key, val);
@@ -137,7 +138,7 @@ static int apply_sets(const Opts *o, RadKV *meta, RadErr *e) {
         case RAD_VAL_F64: rc = rad_num_f64(what, val, -DBL_MAX, DBL_MAX, RAD_NUM_REAL, &v.v.f, e); break;
         default: return rad_err_set(e, RAD_E_ARG, "--set %s: the key is an array; --set sets only scalars and strings", key);
         }
-        if (rc || (rc = rad_kv_set(meta, key, &v, e))) return rc;
+        if (rc || (rc = rad_dict_set(meta, key, &v, e))) return rc;
     }
     return RAD_OK;
 }
@@ -235,11 +236,11 @@ static const char *arch_alias(const char *s) {
 }
 
 static const char *arch_of(const RadModelFile *m) {
-    const RadValue *a = rad_kv_get(&m->raw, "config.architectures");
+    const RadValue *a = rad_dict_get(&m->raw, "config.architectures");
     if (a && a->type == RAD_VAL_ARRAY && a->arr_type == RAD_VAL_STRING && a->n > 0)
         return arch_alias(((const RadStr *)a->v.arr)[0].p);
     const char *id = NULL;
-    rad_kv_gets(&m->meta, "model.arch_id", &id, NULL);
+    rad_dict_gets(&m->meta, "model.arch_id", &id, NULL);
     return id ? arch_alias(id) : NULL;
 }
 
@@ -257,7 +258,7 @@ static void descriptor(const RadModelFile *m, QuantChoice q, const char **quant,
         *quant = "ggml";
     } else if (q == Q_KEEP && has_blocks(m)) {
         *quant = "";
-        rad_kv_gets(&m->meta, "model.quant", quant, NULL);
+        rad_dict_gets(&m->meta, "model.quant", quant, NULL);
         if (!**quant) *quant = "ggml";
         *origin = strcmp(m->format, "gguf") == 0 ? "import:gguf" : "import:unknown";
     } else {
@@ -368,14 +369,14 @@ static int vocab_only(const Opts *o) {
     RadErr e = {0};
     int rc = load_vocab(o->src, &m, &e);
     if (!rc && !m.tok.n) rc = rad_err_set(&e, RAD_E_NOTFOUND, "%s: holds no tokenizer", o->src);
-    RadKV meta;
-    rad_kv_init(&meta);
-    for (uint64_t i = 0; !rc && i < m.meta.n; i++) rc = rad_kv_set(&meta, m.meta.keys[i].p, &m.meta.vals[i], &e);
-    if (!rc) rc = rad_kv_set_bool(&meta, "model.vocab_only", true, &e);
+    RadDict meta;
+    rad_dict_init(&meta);
+    for (uint64_t i = 0; !rc && i < m.meta.n; i++) rc = rad_dict_set(&meta, m.meta.keys[i].p, &m.meta.vals[i], &e);
+    if (!rc) rc = rad_dict_set_bool(&meta, "model.vocab_only", true, &e);
     int usage = 0; /* a --set value that does not fit its key: exit 2 */
     if (!rc && (rc = apply_sets(o, &meta, &e))) usage = 1;
     if (!rc && (o->plan_only || o->verbose)) {
-        const RadValue *t = rad_kv_get(&m.tok, "tokenizer.tokens");
+        const RadValue *t = rad_dict_get(&m.tok, "tokenizer.tokens");
         fprintf(o->out && !strcmp(o->out, "-") ? stderr : stdout, "plan: %s -> %s: tokenizer only (%" PRIu64 " tokens), no weights\n",
                 o->src, o->out ? o->out : "(nothing)", t ? t->n : 0);
     }
@@ -390,7 +391,7 @@ static int vocab_only(const Opts *o) {
         writer_close(w);
     }
     if (rc) fprintf(stderr, "rad-convert: %s\n", e.msg);
-    rad_kv_free(&meta);
+    rad_dict_free(&meta);
     rad_model_free(&m);
     return rad_stdout_close("rad-convert", rc ? 1 + usage : 0);
 }
@@ -426,7 +427,7 @@ int main(int argc, char **argv) {
     /* a source truncated while it is read: one line, the temporary removed, exit 3 (not SIGBUS) */
     rad_model_guard_on_fault(tmp_remove);
     rad_model_guard_inputs(&src, "truncated while converting (SIGBUS reading it)");
-    const RadValue *archs = rad_kv_get(&src.raw, "config.architectures");
+    const RadValue *archs = rad_dict_get(&src.raw, "config.architectures");
     if (archs && !(archs->type == RAD_VAL_ARRAY && archs->arr_type == RAD_VAL_STRING && archs->n > 0)) {
         rad_model_free(&src); /* not a fallback to model_type: the file says something we cannot read */
         fprintf(stderr, "rad-convert: %s: config.json field 'architectures': expected a non-empty array of strings\n", o.src);
@@ -441,15 +442,15 @@ int main(int argc, char **argv) {
     descriptor(&src, o.quant, &quant, &origin);
 
     /* the output's metadata: the source's, with the id, descriptor and --set applied */
-    RadKV meta;
-    rad_kv_init(&meta);
-    for (uint64_t i = 0; i < src.meta.n && !rc; i++) rc = rad_kv_set(&meta, src.meta.keys[i].p, &src.meta.vals[i], &e);
-    if (!rc) rc = rad_kv_set_str(&meta, "model.arch_id", id, &e);
-    if (!rc) rc = rad_kv_set_str(&meta, "model.quant", quant, &e);
-    if (!rc) rc = rad_kv_set_str(&meta, "model.quant_origin", origin, &e);
+    RadDict meta;
+    rad_dict_init(&meta);
+    for (uint64_t i = 0; i < src.meta.n && !rc; i++) rc = rad_dict_set(&meta, src.meta.keys[i].p, &src.meta.vals[i], &e);
+    if (!rc) rc = rad_dict_set_str(&meta, "model.arch_id", id, &e);
+    if (!rc) rc = rad_dict_set_str(&meta, "model.quant", quant, &e);
+    if (!rc) rc = rad_dict_set_str(&meta, "model.quant_origin", origin, &e);
     int usage = 0; /* a --set value that does not fit its key: exit 2 */
     if (!rc && (rc = apply_sets(&o, &meta, &e))) usage = 1;
-    if (!rc) rad_kv_gets(&meta, "model.quant", &quant, NULL), rad_kv_gets(&meta, "model.quant_origin", &origin, NULL);
+    if (!rc) rad_dict_gets(&meta, "model.quant", &quant, NULL), rad_dict_gets(&meta, "model.quant_origin", &origin, NULL);
 
     char **dirs = NULL;
     int n_dirs = rad_plugin_dirs(o.plugin_dirs, o.n_plugin_dirs, &dirs);
@@ -465,8 +466,8 @@ int main(int argc, char **argv) {
     RadModelMeta mm;
     char **kk = NULL, **kv = NULL;
     if (!rc) rc = rad_model_meta(&view, &mm, &e);
-    if (!rc) rc = rad_meta_kv_fill(&mm, &meta, &src.chat, &kk, &kv, &e);
-    RadBuildCtx ctx = rad_build_ctx_for(&mm, &o.bounds); /* radiance's bounds (rad_builder.h) */
+    if (!rc) rc = rad_meta_table_fill(&mm, &meta, &src.chat, &kk, &kv, &e);
+    RadBuildCtx ctx = rad_build_ctx_for(&mm, &o.bounds); /* radiance's bounds (rad_graph.h) */
     Plan plan = {.src = &src, .quant = o.quant, .drop_unclaimed = o.drop_unclaimed, .no_tokenizer = o.no_tokenizer};
     RadGraph g;
     memset(&g, 0, sizeof g);
@@ -537,11 +538,11 @@ int main(int argc, char **argv) {
     }
     if (rc) fprintf(stderr, "rad-convert: %s\n", e.msg);
     if (declared) rad_graph_free(&g);
-    if (kk) rad_meta_kv_free(&mm, kk, kv);
+    if (kk) rad_meta_table_free(&mm, kk, kv);
     plan_free(&plan);
     rad_plugins_free(&plugins);
     rad_plugin_dirs_free(dirs, n_dirs);
-    rad_kv_free(&meta);
+    rad_dict_free(&meta);
     rad_model_free(&src);
     return rad_stdout_close("rad-convert", rc ? 1 + usage : 0);
 }

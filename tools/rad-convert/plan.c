@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "libcommon/rad_encode.h"
-#include "libcommon/rad_xform.h"
+#include "libcommon/tensor/rad_encode.h"
+#include "libcommon/tensor/rad_xform.h"
 
 static RadXTensor xt(const RadTensor *t) { return rad_xtensor_of(t, t->planes[0].data, t->planes[0].nbytes); }
 

@@ -3,8 +3,8 @@
 #ifndef RAD_CONVERT_PLAN_H
 #define RAD_CONVERT_PLAN_H
 
-#include "libcommon/rad_builder.h"
-#include "libcommon/rad_model.h"
+#include "libcommon/plugin/rad_graph.h"
+#include "libcommon/format/rad_model.h"
 
 typedef enum QuantChoice { Q_KEEP = 0, Q_F32, Q_BF16, Q_F16, Q_Q8_0 } QuantChoice;
 

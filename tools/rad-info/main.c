@@ -7,10 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "libcommon/rad_container.h"
-#include "libcommon/rad_model.h"
-#include "libcommon/rad_plugins.h"
-#include "libcommon/rad_stdout.h"
+#include "libcommon/format/rad_container.h"
+#include "libcommon/format/rad_model.h"
+#include "libcommon/plugin/rad_plugins.h"
+#include "libcommon/base/rad_stdout.h"
 
 typedef struct Opts {
     int json, tensors, check, raw, verbose, plugins;
@@ -59,7 +59,7 @@ static uint64_t tensor_bytes(const RadTensor *t, int stored) {
     return b;
 }
 
-static void print_kv(const RadKV *kv, const char *indent, int max_elems) {
+static void print_kv(const RadDict *kv, const char *indent, int max_elems) {
     for (uint64_t i = 0; i < kv->n; i++) {
         printf("%s%-40s ", indent, kv->keys[i].p);
         rad_value_print(stdout, &kv->vals[i], max_elems);
@@ -67,17 +67,17 @@ static void print_kv(const RadKV *kv, const char *indent, int max_elems) {
     }
 }
 
-static const char *tok_text(const RadKV *tok, const char *idkey) {
+static const char *tok_text(const RadDict *tok, const char *idkey) {
     int64_t id;
-    const RadValue *toks = rad_kv_get(tok, "tokenizer.tokens");
-    if (rad_kv_geti(tok, idkey, &id, NULL) != RAD_OK || !toks || toks->type != RAD_VAL_ARRAY ||
+    const RadValue *toks = rad_dict_get(tok, "tokenizer.tokens");
+    if (rad_dict_geti(tok, idkey, &id, NULL) != RAD_OK || !toks || toks->type != RAD_VAL_ARRAY ||
         toks->arr_type != RAD_VAL_STRING || id < 0 || (uint64_t)id >= toks->n)
         return NULL;
     return ((const RadStr *)toks->v.arr)[id].p;
 }
 
-static uint64_t arr_len(const RadKV *kv, const char *key) {
-    const RadValue *v = rad_kv_get(kv, key);
+static uint64_t arr_len(const RadDict *kv, const char *key) {
+    const RadValue *v = rad_dict_get(kv, key);
     return v && v->type == RAD_VAL_ARRAY ? v->n : 0;
 }
 
@@ -144,8 +144,8 @@ static void print_text(const RadModelFile *m, const Opts *o) {
         printf("  (none)\n");
     } else {
         const char *model = "?", *pre = "?";
-        rad_kv_gets(&m->tok, "tokenizer.model", &model, NULL);
-        rad_kv_gets(&m->tok, "tokenizer.pre", &pre, NULL);
+        rad_dict_gets(&m->tok, "tokenizer.model", &model, NULL);
+        rad_dict_gets(&m->tok, "tokenizer.pre", &pre, NULL);
         printf("  model         %s\n  pre           %s\n  tokens        %" PRIu64 "\n  merges        %" PRIu64 "\n",
                model, pre, arr_len(&m->tok, "tokenizer.tokens"), arr_len(&m->tok, "tokenizer.merges"));
         if (arr_len(&m->tok, "tokenizer.scores")) printf("  scores        %" PRIu64 "\n", arr_len(&m->tok, "tokenizer.scores"));
@@ -154,7 +154,7 @@ static void print_text(const RadModelFile *m, const Opts *o) {
             char key[64];
             int64_t id;
             snprintf(key, sizeof key, "tokenizer.%s_id", ids[i]);
-            if (rad_kv_geti(&m->tok, key, &id, NULL) != RAD_OK) continue;
+            if (rad_dict_geti(&m->tok, key, &id, NULL) != RAD_OK) continue;
             const char *txt = tok_text(&m->tok, key);
             printf("  %-4s          %" PRId64 " %s\n", ids[i], id, txt ? txt : "(out of range)");
         }
@@ -166,8 +166,8 @@ static void print_text(const RadModelFile *m, const Opts *o) {
     }
     printf("\nchat format\n");
     const char *kind = NULL, *tmpl = NULL;
-    rad_kv_gets(&m->chat, "chat.kind", &kind, NULL);
-    rad_kv_gets(&m->chat, "chat.template", &tmpl, NULL);
+    rad_dict_gets(&m->chat, "chat.kind", &kind, NULL);
+    rad_dict_gets(&m->chat, "chat.template", &tmpl, NULL);
     if (!kind && !tmpl) printf("  (none)\n");
     else printf("  kind          %s\n  template      %zu bytes\n", kind ? kind : "unknown", tmpl ? strlen(tmpl) : 0);
     if (o->raw && m->raw.n) {
@@ -261,7 +261,7 @@ static json_t *jvalue(const RadValue *v, uint64_t max_elems) {
     return a;
 }
 
-static json_t *jkv(const RadKV *kv, uint64_t max_elems) {
+static json_t *jkv(const RadDict *kv, uint64_t max_elems) {
     json_t *o = json_object();
     for (uint64_t i = 0; i < kv->n; i++) json_object_set_new(o, kv->keys[i].p, jvalue(&kv->vals[i], max_elems));
     return o;

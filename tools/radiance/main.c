@@ -8,14 +8,14 @@
 #include <string.h>
 #include <time.h>
 
-#include "libcommon/rad_chat.h"
-#include "libcommon/rad_builder.h"
-#include "libcommon/rad_engine.h"
-#include "libcommon/rad_num.h"
-#include "libcommon/rad_sampler.h"
-#include "libcommon/rad_sched.h"
-#include "libcommon/rad_stdout.h"
-#include "libcommon/rad_tok.h"
+#include "libcommon/text/rad_chat.h"
+#include "libcommon/plugin/rad_graph.h"
+#include "libcommon/runtime/rad_engine.h"
+#include "libcommon/base/rad_num.h"
+#include "libcommon/runtime/rad_sampler.h"
+#include "libcommon/runtime/rad_sched.h"
+#include "libcommon/base/rad_stdout.h"
+#include "libcommon/tok/rad_tok.h"
 #include "radiance.h"
 
 static void usage(FILE *f) {
@@ -284,7 +284,7 @@ typedef struct Gen {
     RadSched *sched;
     int print_ids;                 /* --print-ids: the token ids, one a line, instead of text */
     int drop;                      /* -n 0: the prompt is computed, the token it yields dropped */
-    RadChatBuf *text;              /* the reply's text too (--chat), or NULL */
+    RadBuf *text;              /* the reply's text too (--chat), or NULL */
     RadGenFinish finish;           /* NONE until the request's finish event */
     int rc;                        /* a failed write (the request is then cancelled) or the request's error */
     RadErr *e;
@@ -309,7 +309,7 @@ static void gen_sink(void *user, const RadGenEvent *ev) {
         if (ev->token >= 0) printf("%d\n", ev->token);
     } else if (ev->len) {
         fwrite(ev->text, 1, ev->len, stdout);
-        if (g->text && rad_chat_buf_add(g->text, ev->text, ev->len, g->e)) g->rc = RAD_E_NOMEM;
+        if (g->text && rad_buf_put(g->text, ev->text, ev->len, g->e)) g->rc = RAD_E_NOMEM;
     }
     if (!g->rc) g->rc = rad_stdout_flush(g->e);
     if (g->rc) rad_sched_cancel(g->sched, ev->id);
@@ -319,7 +319,7 @@ static void gen_sink(void *user, const RadGenEvent *ev) {
  * one request, the scheduler's loop run until it is done. stop_ids end it (--chat's turn end);
  * the reply's text is kept in `text` when given. n_predict is cut to the context's room. */
 static int generate(RadSched *sched, const RadSamplerParams *sp, const int32_t *ids, size_t n, int n_predict,
-                    const int32_t *stop_ids, uint32_t n_stop_ids, int print_ids, RadChatBuf *text, GenStats *st,
+                    const int32_t *stop_ids, uint32_t n_stop_ids, int print_ids, RadBuf *text, GenStats *st,
                     RadErr *e) {
     uint32_t max_ctx = rad_sched_max_ctx(sched);
     uint32_t room = n < max_ctx ? max_ctx - (uint32_t)n : 0;
@@ -438,8 +438,8 @@ static int run_chat(RadEngine *en, RadSched *sched, const RadTok *tok, Opts *o, 
             free((char *)msgs[--n_msgs].content);
             continue;
         }
-        RadChatBuf reply = {0};
-        rc = rad_chat_buf_add(&reply, "", 0, e);
+        RadBuf reply = {0};
+        rc = rad_buf_put(&reply, "", 0, e);
         RadSamplerParams sp = o->sp;
         sp.seed += turn++;
         if (!rc) rc = generate(sched, &sp, ids, n, o->n_predict, stop_ids, n_stop_ids, 0, &reply, st, e);
@@ -448,7 +448,7 @@ static int run_chat(RadEngine *en, RadSched *sched, const RadTok *tok, Opts *o, 
             printf("\n");
             msgs[n_msgs++] = (RadChatMsg){RAD_ROLE_ASSISTANT, reply.p};
         } else {
-            rad_chat_buf_free(&reply);
+            rad_buf_free(&reply);
         }
     }
     free(line);

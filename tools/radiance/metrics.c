@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "libcommon/rad_buf.h"
+#include "libcommon/base/rad_buf.h"
 
 /* Bucket bounds in seconds (vLLM's, so dashboards carry over). */
 static const double LE_TTFT[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};

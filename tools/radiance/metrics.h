@@ -6,7 +6,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "libcommon/rad_sched.h"
+#include "libcommon/runtime/rad_sched.h"
 
 #define MET_MAX_BUCKETS 24
 

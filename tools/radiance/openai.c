@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "libcommon/rad_num.h"
+#include "libcommon/base/rad_num.h"
 
 int api_err(ApiErr *e, int status, const char *type, const char *code, const char *param, const char *fmt, ...) {
     e->status = status;

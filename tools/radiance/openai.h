@@ -7,9 +7,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "libcommon/rad_chat.h"
-#include "libcommon/rad_sched.h"
-#include "libcommon/rad_tok.h"
+#include "libcommon/text/rad_chat.h"
+#include "libcommon/runtime/rad_sched.h"
+#include "libcommon/tok/rad_tok.h"
 
 #define API_MAX_N 128        /* choices per request (n x prompts) */
 #define API_MAX_STOP 16      /* stop strings */

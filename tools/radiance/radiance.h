@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "libcommon/rad_sampler.h"
+#include "libcommon/runtime/rad_sampler.h"
 
 typedef struct Opts {
     const char *model, *prompt, *ids, *kernels;

@@ -35,10 +35,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "libcommon/rad_chat.h"
-#include "libcommon/rad_engine.h"
-#include "libcommon/rad_sched.h"
-#include "libcommon/rad_tok.h"
+#include "libcommon/text/rad_chat.h"
+#include "libcommon/runtime/rad_engine.h"
+#include "libcommon/runtime/rad_sched.h"
+#include "libcommon/tok/rad_tok.h"
 #include "metrics.h"
 #include "openai.h"
 #include "radiance.h"
@@ -127,9 +127,9 @@ typedef struct Choice {
     int finished;                  /* its finish event was processed */
     RadGenFinish fin;
     char *err;
-    RadChatBuf text;               /* completions: the text; chat: unused */
+    RadBuf text;               /* completions: the text; chat: unused */
     RadChatSplit split;            /* chat */
-    RadChatBuf content, reasoning;
+    RadBuf content, reasoning;
     ApiLp *lp;
     size_t n_lp, cap_lp;
     uint32_t n_prompt, n_cached, n_gen;
@@ -151,17 +151,17 @@ typedef struct Req {
     unsigned n_fin;                /* (mu) finish events the sinks saw */
     Ev *q;                         /* (mu) events not yet processed */
     size_t nq, capq;
-    RadChatBuf q_text;             /* (mu) */
+    RadBuf q_text;             /* (mu) */
     RadGenTop *q_top;              /* (mu) */
     size_t n_qtop, cap_qtop;
     int q_oom;                     /* (mu) an event was lost to memory: the request fails */
     /* MHD's thread only */
-    RadChatBuf body;
+    RadBuf body;
     int body_over, answered, waiting, streaming;
     ApiReq api;
     Choice *ch;
     uint32_t n_ch, n_done;
-    RadChatBuf out;                /* SSE bytes not yet sent */
+    RadBuf out;                /* SSE bytes not yet sent */
     size_t out_pos;
     int stream_end;
     char id[48];
@@ -217,18 +217,18 @@ static void req_unref(Req *r) {
         Choice *c = &r->ch[i];
         free(c->err);
         free(c->lp);
-        rad_chat_buf_free(&c->text);
-        rad_chat_buf_free(&c->content);
-        rad_chat_buf_free(&c->reasoning);
+        rad_buf_free(&c->text);
+        rad_buf_free(&c->content);
+        rad_buf_free(&c->reasoning);
     }
     for (size_t i = 0; i < r->nq; i++) free(r->q[i].msg);
     free(r->q);
     free(r->q_top);
-    rad_chat_buf_free(&r->q_text);
+    rad_buf_free(&r->q_text);
     free(r->ch);
     api_req_free(&r->api);
-    rad_chat_buf_free(&r->body);
-    rad_chat_buf_free(&r->out);
+    rad_buf_free(&r->body);
+    rad_buf_free(&r->out);
     pthread_mutex_destroy(&r->mu);
     free(r->path);
     free(r);
@@ -255,7 +255,7 @@ static int q_push(Req *r, const RadGenEvent *ev, uint32_t choice) {
     e->t_queue = ev->t_queue, e->t_first = ev->t_first, e->t_at = now();
     e->off = r->q_text.len;
     e->len = ev->len;
-    if (rad_chat_buf_add(&r->q_text, ev->text ? ev->text : "", ev->text ? ev->len : 0, NULL)) return -1;
+    if (rad_buf_put(&r->q_text, ev->text ? ev->text : "", ev->text ? ev->len : 0, NULL)) return -1;
     if (ev->n_top && ev->top) {
         if (r->n_qtop + ev->n_top > r->cap_qtop) {
             size_t cap = (r->cap_qtop + ev->n_top) * 2;
@@ -304,7 +304,7 @@ static void sink(void *user, const RadGenEvent *ev) {
 static const char *finish_name(RadGenFinish f) { return f == RAD_FINISH_LENGTH ? "length" : "stop"; }
 
 static void out_add(Req *r, char *s) {
-    if (s && rad_chat_buf_add(&r->out, s, strlen(s), NULL)) r->stream_end = 1;
+    if (s && rad_buf_put(&r->out, s, strlen(s), NULL)) r->stream_end = 1;
     free(s);
 }
 
@@ -355,15 +355,15 @@ static void on_event(Req *r, const Ev *e, const char *text, const RadGenTop *top
     if (!e->len && !want_lp && !e->finish) return;
     size_t lp_from = c->n_lp;
     ApiChoice out = {.index = c->index};
-    RadChatBuf dc = {0}, dr = {0}; /* a stream's delta */
+    RadBuf dc = {0}, dr = {0}; /* a stream's delta */
     if (r->api.kind == API_COMPLETIONS) {
         if (want_lp && lp_push(c, e, top, c->text.len)) r->q_oom = 1;
-        if (!r->streaming && rad_chat_buf_add(&c->text, text, e->len, NULL)) r->q_oom = 1;
+        if (!r->streaming && rad_buf_put(&c->text, text, e->len, NULL)) r->q_oom = 1;
         if (r->streaming) c->text.len += e->len; /* only the offset is kept */
         out.text = text, out.len = e->len;
     } else {
         if (want_lp && lp_push(c, e, top, 0)) r->q_oom = 1;
-        RadChatBuf *bc = r->streaming ? &dc : &c->content, *br = r->streaming ? &dr : &c->reasoning;
+        RadBuf *bc = r->streaming ? &dc : &c->content, *br = r->streaming ? &dr : &c->reasoning;
         if (rad_chat_split_feed(&c->split, text, e->len, bc, br, NULL)) r->q_oom = 1;
         if (e->finish && rad_chat_split_flush(&c->split, bc, br, NULL)) r->q_oom = 1;
         out.text = dc.p, out.len = dc.len;
@@ -376,8 +376,8 @@ static void on_event(Req *r, const Ev *e, const char *text, const RadGenTop *top
         if (out.len || out.reasoning_len || out.n_lp || fin_ok) out_add(r, api_chunk(&r->api, &s->cx, r->id, r->created, &out, 0));
         c->n_lp = 0; /* a stream does not keep them */
     }
-    rad_chat_buf_free(&dc);
-    rad_chat_buf_free(&dr);
+    rad_buf_free(&dc);
+    rad_buf_free(&dr);
 }
 
 static void on_finish(Req *r, const Ev *e) {
@@ -398,7 +398,7 @@ static void on_finish(Req *r, const Ev *e) {
             ApiUsage u = usage(r);
             out_add(r, api_usage_chunk(&r->api, &r->s->cx, r->id, r->created, &u));
         }
-        if (rad_chat_buf_add(&r->out, "data: [DONE]\n\n", 14, NULL)) r->stream_end = 1;
+        if (rad_buf_put(&r->out, "data: [DONE]\n\n", 14, NULL)) r->stream_end = 1;
         r->stream_end = 1;
     }
 }
@@ -408,7 +408,7 @@ static void process_events(Req *r) {
     pthread_mutex_lock(&r->mu);
     Ev *q = r->q;
     size_t nq = r->nq;
-    RadChatBuf qt = r->q_text;
+    RadBuf qt = r->q_text;
     RadGenTop *qtop = r->q_top;
     int oom = r->q_oom;
     r->q = NULL, r->nq = r->capq = 0;
@@ -423,7 +423,7 @@ static void process_events(Req *r) {
     }
     free(q);
     free(qtop);
-    rad_chat_buf_free(&qt);
+    rad_buf_free(&qt);
 }
 
 /* ---- HTTP responses ----------------------------------------------------------------------- */
@@ -993,8 +993,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
         if (!r->answered && !r->body_over) {
             if (r->body.len + *upload_size > s->o->max_body) {
                 r->body_over = 1;
-                rad_chat_buf_free(&r->body);
-            } else if (rad_chat_buf_add(&r->body, upload, *upload_size, NULL)) {
+                rad_buf_free(&r->body);
+            } else if (rad_buf_put(&r->body, upload, *upload_size, NULL)) {
                 return MHD_NO;
             }
         }

@@ -1,0 +1,219 @@
+/* The kernel selector (rad_select.h). */
+#include "libcommon/plugin/rad_select.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const RadKernelLib *lib_at(const RadSelectOpts *o, int i) {
+    const RadPlugin *p = &o->libs->p[i];
+    return p->info && p->info->kind == RAD_PLUGIN_KERNELS ? p->lib : NULL;
+}
+
+static const char *lib_name(const RadSelectOpts *o, int i) { return o->libs->p[i].info->name; }
+
+static double max_tol(const RadSelectOpts *o) { return o->max_tolerance > 0 ? o->max_tolerance : RAD_SELECT_DEFAULT_TOLERANCE; }
+
+static int covers(const RadKernel *k, int64_t n) { return n >= k->n_min && (!k->n_max || n <= k->n_max); }
+
+static const char *enc_name(RadEnc e) { return rad_enc_info(e) ? rad_enc_info(e)->name : "?"; }
+
+enum { FIT = 0, NO_ENC = 1, TOO_LOOSE = 2 };
+
+/* Whether k (named op->op) can serve op at all: its layout takes every present weight's
+ * encoding, and its stated tolerance is within the options'. *bad: the first refused encoding. */
+static int fits(const RadSelectOpts *o, const RadSelectOp *op, const RadKernel *k, RadEnc *bad) {
+    for (uint32_t j = 0; j < op->n_w; j++) {
+        RadEnc e = op->w_enc[j];
+        if (e != RAD_ENC_COUNT && !(k->weight_encs & RAD_ENC_BIT(e))) return *bad = e, NO_ENC;
+    }
+    if (k->exactness == RAD_EXACT_TOLERANCE && k->tolerance > max_tol(o)) return TOO_LOOSE;
+    return FIT;
+}
+
+/* Preference order is pass, then library (the options' order), then the library's table order.
+ * Deterministic mode takes batch-invariant kernels on the first pass and the rest on the second. */
+static int passes(const RadSelectOpts *o) { return o->deterministic ? 2 : 1; }
+static int offered(const RadSelectOpts *o, const RadKernel *k, int pass) {
+    return !o->deterministic || (pass == 0) == (k->batch_invariant != 0);
+}
+
+#define EACH_KERNEL(o, opname, pass, li, k)                                                  \
+    for (int pass = 0; pass < passes(o); pass++)                                             \
+        for (int li = 0; (o)->libs && li < (o)->libs->n; li++)                               \
+            for (uint32_t j_ = 0, n_ = lib_at((o), li) ? lib_at((o), li)->n_kernels : 0; j_ < n_; j_++) \
+                for (const RadKernel *k = rad_kernel_at(lib_at((o), li), j_); k; k = NULL)   \
+                    if (strcmp(k->op, (opname)) == 0 && offered((o), k, pass))
+
+const RadKernel *rad_select_kernel(const RadSelectOpts *o, const RadSelectOp *op, int64_t lo, int64_t hi, int *lib,
+                                   char *why_buf, size_t why_n) {
+    /* Rule 1, rad-tune's table (o->tune), is consulted here once it exists; until then library
+     * order and first fit decide. */
+    RadEnc bad;
+    EACH_KERNEL(o, op->op, pass, li, k) {
+        if (fits(o, op, k, &bad) == FIT && covers(k, lo) && covers(k, hi)) {
+            if (lib) *lib = li;
+            return k;
+        }
+    }
+    if (lib) *lib = -1;
+    if (!why_buf || !why_n) return NULL;
+    /* the reason: the first filter that left nothing */
+    int named = 0, enc_ok = 0, tol_ok = 0, loose_lib = -1;
+    const RadKernel *loose = NULL;
+    RadEnc first_bad = RAD_ENC_COUNT;
+    for (int li = 0; o->libs && li < o->libs->n; li++) {
+        const RadKernelLib *l = lib_at(o, li);
+        for (uint32_t j = 0; l && j < l->n_kernels; j++) {
+            const RadKernel *k = rad_kernel_at(l, j);
+            if (strcmp(k->op, op->op) != 0) continue;
+            named++;
+            bad = RAD_ENC_COUNT;
+            int f = fits(o, op, k, &bad);
+            if (f == NO_ENC && first_bad == RAD_ENC_COUNT) first_bad = bad;
+            enc_ok += f != NO_ENC;
+            tol_ok += f == FIT;
+            if (f == TOO_LOOSE && !loose) loose = k, loose_lib = li;
+        }
+    }
+    if (!named) snprintf(why_buf, why_n, "no library defines this op");
+    else if (!enc_ok) snprintf(why_buf, why_n, "no kernel accepts weight encoding %s", enc_name(first_bad));
+    else if (!tol_ok)
+        snprintf(why_buf, why_n, "every kernel that takes its weights states a tolerance looser than the max tolerance %g (%s:%s: %g)",
+                 max_tol(o), lib_name(o, loose_lib), loose->variant, loose->tolerance);
+    else snprintf(why_buf, why_n, "no kernel covers rows %" PRId64 "..%" PRId64, lo, hi);
+    return NULL;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+void rad_select_table_free(RadSelectTable *t) {
+    free(t->k), free(t->k_lib), free(t->lo), free(t->pick), free(t->pick_lib);
+    memset(t, 0, sizeof *t);
+}
+
+int rad_select_table(const RadSelectOpts *o, const RadSelectOp *op, RadSelectTable *t) {
+    memset(t, 0, sizeof *t);
+    t->range_lo = t->range_hi = 1;
+    for (uint32_t p = 0; p < op->n_params; p++)
+        if (op->params[p].kind == RAD_PARAM_RANGE)
+            t->range_lo = op->params[p].lo < 1 ? 1 : op->params[p].lo, t->range_hi = op->params[p].hi;
+    const int64_t lo = t->range_lo, hi = t->range_hi;
+    /* the candidates: every kernel that fits, however many variants a library lists */
+    int cap = 0;
+    RadEnc bad;
+    EACH_KERNEL(o, op->op, pass, li, k) {
+        if (fits(o, op, k, &bad) != FIT) continue;
+        if (t->n == cap) {
+            cap = cap ? 2 * cap : 8;
+            const RadKernel **nk = realloc(t->k, (size_t)cap * sizeof *nk);
+            if (nk) t->k = nk;
+            int *nl = realloc(t->k_lib, (size_t)cap * sizeof *nl);
+            if (nl) t->k_lib = nl;
+            if (!nk || !nl) return rad_select_table_free(t), RAD_E_NOMEM;
+        }
+        t->k[t->n] = k;
+        t->k_lib[t->n++] = li;
+    }
+    if (!t->n) { /* nothing to cut: the reason is the kernel-level one */
+        rad_select_kernel(o, op, lo, hi, NULL, t->why, sizeof t->why);
+        return RAD_OK;
+    }
+    int64_t *cut = malloc((2 * (size_t)t->n + 65) * sizeof *cut);
+    if (!cut) return rad_select_table_free(t), RAD_E_NOMEM;
+    int nc = 0;
+    cut[nc++] = lo;
+    for (int64_t p2 = 2; p2 <= hi && nc < 64; p2 *= 2) /* powers of two: where a tuning table may differ */
+        if (p2 > lo) cut[nc++] = p2;
+    for (int i = 0; i < t->n; i++) {
+        if (t->k[i]->n_min > lo && t->k[i]->n_min <= hi) cut[nc++] = t->k[i]->n_min;
+        if (t->k[i]->n_max && t->k[i]->n_max >= lo && t->k[i]->n_max < hi) cut[nc++] = t->k[i]->n_max + 1;
+    }
+    qsort(cut, (size_t)nc, sizeof *cut, cmp_i64);
+    t->lo = malloc((size_t)nc * sizeof *t->lo);
+    t->pick = malloc((size_t)nc * sizeof *t->pick);
+    t->pick_lib = malloc((size_t)nc * sizeof *t->pick_lib);
+    if (!t->lo || !t->pick || !t->pick_lib) return free(cut), rad_select_table_free(t), RAD_E_NOMEM;
+    t->served = 1;
+    for (int i = 0; i < nc; i++) {
+        if (t->n_buckets && t->lo[t->n_buckets - 1] == cut[i]) continue;
+        int j = i + 1;
+        while (j < nc && cut[j] == cut[i]) j++;
+        const int64_t end = j < nc ? cut[j] - 1 : hi;
+        char why[160];
+        const int b = t->n_buckets++;
+        t->lo[b] = cut[i];
+        t->pick[b] = rad_select_kernel(o, op, cut[i], end, &t->pick_lib[b], why, sizeof why);
+        if (!t->pick[b] && t->served) {
+            t->served = 0;
+            snprintf(t->why, sizeof t->why, "no selected kernel serves %" PRId64 "..%" PRId64 " rows of its range [%" PRId64
+                     ", %" PRId64 "]", cut[i], end, lo, hi);
+        }
+    }
+    free(cut);
+    if (t->served)
+        snprintf(t->why, sizeof t->why, "each bucket: the first candidate whose layout takes the weights' encodings and whose "
+                                        "extent covers its rows");
+    return RAD_OK;
+}
+
+int rad_select_declared(const RadSelectOpts *o, const char *op) {
+    for (int i = 0; o && o->libs && i < o->libs->n; i++) {
+        const RadKernelLib *l = lib_at(o, i);
+        for (uint32_t k = 0; l && k < l->n_kernels; k++)
+            if (strcmp(rad_kernel_at(l, k)->op, op) == 0) return 1;
+    }
+    return 0;
+}
+
+int rad_select_enc_refusers(const RadSelectOpts *o, const char *op, RadEnc enc, char *buf, size_t n) {
+    size_t k = 0;
+    int count = 0;
+    if (n) buf[0] = 0;
+    for (int i = 0; o && o->libs && i < o->libs->n; i++) {
+        const RadKernelLib *l = lib_at(o, i);
+        for (uint32_t x = 0; l && x < l->n_kernels; x++) {
+            const RadKernel *kr = rad_kernel_at(l, x);
+            if (strcmp(kr->op, op) != 0 || (kr->weight_encs & RAD_ENC_BIT(enc))) continue;
+            count++;
+            if (k < n) k += (size_t)snprintf(buf + k, n - k, "%s%s:%s", k ? ", " : "", lib_name(o, i), kr->variant);
+        }
+    }
+    return count;
+}
+
+uint32_t rad_select_kv_block_size(const RadSelectOpts *o, uint32_t max_tok) {
+    const RadParam range = RAD_RANGE("M", 1, max_tok ? max_tok : 1);
+    const RadSelectOp attn = {.op = "attn_paged", .params = &range, .n_params = 1};
+    const RadKernel *k = o ? rad_select_kernel(o, &attn, 1, 1, NULL, NULL, 0) : NULL;
+    return k && k->kv_block_size ? k->kv_block_size : RAD_SELECT_DEFAULT_KV_BLOCK;
+}
+
+int rad_select_check_kv(const RadKernel *k, const char *lib, const char *group, uint32_t block_size, RadDType kv_dtype,
+                        RadKvQuant kv_quant, char *buf, size_t n) {
+    if (k->kv_block_size && k->kv_block_size != block_size) {
+        snprintf(buf, n, "kernel %s/%s/%s: kv_block_size %u but group '%s' uses %u", lib, k->op, k->variant,
+                 k->kv_block_size, group, block_size);
+        return RAD_E_UNSUPPORTED;
+    }
+    /* kv_encs and kvq_ok came after the first RadKernel: read them only where the library's has them */
+    const int has_encs = k->struct_size >= offsetof(RadKernel, kv_encs) + sizeof k->kv_encs;
+    const int has_kvq = k->struct_size >= offsetof(RadKernel, kvq_ok) + sizeof k->kvq_ok;
+    const uint64_t encs = has_encs && k->kv_encs ? k->kv_encs : RAD_ENC_PLAIN_FLOATS;
+    if ((unsigned)kv_dtype >= RAD_ENC_COUNT || !(encs & RAD_ENC_BIT(kv_dtype))) {
+        snprintf(buf, n, "kernel %s/%s/%s: kv_encs lack %s but group '%s' stores %s", lib, k->op, k->variant,
+                 enc_name((RadEnc)kv_dtype), group, enc_name((RadEnc)kv_dtype));
+        return RAD_E_UNSUPPORTED;
+    }
+    if (kv_quant != RAD_KVQ_NONE && !(has_kvq && (k->kvq_ok & (1u << kv_quant)))) {
+        static const char *kvq[] = {"none", "fp8_v4", "fp8_k6v4"};
+        snprintf(buf, n, "kernel %s/%s/%s: kvq_ok lacks %s but group '%s' uses that narrow layout", lib, k->op, k->variant,
+                 (unsigned)kv_quant < 3 ? kvq[kv_quant] : "?", group);
+        return RAD_E_UNSUPPORTED;
+    }
+    return RAD_OK;
+}

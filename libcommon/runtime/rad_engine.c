@@ -1,0 +1,975 @@
+/* The engine: load, declare, select, place, step. See rad_engine.h. */
+#include "libcommon/runtime/rad_engine_int.h"
+
+#include <errno.h> /* program_invocation_short_name */
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#define MAX_OPERANDS 16
+#define MAX_PARAMS 32
+
+static RadEngine *E(RadCtx *c) { return (RadEngine *)c; }
+
+/* ---- the weights the plugin declares, from the container ---------------------------------- */
+
+static RadEnc container_lookup(void *user, const char *name, const RadWeightDecl *d, const RadGMap *maps, int n_maps,
+                               uint32_t *rank, uint64_t *shape) {
+    (void)d, (void)maps, (void)n_maps;
+    const RadModelFile *m = user;
+    const RadTensor *t = rad_model_find(m, name);
+    if (!t) return RAD_ENC_COUNT;
+    *rank = t->rank;
+    memcpy(shape, t->shape, t->rank * sizeof *shape);
+    return t->enc;
+}
+
+/* The tensor a declared weight reads, or NULL (an optional weight the container lacks). */
+static const RadTensor *weight_tensor(const RadEngine *en, int i) {
+    const RadGWeight *gw = &en->g.w[i];
+    if (gw->enc == RAD_ENC_COUNT) return NULL;
+    return rad_model_find(&en->m, gw->d.source ? gw->d.source : gw->name);
+}
+
+static int kernel_packs(const RadKernel *k, RadEnc enc) {
+    return k->struct_size >= offsetof(RadKernel, packed_encs) + sizeof k->packed_encs &&
+           (k->packed_encs & RAD_ENC_BIT(enc));
+}
+
+/* Which library packs each stored tensor at load (-1: none), by weight index (first[i] == i
+ * owns the tensor; pack[i] is set for owners). A tensor is packed when every kernel picked to
+ * read it, in every bucket of every op, is one library's and lists its encoding in
+ * packed_encs, and that library's pack_size takes the shape: then no reader can meet a layout
+ * it does not know. Only single-plane tensors of rank 2 whole (no views by row). */
+static size_t pack_plan(const RadEngine *en, const RadTensor **tens, const int *first, int *pack) {
+    enum { UNSEEN = -2, NO = -1 };
+    size_t bytes = 0;
+    for (int i = 0; i < en->g.n_w; i++) pack[i] = UNSEEN;
+    for (int o = 0; o < en->g.n_ops; o++) {
+        const RadGOp *op = &en->g.ops[o];
+        const RadSelectTable *c = &op->sel;
+        if (op->declined) continue; /* never issued: its picks read nothing */
+        for (uint32_t w = 0; w < op->n_w; w++) {
+            const int id = op->w[w].id;
+            if (id < 0 || id >= en->g.n_w || !tens[id]) continue;
+            const int own = first[id];
+            for (int b = 0; b < c->n_buckets && pack[own] != NO; b++) {
+                const int li = c->pick_lib[b];
+                if (li < 0 || !kernel_packs(c->pick[b], tens[own]->enc) || (pack[own] != UNSEEN && pack[own] != li)) pack[own] = NO;
+                else pack[own] = li;
+            }
+        }
+    }
+    for (int i = 0; i < en->g.n_w; i++) {
+        const RadTensor *t = tens[i];
+        if (first[i] != i || pack[i] < 0 || !t || en->o.no_repack || t->n_planes != 1 || t->rank != 2) {
+            pack[i] = NO;
+            continue;
+        }
+        const RadKernelLib *l = en->libs[pack[i]]->lib;
+        size_t pb = 0;
+        if (l->struct_size >= offsetof(RadKernelLib, pack) + sizeof l->pack && l->pack_size && l->pack)
+            pb = l->pack_size(en->lib_state[pack[i]], (RadDType)t->enc, t->shape[0], t->shape[1]);
+        if (!pb) pack[i] = NO;
+        bytes += (pb + 63) & ~(size_t)63;
+    }
+    return bytes;
+}
+
+/* The stored bytes of a single-plane tensor packed into dst by library li. */
+static int pack_tensor(RadEngine *en, const RadTensor *t, int li, RadKArg *a, uint8_t *dst, int verify, RadErr *e) {
+    const RadPlane *p = &t->planes[0];
+    void *tmp = NULL;
+    const void *src = p->data;
+    if (p->compression) { /* a raw source was verified with the other planes */
+        if (!(tmp = malloc(p->nbytes ? p->nbytes : 1))) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+        int rc = rad_plane_load(&en->m, t, 0, tmp, verify, e);
+        if (rc) return free(tmp), rc;
+        src = tmp;
+    }
+    const RadKernelLib *l = en->libs[li]->lib;
+    int rc = l->pack(en->lib_state[li], a->dtype, a->rows, a->cols, src, a->row_stride, dst);
+    free(tmp);
+    if (rc) return rad_err_set(e, rc, "%s: tensor '%s': kernel library '%s' could not pack it (%s)", en->o.model, t->name,
+                               en->libs[li]->info->name, rad_status_name(rc));
+    a->dtype = (RadDType)(a->dtype | RAD_PACKED);
+    a->planes[0] = a->data = dst;
+    return RAD_OK;
+}
+
+/* One plane the load reads: copied (or decompressed) into dst and, unless --no-verify, its
+ * checksum verified in the same pass; with dst NULL, verified where it lies (--mmap, or the
+ * source of a tensor packed after). */
+typedef struct LoadJob {
+    const RadTensor *t;
+    uint32_t k;
+    uint8_t *dst;
+    int rc;
+    RadErr err;
+} LoadJob;
+
+typedef struct LoadRun {
+    const RadEngine *en;
+    LoadJob *jobs;
+    size_t n;
+    int verify;
+    atomic_size_t next;
+    atomic_int failed;
+} LoadRun;
+
+static size_t need_jobs(const RadEngine *en, const RadTensor *const *tens, const int *first) {
+    size_t n = 1;
+    for (int i = 0; i < en->g.n_w; i++)
+        if (tens[i] && first[i] == i) n += tens[i]->n_planes;
+    return n;
+}
+
+static void *load_worker(void *arg) {
+    LoadRun *r = arg;
+    while (!atomic_load(&r->failed)) {
+        size_t i = atomic_fetch_add(&r->next, 1);
+        if (i >= r->n) break;
+        LoadJob *j = &r->jobs[i];
+        j->rc = j->dst ? rad_plane_load(&r->en->m, j->t, j->k, j->dst, r->verify, &j->err)
+                       : rad_plane_verify(&r->en->m, j->t, j->k, &j->err);
+        if (j->rc) atomic_store(&r->failed, 1);
+    }
+    return NULL;
+}
+
+/* The jobs on the engine's threads (pages fault in and checksums run in parallel). Jobs are
+ * taken in order, so the failure reported is the first in table order whatever the timing. */
+static int run_load_jobs(const RadEngine *en, LoadJob *jobs, size_t n, int verify, RadErr *e) {
+    LoadRun r = {.en = en, .jobs = jobs, .n = n, .verify = verify};
+    atomic_init(&r.next, 0);
+    atomic_init(&r.failed, 0);
+    enum { MAX_LOADERS = 16 };
+    pthread_t th[MAX_LOADERS];
+    size_t nt = en->o.n_threads < MAX_LOADERS ? en->o.n_threads : MAX_LOADERS, started = 0;
+    if (nt > n) nt = n;
+    for (; started + 1 < nt; started++) /* the calling thread is one of them */
+        if (pthread_create(&th[started], NULL, load_worker, &r)) break;
+    load_worker(&r);
+    for (size_t i = 0; i < started; i++) pthread_join(th[i], NULL);
+    for (size_t i = 0; i < n; i++)
+        if (jobs[i].rc) return rad_err_set(e, jobs[i].rc, "%s", jobs[i].err.msg);
+    return RAD_OK;
+}
+
+/* Weights are copied into one anonymous region with transparent huge pages requested, unless
+ * the caller keeps them in the file mapping (mmap_weights). Decode streams every weight once a
+ * token: on 4 KiB file pages each page costs a TLB walk and the hardware prefetchers stop at
+ * every page boundary; on 2 MiB pages the same GEMMs ran 14% faster (docs/BENCHMARKS.md).
+ * Compressed planes are always decompressed into the region, and tensors a kernel library
+ * packs (pack_plan) are always packed into it. A tensor two weights read (a tied head) is
+ * copied once. */
+static int bind_weights(RadEngine *en, RadErr *e) {
+    en->w = calloc((size_t)(en->g.n_w ? en->g.n_w : 1), sizeof *en->w);
+    const RadTensor **tens = malloc((size_t)(en->g.n_w ? en->g.n_w : 1) * sizeof *tens);
+    int *first = malloc((size_t)(en->g.n_w ? en->g.n_w : 1) * sizeof *first); /* the first weight reading the same tensor */
+    int *pack = malloc((size_t)(en->g.n_w ? en->g.n_w : 1) * sizeof *pack);     /* pack_plan */
+    if (!en->w || !tens || !first || !pack) {
+        free(tens), free(first), free(pack);
+        return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+    }
+    for (int i = 0; i < en->g.n_w; i++) {
+        const RadTensor *t = tens[i] = weight_tensor(en, i);
+        first[i] = i;
+        for (int j = 0; t && j < i && first[i] == i; j++)
+            if (tens[j] == t) first[i] = j;
+    }
+    size_t need = pack_plan(en, tens, first, pack);
+    for (int i = 0; i < en->g.n_w; i++)
+        for (uint32_t k = 0; tens[i] && first[i] == i && pack[i] < 0 && k < tens[i]->n_planes; k++)
+            if (!en->o.mmap_weights || tens[i]->planes[k].compression) need += (tens[i]->planes[k].nbytes + 63) & ~(size_t)63;
+    if (need) {
+        const size_t huge = (size_t)2 << 20;
+        en->wstore_bytes = (need + huge - 1) & ~(huge - 1);
+        void *r = mmap(NULL, en->wstore_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (r == MAP_FAILED) {
+            en->wstore_bytes = 0;
+            free(tens), free(first), free(pack);
+            return rad_err_set(e, RAD_E_NOMEM, "%s: cannot allocate %zu bytes for the weights", en->o.model, need);
+        }
+        en->wstore = r;
+#ifdef MADV_HUGEPAGE
+        en->wstore_huge = madvise(r, en->wstore_bytes, MADV_HUGEPAGE) == 0; /* a hint: refused without THP */
+#endif
+    }
+    /* what to read: every plane copied (or decompressed) into wstore, or verified where it lies */
+    size_t used = 0, n_jobs = 0;
+    LoadJob *jobs = calloc(need_jobs(en, tens, first), sizeof *jobs);
+    uint8_t **pdst = calloc((size_t)(en->g.n_w ? en->g.n_w : 1), sizeof *pdst); /* packed owners: their region */
+    int rc = jobs && pdst ? RAD_OK : rad_err_set(e, RAD_E_NOMEM, "out of memory");
+    const int verify = !en->o.no_verify;
+    for (int i = 0; i < en->g.n_w && !rc; i++) {
+        const RadTensor *t = tens[i];
+        if (!t || first[i] != i) continue;
+        RadKArg *a = &en->w[i].arg;
+        a->dtype = (RadDType)t->enc;
+        a->rows = t->rank >= 2 ? t->shape[0] : 1;
+        a->cols = t->rank >= 2 ? 1 : t->shape[0];
+        for (uint32_t d = 1; d < t->rank; d++) a->cols *= t->shape[d];
+        const RadEncInfo *ei = rad_enc_info(t->enc);
+        a->row_stride = a->cols / ei->block_elems * ei->block_bytes; /* bytes between rows */
+        if (pack[i] >= 0) { /* packed below, after the parallel pass; a raw source is verified in it */
+            pdst[i] = en->wstore + used;
+            used += (en->libs[pack[i]]->lib->pack_size(en->lib_state[pack[i]], a->dtype, a->rows, a->cols) + 63) & ~(size_t)63;
+            if (verify && !t->planes[0].compression) jobs[n_jobs++] = (LoadJob){.t = t, .k = 0};
+            continue;
+        }
+        for (uint32_t k = 0; k < t->n_planes && k < 4; k++) {
+            const RadPlane *p = &t->planes[k];
+            if (en->o.mmap_weights && !p->compression) {
+                a->planes[k] = p->data;
+                if (verify) jobs[n_jobs++] = (LoadJob){.t = t, .k = k};
+                continue;
+            }
+            uint8_t *dst = en->wstore + used;
+            used += (p->nbytes + 63) & ~(size_t)63;
+            jobs[n_jobs++] = (LoadJob){.t = t, .k = k, .dst = dst};
+            a->planes[k] = dst;
+        }
+        a->data = (void *)a->planes[0];
+    }
+    if (!rc) rc = run_load_jobs(en, jobs, n_jobs, verify, e);
+    for (int i = 0; i < en->g.n_w && !rc; i++) {
+        if (!tens[i] || first[i] != i || pack[i] < 0) continue;
+        rc = pack_tensor(en, tens[i], pack[i], &en->w[i].arg, pdst[i], verify, e);
+        if (!rc) en->n_packed++, en->packed_bytes += tens[i]->planes[0].nbytes;
+    }
+    for (int i = 0; i < en->g.n_w && !rc; i++) /* the same stored tensor: share its bytes */
+        if (tens[i] && first[i] != i) en->w[i].arg = en->w[first[i]].arg;
+    free(jobs), free(pdst);
+    free(tens), free(first), free(pack);
+    return rc;
+}
+
+/* ---- kernel libraries and selection ------------------------------------------------------- */
+
+static int pick_libs(RadEngine *en, RadErr *e) {
+    int n = 0;
+    for (int i = 0; i < en->plugins.n; i++) n += en->plugins.p[i].info->kind == RAD_PLUGIN_KERNELS;
+    en->libs = calloc((size_t)(n ? n : 1), sizeof *en->libs);
+    en->lib_state = calloc((size_t)(n ? n : 1), sizeof *en->lib_state);
+    if (!en->libs || !en->lib_state) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+    /* the list is checked item by item (empty, twice, unknown, skipped); this engine runs CPU kernels */
+    int rc = rad_plugins_pick_kernels(&en->plugins, en->o.kernels, RAD_DEVICE_CPU, en->libs, n, &en->n_libs, e);
+    if (rc) return rc;
+    /* A library whose init fails is an error when --kernels names it or under strict mode;
+     * among "all installed" it is left out with one warning, as a bad file on the path is. */
+    int strict;
+    if ((rc = rad_plugins_strict(&strict, e))) return rc;
+    const int named = en->o.kernels && *en->o.kernels;
+    RadKernelLibConfig cfg = {.struct_size = sizeof cfg, .n_threads = en->o.n_threads, .world_size = 1};
+    int kept = 0;
+    for (int i = 0; i < en->n_libs; i++) {
+        const RadKernelLib *l = en->libs[i]->lib;
+        void *state = NULL;
+        if (l->init && l->init(&cfg, &state) != RAD_OK) {
+            if (named || strict)
+                return rad_err_set(e, RAD_E_IO, "kernel library '%s' (%s): init failed%s", en->libs[i]->info->name,
+                                   en->libs[i]->path, strict && !named ? " (RADIANCE_PLUGINS_STRICT=1)" : "");
+            fprintf(stderr, "%s: warning: kernel library '%s' (%s) skipped: init failed\n", program_invocation_short_name,
+                    en->libs[i]->info->name, en->libs[i]->path);
+            continue;
+        }
+        en->libs[kept] = en->libs[i];
+        en->lib_state[kept++] = state;
+    }
+    if (!kept) return rad_err_set(e, RAD_E_NOTFOUND, "no kernel library could be initialised");
+    en->n_libs = kept;
+    en->sel.p = calloc((size_t)en->n_libs, sizeof *en->sel.p);
+    if (!en->sel.p) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+    for (int i = 0; i < en->n_libs; i++) en->sel.p[i] = *en->libs[i];
+    en->sel.n = en->n_libs;
+    return RAD_OK;
+}
+
+static int param_int(const RadGOp *op, const char *name, int64_t *out) {
+    for (uint32_t i = 0; i < op->n_params; i++)
+        if (strcmp(op->params[i].name, name) == 0) return *out = op->params[i].lo, 1;
+    return 0;
+}
+
+/* The engine's side of each op's table: the graph chose the picks (rad_select_table under
+ * en->select), so what is left is to refuse, at open and not mid-step, an op the plugin did not
+ * decline but some bucket of which no kernel serves; to size the workspace of the kernels
+ * picked; and to find the KV layer an op reads. */
+static int build_candidates(RadEngine *en, RadErr *e) {
+    en->cand = calloc((size_t)(en->g.n_ops ? en->g.n_ops : 1), sizeof *en->cand);
+    if (!en->cand) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+    if (en->o.profile) {
+        en->prof_ns = calloc((size_t)(en->g.n_ops ? en->g.n_ops : 1), sizeof *en->prof_ns);
+        en->prof_calls = calloc((size_t)(en->g.n_ops ? en->g.n_ops : 1), sizeof *en->prof_calls);
+        if (!en->prof_ns || !en->prof_calls) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+    }
+    for (int o = 0; o < en->g.n_ops; o++) {
+        const RadGOp *op = &en->g.ops[o];
+        const RadSelectTable *t = &op->sel;
+        RadEngineKernels *c = &en->cand[o];
+        c->sel = t;
+        int64_t layer; /* looked up once here, not by name at every issue */
+        c->layer = param_int(op, "layer", &layer) && layer >= 0 && layer < en->g.n_layer_kv ? (int32_t)layer : -1;
+        if (op->declined) continue; /* the plugin emits the chain instead */
+        if (!rad_select_served(t)) return rad_err_set(e, RAD_E_UNSUPPORTED, "op '%s' (#%d): %s", op->op, o, t->why);
+        for (int b = 0; b < t->n_buckets; b++) {
+            if (!t->pick[b]->workspace || (b && t->pick[b] == t->pick[b - 1])) continue;
+            size_t ws = t->pick[b]->workspace(op->params, op->n_params, t->range_hi);
+            if (ws > en->workspace_bytes) en->workspace_bytes = ws;
+        }
+    }
+    if (en->workspace_bytes && !(en->workspace = aligned_alloc(256, (en->workspace_bytes + 255) & ~(size_t)255)))
+        return rad_err_set(e, RAD_E_NOMEM, "out of memory for a %zu-byte kernel workspace", en->workspace_bytes);
+    return RAD_OK;
+}
+
+/* Every attention kernel picked against the KV group its layer is bound to: the group's block
+ * size came from the kernel picked for decode, and a kernel picked for another bucket must agree
+ * with it, read the group's dtype and (narrow KV) its layout. Refused by name at open. */
+static int check_kv_kernels(const RadEngine *en, RadErr *e) {
+    for (int o = 0; o < en->g.n_ops; o++) {
+        const RadGOp *op = &en->g.ops[o];
+        const RadSelectTable *t = &op->sel;
+        const int layer = en->cand[o].layer;
+        if (op->declined || layer < 0 || en->g.layer_kv[layer] < 0) continue;
+        const RadGKv *kv = &en->g.kvs[en->g.layer_kv[layer]];
+        for (int b = 0; b < t->n_buckets; b++) {
+            if (b && t->pick[b] == t->pick[b - 1]) continue;
+            char why[256];
+            int rc = rad_select_check_kv(t->pick[b], en->libs[t->pick_lib[b]]->info->name, kv->name, kv->block_size,
+                                         kv->d.dtype, en->ctx.kv_quant, why, sizeof why);
+            if (rc) return rad_err_set(e, rc, "op '%s' (#%d), rows %" PRId64 "..: %s", op->op, o, t->lo[b], why);
+        }
+    }
+    return RAD_OK;
+}
+
+/* ---- KV ---------------------------------------------------------------------------------- */
+
+static int build_kv(RadEngine *en, RadErr *e) {
+    en->kv = calloc((size_t)(en->g.n_kvs ? en->g.n_kvs : 1), sizeof *en->kv);
+    en->kv_state = calloc((size_t)(en->g.n_layer_kv ? en->g.n_layer_kv : 1), sizeof *en->kv_state);
+    en->step_table = calloc((size_t)(en->g.n_kvs ? en->g.n_kvs : 1), sizeof *en->step_table);
+    en->step_i32 = malloc((3ull * en->ctx.max_tok + 5ull * en->ctx.max_seqs + 1) * sizeof(int32_t));
+    if (!en->kv || !en->kv_state || !en->step_table || !en->step_i32) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+    for (int gi = 0; gi < en->g.n_kvs; gi++) {
+        const RadGKv *k = &en->g.kvs[gi];
+        if (k->d.kind != RAD_KV_FULL)
+            return rad_err_set(e, RAD_E_UNSUPPORTED, "KV group '%s': only FULL groups are served by this engine yet", k->name);
+        uint32_t layers = 0;
+        for (int l = 0; l < en->g.n_layer_kv; l++) layers += en->g.layer_kv[l] == gi;
+        const RadEncInfo *ei = rad_enc_info((RadEnc)k->d.dtype);
+        uint64_t bb = 2ull * k->d.n_head_kv * k->block_size * k->d.head_dim * ei->block_bytes;
+        uint32_t per_seq = (en->ctx.max_ctx + k->block_size - 1) / k->block_size;
+        uint32_t blocks = en->o.kv_blocks;
+        if (!blocks) { /* max_seqs full contexts, within a quarter of the machine's memory (at least one
+                        * full context): past it, the scheduler preempts rather than the pool failing */
+            uint64_t want = (uint64_t)per_seq * en->ctx.max_seqs, per_block = bb * (layers ? layers : 1);
+            long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+            uint64_t budget = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz / 4 : UINT64_MAX;
+            uint64_t fit = per_block ? budget / per_block : want;
+            if (fit < per_seq) fit = per_seq;
+            blocks = (uint32_t)(want < fit ? want : fit);
+        }
+        int rc = rad_kvcache_init(&en->kv[gi], k->block_size, blocks, en->ctx.max_ctx, en->ctx.max_seqs,
+                                  layers ? layers : 1, bb, e);
+        if (rc) return rc;
+        if (!(en->step_table[gi] = calloc((size_t)en->ctx.max_seqs * en->kv[gi].max_blocks, sizeof(int32_t))))
+            return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+        uint32_t li = 0;
+        for (int l = 0; l < en->g.n_layer_kv; l++) {
+            if (en->g.layer_kv[l] != gi) continue;
+            en->kv_state[l] = (RadKvState){.group = {gi}, .pool = en->kv[gi].pools[li++], .dtype = k->d.dtype,
+                                           .block_size = k->block_size, .n_head_kv = k->d.n_head_kv,
+                                           .head_dim = k->d.head_dim, .layer = (uint32_t)l, .block_bytes = bb,
+                                           .max_blocks = en->kv[gi].max_blocks, .n_blocks = en->kv[gi].n_blocks};
+        }
+    }
+    return RAD_OK;
+}
+
+/* ---- the step-time API ---------------------------------------------------------------------- */
+
+
+__attribute__((format(printf, 2, 3))) static int step_err(RadEngine *en, const char *fmt, ...) {
+    if (!en->step_failed) {
+        en->step_failed = 1;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(en->step_msg, sizeof en->step_msg, fmt, ap);
+        va_end(ap);
+    }
+    return RAD_E_SHAPE;
+}
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* An issue reads a dozen small tables that the weight stream evicted since the last step: asking
+ * for them all at once turns a chain of cache misses into one wait. */
+static void issue_prefetch(const RadEngine *en, const RadGOp *op, const RadSelectTable *cand, const RadOperand *ops,
+                           uint32_t n_ops) {
+    const char *p = (const char *)op->params;
+    for (size_t o = 0; o < op->n_params * sizeof *op->params; o += 64) __builtin_prefetch(p + o);
+    __builtin_prefetch(cand->lo), __builtin_prefetch(cand->pick), __builtin_prefetch(cand->pick_lib);
+    for (uint32_t i = 0; i < n_ops && i < MAX_OPERANDS; i++) {
+        if (ops[i].kind == RAD_OPND_WEIGHT && ops[i].w.id >= 0 && ops[i].w.id < en->g.n_w) {
+            __builtin_prefetch(&en->w[ops[i].w.id]);
+            __builtin_prefetch((const char *)&en->w[ops[i].w.id] + sizeof(RadEngineWeight) - 1);
+        } else if (ops[i].kind == RAD_OPND_BUF && ops[i].buf.id >= 0 && ops[i].buf.id < en->g.n_bufs) {
+            __builtin_prefetch(&en->g.bufs[ops[i].buf.id]);
+            __builtin_prefetch((const char *)&en->g.bufs[ops[i].buf.id] + sizeof(RadGBuf) - 1);
+        }
+    }
+}
+
+static int c_issue(RadCtx *c, rad_op h, const RadOperand *ops, uint32_t n_ops, uint64_t n) {
+    RadEngine *en = E(c);
+    if (en->step_failed) return RAD_E_SHAPE; /* rad_step_fail (or a failed op) ends the step: nothing more runs */
+    if (h.id < 0 || h.id >= en->g.n_ops) return step_err(en, "an undeclared op was issued");
+    const RadGOp *op = &en->g.ops[h.id];
+    if (n == RAD_EXTENT_BATCH) n = en->batch->n_tok;
+    if (n == 0) return RAD_E_SHAPE; /* zero rows is not a call: nothing runs, nothing written */
+    const RadSelectTable *cand = &op->sel;
+    issue_prefetch(en, op, cand, ops, n_ops);
+    const int bucket = rad_select_bucket(cand, (int64_t)n);
+    const RadKernel *k = bucket >= 0 ? cand->pick[bucket] : NULL;
+    if (!k) return step_err(en, "op '%s' (#%d) over %" PRIu64 " rows: no selected kernel serves it", op->op, h.id, n);
+    if (op->n_params > MAX_PARAMS || n_ops > MAX_OPERANDS) return step_err(en, "op '%s': too many operands", op->op);
+    RadParam params[MAX_PARAMS];
+    memcpy(params, op->params, op->n_params * sizeof *params);
+    for (uint32_t i = 0; i < op->n_params; i++) {
+        __builtin_prefetch(params[i].name); /* kernels look parameters up by name */
+        if (params[i].kind == RAD_PARAM_RANGE) params[i].lo = params[i].hi = (int64_t)n;
+    }
+    RadKArg args[MAX_OPERANDS];
+    memset(args, 0, sizeof args);
+    for (uint32_t i = 0; i < n_ops; i++) {
+        const RadOperand *o = &ops[i];
+        RadKArg *a = &args[i];
+        if (o->kind == RAD_OPND_WEIGHT) {
+            if (o->w.id < 0 || o->w.id >= en->g.n_w || !en->w[o->w.id].arg.data)
+                return step_err(en, "op '%s': weight operand %u is not loaded", op->op, i);
+            *a = en->w[o->w.id].arg;
+            if ((a->dtype & RAD_PACKED) && !kernel_packs(k, (RadEnc)(a->dtype & ~RAD_PACKED)))
+                return step_err(en, "op '%s': weight operand %u is packed for another kernel's layout", op->op, i);
+        } else if (o->kind == RAD_OPND_BUF) {
+            if (o->buf.id < 0 || o->buf.id >= en->g.n_bufs) return step_err(en, "op '%s': buffer operand %u undeclared", op->op, i);
+            const RadGBuf *b = &en->g.bufs[o->buf.id];
+            uint64_t cols = 1;
+            for (uint32_t d = 1; d < b->d.rank; d++) cols *= b->d.shape[d];
+            if (o->row0 + o->rows > b->d.shape[0])
+                return step_err(en, "op '%s': rows [%" PRIu64 ", +%" PRIu64 ") of buffer '%s' past its %" PRIu64 " rows", op->op,
+                                o->row0, o->rows, b->name, b->d.shape[0]);
+            uint8_t *base = (b->d.kind == RAD_BUF_TRANSIENT ? en->arena : en->persist) + b->offset;
+            size_t esz = rad_enc_info((RadEnc)b->d.dtype)->block_bytes;
+            a->data = base + o->row0 * cols * esz;
+            a->dtype = b->d.dtype;
+            a->rows = o->rows;
+            a->cols = cols;
+            a->row_stride = cols;
+        } else {
+            a->data = (void *)o->raw;
+            a->dtype = o->dtype;
+            a->rows = o->n;
+            a->cols = 1;
+            a->row_stride = 1;
+        }
+    }
+    RadKernelArgs ka = {.struct_size = sizeof ka, .params = params, .n_params = op->n_params, .n = (int64_t)n,
+                        .args = args, .n_args = n_ops, .batch = en->batch, .workspace = en->workspace,
+                        .n_threads = en->o.n_threads, .deterministic = (uint32_t)en->o.deterministic};
+    const int32_t layer = en->cand[h.id].layer;
+    if (layer >= 0) ka.kv = &en->kv_state[layer];
+    const int li = cand->pick_lib[bucket];
+    ka.lib_state = li >= 0 ? en->lib_state[li] : NULL;
+    en->n_issues++;
+    const uint64_t t0 = en->prof_ns ? now_ns() : 0;
+    int rc = k->run(&ka);
+    if (en->prof_ns) en->prof_ns[h.id] += now_ns() - t0, en->prof_calls[h.id]++;
+    if (h.id + 1 < en->g.n_ops) /* a step issues ops mostly in declaration order */
+        __builtin_prefetch(&en->g.ops[h.id + 1]), __builtin_prefetch(&en->cand[h.id + 1]);
+    if (rc != RAD_OK)
+        return step_err(en, "op '%s' (#%d) on %s:%s over %" PRIu64 " rows failed: %s", op->op, h.id,
+                        li >= 0 ? en->libs[li]->info->name : "?", k->variant, n, rad_status_name(rc)), rc;
+    return RAD_OK;
+}
+
+static void c_step_fail(RadCtx *c, const char *what) { step_err(E(c), "%s", what ? what : "the plugin failed the step"); }
+static int c_lane(RadCtx *c, int lane) { (void)c; return lane == 0 ? RAD_OK : RAD_E_UNSUPPORTED; }
+
+static const RadCtxApi CTX_API = {sizeof(RadCtxApi), c_issue, c_step_fail, c_lane};
+
+/* ---- open / close ------------------------------------------------------------------------- */
+
+static int engine_open(RadEngine *en, const RadEngineOpts *o, RadErr *e) {
+    memset(en, 0, sizeof *en);
+    en->o = *o;
+    if (!en->o.max_tok) en->o.max_tok = RAD_SERVE_MAX_TOK;
+    if (!en->o.max_seqs) en->o.max_seqs = 1;
+    if (en->o.max_tolerance <= 0) en->o.max_tolerance = 1e-3;
+    if (!en->o.n_threads) { /* "all cores", resolved once: kernels are never told 0 */
+        long nc = sysconf(_SC_NPROCESSORS_ONLN);
+        en->o.n_threads = nc > 0 ? (uint32_t)nc : 1;
+    }
+    en->guard = -1;
+    int rc = rad_model_open(o->model, &en->m, e);
+    if (rc) return rc;
+    if (strcmp(en->m.format, "rad") != 0)
+        return rad_err_set(e, RAD_E_UNSUPPORTED, "%s: a %s file; radiance runs .rad containers (make one with rad-convert)",
+                           o->model, en->m.format);
+    if (en->m.n_tensors == 0) /* rad-convert --vocab-only: --tokenize/--detokenize read it without an engine */
+        return rad_err_set(e, RAD_E_UNSUPPORTED, "%s: this container holds no weights (vocabulary only)", o->model);
+    /* a read past a truncation ends in one line and a documented status, not a death by SIGBUS */
+    en->guard = rad_model_guard(&en->m, o->mmap_weights ? "changed while mapped (--mmap): truncated (SIGBUS reading the weights)"
+                                                         : "truncated while loading (SIGBUS reading the weights)");
+    if ((rc = rad_model_meta(&en->m, &en->meta, e))) return rc;
+    if ((rc = rad_meta_table_fill(&en->meta, &en->m.meta, &en->m.chat, &en->meta_keys, &en->meta_vals, e))) return rc;
+    char **dirs;
+    int n_dirs = rad_plugin_dirs(o->plugin_dirs, o->n_plugin_dirs, &dirs);
+    rc = rad_plugins_load(&en->plugins, dirs, n_dirs, e);
+    rad_plugin_dirs_free(dirs, n_dirs);
+    if (rc) return rc;
+    const char *origin = "native";
+    rad_dict_gets(&en->m.meta, "model.quant_origin", &origin, NULL);
+    if ((rc = rad_plugins_find_arch(&en->plugins, en->meta.arch_id, en->meta.quant, origin, &en->arch, e))) return rc;
+    RadDeployFlags flags = {0};
+    RadArchProbe probe;
+    if ((rc = rad_plugin_check_flags(en->arch, &en->meta, &flags, &probe, e))) return rc;
+    if ((rc = pick_libs(en, e))) return rc;
+    en->ctx = rad_build_ctx_for(&en->meta, &(RadStepBounds){.max_tok = en->o.max_tok, .max_seqs = en->o.max_seqs,
+                                                             .max_ctx = o->max_ctx, .max_out_rows = o->max_out_rows,
+                                                             .kv_dtype = o->kv_dtype});
+    en->select = (RadSelectOpts){.libs = &en->sel, .max_tolerance = en->o.max_tolerance, .deterministic = en->o.deterministic};
+    if ((rc = rad_graph_declare(&en->g, en->arch, &en->meta, &en->ctx, &en->select, container_lookup, &en->m, e))) return rc;
+    if ((rc = rad_graph_check_encodings(&en->g, e))) return rc;
+    if ((rc = rad_graph_plan(&en->g, e))) return rc;
+    en->arena = aligned_alloc(256, en->g.arena_bytes ? en->g.arena_bytes : 256);
+    en->persist = aligned_alloc(256, en->g.persist_bytes ? en->g.persist_bytes : 256);
+    if (!en->arena || !en->persist)
+        return rad_err_set(e, RAD_E_NOMEM, "cannot allocate the %" PRIu64 "-byte activation arena", en->g.arena_bytes);
+    if ((rc = build_candidates(en, e))) return rc; /* first: the picks decide which weights are packed */
+    if ((rc = check_kv_kernels(en, e))) return rc;
+    if ((rc = bind_weights(en, e))) return rc;
+    if (!en->o.mmap_weights) { /* every weight is in wstore now: the file is never read again */
+        rad_model_unguard(en->guard);
+        en->guard = -1;
+        rad_model_release_data(&en->m);
+    } else if ((rc = rad_model_check_unchanged(&en->m, e))) { /* changed while loading */
+        return rc;
+    }
+    if ((rc = build_kv(en, e))) return rc;
+    en->head.struct_size = sizeof en->head;
+    en->head.api = &CTX_API;
+    en->head.model = en->g.model;
+    return RAD_OK;
+}
+
+int rad_engine_open(RadEngine **out, const RadEngineOpts *o, RadErr *e) {
+    *out = NULL;
+    RadEngine *en = malloc(sizeof *en);
+    if (!en) return rad_err_set(e, RAD_E_NOMEM, "%s: out of memory for the engine", o->model);
+    int rc = engine_open(en, o, e);
+    if (rc) return rad_engine_close(en), rc; /* what a failed open took is freed here, not by the caller */
+    *out = en;
+    return RAD_OK;
+}
+
+void rad_engine_close(RadEngine *en) {
+    if (!en) return;
+    if (en->guard >= 0) rad_model_unguard(en->guard);
+    if (en->wstore) munmap(en->wstore, en->wstore_bytes);
+    free(en->w);
+    free(en->cand); /* the tables themselves are the graph's */
+    free(en->prof_ns);
+    free(en->prof_calls);
+    for (int i = 0; en->kv && i < en->g.n_kvs; i++) rad_kvcache_free(&en->kv[i]);
+    for (int i = 0; en->step_table && i < en->g.n_kvs; i++) free(en->step_table[i]);
+    free(en->step_table);
+    free(en->step_i32);
+    free(en->kv);
+    free(en->kv_state);
+    free(en->arena);
+    free(en->persist);
+    free(en->workspace);
+    for (int i = 0; i < en->n_libs; i++)
+        if (en->libs[i]->lib->fini && en->lib_state[i]) en->libs[i]->lib->fini(en->lib_state[i]);
+    free(en->libs);
+    free(en->lib_state);
+    free(en->sel.p);
+    rad_graph_free(&en->g);
+    if (en->meta_keys) rad_meta_table_free(&en->meta, en->meta_keys, en->meta_vals);
+    rad_plugins_free(&en->plugins);
+    rad_model_free(&en->m);
+    free(en);
+}
+
+RadEngineLimits rad_engine_limits(const RadEngine *en) {
+    return (RadEngineLimits){.max_ctx = en->ctx.max_ctx, .max_seqs = en->ctx.max_seqs, .max_tok = en->ctx.max_tok,
+                             .n_threads = en->o.n_threads};
+}
+
+const RadPlugin *rad_engine_arch(const RadEngine *en) { return en->arch; }
+const RadModelMeta *rad_engine_meta(const RadEngine *en) { return &en->meta; }
+const RadDict *rad_engine_tok_data(const RadEngine *en) { return &en->m.tok; }
+
+/* ---- steps -------------------------------------------------------------------------------- */
+
+const char *rad_engine_fail_closed(const RadEngine *en) { return en->changed ? en->changed_msg : NULL; }
+
+/* --mmap: the file must be as it was at open before a step reads it and after, or the step's
+ * results are refused (a write(2) moves mtime before it changes a byte, so a step that read
+ * changed bytes sees it afterwards). Once changed, every step fails: no answer from those bytes. */
+static int weights_unchanged(RadEngine *en, RadErr *e) {
+    if (!en->o.mmap_weights) return RAD_OK;
+    if (!en->changed) {
+        RadErr w = {0};
+        if (rad_model_check_unchanged(&en->m, &w) == RAD_OK) return RAD_OK;
+        en->changed = 1;
+        snprintf(en->changed_msg, sizeof en->changed_msg, "%s", w.msg);
+    }
+    return rad_err_set(e, RAD_E_IO, "%s", en->changed_msg);
+}
+
+int rad_engine_step(RadEngine *en, const RadBatch *b, RadErr *e) {
+    if (b->n_tok == 0) return rad_err_set(e, RAD_E_SHAPE, "a step of zero tokens");
+    if (b->n_tok > en->ctx.max_tok) return rad_err_set(e, RAD_E_LIMIT, "a step of %u tokens exceeds max_tok %u", b->n_tok, en->ctx.max_tok);
+    int rc = weights_unchanged(en, e);
+    if (rc) return rc;
+    en->batch = b;
+    en->step_failed = 0;
+    en->step_msg[0] = 0;
+    /* every layer's state points at the step's block tables (one group: the batch's order) */
+    for (int l = 0; l < en->g.n_layer_kv; l++) {
+        int gi = en->g.layer_kv[l];
+        if (gi < 0) continue;
+        en->kv_state[l].block_table = b->kv && (uint32_t)gi < b->n_kv ? b->kv[gi].block_table : NULL;
+    }
+    const uint64_t t0 = en->prof_ns ? now_ns() : 0;
+    en->arch->step(&en->head, b);
+    if (en->prof_ns) en->prof_step_ns += now_ns() - t0, en->prof_steps++;
+    en->batch = NULL;
+    if (en->step_failed) return rad_err_set(e, RAD_E_SHAPE, "step: %s", en->step_msg);
+    return weights_unchanged(en, e);
+}
+
+const float *rad_engine_logits(const RadEngine *en, uint32_t *n_vocab) {
+    if (en->g.logits.id < 0) return NULL;
+    const RadGBuf *b = &en->g.bufs[en->g.logits.id];
+    if (n_vocab) *n_vocab = (uint32_t)b->d.shape[1];
+    return (const float *)(void *)((b->d.kind == RAD_BUF_TRANSIENT ? en->arena : en->persist) + b->offset);
+}
+
+int rad_engine_reserve(RadEngine *en, int32_t seq_id, uint32_t len, RadErr *e) {
+    for (int gi = 0; gi < en->g.n_kvs; gi++) {
+        RadKvCache *c = &en->kv[gi];
+        int slot = rad_kvcache_seq(c, seq_id);
+        if (slot < 0) return rad_err_set(e, RAD_E_LIMIT, "no free sequence slot (max_seqs %u)", en->ctx.max_seqs);
+        int fresh = c->seqs[slot].len == 0;
+        int rc = rad_kvcache_reserve(c, slot, len, e);
+        if (rc) {
+            if (fresh) rad_kvcache_release(c, slot);
+            return rc;
+        }
+    }
+    return RAD_OK;
+}
+
+int rad_engine_step_seqs(RadEngine *en, const RadEngineSeq *seqs, uint32_t n_seq, int32_t *out_row, RadErr *e) {
+    if (!n_seq) return rad_err_set(e, RAD_E_SHAPE, "a step of zero sequences");
+    if (n_seq > en->ctx.max_seqs)
+        return rad_err_set(e, RAD_E_LIMIT, "a step of %u sequences exceeds max_seqs %u", n_seq, en->ctx.max_seqs);
+    uint64_t n_tok = 0;
+    uint32_t n_out = 0, n_dec = 0;
+    for (uint32_t i = 0; i < n_seq; i++) {
+        if (!seqs[i].n || !seqs[i].tokens)
+            return rad_err_set(e, RAD_E_SHAPE, "sequence %d: a step of zero tokens", seqs[i].seq_id);
+        for (uint32_t j = 0; j < i; j++)
+            if (seqs[j].seq_id == seqs[i].seq_id)
+                return rad_err_set(e, RAD_E_ARG, "sequence %d appears twice in one step", seqs[i].seq_id);
+        if ((uint64_t)seqs[i].pos + seqs[i].n > en->ctx.max_ctx)
+            return rad_err_set(e, RAD_E_LIMIT, "sequence %d: %u tokens exceed the context served (%u)", seqs[i].seq_id,
+                               seqs[i].pos + seqs[i].n, en->ctx.max_ctx);
+        n_tok += seqs[i].n;
+        n_out += seqs[i].want_logits != 0;
+        n_dec += seqs[i].n == 1;
+    }
+    if (n_tok > en->ctx.max_tok)
+        return rad_err_set(e, RAD_E_LIMIT, "a step of %" PRIu64 " tokens exceeds max_tok %u", n_tok, en->ctx.max_tok);
+    /* all or nothing: the blocks every sequence needs are counted before any is taken */
+    for (int gi = 0; gi < en->g.n_kvs; gi++) {
+        uint64_t need = 0;
+        for (uint32_t i = 0; i < n_seq; i++) need += rad_kvcache_need(&en->kv[gi], seqs[i].seq_id, seqs[i].pos + seqs[i].n);
+        if (need > en->kv[gi].n_free)
+            return rad_err_set(e, RAD_E_LIMIT, "KV cache full: the step needs %" PRIu64 " more blocks, %u free", need,
+                               en->kv[gi].n_free);
+    }
+    for (uint32_t i = 0; i < n_seq; i++) {
+        int rc = rad_engine_reserve(en, seqs[i].seq_id, seqs[i].pos + seqs[i].n, e);
+        if (rc) return rc;
+    }
+    /* the batch: decode rows first (stable), then the prefill chunks */
+    uint32_t S = en->ctx.max_seqs, T = en->ctx.max_tok;
+    int32_t *tok = en->step_i32, *posv = tok + T, *outs = posv + T, *cu = outs + T, *sid = cu + S + 1,
+            *ql = sid + S, *cl = ql + S, *order = cl + S;
+    uint32_t k = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (uint32_t i = 0; i < n_seq; i++)
+            if ((seqs[i].n == 1) == (pass == 0)) order[k++] = (int32_t)i;
+    uint32_t t = 0, o = 0, max_q = 0, max_ctx = 0;
+    cu[0] = 0;
+    for (uint32_t b = 0; b < n_seq; b++) {
+        const RadEngineSeq *q = &seqs[order[b]];
+        for (uint32_t j = 0; j < q->n; j++) tok[t + j] = q->tokens[j], posv[t + j] = (int32_t)(q->pos + j);
+        t += q->n;
+        cu[b + 1] = (int32_t)t;
+        sid[b] = q->seq_id;
+        ql[b] = (int32_t)q->n;
+        cl[b] = (int32_t)(q->pos + q->n);
+        if (q->n > max_q) max_q = q->n;
+        if (q->pos + q->n > max_ctx) max_ctx = q->pos + q->n;
+        if (out_row) out_row[order[b]] = q->want_logits ? (int32_t)o : -1;
+        if (q->want_logits) outs[o++] = (int32_t)(t - 1);
+        for (int gi = 0; gi < en->g.n_kvs; gi++) {
+            const RadKvCache *c = &en->kv[gi];
+            int slot = rad_kvcache_find(c, q->seq_id); /* reserved above */
+            memcpy(en->step_table[gi] + (size_t)b * c->max_blocks, c->seqs[slot].blocks, c->max_blocks * sizeof(int32_t));
+        }
+    }
+    RadKvState gstate[8];
+    uint32_t n_kv = en->g.n_kvs < 8 ? (uint32_t)en->g.n_kvs : 8;
+    for (uint32_t gi = 0; gi < n_kv; gi++)
+        gstate[gi] = (RadKvState){.group = {(int32_t)gi}, .block_table = en->step_table[gi],
+                                  .max_blocks = en->kv[gi].max_blocks, .block_size = en->kv[gi].block_size,
+                                  .n_blocks = en->kv[gi].n_blocks};
+    RadBatch bt = {.struct_size = sizeof bt,
+                   .phase = n_dec == n_seq ? RAD_PHASE_DECODE : n_dec ? RAD_PHASE_MIXED : RAD_PHASE_PREFILL,
+                   .n_tok = t, .n_seq = n_seq, .n_seq_decode = n_dec, .token_ids = tok, .positions = posv,
+                   .cu_seqlens = cu, .seq_ids = sid, .n_out = n_out, .out_ids = outs, .q_lens = ql, .ctx_lens = cl,
+                   .max_q_len = max_q, .max_ctx_len = max_ctx, .kv = gstate, .n_kv = n_kv};
+    return rad_engine_step(en, &bt, e);
+}
+
+/* One sequence's tokens in steps of at most max_tok; logits of the last token (want == 1) or of
+ * every token into all_out (want == 2). */
+static int forward(RadEngine *en, int32_t seq_id, const int32_t *tokens, uint32_t n, uint32_t pos, int want,
+                   float *all_out, RadErr *e) {
+    if (!n) return rad_err_set(e, RAD_E_SHAPE, "a forward of zero tokens");
+    int slot = -1;
+    for (int gi = 0; gi < en->g.n_kvs; gi++) {
+        slot = rad_kvcache_seq(&en->kv[gi], seq_id);
+        if (slot < 0) return rad_err_set(e, RAD_E_LIMIT, "no free sequence slot (max_seqs %u)", en->ctx.max_seqs);
+        int rc = rad_kvcache_reserve(&en->kv[gi], slot, pos + n, e);
+        if (rc) return rc;
+    }
+    RadKvState gstate[8];
+    uint32_t n_kv = en->g.n_kvs < 8 ? (uint32_t)en->g.n_kvs : 8;
+    for (uint32_t gi = 0; gi < n_kv; gi++)
+        gstate[gi] = (RadKvState){.group = {(int32_t)gi}, .block_table = en->kv[gi].seqs[slot].blocks,
+                                  .max_blocks = en->kv[gi].max_blocks, .block_size = en->kv[gi].block_size,
+                                  .n_blocks = en->kv[gi].n_blocks};
+    int32_t *positions = malloc(en->ctx.max_tok * sizeof *positions), *out = malloc(en->ctx.max_tok * sizeof *out);
+    int rc = RAD_OK;
+    if (!positions || !out) rc = rad_err_set(e, RAD_E_NOMEM, "out of memory");
+    for (uint32_t done = 0; done < n && !rc;) {
+        uint32_t c = n - done < en->ctx.max_tok ? n - done : en->ctx.max_tok;
+        for (uint32_t i = 0; i < c; i++) positions[i] = (int32_t)(pos + done + i), out[i] = (int32_t)i;
+        int last = done + c == n;
+        uint32_t n_out = want == 2 ? c : (want == 1 && last) ? 1 : 0;
+        int32_t cu[2] = {0, (int32_t)c}, sid[1] = {seq_id}, ql[1] = {(int32_t)c}, cl[1] = {(int32_t)(pos + done + c)};
+        RadBatch b = {.struct_size = sizeof b, .phase = c == 1 ? RAD_PHASE_DECODE : RAD_PHASE_PREFILL, .n_tok = c, .n_seq = 1,
+                      .n_seq_decode = c == 1 ? 1 : 0, .token_ids = tokens + done, .positions = positions,
+                      .cu_seqlens = cu, .seq_ids = sid, .n_out = n_out, .out_ids = want == 2 ? out : out + c - 1,
+                      .q_lens = ql, .ctx_lens = cl, .max_q_len = c, .max_ctx_len = pos + done + c, .kv = gstate, .n_kv = n_kv};
+        rc = rad_engine_step(en, &b, e);
+        if (!rc && want == 2) {
+            uint32_t nv;
+            const float *lg = rad_engine_logits(en, &nv);
+            memcpy(all_out + (size_t)done * nv, lg, (size_t)c * nv * sizeof *lg);
+        }
+        done += c;
+    }
+    free(positions);
+    free(out);
+    return rc;
+}
+
+int rad_engine_forward(RadEngine *en, int32_t seq_id, const int32_t *tokens, uint32_t n, uint32_t pos, int want_logits,
+                       RadErr *e) {
+    return forward(en, seq_id, tokens, n, pos, want_logits ? 1 : 0, NULL, e);
+}
+
+int rad_engine_forward_all(RadEngine *en, int32_t seq_id, const int32_t *tokens, uint32_t n, uint32_t pos, float *out,
+                           RadErr *e) {
+    return forward(en, seq_id, tokens, n, pos, 2, out, e);
+}
+
+void rad_engine_drop_seq(RadEngine *en, int32_t seq_id) {
+    for (int gi = 0; gi < en->g.n_kvs; gi++) {
+        int slot = rad_kvcache_find(&en->kv[gi], seq_id);
+        if (slot >= 0) rad_kvcache_release(&en->kv[gi], slot);
+    }
+}
+
+/* ---- the KV cache, for a scheduler: the first group ------------------------------------------ */
+
+void rad_engine_kv_stats(const RadEngine *en, RadEngineKvStats *st) {
+    memset(st, 0, sizeof *st);
+    if (en->g.n_kvs < 1) return;
+    const RadKvCache *c = &en->kv[0];
+    *st = (RadEngineKvStats){.n_groups = (uint32_t)en->g.n_kvs, .block_size = c->block_size, .n_blocks = c->n_blocks,
+                             .n_free = c->n_free, .n_cached_free = c->n_cached_free};
+}
+
+uint32_t rad_engine_kv_free_blocks(const RadEngine *en) { return en->g.n_kvs < 1 ? 0 : en->kv[0].n_free; }
+
+uint32_t rad_engine_kv_need(const RadEngine *en, int32_t seq_id, uint32_t len) {
+    return en->g.n_kvs < 1 ? 0 : rad_kvcache_need(&en->kv[0], seq_id, len);
+}
+
+int rad_engine_kv_adopt_prefix(RadEngine *en, int32_t seq_id, const int32_t *tokens, uint32_t n_blocks, int share,
+                               uint64_t *hashes) {
+    if (en->g.n_kvs < 1) return -1;
+    RadKvCache *c = &en->kv[0];
+    int slot = rad_kvcache_seq(c, seq_id);
+    if (slot < 0) return -1;
+    rad_kvcache_hash_chain(tokens, 0, n_blocks, c->block_size, hashes);
+    uint32_t hit = share ? rad_kvcache_lookup(c, hashes, n_blocks) : 0;
+    rad_kvcache_adopt(c, slot, hashes, hit);
+    return (int)hit;
+}
+
+int rad_engine_kv_publish(RadEngine *en, int32_t seq_id, const int32_t *tokens, uint32_t from, uint32_t to,
+                          uint64_t *hashes) {
+    int slot = en->g.n_kvs < 1 ? -1 : rad_kvcache_find(&en->kv[0], seq_id);
+    if (slot < 0) return RAD_E_NOTFOUND;
+    RadKvCache *c = &en->kv[0];
+    rad_kvcache_hash_chain(tokens, from, to, c->block_size, hashes); /* the new blocks only, chained on */
+    for (uint32_t b = from; b < to; b++) rad_kvcache_publish(c, slot, b, hashes[b]);
+    return RAD_OK;
+}
+
+/* ---- debug views ---------------------------------------------------------------------------- */
+
+void rad_engine_dump_profile(const RadEngine *en, FILE *f) {
+    if (!en->prof_ns || !en->prof_steps) return;
+    /* one line per (op name, kernel): the layers' copies of an op summed */
+    typedef struct Row { const char *op; const RadKernel *k; int lib; uint64_t ns, calls; } Row;
+    Row *rows = calloc((size_t)en->g.n_ops + 1, sizeof *rows);
+    if (!rows) return;
+    int n = 0;
+    uint64_t in_ops = 0;
+    for (int o = 0; o < en->g.n_ops; o++) {
+        if (!en->prof_calls[o]) continue;
+        const RadSelectTable *t = &en->g.ops[o].sel;
+        const RadKernel *k = t->n_buckets ? t->pick[0] : NULL;
+        const int lib = t->n_buckets ? t->pick_lib[0] : -1;
+        int r = 0;
+        while (r < n && !(strcmp(rows[r].op, en->g.ops[o].op) == 0 && rows[r].k == k)) r++;
+        if (r == n) rows[n++] = (Row){en->g.ops[o].op, k, lib, 0, 0};
+        rows[r].ns += en->prof_ns[o], rows[r].calls += en->prof_calls[o];
+        in_ops += en->prof_ns[o];
+    }
+    for (int i = 1; i < n; i++) /* most time first */
+        for (int j = i; j > 0 && rows[j].ns > rows[j - 1].ns; j--) {
+            Row t = rows[j];
+            rows[j] = rows[j - 1], rows[j - 1] = t;
+        }
+    const double steps = (double)en->prof_steps, total = (double)en->prof_step_ns;
+    fprintf(f, "profile: %" PRIu64 " steps, %.3f ms a step (the kernel of each op's first bucket named)\n", en->prof_steps,
+            total / steps * 1e-6);
+    fprintf(f, "%-16s %-22s %9s %7s %10s %9s\n", "op", "kernel", "ms/step", "share", "calls/step", "us/call");
+    for (int i = 0; i < n; i++) {
+        int li = rows[i].k ? rows[i].lib : -1;
+        char kn[64];
+        snprintf(kn, sizeof kn, "%s:%s", li >= 0 ? en->libs[li]->info->name : "?", rows[i].k ? rows[i].k->variant : "?");
+        fprintf(f, "%-16s %-22s %9.3f %6.1f%% %10.1f %9.2f\n", rows[i].op, kn, (double)rows[i].ns / steps * 1e-6,
+                100.0 * (double)rows[i].ns / total, (double)rows[i].calls / steps, (double)rows[i].ns / (double)rows[i].calls * 1e-3);
+    }
+    fprintf(f, "%-16s %-22s %9.3f %6.1f%%\n", "(outside ops)", "plugin step, issue", (total - (double)in_ops) / steps * 1e-6,
+            100.0 * (total - (double)in_ops) / total);
+    free(rows);
+}
+
+void rad_engine_dump_graph(const RadEngine *en, FILE *f) {
+    fprintf(f, "model %s: plugin '%s' (%s, \"%s\"), %d ops, %d weights, %d buffers; libraries:", en->o.model,
+            en->arch->info->name, en->arch->arch_id, en->arch->quant, en->g.n_ops, en->g.n_w, en->g.n_bufs);
+    for (int i = 0; i < en->n_libs; i++) fprintf(f, " %s", en->libs[i]->info->name);
+    fputc('\n', f);
+    /* the plugin's own account of the shape it declared (rad_note), before the ops it explains */
+    for (int i = 0; i < en->g.n_notes; i++) fprintf(f, "note: %s\n", en->g.notes[i]);
+    for (int o = 0; o < en->g.n_ops; o++) {
+        const RadGOp *op = &en->g.ops[o];
+        const RadSelectTable *c = &op->sel;
+        fprintf(f, "op %4d %-14s", o, op->op);
+        for (uint32_t w = 0; w < op->n_w; w++)
+            fprintf(f, " %s(%s)", en->g.w[op->w[w].id].name, rad_enc_info(en->g.w[op->w[w].id].enc) ? rad_enc_info(en->g.w[op->w[w].id].enc)->name : "absent");
+        if (op->declined || !rad_select_served(c)) { /* only a declined op opens unresolved */
+            fprintf(f, "  -> unresolved: %s%s\n", c->why,
+                    op->declined ? " (declined: the plugin emits the chain)" : "");
+            continue;
+        }
+        fprintf(f, "  ->");
+        for (int i = 0; i < c->n; i++) {
+            char hi[24] = "inf";
+            if (c->k[i]->n_max) snprintf(hi, sizeof hi, "%" PRId64, c->k[i]->n_max);
+            fprintf(f, "%s %s:%s[%" PRId64 "..%s]", i ? "," : "", en->libs[c->k_lib[i]]->info->name, c->k[i]->variant,
+                    c->k[i]->n_min, hi);
+        }
+        fprintf(f, "  buckets:");
+        for (int i = 0, j; i < c->n_buckets; i = j) { /* neighbours with the same kernel print as one */
+            for (j = i + 1; j < c->n_buckets && c->pick[j] == c->pick[i];) j++;
+            fprintf(f, "%s rows %" PRId64 "..%" PRId64 " %s:%s", i ? "," : "", c->lo[i], j < c->n_buckets ? c->lo[j] - 1 : c->range_hi,
+                    en->libs[c->pick_lib[i]]->info->name, c->pick[i]->variant);
+        }
+        fprintf(f, "  (%s%s)\n", c->why, en->o.deterministic ? "; batch-invariant first" : "");
+    }
+}
+
+void rad_engine_dump_placement(const RadEngine *en, FILE *f) {
+    uint64_t wbytes[RAD_ENC_COUNT] = {0}, total = 0;
+    for (int i = 0; i < en->g.n_w; i++) {
+        const RadTensor *t = weight_tensor(en, i);
+        int seen = 0; /* a tied head counts once: the weights reading one tensor share its bytes */
+        for (int j = 0; t && j < i && !seen; j++) seen = en->w[j].arg.data == en->w[i].arg.data;
+        if (!t || seen) continue;
+        wbytes[en->g.w[i].enc] += t->planes[0].nbytes;
+        total += t->planes[0].nbytes;
+    }
+    if (en->wstore)
+        fprintf(f, "weights: %" PRIu64 " bytes from %s, copied into %zu bytes of anonymous memory (%s)\n", total, en->o.model,
+                en->wstore_bytes, en->wstore_huge ? "transparent huge pages asked" : "huge pages refused: 4 KiB pages");
+    else
+        fprintf(f, "weights: %" PRIu64 " bytes, read in place from the mapping of %s (--mmap)\n", total, en->o.model);
+    for (int k = 0; k < RAD_ENC_COUNT; k++)
+        if (wbytes[k]) fprintf(f, "  %-6s %" PRIu64 " bytes\n", rad_enc_info((RadEnc)k)->name, wbytes[k]);
+    if (en->n_packed)
+        fprintf(f, "  packed at load: %d tensors, %" PRIu64 " bytes, in their kernel library's layout (--no-repack: none)\n",
+                en->n_packed, en->packed_bytes);
+    fprintf(f, "arena: %" PRIu64 " bytes for %d transient buffers (%" PRIu64 " without sharing); persistent %" PRIu64 "\n",
+            en->g.arena_bytes, en->g.n_bufs, en->g.naive_bytes, en->g.persist_bytes);
+    for (int i = 0; i < en->g.n_bufs; i++) {
+        const RadGBuf *b = &en->g.bufs[i];
+        fprintf(f, "  %-14s offset %10" PRIu64 "  bytes %10" PRIu64 "  live ops [%d, %d]%s\n", b->name, b->offset, b->bytes,
+                b->first, b->last, b->undeclared_use ? " (no declared use: whole program)" : "");
+    }
+    for (int gi = 0; gi < en->g.n_kvs; gi++) {
+        const RadKvCache *c = &en->kv[gi];
+        fprintf(f, "kv group '%s': %u blocks of %u tokens, %" PRIu64 " bytes per block per layer, %u layers: %" PRIu64 " bytes\n",
+                en->g.kvs[gi].name, c->n_blocks, c->block_size, c->block_bytes, c->n_layers,
+                (uint64_t)c->n_blocks * c->block_bytes * c->n_layers);
+    }
+    fprintf(f, "workspace: %zu bytes\n", en->workspace_bytes);
+}

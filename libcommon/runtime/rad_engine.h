@@ -1,0 +1,156 @@
+/* rad_engine.h — the engine: a container mapped, its architecture plugin declared against the
+ * deployment, kernels selected from the loaded libraries, one arena for activations, the
+ * paged KV cache, and steps run through the plugin's rad_arch_step. */
+#ifndef RAD_ENGINE_H
+#define RAD_ENGINE_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "abi/rad_arch.h"
+#include "libcommon/base/rad_err.h"
+#include "libcommon/base/rad_dict.h"
+#include "libcommon/format/rad_model.h"
+#include "libcommon/plugin/rad_plugins.h"
+
+typedef struct RadEngineOpts {
+    const char *model;             /* a .rad container */
+    const char *const *plugin_dirs;/* [n_plugin_dirs] --plugin-dir, searched before the default
+                                      path (RADIANCE_PLUGIN_PATH, installed, beside the binary) */
+    int n_plugin_dirs;             /* >= 0 */
+    const char *kernels;           /* "ref,kern_test": libraries by name, in preference order; NULL: all, by load order */
+    uint32_t n_threads;            /* 0: all cores */
+    uint32_t max_tok;              /* tokens per step (prefill chunk); 0: 512 */
+    uint32_t max_seqs;             /* sequences at once; 0: 1 */
+    uint32_t max_ctx;              /* 0: the model's n_ctx_train, capped at 8192 */
+    uint32_t kv_blocks;            /* 0: enough for max_seqs sequences of max_ctx, within a
+                                      quarter of physical memory (at least one full context) */
+    RadDType kv_dtype;             /* RAD_F32 (default) */
+    int deterministic;             /* prefer batch-invariant kernels */
+    uint32_t max_out_rows;         /* logits rows a step may return (0: the plugin's rule) */
+    int profile;                   /* time every issued op (rad_engine_dump_profile) */
+    int mmap_weights;              /* kernels read weights in the file mapping (no copy; slower
+                                      decode, shared page cache); 0: copied into huge pages */
+    int no_verify;                 /* 1: skip the planes' checksums at load (--no-verify); 0: every
+                                      plane the engine reads is verified as it is copied */
+    int no_repack;                 /* keep every weight in its stored layout; 0: a kernel library
+                                      packs the weights only its kernels read (RadKernelLib.pack) */
+    double max_tolerance;          /* kernels whose stated tolerance is looser are not chosen;
+                                      0: 1e-3 (exact paths: the oracle's greedy text); 2e-2 lets
+                                      quantised GEMMs quantise activations as llama.cpp does */
+} RadEngineOpts;
+
+/* Opaque: tools see the engine through these functions only; its state, the KV cache among it,
+ * is rad_engine.c's (rad_engine_int.h, for tests that check internals). */
+typedef struct RadEngine RadEngine;
+
+/* What the engine serves, as resolved at open. */
+typedef struct RadEngineLimits {
+    uint32_t max_ctx;              /* tokens a sequence may hold: --ctx, else the model's n_ctx_train capped at 8192 */
+    uint32_t max_seqs;             /* sequences in one step (and KV slots) */
+    uint32_t max_tok;              /* tokens in one step */
+    uint32_t n_threads;            /* kernel threads (never 0: "all cores" resolved at open) */
+} RadEngineLimits;
+
+/* Allocates and opens *en; on failure *en is NULL (everything freed) and e says why. */
+int rad_engine_open(RadEngine **en, const RadEngineOpts *o, RadErr *e);
+/* Frees the engine; NULL is ignored. */
+void rad_engine_close(RadEngine *en);
+
+RadEngineLimits rad_engine_limits(const RadEngine *en);
+/* The architecture plugin the model runs on (for its chat format, its name). */
+const RadPlugin *rad_engine_arch(const RadEngine *en);
+/* The model's metadata as the plugin was declared against it. */
+const RadModelMeta *rad_engine_meta(const RadEngine *en);
+/* The container's tokenizer entries, what rad_tok_init takes (valid until close). */
+const RadDict *rad_engine_tok_data(const RadEngine *en);
+
+/* With --mmap, NULL while the file is as it was at open; once it changed under the mapping,
+ * the one-line reason ("FILE: changed while mapped (--mmap): ..."): every step since has failed
+ * with it, and a server should stop admitting, fail what is left and exit
+ * RAD_EXIT_MODEL_CHANGED (docs/TOOLS.md, "A file that changes under the server"). */
+const char *rad_engine_fail_closed(const RadEngine *en);
+
+/* Runs one step over `b`, built by the caller. The KV blocks of the step's sequences must be
+ * reserved first (rad_engine_reserve); b's block tables are the caller's. */
+int rad_engine_step(RadEngine *en, const RadBatch *b, RadErr *e);
+
+/* One sequence's part of a step: n new tokens at positions [pos, pos+n). */
+typedef struct RadEngineSeq {
+    int32_t seq_id;                /* the caller's id (>= 0); a KV slot is taken on first use */
+    const int32_t *tokens;         /* [n] token ids */
+    uint32_t n;                    /* >= 1; n == 1 is a decode row */
+    uint32_t pos;                  /* tokens of this sequence already in the cache */
+    int want_logits;               /* 1: logits of tokens[n-1] */
+} RadEngineSeq;
+
+/* One step over several sequences (prefill, decode or mixed): the engine orders decode rows
+ * first, reserves KV blocks (RAD_E_LIMIT, nothing run, when they run out) and runs the step.
+ * out_row[i] receives the logits row of seqs[i] (-1 when not wanted). Sum of n <= max_tok,
+ * n_seq <= max_seqs, distinct seq_ids. */
+int rad_engine_step_seqs(RadEngine *en, const RadEngineSeq *seqs, uint32_t n_seq, int32_t *out_row, RadErr *e);
+
+/* Grows a sequence's KV to hold len tokens (taking a slot on first use); RAD_E_LIMIT when the
+ * blocks or slots run out (nothing taken then). */
+int rad_engine_reserve(RadEngine *en, int32_t seq_id, uint32_t len, RadErr *e);
+
+/* ---- the KV cache, for a scheduler ----
+ * The engine is the only code that changes its KV cache. A scheduler plans against it with
+ * these calls; they act on the model's first KV group (rad_sched_open refuses a model with
+ * more than one). */
+
+/* The pool at a glance: its geometry (fixed at open) and what is free now. */
+typedef struct RadEngineKvStats {
+    uint32_t n_groups;             /* KV groups the model binds (the rest describe the first; 0: none) */
+    uint32_t block_size;           /* tokens per block */
+    uint32_t n_blocks;             /* blocks in the pool */
+    uint32_t n_free;               /* blocks a reservation can take: clean ones and free cached ones */
+    uint32_t n_cached_free;        /* of the free ones, those holding a published prefix (evicted
+                                      least recently freed first) */
+} RadEngineKvStats;
+void rad_engine_kv_stats(const RadEngine *en, RadEngineKvStats *st);
+
+/* Blocks a reservation can take now (RadEngineKvStats.n_free). */
+uint32_t rad_engine_kv_free_blocks(const RadEngine *en);
+/* Blocks that growing sequence seq_id (holding a slot or not) to len tokens would take. */
+uint32_t rad_engine_kv_need(const RadEngine *en, int32_t seq_id, uint32_t len);
+
+/* The prefix cache: a full block is named by a hash chained over its tokens and every block
+ * before it; a published block outlives its sequence (free but cached) until evicted.
+ *
+ * A newly admitted sequence takes a KV slot, the chain hashes of the first n_blocks full blocks
+ * of tokens into hashes[0..n_blocks), and, when share, the longest run of them that names
+ * cached blocks, shared (only a sequence holding no tokens starts on shared blocks). Returns
+ * the blocks found cached (0 when !share), or -1 when every slot is taken (nothing done). */
+int rad_engine_kv_adopt_prefix(RadEngine *en, int32_t seq_id, const int32_t *tokens, uint32_t n_blocks, int share,
+                               uint64_t *hashes);
+/* Publishes a sequence's full blocks [from, to), written, so later sequences can share them:
+ * their hashes into hashes[from..to), chained on hashes[from-1] when from > 0. A hash already
+ * naming another block is left as it is. RAD_E_NOTFOUND (nothing done) when seq_id holds no
+ * slot. */
+int rad_engine_kv_publish(RadEngine *en, int32_t seq_id, const int32_t *tokens, uint32_t from, uint32_t to,
+                          uint64_t *hashes);
+
+/* The logits the step produced: [n_out][n_vocab]. */
+const float *rad_engine_logits(const RadEngine *en, uint32_t *n_vocab);
+
+/* One sequence's forward over `n` new tokens at positions [pos, pos+n), cut into steps of at
+ * most max_tok; logits of the last token when want_logits. */
+int rad_engine_forward(RadEngine *en, int32_t seq_id, const int32_t *tokens, uint32_t n, uint32_t pos,
+                       int want_logits, RadErr *e);
+/* Releases a sequence's slot and blocks (its published blocks stay cached); unknown ids are
+ * ignored. */
+void rad_engine_drop_seq(RadEngine *en, int32_t seq_id);
+
+/* Teacher forcing: the logits of every one of n tokens into out[n][n_vocab] (the engine must be
+ * opened with max_out_rows >= max_tok). */
+int rad_engine_forward_all(RadEngine *en, int32_t seq_id, const int32_t *tokens, uint32_t n, uint32_t pos, float *out,
+                           RadErr *e);
+
+/* --debug-graph: every op, its resolved kernel and why. --debug-placement: the plan. */
+/* --profile: time per op (summed over layers by op name and kernel), against whole steps. */
+void rad_engine_dump_profile(const RadEngine *en, FILE *f);
+void rad_engine_dump_graph(const RadEngine *en, FILE *f);
+void rad_engine_dump_placement(const RadEngine *en, FILE *f);
+
+#endif

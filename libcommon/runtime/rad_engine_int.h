@@ -1,0 +1,67 @@
+/* rad_engine_int.h — the engine's state, for rad_engine.c and the tests that check its
+ * internals. Tools see the engine only through rad_engine.h (make walls refuses a tool that
+ * includes this header or rad_kvcache.h): the engine is the one owner of the KV cache. */
+#ifndef RAD_ENGINE_INT_H
+#define RAD_ENGINE_INT_H
+
+#include "abi/rad_arch.h"
+#include "abi/rad_kernels.h"
+#include "libcommon/plugin/rad_graph.h"
+#include "libcommon/format/rad_container.h"
+#include "libcommon/runtime/rad_engine.h"
+#include "libcommon/runtime/rad_kvcache.h"
+#include "libcommon/format/rad_model.h"
+#include "libcommon/plugin/rad_plugins.h"
+
+typedef struct RadEngineWeight {
+    RadKArg arg;                   /* as kernels see it: bytes in wstore, or in the file mapping */
+} RadEngineWeight;
+
+typedef struct RadEngineKernels {
+    const RadSelectTable *sel;     /* the op's candidates and per-bucket picks: the graph's (RadGOp.sel),
+                                      chosen at declare under the engine's options */
+    int32_t layer;                 /* the op's "layer" parameter when it names a KV layer, else -1 */
+} RadEngineKernels;
+
+struct RadEngine {
+    RadCtx head;                   /* what the plugin's step sees; must stay first */
+    RadEngineOpts o;               /* as opened, defaults resolved (n_threads never 0) */
+    RadModelFile m;                /* the container (its data released after a copying load) */
+    RadModelMeta meta;             /* what the plugin is declared against */
+    char **meta_keys, **meta_vals;     /* meta's key/value view (rad_meta_table_fill) */
+    RadPluginSet plugins;          /* every plugin loaded from the plugin path */
+    const RadPlugin *arch;         /* the architecture plugin (in plugins) */
+    const RadPlugin **libs;        /* [n_libs] kernel libraries used, preference order */
+    void **lib_state;              /* [n_libs] what init returned */
+    int n_libs;                    /* libraries kept (their init succeeded) */
+    RadPluginSet sel;              /* the same libraries as a set, for the builder */
+    RadSelectOpts select;          /* sel, max_tolerance, deterministic: what every op is resolved under */
+    RadBuildCtx ctx;               /* the deployment: max_tok, max_seqs, max_ctx (resolved) */
+    RadGraph g;                    /* ops, weights, buffers and KV groups the plugin declared */
+    RadEngineWeight *w;            /* [g.n_w] */
+    uint8_t *wstore;               /* weights copied (or decompressed) into one anonymous map */
+    size_t wstore_bytes;           /* its length (whole 2 MiB pages) */
+    int wstore_huge;               /* huge pages asked for it (madvise accepted; THP decides) */
+    int n_packed;                  /* tensors a kernel library packed at load */
+    uint64_t packed_bytes;         /* their stored bytes */
+    RadEngineKernels *cand;        /* [g.n_ops] */
+    uint8_t *arena;                /* transient buffers (g.arena_bytes) */
+    uint8_t *persist;              /* persistent and derived buffers */
+    uint8_t *workspace;            /* the largest workspace any selected kernel asks */
+    size_t workspace_bytes;        /* its length */
+    RadKvCache *kv;                /* [g.n_kvs] owned here: only rad_engine.c changes them */
+    int32_t **step_table;          /* [g.n_kvs][max_seqs * max_blocks]: block tables in batch order */
+    int32_t *step_i32;             /* scratch for a step's batch arrays (see step_seqs) */
+    RadKvState *kv_state;          /* [g.n_layer_kv] per layer, rebuilt each step */
+    const RadBatch *batch;         /* the step being run */
+    int step_failed;               /* the running step hit an error (step_msg says which) */
+    char step_msg[512];            /* the first error of the step */
+    int guard;                     /* rad_model_guard slot over the file mapping, or -1 */
+    int changed;                   /* --mmap: the file changed under the mapping; every step fails */
+    char changed_msg[512];         /* why (rad_engine_fail_closed) */
+    uint64_t n_issues;             /* ops issued, for --debug-graph and timing */
+    uint64_t *prof_ns, *prof_calls;/* [g.n_ops] when o.profile: time in each op's kernel, calls */
+    uint64_t prof_step_ns, prof_steps; /* whole steps (the plugin's own work and the kernels) */
+};
+
+#endif

@@ -1,0 +1,50 @@
+/* rad_sampler.h — choosing the next token from a row of logits. The order is llama.cpp's and
+ * vLLM's: logit bias, then repetition / presence / frequency penalties over the tokens seen,
+ * then greedy (temperature 0) or top-k, temperature, top-p, min-p and a draw from a seeded
+ * generator, so a run with a seed is reproducible. */
+#ifndef RAD_SAMPLER_H
+#define RAD_SAMPLER_H
+
+#include <stdint.h>
+
+#include "libcommon/base/rad_err.h"
+
+typedef struct RadLogitBias {
+    int32_t token;
+    float bias;              /* added to the logit; -INFINITY bans the token */
+} RadLogitBias;
+
+typedef struct RadSamplerParams {
+    float temperature;       /* 0: greedy */
+    int32_t top_k;           /* 0: off */
+    float top_p;             /* 1: off */
+    float min_p;             /* 0: off */
+    float repetition_penalty;/* 1: off; >1 divides positive logits of seen tokens, multiplies negative */
+    float presence_penalty;  /* subtracted once from each seen token's logit */
+    float frequency_penalty; /* subtracted per occurrence */
+    const RadLogitBias *bias;
+    uint32_t n_bias;
+    uint64_t seed;
+} RadSamplerParams;
+
+typedef struct RadSampler {
+    RadSamplerParams p;
+    uint64_t rng[4];         /* xoshiro256** state from the seed */
+    uint32_t n_vocab;
+    uint32_t *counts;        /* [n_vocab] occurrences in the history */
+    int32_t *seen;           /* [n_vocab] the distinct tokens of the history, first seen first */
+    uint32_t n_seen;
+    float *work;             /* [n_vocab] scratch logits */
+    int32_t *idx;            /* [n_vocab] scratch indices */
+} RadSampler;
+
+/* Sensible defaults: greedy. */
+RadSamplerParams rad_sampler_defaults(void);
+int rad_sampler_init(RadSampler *s, const RadSamplerParams *p, uint32_t n_vocab, RadErr *e);
+void rad_sampler_free(RadSampler *s);
+/* Records a token of the history (prompt or generated) for the penalties. */
+void rad_sampler_accept(RadSampler *s, int32_t token);
+/* The next token from logits[n_vocab] (not modified). */
+int32_t rad_sampler_sample(RadSampler *s, const float *logits);
+
+#endif

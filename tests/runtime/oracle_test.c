@@ -1,0 +1,308 @@
+/* The engine against the oracle: golden files that Hugging Face transformers wrote
+ * (scripts/gen-oracle.py, docs/ORACLE.md) for SmolLM2-135M-Instruct on its dequantised weights
+ * in f32, and for a random-weight bf16 Llama. Teacher-forced top-1 agreement >= 99% and mean
+ * KL(ref || ours) <= 1e-3 at every position; the greedy continuation identical token for token.
+ *
+ * The containers are made here with rad-convert (SmolLM2 --quant f32: the f32 path; SmolLM2 as
+ * imported, q4_1 with a q8_0 head: the GGML path, exact and --fast; the tiny model kept in bf16:
+ * the bf16 path). The --fast path (quantised activations) has its own, stated bound
+ * (docs/ORACLE.md). RAD_ORACLE_QUICK=1 (the sanitizer build) runs the short cases only (prompts
+ * of at most 5 tokens). */
+#include <criterion/criterion.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "libcommon/runtime/rad_engine_int.h" /* checks internals */
+#include "tests/oracle_golden.h"
+
+
+static char dir[256], conv[512];
+static void setup(void) {
+    const char *b = getenv("RAD_BUILD");
+    snprintf(conv, sizeof conv, "%s/rad-convert", b ? b : "build");
+    snprintf(dir, sizeof dir, "/tmp/rad-oracle-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+}
+static void teardown(void) {
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+/* max_tolerance: 0 is the engine's default (1e-3, the exact paths); 2e-2 is radiance --fast. */
+static void open_engine_x(RadEngine **en, const char *model, double max_tolerance, int no_repack) {
+    const char *b = getenv("RAD_BUILD");
+    static char d[256];
+    snprintf(d, sizeof d, "%s/plugins", b ? b : "build");
+    static const char *dirs[1] = {d};
+    RadEngineOpts o = {.model = model, .plugin_dirs = dirs, .n_plugin_dirs = 1, .kernels = "ref", .max_tok = 128,
+                       .max_out_rows = 128, .max_seqs = 1, .max_ctx = 1024, .max_tolerance = max_tolerance,
+                       .no_repack = no_repack};
+    RadErr e = {0};
+    cr_assert_eq(rad_engine_open(en, &o, &e), RAD_OK, "%s", e.msg);
+}
+static void open_engine(RadEngine **en, const char *model, double max_tolerance) { open_engine_x(en, model, max_tolerance, 0); }
+
+typedef struct Score {
+    uint64_t positions, agree, gen_cases, gen_exact, gen_same; /* gen_same: greedy tokens equal before the first difference */
+    double kl_sum, kl_max;
+    uint64_t loose_ops; /* ops whose first kernel states a tolerance looser than the exact paths' 1e-3 */
+} Score;
+
+/* strict: every greedy continuation must be the oracle's (the exact paths); otherwise they are
+ * only counted (the --fast path, whose bound is on the totals). */
+static void score_case(RadEngine *en, const Case *c, Score *s, const char *name, int strict) {
+    Score before = *s;
+    uint32_t n = c->n_pos, nv;
+    int32_t *seq = malloc((n + 1) * sizeof *seq);
+    memcpy(seq, c->prompt, c->n_prompt * sizeof *seq);
+    memcpy(seq + c->n_prompt, c->gen, (c->n_gen - 1) * sizeof *seq);
+    rad_engine_logits(en, &nv);
+    cr_assert_eq(nv, c->vocab, "%s: vocabulary %u vs the oracle's %u", name, nv, c->vocab);
+    float *lg = malloc((size_t)n * nv * sizeof *lg);
+    RadErr e = {0};
+    cr_assert_eq(rad_engine_forward_all(en, 0, seq, n, 0, lg, &e), RAD_OK, "%s: %s", name, e.msg);
+    rad_engine_drop_seq(en, 0);
+    for (uint32_t t = 0; t < n; t++) {
+        const float *x = lg + (size_t)t * nv;
+        double mx = x[0];
+        uint32_t arg = 0;
+        for (uint32_t i = 1; i < nv; i++)
+            if (x[i] > mx) mx = x[i], arg = i;
+        double sum = 0;
+        for (uint32_t i = 0; i < nv; i++) sum += exp(x[i] - mx);
+        double lse = mx + log(sum), top_mass = 0, kl = 0, ref_top = 0;
+        const int32_t *ids = c->top_id + (size_t)t * c->k;
+        const float *lp = c->top_lp + (size_t)t * c->k;
+        for (uint32_t j = 0; j < c->k; j++) {
+            double ours = x[ids[j]] - lse, pr = exp(lp[j]);
+            kl += pr * (lp[j] - ours);
+            top_mass += exp(ours);
+            ref_top += pr;
+        }
+        double rest_ref = c->rest[t], rest_ours = fmax(1.0 - top_mass, 1e-30);
+        if (rest_ref > 0) kl += rest_ref * (log(rest_ref) - log(rest_ours));
+        s->kl_sum += kl;
+        if (kl > s->kl_max) s->kl_max = kl;
+        s->agree += arg == (uint32_t)ids[0];
+        s->positions++;
+    }
+    /* greedy from the prompt: identical to the oracle's continuation */
+    int32_t *out = malloc(c->n_gen * sizeof *out);
+    cr_assert_eq(rad_engine_forward(en, 0, c->prompt, c->n_prompt, 0, 1, &e), RAD_OK, "%s", e.msg);
+    uint32_t k = 0;
+    for (; k < c->n_gen; k++) {
+        const float *x = rad_engine_logits(en, NULL);
+        uint32_t arg = 0;
+        for (uint32_t i = 1; i < nv; i++)
+            if (x[i] > x[arg]) arg = i;
+        out[k] = (int32_t)arg;
+        if (out[k] != c->gen[k] || k + 1 == c->n_gen) break;
+        cr_assert_eq(rad_engine_forward(en, 0, &out[k], 1, c->n_prompt + k, 1, &e), RAD_OK, "%s", e.msg);
+    }
+    rad_engine_drop_seq(en, 0);
+    int same = k + 1 == c->n_gen && out[k] == c->gen[k];
+    s->gen_cases++;
+    s->gen_exact += same;
+    s->gen_same += same ? c->n_gen : k;
+    if (strict)
+        cr_expect(same, "%s: greedy continuation differs at token %u (%d vs oracle %d)", name, k, out[k], c->gen[k]);
+    else
+        printf("  %-22s %4u positions, top-1 %.4f, mean KL %.2e, greedy %s (%u/%u tokens)\n", name, n,
+               (double)(s->agree - before.agree) / n, (s->kl_sum - before.kl_sum) / n, same ? "identical" : "differs",
+               same ? c->n_gen : k, c->n_gen);
+    free(out);
+    free(lg);
+    free(seq);
+}
+
+static void run_model(const char *model, const char *prefix, double max_tolerance, int strict, Score *s) {
+    RadEngine *en = NULL;
+    open_engine(&en, model, max_tolerance);
+    for (int o = 0; o < en->g.n_ops; o++)
+        if (en->g.ops[o].sel.n && en->g.ops[o].sel.k[0]->exactness == RAD_EXACT_TOLERANCE && en->g.ops[o].sel.k[0]->tolerance > 1e-3)
+            s->loose_ops++;
+    FILE *mf = fopen("tests/fixtures/oracle/MANIFEST", "r");
+    cr_assert_not_null(mf);
+    char line[512];
+    int quick = getenv("RAD_ORACLE_QUICK") != NULL;
+    while (fgets(line, sizeof line, mf)) {
+        char fn[256], mdl[64];
+        unsigned np, ng, nf;
+        if (line[0] == '#' || sscanf(line, "%255s %63s %u %u %u", fn, mdl, &np, &ng, &nf) != 5) continue;
+        if (strncmp(fn, prefix, strlen(prefix)) != 0 || (quick && np > 5)) continue;
+        char path[512];
+        snprintf(path, sizeof path, "tests/fixtures/oracle/%s", fn);
+        Case c;
+        cr_assert(load_case(path, &c), "%s missing", path);
+        score_case(en, &c, s, fn, strict);
+        free(c.buf);
+    }
+    fclose(mf);
+    rad_engine_close(en);
+}
+
+TestSuite(oracle, .init = setup, .fini = teardown);
+
+Test(oracle, smollm2_f32_matches_transformers) {
+    char cmd[1024], model[300];
+    snprintf(model, sizeof model, "%s/smollm2-f32.rad", dir);
+    snprintf(cmd, sizeof cmd, "%s models/SmolLM2-135M-Instruct.Q4_1.gguf --quant f32 -o %s", conv, model);
+    cr_assert_eq(system(cmd), 0);
+    Score s = {0};
+    run_model(model, "smollm2-", 0, 1, &s);
+    cr_assert_gt(s.gen_cases, 0);
+    double agree = (double)s.agree / (double)s.positions, kl = s.kl_sum / (double)s.positions;
+    printf("oracle smollm2 f32: %" PRIu64 " positions, top-1 agreement %.4f, mean KL %.2e (max %.2e), greedy %" PRIu64 "/%" PRIu64 "\n",
+           s.positions, agree, kl, s.kl_max, s.gen_exact, s.gen_cases);
+    cr_assert_geq(agree, 0.99, "top-1 agreement %.4f", agree);
+    cr_assert_leq(kl, 1e-3, "mean KL %.3e", kl);
+    cr_assert_eq(s.gen_exact, s.gen_cases);
+}
+
+Test(oracle, tiny_bf16_llama_matches_transformers) {
+    char cmd[1024], model[300];
+    snprintf(model, sizeof model, "%s/tiny.rad", dir);
+    snprintf(cmd, sizeof cmd, "%s --no-tokenizer tests/fixtures/tiny-llama-bf16 -o %s", conv, model);
+    cr_assert_eq(system(cmd), 0);
+    Score s = {0};
+    run_model(model, "tiny-", 0, 1, &s);
+    cr_assert_gt(s.gen_cases, 0);
+    double agree = (double)s.agree / (double)s.positions, kl = s.kl_sum / (double)s.positions;
+    printf("oracle tiny bf16: %" PRIu64 " positions, top-1 agreement %.4f, mean KL %.2e, greedy %" PRIu64 "/%" PRIu64 "\n",
+           s.positions, agree, kl, s.gen_exact, s.gen_cases);
+    cr_assert_geq(agree, 0.99, "top-1 agreement %.4f", agree);
+    cr_assert_leq(kl, 1e-3, "mean KL %.3e", kl);
+    cr_assert_eq(s.gen_exact, s.gen_cases);
+}
+
+/* The README's acceptance: the q4_1 container, greedy, prints transformers' text on the same
+ * (dequantised) weights, up to the end-of-turn token where a generator stops. */
+Test(oracle, radiance_cli_prints_transformers_greedy_text) {
+    const char *b = getenv("RAD_BUILD");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "%s/rad-convert models/SmolLM2-135M-Instruct.Q4_1.gguf -o %s/m.rad && "
+             "%s/radiance --model %s/m.rad -p 'The capital of France is' -n 32 --temp 0 > %s/got 2>%s/err && "
+             "{ printf 'The capital of France is'; cat tests/fixtures/oracle/smollm2-capital-to-eos.txt; echo; } > %s/want && "
+             "cmp %s/got %s/want",
+             b ? b : "build", dir, b ? b : "build", dir, dir, dir, dir, dir, dir);
+    cr_assert_eq(system(cmd), 0, "radiance's greedy text differs from transformers' (see %s/got)", dir);
+}
+
+/* radiance's flags: --fast packs the q4_1 layers at load (the placement dump says so), and
+ * --no-repack, or the exact path, keeps them stored. */
+Test(oracle, radiance_cli_packs_under_fast_unless_no_repack) {
+    const char *b = getenv("RAD_BUILD");
+    char cmd[4096];
+    static const struct { const char *flags; int packed; } cases[] = {
+        {"--fast", 1}, {"--fast --no-repack", 0}, {"", 0}, {"--fast --mmap", 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(cmd, sizeof cmd,
+                 "{ test -f %s/m2.rad || %s/rad-convert models/SmolLM2-135M-Instruct.Q4_1.gguf -o %s/m2.rad >/dev/null; } && "
+                 "%s/radiance --model %s/m2.rad %s --debug-placement > %s/placement 2>&1 && grep -q '^weights: ' %s/placement",
+                 dir, b ? b : "build", dir, b ? b : "build", dir, cases[i].flags, dir, dir);
+        cr_assert_eq(system(cmd), 0, "radiance %s --debug-placement failed (see %s/placement)", cases[i].flags, dir);
+        snprintf(cmd, sizeof cmd, "grep -q 'packed at load: 210 tensors' %s/placement", dir);
+        const int packed = system(cmd) == 0;
+        cr_assert_eq(packed, cases[i].packed, "radiance %s: the q4_1 layers %s packed", cases[i].flags,
+                     packed ? "were" : "were not");
+    }
+}
+
+/* The q4_1 container as rad-convert imports the GGUF by default (--quant keep: q4_1 layers, the
+ * q8_0 embedding that is also the tied head, plugin llama_ggml) holds exactly the weights the oracle dequantised, so
+ * the exact path (default tolerance 1e-3) must match it as tightly as the f32 container. */
+Test(oracle, smollm2_q4_1_exact_matches_transformers) {
+    char cmd[1024], model[300];
+    snprintf(model, sizeof model, "%s/smollm2-q4_1.rad", dir);
+    snprintf(cmd, sizeof cmd, "%s models/SmolLM2-135M-Instruct.Q4_1.gguf -o %s", conv, model);
+    cr_assert_eq(system(cmd), 0);
+    Score s = {0};
+    run_model(model, "smollm2-", 0, 1, &s);
+    cr_assert_gt(s.gen_cases, 0);
+    double agree = (double)s.agree / (double)s.positions, kl = s.kl_sum / (double)s.positions;
+    printf("oracle smollm2 q4_1 exact: %" PRIu64 " positions, top-1 agreement %.4f, mean KL %.2e (max %.2e), greedy %" PRIu64
+           "/%" PRIu64 "\n",
+           s.positions, agree, kl, s.kl_max, s.gen_exact, s.gen_cases);
+    cr_assert_eq(s.loose_ops, 0, "%" PRIu64 " ops chose a kernel looser than 1e-3 at the default tolerance", s.loose_ops);
+    cr_assert_geq(agree, 0.99, "top-1 agreement %.4f", agree);
+    cr_assert_leq(kl, 1e-3, "mean KL %.3e", kl);
+    /* tighter than the issue's bound: the exact path lands where the f32 container does
+     * (7.5e-10); rounding weights to bf16 scores 6e-5 and q8 activations 2.6e-3 */
+    cr_assert_leq(kl, 1e-6, "mean KL %.3e: the exact path is not as close as the f32 container", kl);
+    cr_assert_eq(s.gen_exact, s.gen_cases);
+}
+
+/* radiance --fast (max_tolerance 2e-2): the quantised GEMMs quantise activations to q8 as
+ * llama.cpp does. The stated bound (docs/ORACLE.md, "The q4_1 container") is on the totals over the
+ * oracle's positions; greedy continuations may part from the oracle's at a near-tie. */
+Test(oracle, smollm2_q4_1_fast_within_stated_bound) {
+    char cmd[1024], model[300];
+    snprintf(model, sizeof model, "%s/smollm2-q4_1.rad", dir);
+    snprintf(cmd, sizeof cmd, "%s models/SmolLM2-135M-Instruct.Q4_1.gguf -o %s", conv, model);
+    cr_assert_eq(system(cmd), 0);
+    Score s = {0};
+    run_model(model, "smollm2-", 2e-2, 0, &s);
+    cr_assert_gt(s.gen_cases, 0);
+    double agree = (double)s.agree / (double)s.positions, kl = s.kl_sum / (double)s.positions;
+    printf("oracle smollm2 q4_1 --fast: %" PRIu64 " positions, top-1 agreement %.4f, mean KL %.2e (max %.2e), greedy %" PRIu64
+           "/%" PRIu64 " (%" PRIu64 "/%" PRIu64 " tokens before a difference); %" PRIu64 " ops on q8-activation kernels\n",
+           s.positions, agree, kl, s.kl_max, s.gen_exact, s.gen_cases, s.gen_same, s.gen_cases * 32, s.loose_ops);
+    /* the path under test is the q8-activation one, not the exact one by a fallback */
+    cr_assert_gt(s.loose_ops, 0, "no op chose a kernel looser than 1e-3: --fast is not exercised");
+    /* the stated bound. Measured: top-1 0.962, mean KL 2.6e-3, max 0.082 (the quick subset:
+     * 0.971, 3.4e-3, 0.016); transformers with the same activation quantisation scores 0.960,
+     * 2.7e-3, 0.109 (meta.json, calibration). Greedy continuations are counted, not bounded. */
+    cr_assert_geq(agree, 0.94, "--fast top-1 agreement %.4f below the stated 0.94", agree);
+    cr_assert_leq(kl, 5e-3, "--fast mean KL %.3e above the stated 5e-3", kl);
+    cr_assert_leq(s.kl_max, 0.25, "--fast max KL %.3e above the stated 0.25", s.kl_max);
+}
+
+/* Under --fast libref packs the q4_1 weights at load (kernels/README.md "Packed weights"): every
+ * q4_1 tensor its q8act GEMMs read, none under the exact path's tolerance or --no-repack. (The
+ * packed kernels' bits are the portable dot's: tests/kernels/ref_test.c; the --fast bound against the
+ * oracle above runs on them.) Here: which weights are packed, and the packed engine is
+ * batch-invariant: a position's logits are the same from a prefill row as from a decode step. */
+Test(oracle, smollm2_q4_1_packed_at_load) {
+    char cmd[1024], model[300];
+    snprintf(model, sizeof model, "%s/smollm2-q4_1.rad", dir);
+    snprintf(cmd, sizeof cmd, "%s models/SmolLM2-135M-Instruct.Q4_1.gguf -o %s", conv, model);
+    cr_assert_eq(system(cmd), 0);
+    RadEngine *a = NULL, *b = NULL, *x = NULL;
+    open_engine(&a, model, 2e-2);
+    open_engine_x(&b, model, 2e-2, 1);
+    open_engine(&x, model, 0);
+    int n_q4_1 = 0;
+    for (int i = 0; i < a->g.n_w; i++) {
+        if (!a->w[i].arg.data || (a->g.w[i].enc != RAD_ENC_Q4_1)) continue;
+        n_q4_1++;
+        cr_assert(a->w[i].arg.dtype == (RadDType)(RAD_Q4_1 | RAD_PACKED), "q4_1 weight '%s' not packed", a->g.w[i].name);
+        cr_assert(b->w[i].arg.dtype == RAD_Q4_1 && x->w[i].arg.dtype == RAD_Q4_1, "'%s' packed under --no-repack or exact",
+                  a->g.w[i].name);
+    }
+    cr_assert_gt(n_q4_1, 0);
+    cr_assert_eq(a->n_packed, n_q4_1);
+    cr_assert_eq(b->n_packed, 0);
+    cr_assert_eq(x->n_packed, 0, "the exact GEMMs do not read the packed layout");
+    enum { N = 40 };
+    int32_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = 100 + (i * 7919) % 40000;
+    uint32_t nv;
+    rad_engine_logits(a, &nv);
+    float *la = malloc(sizeof(float) * N * nv);
+    RadErr e = {0};
+    cr_assert_eq(rad_engine_forward_all(a, 0, ids, N, 0, la, &e), RAD_OK, "%s", e.msg);
+    rad_engine_drop_seq(a, 0);
+    /* prefill of N - 1 then one decode step: the last row's bits */
+    cr_assert_eq(rad_engine_forward(a, 0, ids, N - 1, 0, 0, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_engine_forward(a, 0, &ids[N - 1], 1, N - 1, 1, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(memcmp(rad_engine_logits(a, NULL), la + (size_t)(N - 1) * nv, sizeof(float) * nv), 0,
+                 "decode step and prefill row differ");
+    free(la);
+    rad_engine_close(a), rad_engine_close(b), rad_engine_close(x);
+}

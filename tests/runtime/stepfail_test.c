@@ -1,0 +1,61 @@
+/* rad_step_fail stops the step: an op issued after it in the same step does not run (the spec:
+ * it "sets the status helpers return"), the step returns the plugin's reason, and the next step
+ * runs normally. The plugin (tests/plugins/arch_stepfail.c) issues one `add`, fails, issues it
+ * again; --profile's per-op call count shows what ran. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "libcommon/format/rad_container.h"
+#include "libcommon/runtime/rad_engine_int.h" /* the per-op call counts */
+
+#include "tests/tiny_llama.h"
+
+static char path[256];
+
+static void setup(void) {
+    snprintf(path, sizeof path, "/tmp/rad-stepfail-%d.rad", (int)getpid());
+    RadDict meta;
+    RadErr e = {0};
+    tiny_llama_meta(&meta, 1, 4, 1, 1, 4, 4, 8, &e);
+    cr_assert_eq(rad_dict_set_str(&meta, "model.arch_id", "stepfail_test", &e), RAD_OK, "%s", e.msg);
+    RadWriter *w;
+    cr_assert_eq(rad_writer_init(&w, path, NULL, 1, &e), RAD_OK, "%s", e.msg);
+    rad_writer_set_kv(w, 0, &meta, &e);
+    const float d[4] = {1, 2, 3, 4};
+    uint64_t shape[1] = {4};
+    RadPlaneSrc p = {"data", d, sizeof d};
+    cr_assert_eq(rad_writer_add_tensor(w, "w", RAD_ENC_F32, 1, shape, 1, &p, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_writer_finish(w, &e), RAD_OK, "%s", e.msg);
+    rad_writer_free(w);
+    rad_dict_free(&meta);
+}
+static void teardown(void) { unlink(path); }
+
+TestSuite(stepfail, .init = setup, .fini = teardown);
+
+Test(stepfail, no_issue_runs_after_rad_step_fail) {
+    const char *b = getenv("RAD_BUILD");
+    char d1[256], d2[256];
+    snprintf(d1, sizeof d1, "%s/test-plugins", b ? b : "build");
+    snprintf(d2, sizeof d2, "%s/plugins", b ? b : "build");
+    const char *dirs[2] = {d1, d2};
+    RadEngineOpts o = {.model = path, .plugin_dirs = dirs, .n_plugin_dirs = 2, .kernels = "kern_test", .max_tok = 8,
+                       .max_seqs = 1, .max_ctx = 16, .n_threads = 1, .profile = 1};
+    RadEngine *en = NULL;
+    RadErr e = {0};
+    cr_assert_eq(rad_engine_open(&en, &o, &e), RAD_OK, "%s", e.msg);
+    const int32_t ids[3] = {1, 2, 3};
+    for (int round = 1; round <= 2; round++) { /* the failure is per step, not sticky */
+        rad_err_clear(&e);
+        cr_assert_neq(rad_engine_forward(en, 0, ids, 3, 0, 0, &e), RAD_OK, "the failed step succeeded");
+        cr_assert(strstr(e.msg, "stepfail_test: failed on purpose"), "the plugin's reason is not the error: %s", e.msg);
+        uint64_t calls = 0;
+        for (int i = 0; i < en->g.n_ops; i++) calls += en->prof_calls[i];
+        cr_assert_eq(calls, (uint64_t)round, "step %d: %llu kernel calls, the issue after rad_step_fail ran", round,
+                     (unsigned long long)calls);
+        rad_engine_drop_seq(en, 0);
+    }
+    rad_engine_close(en);
+}
