@@ -168,6 +168,17 @@ static void open_engine_with(RadEngine **en, uint32_t max_tok, int mmap_weights,
 
 static void open_engine(RadEngine **en, uint32_t max_tok) { open_engine_with(en, max_tok, 0, 0); }
 
+/* What a dump function prints, as one malloc'd string. */
+static char *dump_text(void (*dump)(const RadEngine *, FILE *), const RadEngine *en) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    cr_assert_not_null(f);
+    dump(en, f);
+    fclose(f);
+    return buf;
+}
+
 static const int32_t IDS[T] = {1, 17, 5, 63, 22, 9, 40, 3, 3, 58, 11};
 
 TestSuite(engine, .init = setup, .fini = teardown);
@@ -226,11 +237,7 @@ Test(engine, profile_counts_every_issue) {
     cr_assert_eq(en->prof_steps, 2);
     cr_assert_eq(calls, en->n_issues, "%" PRIu64 " timed calls, %" PRIu64 " issues", calls, en->n_issues);
     cr_assert_gt(en->prof_step_ns, 0);
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    rad_engine_dump_profile(en, f);
-    fclose(f);
+    char *buf = dump_text(rad_engine_dump_profile, en);
     cr_assert(strstr(buf, "gemm_nt") && strstr(buf, "attn_paged") && strstr(buf, "(outside ops)"), "%s", buf);
     free(buf);
     rad_engine_close(en);
@@ -286,11 +293,7 @@ Test(engine, a_gguf_model_is_refused_with_the_way_forward) {
 Test(engine, debug_graph_prints_the_plugins_notes_first) {
     RadEngine *en = NULL;
     open_engine(&en, 16);
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    rad_engine_dump_graph(en, f);
-    fclose(f);
+    char *buf = dump_text(rad_engine_dump_graph, en);
     const char *second = strchr(buf, '\n');
     cr_assert_not_null(second, "%s", buf);
     cr_assert(strncmp(second + 1, "note: llama: ", 13) == 0, "the notes do not follow the header:\n%.400s", buf);
@@ -311,11 +314,7 @@ Test(engine, debug_graph_prints_the_plugins_notes_first) {
 Test(engine, debug_graph_shows_each_ops_bucket_table) {
     RadEngine *en = NULL;
     open_engine(&en, 16);
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    rad_engine_dump_graph(en, f);
-    fclose(f);
+    char *buf = dump_text(rad_engine_dump_graph, en);
     /* gemm_nt's range is [1, max_tok]; kern_test's generic kernel is first and covers all of it */
     const char *g = strstr(buf, "gemm_nt");
     cr_assert_not_null(g, "%s", buf);
@@ -375,11 +374,7 @@ Test(engine, a_fused_kernel_too_loose_is_declined_and_the_chain_runs) {
         adds += strcmp(loose->g.ops[o].op, "add") == 0;
     }
     cr_assert(fused == 0 && adds > 0, "%d fused norms served, %d adds", fused, adds);
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    rad_engine_dump_graph(loose, f);
-    fclose(f);
+    char *buf = dump_text(rad_engine_dump_graph, loose);
     const char *why = strstr(buf, "add_rmsnorm");
     cr_assert(why && strstr(why, "looser than the max tolerance 0.001 (kern_loose:generic: 0.01)") &&
               strstr(why, "declined: the plugin emits the chain"), "%s", buf);
