@@ -1,4 +1,5 @@
-/* test_util.h — helpers several Criterion suites share: reading a fixture whole, float bits. */
+/* test_util.h — helpers several Criterion suites share: reading a fixture whole, float bits, a
+ * test's deadline. */
 #ifndef RAD_TEST_UTIL_H
 #define RAD_TEST_UTIL_H
 
@@ -7,6 +8,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+/* A deadline for the running test: past `seconds` SIGALRM kills its worker, which Criterion
+ * reports as a crash, so a hang fails the test instead of the run. Criterion's own .timeout
+ * allocates in the runner in a way LSan now and then reports as a leak, failing the sanitizer
+ * build's run (the suites use this instead). */
+static inline void test_deadline(unsigned seconds) { alarm(seconds); }
 
 static inline void *slurp(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");

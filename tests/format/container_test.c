@@ -10,6 +10,7 @@
 #include <xxhash.h>
 
 #include "libcommon/format/rad_container.h"
+#include "tests/test_util.h"
 
 static char tmpdir[256];
 
@@ -166,18 +167,6 @@ Test(container, reads_header_and_checks_from_a_pipe) {
     close(pfd[0]);
     int st;
     waitpid(pid, &st, 0);
-}
-
-static uint8_t *slurp(const char *p, size_t *n) {
-    FILE *f = fopen(p, "rb");
-    cr_assert_not_null(f);
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    rewind(f);
-    uint8_t *b = malloc(*n);
-    cr_assert_eq(fread(b, 1, *n, f), *n);
-    fclose(f);
-    return b;
 }
 
 static uint8_t *sample_bytes(size_t *n, int zstd) {
@@ -520,7 +509,8 @@ Test(container, rejects_duplicate_names_reserved_fields_flags_and_trailing_bytes
 
 /* Duplicate checks are linear (a hash set): 200,000 tensors write, open and --check at once; the
  * scans they replaced took minutes (the timeout is the bound, no wall time is asserted). */
-Test(container, two_hundred_thousand_tensors_write_open_and_check, .timeout = 30) {
+Test(container, two_hundred_thousand_tensors_write_open_and_check) {
+    test_deadline(30);
     enum { N = 200000 };
     char p[300];
     path_in(p, sizeof p, "many.rad");

@@ -14,26 +14,13 @@
 
 #include "libcommon/format/rad_gguf.h"
 #include "libcommon/tensor/rad_enc.h"
+#include "tests/test_util.h"
 
 #define FIX "tests/fixtures/gguf/"
 #define TINY FIX "tiny.gguf"
 #define MODEL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 /* ---- helpers --------------------------------------------------------------------------- */
-
-static void *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    cr_assert(f, "%s: cannot open (run from the repository root)", path);
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    void *p = malloc(sz > 0 ? (size_t)sz : 1);
-    cr_assert(p);
-    cr_assert_eq(fread(p, 1, (size_t)sz, f), (size_t)sz);
-    fclose(f);
-    *n = (size_t)sz;
-    return p;
-}
 
 /* A growing string. */
 typedef struct Str {
@@ -339,7 +326,8 @@ Test(gguf, fixture_through_model_open) {
  * RAD_E_FORMAT and a one-line message naming the file; from there on (trailing padding, if
  * any) the file is whole. Memory and stream inputs alike (stream: header cuts only, as
  * a stream's end-of-file is not checked for tensor data). */
-Test(gguf, truncated_at_every_offset, .timeout = 120) {
+Test(gguf, truncated_at_every_offset) {
+    test_deadline(120);
     size_t n;
     uint8_t *buf = slurp(TINY, &n);
     RadModelFile m;

@@ -12,6 +12,7 @@
 #include "libcommon/format/rad_hf.h"
 #include "libcommon/io/rad_src.h"
 #include "libcommon/format/rad_model.h"
+#include "tests/test_util.h"
 
 #define FIX "tests/fixtures/hf/tiny-llama"
 
@@ -728,8 +729,9 @@ Test(hf, config_numbers_out_of_range) {
 }
 
 /* A FIFO inside the folder is refused by name at once, never opened for a blocking read (the
- * test has .timeout: a hang fails it). */
-Test(hf, fifo_member_is_refused, .init = mk_tmp, .fini = rm_tmp, .timeout = 30) {
+ * test has a deadline: a hang fails it). */
+Test(hf, fifo_member_is_refused, .init = mk_tmp, .fini = rm_tmp) {
+    test_deadline(30);
     copy_all_but_index();
     copy_fixture("model.safetensors.index.json", NULL);
     static const char *members[] = {"config.json", "tokenizer.json", "model-00002-of-00002.safetensors"};

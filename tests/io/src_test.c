@@ -13,6 +13,7 @@
 
 #include "libcommon/io/rad_src.h"
 #include "libcommon/format/rad_model.h"
+#include "tests/test_util.h"
 
 #define FIX "tests/fixtures/hf/tiny-llama"
 #define GGUF_FIX "tests/fixtures/gguf/tiny.gguf"
@@ -36,19 +37,6 @@ static void rm_tmp(void) {
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     cr_assert_eq(system(cmd), 0);
-}
-
-static uint8_t *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "%s", path);
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc((size_t)len + 1);
-    cr_assert_eq(fread(b, 1, (size_t)len, f), (size_t)len);
-    fclose(f);
-    *n = (size_t)len;
-    return b;
 }
 
 static void write_file(const char *path, const void *p, size_t n) {
@@ -542,7 +530,8 @@ Test(src, bomb_of_many_members, .init = mk_tmp, .fini = rm_tmp) {
 }
 
 /* A FIFO given as the archive, or as a member of a folder, is refused at once by name. */
-Test(src, fifos_are_refused, .init = mk_tmp, .fini = rm_tmp, .timeout = 30) {
+Test(src, fifos_are_refused, .init = mk_tmp, .fini = rm_tmp) {
+    test_deadline(30);
     char path[256];
     snprintf(path, sizeof path, "%s/x.tar", tmpdir);
     cr_assert_eq(mkfifo(path, 0644), 0);

@@ -21,6 +21,7 @@
 #include "libcommon/runtime/rad_sched.h"
 
 #include "tests/tiny_llama.h"
+#include "tests/test_util.h"
 
 enum { L = 1, E = 32, H = 4, G = 2, HD = 8, FF = 48, V = 64 };
 
@@ -122,22 +123,10 @@ static void flip_byte(uint64_t off) {
     close(fd);
 }
 
-static uint8_t *slurp(size_t *n) {
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f);
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    rewind(f);
-    uint8_t *b = malloc(*n);
-    cr_assert_eq(fread(b, 1, *n, f), *n);
-    fclose(f);
-    return b;
-}
-
 /* Replaces a plane's stored checksum in the header (the header's own checksum made right). */
 static void patch_checksum(uint64_t sum) {
     size_t n;
-    uint8_t *b = slurp(&n);
+    uint8_t *b = slurp(path, &n);
     uint64_t hb = 0;
     for (int i = 7; i >= 0; i--) hb = hb << 8 | b[16 + i];
     int found = 0;
@@ -459,7 +448,8 @@ static void *run_sched(void *s) {
 /* Two requests in flight when the file is written in place: both end with the error naming the
  * file, no token comes after the change, later submits are refused, and rad_sched_run returns by
  * itself so the server can exit RAD_EXIT_MODEL_CHANGED. */
-Test(load, the_scheduler_fails_closed_and_returns_when_the_mapped_file_changes, .timeout = 120) {
+Test(load, the_scheduler_fails_closed_and_returns_when_the_mapped_file_changes) {
+    test_deadline(120);
     const char *b = getenv("RAD_BUILD");
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "%s/rad-convert models/SmolLM2-135M-Instruct.Q4_1.gguf -o %s --force 2>&1", b ? b : "build", path);

@@ -15,6 +15,7 @@
 
 #include "libcommon/format/rad_container.h"
 #include "libcommon/base/rad_num.h"
+#include "tests/test_util.h"
 
 #define GGUF "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 #define TINY "tests/fixtures/tiny-llama-bf16"
@@ -139,6 +140,7 @@ Test(rad_num, check_refuses_non_finite_and_out_of_range) {
 static char dir[256];
 
 static void setup(void) {
+    test_deadline(300);
     snprintf(dir, sizeof dir, "/tmp/rad-cli-XXXXXX");
     cr_assert_not_null(mkdtemp(dir));
 }
@@ -233,7 +235,7 @@ static int dir_has(const char *prefix) {
     return found;
 }
 
-TestSuite(cli, .init = setup, .fini = teardown, .timeout = 300);
+TestSuite(cli, .init = setup, .fini = teardown); /* setup sets each test's deadline (300 s) */
 
 static const char *const BAD_ANY[] = {"nan", "-nan", "inf", "-inf", "1e309", "0x10", "", "1 ", " 1", "abc", "1,5", NULL};
 
