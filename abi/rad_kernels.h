@@ -60,7 +60,29 @@ typedef struct RadKernelArgs {
     void *lib_state;            /* what init returned */
     uint32_t n_threads;         /* CPU libraries: threads to use */
     uint32_t deterministic;     /* batch-invariant reduction order required */
+    /* ABI 1.2: the kernel's tunable knobs for this call, in its RadKernel.knobs order (a tuning
+     * table chose them). NULL (or n_knobs short of a knob): that knob takes its default. */
+    const int64_t *knobs;
+    uint32_t n_knobs;
 } RadKernelArgs;
+
+/* What a knob's values do to the results (docs/PLUGINS.md, "Knobs"). */
+typedef enum RadKnobEffect {
+    RAD_KNOB_SAME_BITS = 0, /* every value gives the default's output bit for bit (threads, prefetch) */
+    RAD_KNOB_ARITH = 1      /* the arithmetic changes (a split of the reduction): every value stays within the
+                               kernel's stated exactness, tolerance and batch invariance; refused on a BITWISE kernel */
+} RadKnobEffect;
+
+/* One tunable choice of a kernel (ABI 1.2): what rad-tune sweeps and a tuning table sets. */
+#define RAD_KNOB_MAX_VALUES 64
+typedef struct RadKnob {
+    uint32_t struct_size;       /* sizeof(RadKnob) as built; every entry of one kernel's list has knobs[0]'s */
+    const char *name;           /* [a-z][a-z0-9_]*, unique within the kernel: "threads", "prefetch" */
+    const int64_t *values;      /* [n_values] the values it may take, distinct */
+    uint32_t n_values;          /* 1..RAD_KNOB_MAX_VALUES */
+    RadKnobEffect effect;       /* RAD_KNOB_SAME_BITS or RAD_KNOB_ARITH */
+    int64_t def;                /* one of values: what the kernel does when not told (today's behaviour) */
+} RadKnob;
 
 typedef struct RadKernel {
     uint32_t struct_size;
@@ -79,7 +101,11 @@ typedef struct RadKernel {
     uint32_t kvq_ok;            /* attention: bits (1 << RadKvQuant) of narrow KV layouts it reads */
     uint64_t packed_encs;       /* RAD_ENC_BIT set of weight encodings it also reads in its library's
                                    packed layout (RadKArg.dtype = enc | RAD_PACKED; RadKernelLib.pack) */
+    /* ABI 1.2: its tunable knobs (NULL, 0: none), stepped by knobs[0].struct_size */
+    const RadKnob *knobs;
+    uint32_t n_knobs;           /* at most RAD_KNOB_MAX */
 } RadKernel;
+#define RAD_KNOB_MAX 16
 
 
 typedef struct RadKernelLibConfig {
@@ -119,6 +145,22 @@ typedef struct RadKernelLib {
 static inline const RadKernel *rad_kernel_at(const RadKernelLib *l, uint32_t i) {
     size_t stride = l->kernels[0].struct_size ? l->kernels[0].struct_size : sizeof(RadKernel);
     return (const RadKernel *)(const void *)((const char *)l->kernels + (size_t)i * stride);
+}
+
+/* Whether k's table entry has the knob fields (a library built before ABI 1.2 has none). */
+static inline uint32_t rad_kernel_n_knobs(const RadKernel *k) {
+    return k->struct_size >= offsetof(RadKernel, n_knobs) + sizeof k->n_knobs && k->knobs ? k->n_knobs : 0;
+}
+/* Knob i of k, indexed by the library's own RadKnob size. */
+static inline const RadKnob *rad_kernel_knob(const RadKernel *k, uint32_t i) {
+    size_t stride = k->knobs[0].struct_size ? k->knobs[0].struct_size : sizeof(RadKnob);
+    return (const RadKnob *)(const void *)((const char *)k->knobs + (size_t)i * stride);
+}
+/* For a kernel: the value of its knob i for this call, or def (the knob's default) when the
+ * core passed none (an older core, or no tuning table). */
+static inline int64_t rad_knob_value(const RadKernelArgs *a, uint32_t i, int64_t def) {
+    return a->struct_size >= offsetof(RadKernelArgs, n_knobs) + sizeof a->n_knobs && a->knobs && i < a->n_knobs ? a->knobs[i]
+                                                                                                            : def;
 }
 
 /* The export. */

@@ -129,7 +129,7 @@ int main(int argc, char **argv) {
                 RadKArg args[3] = {{g[i].w, g[i].e, (uint64_t)g[i].N, (uint64_t)g[i].K, g[i].rb, {g[i].w, 0, 0, 0}},
                                    {x, RAD_F32, 1, (uint64_t)g[i].K, (uint64_t)g[i].K, {0}},
                                    {y, RAD_F32, 1, (uint64_t)g[i].N, (uint64_t)g[i].N, {0}}};
-                RadKernelArgs a = {sizeof a, prm, 3, 1, args, 3, NULL, NULL, NULL, state, (uint32_t)th, 1};
+                RadKernelArgs a = {sizeof a, prm, 3, 1, args, 3, NULL, NULL, NULL, state, (uint32_t)th, 1, NULL, 0};
                 if ((i == L * PER ? head : gemm)->run(&a)) {
                     fprintf(stderr, "run failed\n");
                     return 1;

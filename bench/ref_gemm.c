@@ -103,7 +103,7 @@ int main(int argc, char **argv) {
                     RadKArg args[3] = {{w, shapes[si].e, (uint64_t)N, (uint64_t)K, rb, {w, 0, 0, 0}},
                                        {x, RAD_F32, (uint64_t)M, (uint64_t)K, (uint64_t)K, {0}},
                                        {y, RAD_F32, (uint64_t)M, (uint64_t)N, (uint64_t)N, {0}}};
-                    RadKernelArgs a = {sizeof a, prm, 3, M, args, 3, NULL, NULL, NULL, state, th, 1};
+                    RadKernelArgs a = {sizeof a, prm, 3, M, args, 3, NULL, NULL, NULL, state, th, 1, NULL, 0};
                     for (int r = 0; r < 3; r++) k->run(&a);
                     int iters = 0;
                     double t0 = now(), c0 = clk(CLOCK_PROCESS_CPUTIME_ID), t;

@@ -565,7 +565,7 @@ int ref_run_attn_paged(const RadKernelArgs *a) {
     double work = 0;
     for (uint32_t s = 0; s < c.b->n_seq; s++) work += (double)c.b->q_lens[s] * (double)c.b->ctx_lens[s];
     work *= (double)qw * 2.0;
-    const int nth = ref_threads(a, work, 16384.0); /* a decode row splits past ~28 keys (was ~57: -6% at tg128) */
+    const int nth = ref_threads_tuned(a, work, 16384.0); /* a decode row splits past ~28 keys (was ~57: -6% at tg128) */
     if (c.dt != RAD_F32 || c.isa < REF_ISA_AVX2) { /* the portable path copies f32 rows too */
         c.conv = ref_scratch(3, (size_t)nth * 2 * (size_t)(c.chunk * c.hd) * sizeof(float));
         if (!c.conv) return RAD_E_NOMEM;

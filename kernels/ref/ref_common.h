@@ -54,6 +54,14 @@ int ref_isa(const RadKernelArgs *a);
 /* Threads for a job of `work` units where one thread should get at least `grain` of them:
  * min(RadKernelArgs::n_threads (0: all), the pool, work / grain), at least 1. */
 int ref_threads(const RadKernelArgs *a, double work, double grain);
+/* The same, unless the call's "threads" knob (knob REF_KNOB_THREADS of the kernels that list it)
+ * is set: then that many, capped as ref_threads caps. Knob 0 (the default) is ref_threads. */
+int ref_threads_tuned(const RadKernelArgs *a, double work, double grain);
+/* libref's knobs, by index in the kernels' lists (ref_lib.c): the GEMMs have both, the
+ * attention the first. */
+#define REF_KNOB_THREADS 0
+#define REF_KNOB_PREFETCH 1
+#define REF_PF_BYTES 6144 /* the prefetch knob's default: decode reads weights about this far ahead */
 /* fn(ctx, part, nth) once for each part < nth, on the library's pool (serially without one). A
  * part may run on any thread: per-thread scratch is the thread's, anything shared is indexed by
  * part. */

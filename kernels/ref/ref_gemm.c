@@ -28,6 +28,7 @@ typedef struct ExactCtx {
     RefGemmArgs g;
     int isa;
     int plain;        /* f32 weights: read in place, nothing decoded */
+    int64_t pf_bytes; /* one-row path: rows about this far ahead are prefetched (the prefetch knob) */
 } ExactCtx;
 
 
@@ -249,7 +250,7 @@ REF_AVX2 static void exact_row_avx2(const ExactCtx *c, int64_t i, int64_t c0, in
     _Alignas(64) float buf[NC][CH];
     const fused_fn fz = fused_for(g->w->dtype);
     const uint64_t rb = ref_row_bytes(g->w->dtype, (uint64_t)g->K);
-    int64_t pf = (int64_t)(6144 / rb) / NC * NC; /* about 6 KiB ahead, whole groups */
+    int64_t pf = (int64_t)((uint64_t)c->pf_bytes / rb) / NC * NC; /* about pf_bytes (6 KiB) ahead, whole groups */
     pf = pf < NC ? NC : pf > 4 * NC ? 4 * NC : pf;
     for (int64_t n = c0; n < c1; n += NC) {
         const int nc = c1 - n < NC ? (int)(c1 - n) : NC;
@@ -370,8 +371,9 @@ int ref_run_gemm_exact(const RadKernelArgs *a) {
     if (rc) return rc;
     c.isa = ref_isa(a);
     c.plain = c.g.w->dtype == RAD_F32;
+    c.pf_bytes = rad_knob_value(a, REF_KNOB_PREFETCH, REF_PF_BYTES);
     const double work = (double)c.g.M * (double)c.g.N * (double)c.g.K;
-    int nth = ref_threads(a, work, 32768.0);
+    int nth = ref_threads_tuned(a, work, 32768.0);
     if (nth > (c.g.N + NC - 1) / NC) nth = (int)((c.g.N + NC - 1) / NC);
     ref_parallel(a, nth, exact_task, &c);
     return RAD_OK;
@@ -402,10 +404,11 @@ int ref_run_gemm_multi_exact(const RadKernelArgs *a) {
         m.part[i].g = g[i];
         m.part[i].isa = ref_isa(a);
         m.part[i].plain = g[i].w->dtype == RAD_F32;
+        m.part[i].pf_bytes = rad_knob_value(a, REF_KNOB_PREFETCH, REF_PF_BYTES);
         N[i] = g[i].N;
     }
     ref_gemm_units_init(&m.u, N, np, NC);
-    int nth = ref_threads(a, (double)g[0].M * (double)m.u.cols * (double)g[0].K, 32768.0);
+    int nth = ref_threads_tuned(a, (double)g[0].M * (double)m.u.cols * (double)g[0].K, 32768.0);
     if (nth > m.u.u0[np]) nth = (int)m.u.u0[np];
     ref_parallel(a, nth, exact_multi_task, &m);
     return RAD_OK;

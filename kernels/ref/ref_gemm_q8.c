@@ -18,7 +18,7 @@
  * walks its columns a tile at a time (the tile's weights stay in L1/L2) against every quantised
  * row, four rows per weight column at once on AVX2 (the weights unpacked once for the four).
  * One row (decode) runs the dot inlined over a range of weight rows, prefetching one cache line
- * at a time about PF_BYTES ahead (a four-column one-row kernel was faster with the weights in L2
+ * at a time about pf_bytes ahead (the "prefetch" knob, default REF_PF_BYTES) (a four-column one-row kernel was faster with the weights in L2
  * but slower streaming them from memory, so there is none). */
 #include <math.h>
 #include <stdatomic.h>
@@ -28,7 +28,6 @@
 #include "ref_quant.h"
 
 #define QTILE 16   /* columns per tile on the many-row path */
-#define PF_BYTES 6144 /* one-row path: weights are prefetched about this far ahead */
 
 static inline void ref_prefetch(const char *p) {
 #if REF_X86
@@ -65,6 +64,7 @@ struct Q8Ctx {
     float s_mul;          /* s_b = s_mul * d_b * Σq_b: -8 for q4_0, else 1 */
     size_t row_bytes;     /* one quantised row in buf */
     uint64_t wrb;         /* bytes of one weight row */
+    int64_t pf_bytes;     /* one-row path: weights are prefetched about this far ahead (the prefetch knob) */
     int64_t pf_rows;      /* prefetch distance in weight rows */
     uint8_t *buf;         /* [M][row_bytes] */
     dot_fn dot;           /* one row against one column */
@@ -548,7 +548,7 @@ DOT_PAIR(dot_q4_k_avx2, q4_k_rows)
 DOT_PAIR(dot_q6_k_avx2, q6_k_rows)
 
 /* Decode (M = 1) over weight rows [c0, c1) with the dot inlined: one prefetch per cache line,
- * kept about PF_BYTES ahead of the row being read (the range's first PF_BYTES at once), instead
+ * kept about pf_bytes ahead of the row being read (the range's first pf_bytes at once), instead
  * of a call and a row's worth of prefetches per row (+10% tokens/s, docs/BENCHMARKS.md); past
  * the range within the weight, as x8_range1. Each output is the dot's, bit for bit. */
 #define RANGE1(NAME, CALL)                                                                                \
@@ -560,7 +560,7 @@ DOT_PAIR(dot_q6_k_avx2, q6_k_rows)
         const uint8_t *w = ref_wrow(c->g.w, (uint64_t)c0);                                               \
         const char *pf = (const char *)w, *pend = (const char *)ref_wrow(c->g.w, (uint64_t)(c->g.N - 1)) + c->wrb; \
         for (int64_t n = c0; n < c1; n++, w += rb) {                                                     \
-            const char *want = (const char *)w + PF_BYTES;                                               \
+            const char *want = (const char *)w + c->pf_bytes;                                           \
             for (; pf < want && pf < pend; pf += 64) ref_prefetch(pf);                                   \
             float o;                                                                                     \
             CALL(1, w, &r, c->g.K, &o);                                                                  \
@@ -576,7 +576,7 @@ RANGE1(range1_q6_k_avx2, q6_k_rows)
 
 /* ---- the run -------------------------------------------------------------------------------------- */
 
-/* Packed decode over groups [c0, c1) of 8 rows. The dot prefetches each block PF_BYTES ahead
+/* Packed decode over groups [c0, c1) of 8 rows. The dot prefetches each block pf_bytes ahead
  * as it reads it: a group of K = 1536 is 7.5 KiB, so prefetching per group fell behind within
  * it (down: +16%, 8 pairs). The prefetch runs on past the range, within the weight: the front
  * thread of the both-ends decode claims its next chunk where its last one ended, so its stream
@@ -587,9 +587,9 @@ static void x8_range1(const Q8Ctx *c, int64_t c0, int64_t c1) {
     float *y = ref_frow(c->g.y, 0);
     const uint8_t *hi = ref_wrow(c->g.w, 0) + c->g.N / 8 * gb; /* the weight's end */
     const uint8_t *w0 = ref_wrow(c->g.w, (uint64_t)c0), *w1 = ref_wrow(c->g.w, (uint64_t)c1);
-    for (const uint8_t *p = w0; p < w0 + PF_BYTES && p < hi; p += 64) ref_prefetch((const char *)p);
+    for (const uint8_t *p = w0; p < w0 + c->pf_bytes && p < hi; p += 64) ref_prefetch((const char *)p);
     for (const uint8_t *w = w0; w < w1; w += gb)
-        ref_x8_dot(c->isa, w, 1, &r.q, &r.ds, K, y + c0 + (w - w0) / gb * 8, w + gb + PF_BYTES <= hi ? w + PF_BYTES : NULL);
+        ref_x8_dot(c->isa, w, 1, &r.q, &r.ds, K, y + c0 + (w - w0) / gb * 8, w + gb + c->pf_bytes <= hi ? w + c->pf_bytes : NULL);
 }
 
 /* Packed weights (c0, c1 multiples of 8): decode as above; more rows take QTILE columns at a
@@ -752,8 +752,9 @@ static int two_ends_run(const RadKernelArgs *a, int nth, const Q8Ctx *parts, int
 }
 
 /* The dot functions and sizes for c->g's weight encoding (c->buf is left to the caller). */
-static void q8_prepare(Q8Ctx *c, int isa) {
+static void q8_prepare(Q8Ctx *c, int isa, int64_t pf_bytes) {
     c->isa = isa;
+    c->pf_bytes = pf_bytes;
     c->x8 = (c->g.w->dtype & RAD_PACKED) != 0; /* ref_weight_ok let only packed q4_1 through */
     c->align = c->x8 ? 8 : 4;
     const RadDType e = (RadDType)(c->g.w->dtype & ~RAD_PACKED);
@@ -782,7 +783,7 @@ static void q8_prepare(Q8Ctx *c, int isa) {
 #endif
     c->row_bytes = q8_row_bytes(c->g.K, c->kq);
     c->wrb = ref_row_bytes(e, (uint64_t)c->g.K);
-    c->pf_rows = (int64_t)(PF_BYTES / c->wrb);
+    c->pf_rows = (int64_t)((uint64_t)c->pf_bytes / c->wrb);
     c->pf_rows = c->pf_rows < 1 ? 1 : c->pf_rows > 16 ? 16 : c->pf_rows;
 }
 
@@ -796,12 +797,12 @@ int ref_run_gemm_q8act(const RadKernelArgs *a) {
     Q8Ctx c;
     int rc = ref_gemm_args(a, REF_ENCS_Q8ACT | REF_TAKES_PACKED, &c.g);
     if (rc) return rc;
-    q8_prepare(&c, ref_isa(a));
+    q8_prepare(&c, ref_isa(a), rad_knob_value(a, REF_KNOB_PREFETCH, REF_PF_BYTES));
     c.buf = ref_scratch(1, c.row_bytes * (size_t)c.g.M);
     if (!c.buf) return RAD_E_NOMEM;
     /* quantise x (nothing is written to y yet), then the dots */
     quantize(a, &c);
-    int nth = ref_threads(a, (double)c.g.M * (double)c.g.N * (double)c.g.K, 32768.0);
+    int nth = ref_threads_tuned(a, (double)c.g.M * (double)c.g.N * (double)c.g.K, 32768.0);
     if (nth > (c.g.N + 3) / 4) nth = (int)((c.g.N + 3) / 4);
     /* one part a thread: more parts (balancing) measured slower on decode, each part's first
      * rows being past the prefetch */
@@ -834,7 +835,7 @@ int ref_run_gemm_multi_q8act(const RadKernelArgs *a) {
     int owner[REF_GEMM_MAX_PARTS];
     for (int i = 0; i < np; i++) {
         m.part[i].g = g[i];
-        q8_prepare(&m.part[i], isa);
+        q8_prepare(&m.part[i], isa, rad_knob_value(a, REF_KNOB_PREFETCH, REF_PF_BYTES));
         owner[i] = i;
         for (int j = 0; j < i && owner[i] == i; j++)
             if (m.part[j].kq == m.part[i].kq && m.part[j].paired == m.part[i].paired && m.part[j].s_mul == m.part[i].s_mul) owner[i] = j;
@@ -855,7 +856,7 @@ int ref_run_gemm_multi_q8act(const RadKernelArgs *a) {
     int64_t N[REF_GEMM_MAX_PARTS], align = 4;
     for (int i = 0; i < np; i++) N[i] = g[i].N, align = m.part[i].align > align ? m.part[i].align : align;
     ref_gemm_units_init(&m.u, N, np, align);
-    int nth = ref_threads(a, (double)g[0].M * (double)m.u.cols * (double)g[0].K, 32768.0);
+    int nth = ref_threads_tuned(a, (double)g[0].M * (double)m.u.cols * (double)g[0].K, 32768.0);
     if (nth > m.u.u0[np]) nth = (int)m.u.u0[np];
     if (two_ends_run(a, nth, m.part, np)) return RAD_OK;
     ref_parallel(a, nth, multi_task, &m);

@@ -59,6 +59,15 @@ int ref_threads(const RadKernelArgs *a, double work, double grain) {
     return w >= (double)max ? max : (int)w;
 }
 
+int ref_threads_tuned(const RadKernelArgs *a, double work, double grain) {
+    const int64_t want = rad_knob_value(a, REF_KNOB_THREADS, 0);
+    if (want <= 0) return ref_threads(a, work, grain);
+    const RefState *s = a->lib_state;
+    int max = s ? ref_pool_size(s->pool) : 1;
+    if (a->n_threads > 0 && (int)a->n_threads < max) max = (int)a->n_threads;
+    return want < max ? (int)want : max;
+}
+
 void ref_parallel(const RadKernelArgs *a, int nth, ref_task_fn fn, void *ctx) {
     const RefState *s = a->lib_state;
     if (nth <= 1) {
@@ -124,10 +133,27 @@ static void ref_fini(void *state) {
 
 /* ---- the table ------------------------------------------------------------------------------------ */
 
-#define K2_(OP, VAR, ENCS, EX, TOL, WS, RUN, KVB, KVENC, PACKED) \
-    {sizeof(RadKernel), OP, VAR, ENCS, RAD_F32, 1, 0, KVB, EX, TOL, 1, WS, RUN, KVENC, 0, PACKED}
+/* The knobs (docs/PLUGINS.md, "Knobs"; kernels/README.md): indices REF_KNOB_THREADS and
+ * REF_KNOB_PREFETCH. threads: 0 (default) is the kernel's own rule (its work over a grain,
+ * capped at the call's threads), N caps the call's split at N threads; a GEMM's outputs do not
+ * depend on it (SAME_BITS), the attention's split of a row's keys does (ARITH, within its
+ * 1e-5). prefetch: how far ahead (bytes) a decode GEMM prefetches its weights. */
+static const int64_t threads_v[] = {0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64};
+static const int64_t prefetch_v[] = {1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384};
+#define KNOB_(NAME, V, EFF, DEF) {sizeof(RadKnob), NAME, V, (uint32_t)(sizeof V / sizeof V[0]), EFF, DEF}
+static const RadKnob gemm_knobs[] = {
+    KNOB_("threads", threads_v, RAD_KNOB_SAME_BITS, 0),
+    KNOB_("prefetch", prefetch_v, RAD_KNOB_SAME_BITS, REF_PF_BYTES),
+};
+static const RadKnob attn_knobs[] = {KNOB_("threads", threads_v, RAD_KNOB_ARITH, 0)};
+
+#define K3_(OP, VAR, ENCS, EX, TOL, WS, RUN, KVB, KVENC, PACKED, KNOBS, NK) \
+    {sizeof(RadKernel), OP, VAR, ENCS, RAD_F32, 1, 0, KVB, EX, TOL, 1, WS, RUN, KVENC, 0, PACKED, KNOBS, NK}
+#define K2_(...) K3_(__VA_ARGS__, NULL, 0)
 #define K_(...) K2_(__VA_ARGS__, 0) /* BITWISE and TOL(t) expand to two arguments first */
-#define KP_(...) K2_(__VA_ARGS__, REF_ENCS_PACKED) /* also reads packed weights (ref_gemm_x8.c) */
+#define KG_(...) K3_(__VA_ARGS__, 0, gemm_knobs, 2)               /* a GEMM with its knobs */
+#define KP_(...) K3_(__VA_ARGS__, REF_ENCS_PACKED, gemm_knobs, 2) /* also reads packed weights (ref_gemm_x8.c) */
+#define KA_(...) K3_(__VA_ARGS__, 0, attn_knobs, 1)                 /* the attention with its knob */
 #define BITWISE RAD_EXACT_BITWISE, 0.0
 #define TOL(t) RAD_EXACT_TOLERANCE, (t)
 #define KV_ENCS (RAD_ENC_BIT(RAD_ENC_F32) | RAD_ENC_BIT(RAD_ENC_F16) | RAD_ENC_BIT(RAD_ENC_BF16))
@@ -141,15 +167,15 @@ static const RadKernel kernels[] = {
     /* q8act before exact: first fit gives GGML weights llama.cpp's arithmetic (and speed);
      * a tune table naming ref:exact, or plain-float weights, get exact */
     KP_("gemm_nt", "q8act", REF_ENCS_Q8ACT, TOL(2e-2), NULL, ref_run_gemm_q8act, 0, 0),
-    K_("gemm_nt", "exact", REF_ENCS_ALL, TOL(1e-4), NULL, ref_run_gemm_exact, 0, 0),
+    KG_("gemm_nt", "exact", REF_ENCS_ALL, TOL(1e-4), NULL, ref_run_gemm_exact, 0, 0),
     KP_("gemm_nt2", "q8act", REF_ENCS_Q8ACT, TOL(2e-2), NULL, ref_run_gemm_multi_q8act, 0, 0),
-    K_("gemm_nt2", "exact", REF_ENCS_ALL, TOL(1e-4), NULL, ref_run_gemm_multi_exact, 0, 0),
+    KG_("gemm_nt2", "exact", REF_ENCS_ALL, TOL(1e-4), NULL, ref_run_gemm_multi_exact, 0, 0),
     KP_("gemm_nt3", "q8act", REF_ENCS_Q8ACT, TOL(2e-2), NULL, ref_run_gemm_multi_q8act, 0, 0),
-    K_("gemm_nt3", "exact", REF_ENCS_ALL, TOL(1e-4), NULL, ref_run_gemm_multi_exact, 0, 0),
+    KG_("gemm_nt3", "exact", REF_ENCS_ALL, TOL(1e-4), NULL, ref_run_gemm_multi_exact, 0, 0),
     KP_("logits_gemm", "q8act", REF_ENCS_Q8ACT, TOL(2e-2), NULL, ref_run_gemm_q8act, 0, 0),
-    K_("logits_gemm", "exact", REF_ENCS_ALL, TOL(1e-4), NULL, ref_run_gemm_exact, 0, 0),
+    KG_("logits_gemm", "exact", REF_ENCS_ALL, TOL(1e-4), NULL, ref_run_gemm_exact, 0, 0),
     K_("rope", "generic", RAD_ENC_PLAIN_FLOATS, TOL(1e-5), ref_rope_workspace, ref_run_rope, 0, 0), /* weight: the optional freq_factors */
-    K_("attn_paged", "generic", 0, TOL(1e-5), NULL, ref_run_attn_paged, 16, KV_ENCS),
+    KA_("attn_paged", "generic", 0, TOL(1e-5), NULL, ref_run_attn_paged, 16, KV_ENCS),
     K_("silu_mul", "generic", 0, TOL(1e-6), NULL, ref_run_silu_mul, 0, 0),
     K_("add", "generic", 0, BITWISE, NULL, ref_run_add, 0, 0),
     K_("all_reduce", "generic", 0, BITWISE, NULL, ref_run_all_reduce, 0, 0),

@@ -569,6 +569,7 @@ int rad_container_load(RadIn *in_, RadModelFile *m, RadErr *e) {
         free(hdr);
         return rad_err_set(e, RAD_E_CHECKSUM, "%s: header checksum mismatch (corrupt header)", in->name);
     }
+    m->id = hsum;
     RadIn h;
     rad_in_init_owned(&h, hdr, hbytes, in->name);
     int seen_tens = 0, seen[3] = {0};

@@ -64,6 +64,9 @@ typedef struct RadModelFile {
     RadFileWatch watch;  /* the mapped file's descriptor and identity (a regular file by path) */
     uint64_t *name_ix;   /* [name_cap] open addressing by name: tensor index + 1, 0 empty */
     uint64_t name_cap;   /* a power of two, at least twice n_tensors (0: no index yet) */
+    uint64_t id;         /* .rad: the header's XXH3-64 (its prefix's header_checksum), which covers the
+                            metadata and every plane's checksum: the container's identity, as rad-info
+                            shows it and a tuning table is keyed by (0 for other formats) */
 } RadModelFile;
 
 /* Opens any supported input by path ("-" reads stdin) and fills m. Detects the kind from

@@ -307,7 +307,8 @@ static void resolve(RadGraph *g, RadGOp *o) {
         return;
     }
     for (uint32_t j = 0; j < o->n_w; j++) w_enc[j] = g->w[o->w[j].id].enc;
-    const RadSelectOp sop = {.op = o->op, .params = o->params, .n_params = o->n_params, .w_enc = w_enc, .n_w = o->n_w};
+    const RadSelectOp sop = {.op = o->op, .params = o->params, .n_params = o->n_params, .w_enc = w_enc, .n_w = o->n_w,
+                             .index1 = (int32_t)(o - g->ops) + 1}; /* its declared index: what a tuning table names */
     int rc = rad_select_table(&g->sel, &sop, &o->sel);
     if (w_enc != enc) free(w_enc);
     if (rc) {
@@ -499,9 +500,6 @@ int rad_graph_declare(RadGraph *g, const RadPlugin *plugin, const RadModelMeta *
     g->plugin_name = plugin->info->name;
     g->logits = g->pooled = RAD_NONE_B;
     g->lane1_begin = g->lane1_end = -1;
-    if (g->sel.tune) /* rule 1 of the selector does not exist yet: refused, not ignored */
-        return rad_err_set(e, RAD_E_UNSUPPORTED, "plugin '%s': a kernel tuning table was given, but this build does not "
-                           "read one", plugin->info->name);
     int rc = plugin->declare(&g->head, meta, ctx);
     if (!g->failed && g->lane1_open) gfail(g, "the lane-1 window was never closed");
     if (g->failed || rc != 0) {

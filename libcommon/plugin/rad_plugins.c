@@ -266,6 +266,63 @@ static int cmp_kname(const void *a, const void *b) {
     return c ? c : (x->i > y->i) - (x->i < y->i);
 }
 
+/* ABI 1.2's knob list (docs/PLUGINS.md, "Knobs"): a table a tuning file names values in, so
+ * every name is unique and every default one of its values; a knob that changes arithmetic
+ * may not sit on a BITWISE kernel (it would loosen what the kernel states). */
+static int knobs_check(Probe *pr, const RadKernel *k, const char *who, RadErr *e) {
+    const uint32_t n = k->n_knobs;
+    if (!n && !k->knobs) return RAD_OK;
+    if (n > RAD_KNOB_MAX) return rad_err_set(e, RAD_E_FORMAT, "%s: RadKernel.n_knobs %u is over %u", who, n, RAD_KNOB_MAX);
+    if (!k->knobs) return rad_err_set(e, RAD_E_FORMAT, "%s: RadKernel.knobs is NULL with n_knobs %u", who, n);
+    if (!n) return rad_err_set(e, RAD_E_FORMAT, "%s: RadKernel.knobs is set with n_knobs 0", who);
+    if ((uintptr_t)k->knobs % alignof(RadKnob) || !probe_range(pr, k->knobs, sizeof k->knobs[0].struct_size))
+        return rad_err_set(e, RAD_E_FORMAT, "%s: RadKernel.knobs (%p) is misaligned or unmapped", who, (const void *)k->knobs);
+    const uint32_t ks = k->knobs[0].struct_size;
+    if (ks < offsetof(RadKnob, def) + sizeof k->knobs[0].def || ks > sizeof(RadKnob) || ks % alignof(RadKnob))
+        return rad_err_set(e, RAD_E_FORMAT, "%s: RadKnob.struct_size %u is not a size of ABI %u.2..%u.%u", who, ks, RAD_ABI_MAJOR,
+                           RAD_ABI_MAJOR, RAD_ABI_MINOR);
+    if (!probe_range(pr, k->knobs, (size_t)n * ks))
+        return rad_err_set(e, RAD_E_FORMAT, "%s: RadKernel.knobs: %u entries of %u bytes are not all mapped", who, n, ks);
+    for (uint32_t i = 0; i < n; i++) {
+        const RadKnob *kn = rad_kernel_knob(k, i);
+        char f[200];
+        int rc;
+        snprintf(f, sizeof f, "%s: RadKernel.knobs[%u].name", who, i);
+        if (kn->struct_size != ks)
+            return rad_err_set(e, RAD_E_FORMAT, "%s: RadKernel.knobs[%u].struct_size %u differs from knob 0's %u", who, i,
+                               kn->struct_size, ks);
+        if ((rc = check_str(pr, kn->name, RAD_PLUGIN_MAX_NAME, S_OP, 0, f, e))) return rc;
+        for (uint32_t j = 0; j < i; j++)
+            if (strcmp(rad_kernel_knob(k, j)->name, kn->name) == 0)
+                return rad_err_set(e, RAD_E_FORMAT, "%s: RadKernel.knobs[%u] and [%u] are both named '%s'", who, j, i, kn->name);
+        if (kn->n_values < 1 || kn->n_values > RAD_KNOB_MAX_VALUES)
+            return rad_err_set(e, RAD_E_FORMAT, "%s: knob '%s': n_values %u is not 1..%u", who, kn->name, kn->n_values,
+                               RAD_KNOB_MAX_VALUES);
+        if (!kn->values || (uintptr_t)kn->values % alignof(int64_t) ||
+            !probe_range(pr, kn->values, (size_t)kn->n_values * sizeof *kn->values))
+            return rad_err_set(e, RAD_E_FORMAT, "%s: knob '%s': values (%u at %p) are NULL, misaligned or unmapped", who, kn->name,
+                               kn->n_values, (const void *)kn->values);
+        int has_def = 0;
+        for (uint32_t v = 0; v < kn->n_values; v++) {
+            has_def |= kn->values[v] == kn->def;
+            for (uint32_t w = 0; w < v; w++)
+                if (kn->values[w] == kn->values[v])
+                    return rad_err_set(e, RAD_E_FORMAT, "%s: knob '%s': value %lld is listed twice", who, kn->name,
+                                       (long long)kn->values[v]);
+        }
+        if (!has_def)
+            return rad_err_set(e, RAD_E_FORMAT, "%s: knob '%s': default %lld is not one of its values", who, kn->name,
+                               (long long)kn->def);
+        if (kn->effect != RAD_KNOB_SAME_BITS && kn->effect != RAD_KNOB_ARITH)
+            return rad_err_set(e, RAD_E_FORMAT, "%s: knob '%s': effect %d is not SAME_BITS (0) or ARITH (1)", who, kn->name,
+                               (int)kn->effect);
+        if (kn->effect == RAD_KNOB_ARITH && k->exactness == RAD_EXACT_BITWISE)
+            return rad_err_set(e, RAD_E_FORMAT, "%s: knob '%s' changes the arithmetic (ARITH) of a BITWISE kernel (a knob may "
+                               "not loosen what the kernel states)", who, kn->name);
+    }
+    return RAD_OK;
+}
+
 static int kernel_check(Probe *pr, const RadKernel *k, uint32_t i, uint32_t size, RadErr *e) {
     char f[64];
     int rc;
@@ -305,6 +362,7 @@ static int kernel_check(Probe *pr, const RadKernel *k, uint32_t i, uint32_t size
         return rad_err_set(e, RAD_E_FORMAT, "%s: RadKernel.kvq_ok 0x%x has bits that are no narrow KV layout", who, k->kvq_ok);
     if (size >= offsetof(RadKernel, packed_encs) + sizeof k->packed_encs && !enc_bits_ok(k->packed_encs))
         return rad_err_set(e, RAD_E_FORMAT, "%s: RadKernel.packed_encs has bit %d, not an encoding", who, first_bad_bit(k->packed_encs));
+    if (size >= offsetof(RadKernel, n_knobs) + sizeof k->n_knobs) return knobs_check(pr, k, who, e);
     return RAD_OK;
 }
 

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "libcommon/plugin/rad_tune.h"
+
 static const RadKernelLib *lib_at(const RadSelectOpts *o, int i) {
     const RadPlugin *p = &o->libs->p[i];
     return p->info && p->info->kind == RAD_PLUGIN_KERNELS ? p->lib : NULL;
@@ -46,10 +48,62 @@ static int offered(const RadSelectOpts *o, const RadKernel *k, int pass) {
                 for (const RadKernel *k = rad_kernel_at(lib_at((o), li), j_); k; k = NULL)   \
                     if (strcmp(k->op, (opname)) == 0 && offered((o), k, pass))
 
-const RadKernel *rad_select_kernel(const RadSelectOpts *o, const RadSelectOp *op, int64_t lo, int64_t hi, int *lib,
-                                   char *why_buf, size_t why_n) {
-    /* Rule 1, rad-tune's table (o->tune), is consulted here once it exists; until then library
-     * order and first fit decide. */
+/* Rule 1: the table's entry for (op, bucket), when it names a kernel valid under these options;
+ * else NULL with tu->note saying why the entry was skipped. */
+static const RadKernel *tuned(const RadSelectOpts *o, const RadSelectOp *op, int64_t lo, int64_t hi, int *lib, RadSelectTune *tu) {
+    const RadTuneEntry *te = rad_tune_find(o->tune, op->index1 - 1, lo, hi);
+    if (!te) return NULL;
+    char *nb = tu->note;
+    const size_t nn = sizeof tu->note;
+    int n = snprintf(nb, nn, "table line %d (%s:%s) skipped: ", te->line, te->lib, te->variant);
+    nb += n, n = (int)nn - n;
+    if (strcmp(te->name, op->op) != 0) return snprintf(nb, (size_t)n, "op %d is now '%s', not '%s'", op->index1 - 1, op->op, te->name), NULL;
+    if (te->params != rad_tune_params_hash(op->op, op->params, op->n_params))
+        return snprintf(nb, (size_t)n, "the op's parameters changed"), NULL;
+    int li = -1;
+    for (int i = 0; o->libs && i < o->libs->n && li < 0; i++)
+        if (lib_at(o, i) && strcmp(lib_name(o, i), te->lib) == 0) li = i;
+    if (li < 0) return snprintf(nb, (size_t)n, "no kernel library '%s' is selected", te->lib), NULL;
+    const RadKernel *k = NULL;
+    for (uint32_t j = 0; j < lib_at(o, li)->n_kernels && !k; j++) {
+        const RadKernel *c = rad_kernel_at(lib_at(o, li), j);
+        if (strcmp(c->op, op->op) == 0 && strcmp(c->variant, te->variant) == 0) k = c;
+    }
+    if (!k) return snprintf(nb, (size_t)n, "library '%s' has no kernel %s:%s", te->lib, op->op, te->variant), NULL;
+    RadEnc bad = RAD_ENC_COUNT;
+    const int f = fits(o, op, k, &bad);
+    if (f == NO_ENC) return snprintf(nb, (size_t)n, "it does not take weight encoding %s", enc_name(bad)), NULL;
+    if (f == TOO_LOOSE) return snprintf(nb, (size_t)n, "its tolerance %g is looser than the max tolerance %g", k->tolerance, max_tol(o)), NULL;
+    if (!covers(k, lo) || !covers(k, hi)) return snprintf(nb, (size_t)n, "it does not cover rows %" PRId64 "..%" PRId64, lo, hi), NULL;
+    if (o->deterministic && !k->batch_invariant) return snprintf(nb, (size_t)n, "it is not batch-invariant (--deterministic)"), NULL;
+    const uint32_t nk = rad_kernel_n_knobs(k);
+    for (uint32_t i = 0; i < nk; i++) tu->knobs[i] = rad_kernel_knob(k, i)->def;
+    for (uint32_t j = 0; j < te->n_knobs; j++) {
+        uint32_t i = 0;
+        while (i < nk && strcmp(rad_kernel_knob(k, i)->name, te->knob[j]) != 0) i++;
+        if (i == nk) return snprintf(nb, (size_t)n, "the kernel has no knob '%s'", te->knob[j]), NULL;
+        const RadKnob *kn = rad_kernel_knob(k, i);
+        uint32_t v = 0;
+        while (v < kn->n_values && kn->values[v] != te->val[j]) v++;
+        if (v == kn->n_values) return snprintf(nb, (size_t)n, "%" PRId64 " is not a value of knob '%s'", te->val[j], te->knob[j]), NULL;
+        tu->knobs[i] = te->val[j];
+    }
+    tu->n_knobs = te->n_knobs ? nk : 0; /* an entry that sets none leaves the kernel its defaults */
+    tu->line = te->line;
+    tu->note[0] = 0;
+    if (lib) *lib = li;
+    return k;
+}
+
+const RadKernel *rad_select_kernel_tuned(const RadSelectOpts *o, const RadSelectOp *op, int64_t lo, int64_t hi, int *lib,
+                                         RadSelectTune *tu, char *why_buf, size_t why_n) {
+    RadSelectTune scratch;
+    if (!tu) tu = &scratch;
+    tu->line = 0, tu->n_knobs = 0, tu->note[0] = 0;
+    if (o->tune && op->index1 > 0) {
+        const RadKernel *k = tuned(o, op, lo, hi, lib, tu);
+        if (k) return k;
+    }
     RadEnc bad;
     EACH_KERNEL(o, op->op, pass, li, k) {
         if (fits(o, op, k, &bad) == FIT && covers(k, lo) && covers(k, hi)) {
@@ -86,6 +140,11 @@ const RadKernel *rad_select_kernel(const RadSelectOpts *o, const RadSelectOp *op
     return NULL;
 }
 
+const RadKernel *rad_select_kernel(const RadSelectOpts *o, const RadSelectOp *op, int64_t lo, int64_t hi, int *lib,
+                                   char *why_buf, size_t why_n) {
+    return rad_select_kernel_tuned(o, op, lo, hi, lib, NULL, why_buf, why_n);
+}
+
 static int cmp_i64(const void *a, const void *b) {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
     return (x > y) - (x < y);
@@ -93,6 +152,7 @@ static int cmp_i64(const void *a, const void *b) {
 
 void rad_select_table_free(RadSelectTable *t) {
     free(t->k), free(t->k_lib), free(t->lo), free(t->pick), free(t->pick_lib);
+    free(t->tune_line), free(t->knobs), free(t->n_knobs), free(t->tune_note);
     memset(t, 0, sizeof *t);
 }
 
@@ -138,6 +198,13 @@ int rad_select_table(const RadSelectOpts *o, const RadSelectOp *op, RadSelectTab
     t->pick = malloc((size_t)nc * sizeof *t->pick);
     t->pick_lib = malloc((size_t)nc * sizeof *t->pick_lib);
     if (!t->lo || !t->pick || !t->pick_lib) return free(cut), rad_select_table_free(t), RAD_E_NOMEM;
+    if (o->tune && op->index1 > 0) {
+        t->tune_line = calloc((size_t)nc, sizeof *t->tune_line);
+        t->knobs = calloc((size_t)nc * RAD_KNOB_MAX, sizeof *t->knobs);
+        t->n_knobs = calloc((size_t)nc, sizeof *t->n_knobs);
+        t->tune_note = calloc((size_t)nc, sizeof *t->tune_note);
+        if (!t->tune_line || !t->knobs || !t->n_knobs || !t->tune_note) return free(cut), rad_select_table_free(t), RAD_E_NOMEM;
+    }
     t->served = 1;
     for (int i = 0; i < nc; i++) {
         if (t->n_buckets && t->lo[t->n_buckets - 1] == cut[i]) continue;
@@ -147,7 +214,14 @@ int rad_select_table(const RadSelectOpts *o, const RadSelectOp *op, RadSelectTab
         char why[160];
         const int b = t->n_buckets++;
         t->lo[b] = cut[i];
-        t->pick[b] = rad_select_kernel(o, op, cut[i], end, &t->pick_lib[b], why, sizeof why);
+        RadSelectTune tu;
+        t->pick[b] = rad_select_kernel_tuned(o, op, cut[i], end, &t->pick_lib[b], &tu, why, sizeof why);
+        if (t->tune_line) {
+            t->tune_line[b] = tu.line;
+            t->n_knobs[b] = tu.n_knobs;
+            memcpy(&t->knobs[(size_t)b * RAD_KNOB_MAX], tu.knobs, tu.n_knobs * sizeof *tu.knobs);
+            memcpy(t->tune_note[b], tu.note, sizeof tu.note);
+        }
         if (!t->pick[b] && t->served) {
             t->served = 0;
             snprintf(t->why, sizeof t->why, "no selected kernel serves %" PRId64 "..%" PRId64 " rows of its range [%" PRId64

@@ -11,9 +11,7 @@
 #define RAD_SELECT_DEFAULT_TOLERANCE 1e-3 /* max_tolerance <= 0: the oracle's exact paths */
 #define RAD_SELECT_DEFAULT_KV_BLOCK 16u   /* no attention kernel asks a block size */
 
-/* rad-tune's table (--tune FILE): rule 1 of the selector. Not implemented yet: the type is only
- * declared, nothing can build one, and rad_graph_declare refuses a non-NULL table rather than
- * ignore it. rad_select_kernel is where it will be consulted, before library order. */
+/* rad-tune's table (--tune FILE, libcommon/plugin/rad_tune.h): rule 1 of the selector. */
 struct RadTuneTable;
 
 typedef struct RadSelectOpts {
@@ -22,7 +20,7 @@ typedef struct RadSelectOpts {
     double max_tolerance;       /* a TOLERANCE kernel looser than this is not chosen;
                                    <= 0: RAD_SELECT_DEFAULT_TOLERANCE */
     int deterministic;          /* batch-invariant kernels before every other one */
-    const struct RadTuneTable *tune; /* the tuning table; NULL (see above) */
+    const struct RadTuneTable *tune; /* the tuning table (its key already checked against the run); NULL: none */
 } RadSelectOpts;
 
 /* An op as the builder records it: what selection reads of it. */
@@ -32,10 +30,15 @@ typedef struct RadSelectOp {
     uint32_t n_params;
     const RadEnc *w_enc;        /* [n_w] stored encodings of its weights (RAD_ENC_COUNT: absent) */
     uint32_t n_w;
+    int32_t index1;             /* its declared index + 1, what a tuning table names it by (0: not a
+                                   declared op: the table is not consulted) */
 } RadSelectOp;
 
 /* The one choice: the kernel that serves `op` over every row count in [lo, hi] (a bucket), and
- * its library in *lib (index into o->libs; lib may be NULL). NULL when none does, with a short
+ * its library in *lib (index into o->libs; lib may be NULL). Rule 1: the tuning table's entry
+ * for (op, bucket) when its kernel is valid here (exists, covers the rows, takes the weights,
+ * within the tolerance, batch-invariant under deterministic, its knob values allowed); else
+ * the default rule (library order, first fit). NULL when none does, with a short
  * reason in why_buf when given ("no library defines this op", "no kernel accepts weight
  * encoding q4_1", "... looser than the max tolerance 0.001 ...", "no kernel covers rows 3..4"):
  * the text --debug-graph shows. */
@@ -57,7 +60,24 @@ typedef struct RadSelectTable {
     int64_t range_lo, range_hi;
     int served;                 /* every bucket has a pick */
     char why[200];              /* why these picks, or the first bucket no kernel serves and why */
+    /* under a tuning table only (NULL without one): */
+    int *tune_line;             /* [n_buckets] the table line the pick came from (0: the default rule) */
+    int64_t *knobs;             /* [n_buckets * RAD_KNOB_MAX] the pick's knob values, its knob order */
+    uint32_t *n_knobs;          /* [n_buckets] how many of them (0: the kernel's defaults) */
+    char (*tune_note)[160];     /* [n_buckets] why a table entry for the bucket was not taken ("": none was) */
 } RadSelectTable;
+
+/* The outcome of rule 1 for one bucket (rad_select_kernel_tuned). */
+typedef struct RadSelectTune {
+    int line;                   /* the table line the kernel came from (0: the default rule decided) */
+    int64_t knobs[RAD_KNOB_MAX];/* its knob values in the kernel's order (defaults where the entry is silent) */
+    uint32_t n_knobs;
+    char note[160];             /* an entry that was skipped and why ("": none, or none was skipped) */
+} RadSelectTune;
+
+/* rad_select_kernel, also saying what the table did (tu may be NULL). */
+const RadKernel *rad_select_kernel_tuned(const RadSelectOpts *o, const RadSelectOp *op, int64_t lo, int64_t hi, int *lib,
+                                         RadSelectTune *tu, char *why_buf, size_t why_n);
 
 /* Builds t for op. RAD_OK whether or not every bucket is served (t->served, t->why);
  * RAD_E_NOMEM when out of memory. */

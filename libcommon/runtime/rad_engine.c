@@ -493,6 +493,8 @@ static int c_issue(RadCtx *c, rad_op h, const RadOperand *ops, uint32_t n_ops, u
                         .n_threads = en->o.n_threads, .deterministic = (uint32_t)en->o.deterministic};
     const int32_t layer = en->cand[h.id].layer;
     if (layer >= 0) ka.kv = &en->kv_state[layer];
+    if (cand->n_knobs && cand->n_knobs[bucket]) /* the tuning table's knob values for this pick */
+        ka.knobs = &cand->knobs[(size_t)bucket * RAD_KNOB_MAX], ka.n_knobs = cand->n_knobs[bucket];
     const int li = cand->pick_lib[bucket];
     ka.lib_state = li >= 0 ? en->lib_state[li] : NULL;
     en->n_issues++;
@@ -511,6 +513,52 @@ static void c_step_fail(RadCtx *c, const char *what) { step_err(E(c), "%s", what
 static int c_lane(RadCtx *c, int lane) { (void)c; return lane == 0 ? RAD_OK : RAD_E_UNSUPPORTED; }
 
 static const RadCtxApi CTX_API = {sizeof(RadCtxApi), c_issue, c_step_fail, c_lane};
+
+/* ---- the tuning table ---------------------------------------------------------------------- */
+
+void rad_engine_tune_key(const RadEngine *en, RadTuneKey *k) {
+    memset(k, 0, sizeof *k);
+    k->container = en->m.id;
+    for (int i = 0; i < en->n_libs && k->n_libs < RAD_TUNE_MAX_LIBS; i++, k->n_libs++) {
+        const RadPluginInfo *in = en->libs[i]->info;
+        snprintf(k->libs[i].name, sizeof k->libs[i].name, "%s", in->name);
+        snprintf(k->libs[i].version, sizeof k->libs[i].version, "%s", in->version && *in->version ? in->version : "-");
+    }
+    rad_tune_cpu(k->cpu_model, sizeof k->cpu_model, k->cpu_flags, sizeof k->cpu_flags);
+    k->max_tok = en->ctx.max_tok;
+    k->max_seqs = en->ctx.max_seqs;
+    k->ctx = en->ctx.max_ctx;
+    k->max_tolerance = en->o.max_tolerance;
+    k->deterministic = en->o.deterministic != 0;
+    k->threads = en->o.n_threads;
+    const RadEncInfo *ei = rad_enc_info((RadEnc)en->o.kv_dtype);
+    snprintf(k->kv_dtype, sizeof k->kv_dtype, "%s", ei ? ei->name : "?");
+}
+
+const char *rad_engine_tune_warning(const RadEngine *en) { return en->tune_warn[0] ? en->tune_warn : NULL; }
+
+/* --tune: the table read and checked, then its key against this run's: another container,
+ * library version, CPU or option set is refused naming the difference (or, asked, ignored). */
+static int load_tune(RadEngine *en, RadErr *e) {
+    RadTuneTable *t = calloc(1, sizeof *t);
+    if (!t) return rad_err_set(e, RAD_E_NOMEM, "--tune %s: out of memory", en->o.tune);
+    int rc = rad_tune_read(en->o.tune, t, e);
+    if (rc) return free(t), rc;
+    RadTuneKey here;
+    rad_engine_tune_key(en, &here);
+    char why[560];
+    if (rad_tune_key_diff(&t->key, &here, why, sizeof why)) {
+        rad_tune_free(t);
+        free(t);
+        if (!en->o.tune_ignore_mismatch)
+            return rad_err_set(e, RAD_E_UNSUPPORTED, "--tune %s: %s (re-tune, or --tune-ignore-mismatch to run without it)",
+                               en->o.tune, why);
+        snprintf(en->tune_warn, sizeof en->tune_warn, "--tune %s ignored: %s", en->o.tune, why);
+        return RAD_OK;
+    }
+    en->tune = t;
+    return RAD_OK;
+}
 
 /* ---- open / close ------------------------------------------------------------------------- */
 
@@ -552,7 +600,9 @@ static int engine_open(RadEngine *en, const RadEngineOpts *o, RadErr *e) {
     en->ctx = rad_build_ctx_for(&en->meta, &(RadStepBounds){.max_tok = en->o.max_tok, .max_seqs = en->o.max_seqs,
                                                              .max_ctx = o->max_ctx, .max_out_rows = o->max_out_rows,
                                                              .kv_dtype = o->kv_dtype});
-    en->select = (RadSelectOpts){.libs = &en->sel, .max_tolerance = en->o.max_tolerance, .deterministic = en->o.deterministic};
+    if (o->tune && (rc = load_tune(en, e))) return rc;
+    en->select = (RadSelectOpts){.libs = &en->sel, .max_tolerance = en->o.max_tolerance, .deterministic = en->o.deterministic,
+                                 .tune = en->tune};
     if ((rc = rad_graph_declare(&en->g, en->arch, &en->meta, &en->ctx, &en->select, container_lookup, &en->m, e))) return rc;
     if ((rc = rad_graph_check_encodings(&en->g, e))) return rc;
     if ((rc = rad_graph_plan(&en->g, e))) return rc;
@@ -610,6 +660,8 @@ void rad_engine_close(RadEngine *en) {
     free(en->lib_state);
     free(en->sel.p);
     rad_graph_free(&en->g);
+    if (en->tune) rad_tune_free(en->tune);
+    free(en->tune);
     if (en->meta_keys) rad_meta_table_free(&en->meta, en->meta_keys, en->meta_vals);
     rad_plugins_free(&en->plugins);
     rad_model_free(&en->m);
@@ -903,11 +955,31 @@ void rad_engine_dump_profile(const RadEngine *en, FILE *f) {
     free(rows);
 }
 
+/* Under a tuning table: whether buckets i and j came out of it the same way. */
+static int same_tune(const RadSelectTable *c, int i, int j) {
+    return !c->tune_line || (c->tune_line[i] == c->tune_line[j] && strcmp(c->tune_note[i], c->tune_note[j]) == 0);
+}
+
+/* " (table line 7: threads=2 prefetch=4096)", or why the table's entry was skipped. */
+static void dump_tune(FILE *f, const RadSelectTable *c, int b) {
+    if (!c->tune_line) return;
+    if (c->tune_line[b]) {
+        fprintf(f, " (from the table, line %d", c->tune_line[b]);
+        for (uint32_t k = 0; k < c->n_knobs[b]; k++)
+            fprintf(f, "%s%s=%" PRId64, k ? " " : ": ", rad_kernel_knob(c->pick[b], k)->name, c->knobs[(size_t)b * RAD_KNOB_MAX + k]);
+        fputc(')', f);
+    } else if (c->tune_note[b][0]) {
+        fprintf(f, " (default rule: %s)", c->tune_note[b]);
+    }
+}
+
 void rad_engine_dump_graph(const RadEngine *en, FILE *f) {
     fprintf(f, "model %s: plugin '%s' (%s, \"%s\"), %d ops, %d weights, %d buffers; libraries:", en->o.model,
             en->arch->info->name, en->arch->arch_id, en->arch->quant, en->g.n_ops, en->g.n_w, en->g.n_bufs);
     for (int i = 0; i < en->n_libs; i++) fprintf(f, " %s", en->libs[i]->info->name);
     fputc('\n', f);
+    if (en->tune) fprintf(f, "tuning table %s: %d entries (rule 1: its choice where valid, the default rule elsewhere)\n",
+                          en->o.tune, en->tune->n);
     /* the plugin's own account of the shape it declared (rad_note), before the ops it explains */
     for (int i = 0; i < en->g.n_notes; i++) fprintf(f, "note: %s\n", en->g.notes[i]);
     for (int o = 0; o < en->g.n_ops; o++) {
@@ -929,10 +1001,11 @@ void rad_engine_dump_graph(const RadEngine *en, FILE *f) {
                     c->k[i]->n_min, hi);
         }
         fprintf(f, "  buckets:");
-        for (int i = 0, j; i < c->n_buckets; i = j) { /* neighbours with the same kernel print as one */
-            for (j = i + 1; j < c->n_buckets && c->pick[j] == c->pick[i];) j++;
+        for (int i = 0, j; i < c->n_buckets; i = j) { /* neighbours with the same kernel (and table line) print as one */
+            for (j = i + 1; j < c->n_buckets && c->pick[j] == c->pick[i] && same_tune(c, i, j);) j++;
             fprintf(f, "%s rows %" PRId64 "..%" PRId64 " %s:%s", i ? "," : "", c->lo[i], j < c->n_buckets ? c->lo[j] - 1 : c->range_hi,
                     en->libs[c->pick_lib[i]]->info->name, c->pick[i]->variant);
+            dump_tune(f, c, i);
         }
         fprintf(f, "  (%s%s)\n", c->why, en->o.deterministic ? "; batch-invariant first" : "");
     }

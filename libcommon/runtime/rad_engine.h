@@ -38,6 +38,9 @@ typedef struct RadEngineOpts {
     double max_tolerance;          /* kernels whose stated tolerance is looser are not chosen;
                                       0: 1e-3 (exact paths: the oracle's greedy text); 2e-2 lets
                                       quantised GEMMs quantise activations as llama.cpp does */
+    const char *tune;              /* --tune FILE: a kernel tuning table (docs/TUNE.md); NULL: none */
+    int tune_ignore_mismatch;      /* 1: a table tuned for another container, library, CPU or option
+                                      set is ignored (rad_engine_tune_warning says why); 0: refused */
 } RadEngineOpts;
 
 /* Opaque: tools see the engine through these functions only; its state, the KV cache among it,
@@ -60,6 +63,14 @@ void rad_engine_close(RadEngine *en);
 RadEngineLimits rad_engine_limits(const RadEngine *en);
 /* The architecture plugin the model runs on (for its chat format, its name). */
 const RadPlugin *rad_engine_arch(const RadEngine *en);
+/* What a tuning table for this run must be keyed by: the container's id, the kernel libraries
+ * in use (names, versions, preference order), this CPU, the resolved options. */
+struct RadTuneKey;
+void rad_engine_tune_key(const RadEngine *en, struct RadTuneKey *k);
+/* With --tune and tune_ignore_mismatch: the one warning line when the table was ignored
+ * ("--tune FILE ignored: it was tuned for container ..."), else NULL. */
+const char *rad_engine_tune_warning(const RadEngine *en);
+
 /* The model's metadata as the plugin was declared against it. */
 const RadModelMeta *rad_engine_meta(const RadEngine *en);
 /* The container's tokenizer entries, what rad_tok_init takes (valid until close). */

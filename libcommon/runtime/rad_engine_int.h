@@ -12,6 +12,7 @@
 #include "libcommon/runtime/rad_kvcache.h"
 #include "libcommon/format/rad_model.h"
 #include "libcommon/plugin/rad_plugins.h"
+#include "libcommon/plugin/rad_tune.h"
 
 typedef struct RadEngineWeight {
     RadKArg arg;                   /* as kernels see it: bytes in wstore, or in the file mapping */
@@ -35,7 +36,9 @@ struct RadEngine {
     void **lib_state;              /* [n_libs] what init returned */
     int n_libs;                    /* libraries kept (their init succeeded) */
     RadPluginSet sel;              /* the same libraries as a set, for the builder */
-    RadSelectOpts select;          /* sel, max_tolerance, deterministic: what every op is resolved under */
+    RadSelectOpts select;          /* sel, max_tolerance, deterministic, tune: what every op is resolved under */
+    RadTuneTable *tune;            /* --tune's table when its key is this run's (NULL: none) */
+    char tune_warn[640];           /* --tune-ignore-mismatch: why the table was ignored ("": it was not) */
     RadBuildCtx ctx;               /* the deployment: max_tok, max_seqs, max_ctx (resolved) */
     RadGraph g;                    /* ops, weights, buffers and KV groups the plugin declared */
     RadEngineWeight *w;            /* [g.n_w] */

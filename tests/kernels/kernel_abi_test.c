@@ -97,7 +97,7 @@ static int call(const RadKernel *k, const RadParam *p, uint32_t np, int64_t n, c
         if (prm[i].kind == RAD_PARAM_RANGE) prm[i].lo = prm[i].hi = n;
     size_t ws = k->workspace ? k->workspace(prm, np, n) : 0;
     void *w = ws ? aligned_alloc(256, (ws + 255) / 256 * 256) : NULL;
-    RadKernelArgs a = {sizeof a, prm, np, n, args, na, NULL, NULL, w, g_state, 1, 1};
+    RadKernelArgs a = {sizeof a, prm, np, n, args, na, NULL, NULL, w, g_state, 1, 1, NULL, 0};
     int rc = k->run(&a);
     free(w);
     return rc;
@@ -273,7 +273,7 @@ Test(kernel_abi, zero_rows) {
         else if (!strcmp(op, "logits_gather")) a[0] = fbuf(x, 4, 4), a[1] = raw_i32(ids, 4), a[2] = fbuf(o, 4, 4), na = 3;
         else cr_assert_fail("untested op %s", op);
         memset(o, 0x5a, sizeof o);
-        RadKernelArgs ka = {sizeof ka, prm, sizeof prm / sizeof *prm, 0, a, na, NULL, NULL, NULL, g_state, 1, 1};
+        RadKernelArgs ka = {sizeof ka, prm, sizeof prm / sizeof *prm, 0, a, na, NULL, NULL, NULL, g_state, 1, 1, NULL, 0};
         cr_assert_eq(k->run(&ka), RAD_E_SHAPE, "%s/%s: zero rows", op, k->variant);
         for (size_t j = 0; j < sizeof o; j++) cr_assert_eq(((uint8_t *)o)[j], 0x5a, "%s: wrote on a zero-row call", op);
     }
@@ -550,7 +550,7 @@ Test(kernel_abi, all_reduce_one_rank) {
     RadKernelLibConfig cfg = {sizeof cfg, 1, 0, 0, 2, NULL};
     cr_assert_eq(g_lib->init(&cfg, &st), RAD_OK);
     RadParam prm[] = {RAD_RANGE("M", M, M), RAD_INT("N", N), RAD_INT("exact", 1)};
-    RadKernelArgs ka = {sizeof ka, prm, 3, M, a, 1, NULL, NULL, NULL, st, 1, 1};
+    RadKernelArgs ka = {sizeof ka, prm, 3, M, a, 1, NULL, NULL, NULL, st, 1, 1, NULL, 0};
     cr_assert_eq(find("all_reduce", NULL)->run(&ka), RAD_E_UNSUPPORTED);
     g_lib->fini(st);
 }

@@ -120,7 +120,7 @@ static int call_x(const RadKernel *k, void *st, const RadParam *p, uint32_t np, 
     size_t ws = k->workspace ? k->workspace(prm, np, n) : 0;
     void *w = ws ? aligned_alloc(256, (ws + 255) / 256 * 256) : NULL;
     RadKernelArgs a = {sizeof a, prm, np, n, args, na, c ? c->batch : NULL, c ? c->kv : NULL, w, st,
-                       c && c->n_threads ? c->n_threads : 0, 1};
+                       c && c->n_threads ? c->n_threads : 0, 1, NULL, 0};
     int rc = k->run(&a);
     free(w);
     return rc;
@@ -360,7 +360,7 @@ Test(ref, zero_rows) {
         else cr_assert_fail("untested op %s", op);
         for (int s = 0; s < N_ST; s++) {
             memset(o, 0x5a, sizeof o);
-            RadKernelArgs ka = {sizeof ka, prm, N_OF(prm), 0, a, na, NULL, NULL, NULL, g_st[s], 0, 1};
+            RadKernelArgs ka = {sizeof ka, prm, N_OF(prm), 0, a, na, NULL, NULL, NULL, g_st[s], 0, 1, NULL, 0};
             cr_assert_eq(k->run(&ka), RAD_E_SHAPE, "%s/%s: zero rows", op, k->variant);
             ka.n = -1;
             cr_assert_eq(k->run(&ka), RAD_E_SHAPE, "%s/%s: negative rows", op, k->variant);

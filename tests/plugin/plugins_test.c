@@ -109,6 +109,16 @@ Test(plugins, a_bad_kernel_table_is_refused_naming_the_field) {
         {"hooks", "alloc, free, copy and sync are 1 of 4 set"},
         {"pack-half", "RadKernelLib.pack_size is set without .pack"},
         {"null-lib", "rad_kernels() returned NULL"},
+        {"knob-null", "kernel 1 (add:v1): RadKernel.knobs is NULL with n_knobs 2"},
+        {"knob-count", "kernel 1 (add:v1): RadKernel.n_knobs 99 is over 16"},
+        {"knob-size", "kernel 1 (add:v1): RadKnob.struct_size 8 is not a size of ABI 1.2"},
+        {"knob-name", "kernel 1 (add:v1): RadKernel.knobs[1].name has a disallowed byte 0x42"},
+        {"knob-dup", "kernel 1 (add:v1): RadKernel.knobs[0] and [1] are both named 'threads'"},
+        {"knob-default", "kernel 1 (add:v1): knob 'block': default 3 is not one of its values"},
+        {"knob-dupval", "kernel 1 (add:v1): knob 'block': value 2 is listed twice"},
+        {"knob-novalues", "kernel 1 (add:v1): knob 'block': n_values 0 is not 1..64"},
+        {"knob-effect", "kernel 1 (add:v1): knob 'block': effect 5 is not SAME_BITS (0) or ARITH (1)"},
+        {"knob-arith-bitwise", "kernel 1 (add:v1): knob 'block' changes the arithmetic (ARITH) of a BITWISE kernel"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) refused("kern_bad", "RAD_TEST_BADLIB", cases[i][0], cases[i][1]);
 }
@@ -117,7 +127,7 @@ Test(plugins, a_bad_plugin_info_is_refused_naming_the_field) {
     static const char *const cases[][2] = {
         {"info-null", "rad_plugin_info() returned NULL"},
         {"info-size", "RadPluginInfo.struct_size 4 is smaller"},
-        {"info-abi", "built for ABI 2.1, this core serves 1.0..1."},
+        {"info-abi", "built for ABI 2.2, this core serves 1.0..1.2"},
         {"info-minor", "built for ABI 1.99"},
         {"info-kind", "RadPluginInfo.kind 7"},
         {"info-name-null", "RadPluginInfo.name is NULL"},

@@ -421,7 +421,7 @@ static int rope_call(void *st, const RopeCfg *c, float *x, const int32_t *pos, i
     a[na++] = (RadKArg){(void *)pos, RAD_I32, (uint64_t)M, 1, 1, {NULL}};
     size_t ws = k->workspace ? k->workspace(p, N_OF(p), M) : 0;
     void *w = ws ? aligned_alloc(256, (ws + 255) / 256 * 256) : NULL;
-    RadKernelArgs ka = {sizeof ka, p, N_OF(p), M, a, na, NULL, NULL, w, st, 0, 1};
+    RadKernelArgs ka = {sizeof ka, p, N_OF(p), M, a, na, NULL, NULL, w, st, 0, 1, NULL, 0};
     int rc = k->run(&ka);
     free(w);
     return rc;

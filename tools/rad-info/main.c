@@ -116,6 +116,7 @@ static void print_text(const RadModelFile *m, const Opts *o) {
     if (m->alignment > 1) printf(", alignment %u", m->alignment);
     if (m->n_ins == 1) printf(", data at byte %" PRIu64, m->data_offset);
     else if (m->n_ins > 1) printf(", %d files", m->n_ins);
+    if (strcmp(m->format, "rad") == 0) printf("\nid          %016" PRIx64 " (the header's XXH3-64: what a tuning table is keyed by)", m->id);
     printf("\n\nmodel\n");
     RadModelMeta mm;
     RadErr e = {0};
@@ -274,6 +275,11 @@ static json_t *json_model(const RadModelFile *m, const Opts *o) {
     json_object_set_new(r, "version", json_integer(m->version));
     json_object_set_new(r, "alignment", json_integer(m->alignment));
     json_object_set_new(r, "data_offset", json_integer((json_int_t)m->data_offset));
+    if (strcmp(m->format, "rad") == 0) {
+        char id[17];
+        snprintf(id, sizeof id, "%016" PRIx64, m->id);
+        json_object_set_new(r, "id", json_string(id));
+    }
     RadModelMeta mm;
     if (rad_model_meta(m, &mm, NULL) == RAD_OK) {
         json_object_set_new(r, "model", json_pack("{s:s, s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f}",

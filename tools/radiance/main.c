@@ -35,6 +35,7 @@ static void usage(FILE *f) {
             "  --batch N          tokens per step (prefill chunk, default 512)\n"
             "  --kernels A,B      kernel libraries by name, in preference order (default: all installed)\n"
             "  --plugin-dir DIR   look for plugins in DIR first (repeatable)\n"
+            "  --tune FILE        a kernel tuning table (docs/TUNE.md); --tune-ignore-mismatch: warn, not refuse\n"
             "  --ids 1,2,3        the prompt as token ids instead of -p text\n"
             "  --print-ids        print generated token ids (one per line) instead of text\n"
             "  --deterministic    batch-invariant kernels first\n"
@@ -93,13 +94,14 @@ static int parse_ids(const char *what, const char *s, int32_t **ids, size_t *n, 
 static int parse_args(int argc, char **argv, Opts *o) {
     enum { TEMP = 256, TOPK, TOPP, MINP, REP, PRES, FREQ, SEED, THREADS, CTX, BATCH, KERNELS, PDIR, IDS, TOKENIZE,
            DETOK, CHAT, DGRAPH, DPLACE, PIDS, DET, FAST, HOST, PORT, APIKEY, SNAME, MAXBODY, MAXHDR, MAXCONNS,
-           IDLE, MAXSEQS, MAXMIXED, MAXQUEUE, NOPREFIX, DRAIN, KVBLOCKS, PROFILE, MMAPW, KVTYPE, NOREPACK, NOVERIFY, CHATSPECIAL, HDRTIME, BODYTIME, DEFMAXTOK };
+           IDLE, MAXSEQS, MAXMIXED, MAXQUEUE, NOPREFIX, DRAIN, KVBLOCKS, PROFILE, MMAPW, KVTYPE, NOREPACK, NOVERIFY, CHATSPECIAL, HDRTIME, BODYTIME, DEFMAXTOK, TUNE, TUNEIGN };
     static const struct option lo[] = {
         {"model", required_argument, 0, 'm'}, {"prompt", required_argument, 0, 'p'}, {"temp", required_argument, 0, TEMP},
         {"top-k", required_argument, 0, TOPK}, {"top-p", required_argument, 0, TOPP}, {"min-p", required_argument, 0, MINP},
         {"repeat-penalty", required_argument, 0, REP}, {"presence-penalty", required_argument, 0, PRES},
         {"frequency-penalty", required_argument, 0, FREQ}, {"seed", required_argument, 0, SEED},
         {"threads", required_argument, 0, THREADS}, {"ctx", required_argument, 0, CTX}, {"batch", required_argument, 0, BATCH},
+        {"tune", required_argument, 0, TUNE}, {"tune-ignore-mismatch", no_argument, 0, TUNEIGN},
         {"kernels", required_argument, 0, KERNELS}, {"plugin-dir", required_argument, 0, PDIR}, {"ids", required_argument, 0, IDS},
         {"tokenize", no_argument, 0, TOKENIZE}, {"detokenize", no_argument, 0, DETOK}, {"chat", no_argument, 0, CHAT},
         {"chat-special-tokens", no_argument, 0, CHATSPECIAL},
@@ -155,6 +157,8 @@ static int parse_args(int argc, char **argv, Opts *o) {
         case CTX: if (!parse_num("--ctx", optarg, 16, 1 << 20, RAD_NUM_WHOLE, &v)) return 2; o->ctx = (uint32_t)v; break;
         case BATCH: if (!parse_num("--batch", optarg, 1, 65536, RAD_NUM_WHOLE, &v)) return 2; o->batch = (uint32_t)v; break;
         case KERNELS: o->kernels = optarg; break;
+        case TUNE: o->tune = optarg; break;
+        case TUNEIGN: o->tune_ignore_mismatch = 1; break;
         case PDIR:
             if (o->n_plugin_dirs == 16) return fprintf(stderr, "radiance: too many --plugin-dir\n"), 2;
             o->plugin_dirs[o->n_plugin_dirs++] = optarg;
@@ -505,8 +509,10 @@ int main(int argc, char **argv) {
     RadEngineOpts eo = {.model = o.model, .plugin_dirs = o.plugin_dirs, .n_plugin_dirs = o.n_plugin_dirs, .kernels = o.kernels,
                         .n_threads = o.threads, .max_tok = o.batch ? o.batch : 512, .max_seqs = 1, .max_ctx = o.ctx,
                         .deterministic = o.deterministic, .max_tolerance = o.fast ? 2e-2 : 1e-3, .profile = o.profile,
-                        .mmap_weights = o.mmap_weights, .no_repack = o.no_repack, .no_verify = o.no_verify, .kv_dtype = (RadDType)o.kv_dtype};
+                        .mmap_weights = o.mmap_weights, .no_repack = o.no_repack, .no_verify = o.no_verify, .kv_dtype = (RadDType)o.kv_dtype,
+                        .tune = o.tune, .tune_ignore_mismatch = o.tune_ignore_mismatch};
     rc = rad_engine_open(&en, &eo, &e);
+    if (!rc && rad_engine_tune_warning(en)) fprintf(stderr, "radiance: warning: %s\n", rad_engine_tune_warning(en));
     if (!rc) rc = rad_tok_init(&tok, rad_engine_tok_data(en), &e);
     t_load = now() - t_load;
     if (!rc && o.debug_graph) rad_engine_dump_graph(en, stdout);

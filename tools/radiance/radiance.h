@@ -9,6 +9,8 @@
 
 typedef struct Opts {
     const char *model, *prompt, *ids, *kernels;
+    const char *tune;       /* --tune FILE: a kernel tuning table (docs/TUNE.md) */
+    int tune_ignore_mismatch; /* --tune-ignore-mismatch: a table for another key is ignored with a warning */
     const char *plugin_dirs[16];
     int n_plugin_dirs;
     int n_predict, tokenize, detokenize, chat, debug_graph, debug_placement, print_ids, deterministic, fast, profile, mmap_weights, no_repack, no_verify;

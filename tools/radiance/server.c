@@ -1287,9 +1287,11 @@ int serve(const Opts *o) {
     RadEngineOpts eo = {.model = o->model, .plugin_dirs = o->plugin_dirs, .n_plugin_dirs = o->n_plugin_dirs, .kernels = o->kernels,
                         .n_threads = o->threads, .max_tok = o->max_mixed_tok, .max_seqs = o->max_seqs, .max_ctx = o->ctx,
                         .kv_blocks = o->kv_blocks, .deterministic = o->deterministic, .max_tolerance = o->fast ? 2e-2 : 1e-3,
-                        .mmap_weights = o->mmap_weights, .no_repack = o->no_repack, .no_verify = o->no_verify, .kv_dtype = (RadDType)o->kv_dtype};
+                        .mmap_weights = o->mmap_weights, .no_repack = o->no_repack, .no_verify = o->no_verify, .kv_dtype = (RadDType)o->kv_dtype,
+                        .tune = o->tune, .tune_ignore_mismatch = o->tune_ignore_mismatch};
     double t0 = now();
     int rc = rad_engine_open(&s->en, &eo, &e);
+    if (!rc && rad_engine_tune_warning(s->en)) fprintf(stderr, "radiance: warning: %s\n", rad_engine_tune_warning(s->en));
     if (!rc) rc = rad_tok_init(&s->tok, rad_engine_tok_data(s->en), &e);
     RadSched *sched = NULL;
     RadSchedOpts so = {.max_seqs = o->max_seqs, .max_mixed_tok = o->max_mixed_tok, .max_queue = o->max_queue,
