@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "tests/test_util.h"
 
 #include "libcommon/runtime/rad_engine_int.h" /* checks the picks */
 
@@ -93,7 +94,8 @@ static void write_table(const RadEngine *en, const char *variant, const char *kn
     cr_assert_eq(rad_tune_write_file(t, tpath, &e), RAD_OK, "%s", e.msg);
 }
 
-Test(tune_engine, table_picks_exact_under_fast, .init = setup, .fini = teardown, .timeout = 300) {
+Test(tune_engine, table_picks_exact_under_fast, .init = setup, .fini = teardown) {
+    test_deadline(300);
     RadEngine *exact, *fast, *tuned;
     RadErr e = {0};
     enum { N = 24 };
@@ -134,7 +136,8 @@ Test(tune_engine, table_picks_exact_under_fast, .init = setup, .fini = teardown,
     rad_tune_free(&t);
 }
 
-Test(tune_engine, stale_entry_falls_back, .init = setup, .fini = teardown, .timeout = 300) {
+Test(tune_engine, stale_entry_falls_back, .init = setup, .fini = teardown) {
+    test_deadline(300);
     RadEngine *fast, *tuned;
     RadErr e = {0};
     cr_assert_eq(open_with(&fast, 2e-2, NULL, 0, &e), RAD_OK, "%s", e.msg);
@@ -169,7 +172,8 @@ Test(tune_engine, stale_entry_falls_back, .init = setup, .fini = teardown, .time
 }
 
 /* A knob set to its default is today's output bit for bit; a non-default SAME_BITS knob too. */
-Test(tune_engine, knob_defaults_same_bits, .init = setup, .fini = teardown, .timeout = 300) {
+Test(tune_engine, knob_defaults_same_bits, .init = setup, .fini = teardown) {
+    test_deadline(300);
     RadEngine *fast, *tuned;
     RadErr e = {0};
     enum { N = 12 };
@@ -205,7 +209,8 @@ Test(tune_engine, knob_defaults_same_bits, .init = setup, .fini = teardown, .tim
     rad_engine_close(fast);
 }
 
-Test(tune_engine, another_key_refused, .init = setup, .fini = teardown, .timeout = 300) {
+Test(tune_engine, another_key_refused, .init = setup, .fini = teardown) {
+    test_deadline(300);
     RadEngine *en, *tuned;
     RadErr e = {0};
     cr_assert_eq(open_with(&en, 2e-2, NULL, 0, &e), RAD_OK, "%s", e.msg);
