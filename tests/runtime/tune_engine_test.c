@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "tests/test_util.h"
 
 #include "libcommon/runtime/rad_engine_int.h" /* checks the picks */
+#include "tests/test_util.h"
 
 static char dir[256], model[300], tpath[300];
 
