@@ -4,13 +4,46 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
-void rad_stdout_init(void) { signal(SIGPIPE, SIG_IGN); }
+/* stdout is a stream over fd 1 whose writes keep the errno of the first that failed: stdio drops
+ * a buffer it could not write and keeps only an error flag, so a failure in the middle of a long
+ * print (a --help over the buffer's size) would otherwise read as EIO at the final flush. */
+static int first_err;
 
-/* errno of a failed flush; an error flag with no failing flush (the data was dropped) is EIO */
+static ssize_t fd1_write(void *cookie, const char *p, size_t n) {
+    (void)cookie;
+    size_t done = 0;
+    while (done < n) {
+        ssize_t w = write(1, p + done, n - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            if (!first_err) first_err = w < 0 ? errno : EIO;
+            return done ? (ssize_t)done : -1;
+        }
+        done += (size_t)w;
+    }
+    return (ssize_t)n;
+}
+
+void rad_stdout_init(void) {
+    signal(SIGPIPE, SIG_IGN);
+    FILE *f = fopencookie(NULL, "w", (cookie_io_functions_t){.write = fd1_write});
+    if (!f) return; /* keep the plain stream: errors then read as EIO at worst */
+    if (setvbuf(f, NULL, isatty(1) ? _IOLBF : _IOFBF, 1 << 16) != 0) {
+        fclose(f);
+        return;
+    }
+    fflush(stdout);
+    stdout = f;
+}
+
+/* errno of the first failed write; a failed flush's; an error flag with neither is EIO */
 static int flush_err(void) {
     errno = 0;
-    if (fflush(stdout) != 0) return errno ? errno : EIO;
+    int rc = fflush(stdout);
+    if (first_err) return first_err;
+    if (rc != 0) return errno ? errno : EIO;
     return ferror(stdout) ? EIO : 0;
 }
 
@@ -22,7 +55,7 @@ int rad_stdout_flush(RadErr *e) {
 int rad_stdout_close(const char *tool, int rc) {
     int err = flush_err();
     errno = 0;
-    if (fclose(stdout) != 0 && !err) err = errno ? errno : EIO;
+    if (fclose(stdout) != 0 && !err) err = first_err ? first_err : errno ? errno : EIO;
     if (!err) return rc;
     if (rc) return rc;
     fprintf(stderr, "%s: stdout: %s\n", tool, strerror(err));

@@ -404,11 +404,11 @@ static int fail(const char *msg) {
 }
 
 int main(int argc, char **argv) {
+    rad_stdout_init(); /* first: --help too; a closed pipe is EPIPE, not a death by SIGPIPE */
     Opts o;
     memset(&o, 0, sizeof o);
     int rc = parse_args(argc, argv, &o);
     if (rc) return rc;
-    rad_stdout_init(); /* -o - to a closed pipe: an error (EPIPE), not a death by SIGPIPE */
     signals_install();
     RadErr e = {0};
     if (o.out && strcmp(o.out, "-") != 0 && !o.force && !o.plan_only) {

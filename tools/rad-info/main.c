@@ -406,6 +406,7 @@ static void on_check(void *user, const RadTensor *t, const RadPlane *p, int ok) 
 }
 
 int main(int argc, char **argv) {
+    rad_stdout_init(); /* first: --help too; a closed pipe is EPIPE, not a death by SIGPIPE */
     Opts o = {0};
     static const struct option lo[] = {
         {"json", no_argument, 0, 'j'}, {"tensors", no_argument, 0, 't'}, {"check", no_argument, 0, 'c'},
@@ -431,7 +432,6 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    rad_stdout_init();
     if (o.plugins && optind == argc) return rad_stdout_close("rad-info", list_plugins(&o));
     if (optind != argc - 1) {
         fprintf(stderr, "rad-info: expected exactly one FILE (or -); see rad-info --help\n");

@@ -462,11 +462,11 @@ static int run_chat(RadEngine *en, RadSched *sched, const RadTok *tok, Opts *o, 
 }
 
 int main(int argc, char **argv) {
+    rad_stdout_init(); /* first: --help too; a closed pipe is EPIPE, not a death by SIGPIPE */
     Opts o;
     memset(&o, 0, sizeof o);
     int rc = parse_args(argc, argv, &o);
     if (rc) return rc;
-    rad_stdout_init(); /* a closed stdout pipe is an error (EPIPE), not a death by SIGPIPE */
     if (!o.prompt && !o.ids && !o.tokenize && !o.detokenize && !o.chat && !o.debug_graph && !o.debug_placement) return serve(&o);
     RadErr e = {0};
     RadTok *tok = NULL;
