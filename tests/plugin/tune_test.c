@@ -103,6 +103,7 @@ Test(tune, file_roundtrip) {
     cr_assert_eq(u.n, t.n);
     cr_assert_eq(rad_tune_key_diff(&t.key, &u.key, e.msg, sizeof e.msg), 0);
     unlink(path);
+    rad_tune_free(&u); /* a read zeroes its table first */
     cr_assert_neq(rad_tune_read(path, &u, &e), RAD_OK);
     cr_assert(strstr(e.msg, path), "%s", e.msg);
     rad_tune_free(&t), rad_tune_free(&u);
