@@ -268,7 +268,8 @@ typedef struct AttnSpec {
 } AttnSpec;
 
 static int attn_specs(int64_t n, uint32_t max_seqs, uint32_t max_ctx, int quick, AttnSpec *out, int max) {
-    static const uint32_t ctxs[] = {1, 17, 300};
+    static const uint32_t all[] = {1, 17, 300}; /* one token; past a block boundary; many blocks */
+    const uint32_t *ctxs = quick ? all + 1 : all;
     const int n_ctx = quick ? 2 : 3;
     int k = 0;
     for (int shape = 0; shape < 3; shape++) {

@@ -17,7 +17,7 @@
 typedef struct RadKbenchOpts {
     const char *model;             /* the container the engine opened (the reference decodes its stored bytes) */
     const char *ops;               /* fnmatch(3) glob over op names; NULL: every op */
-    int quick;                     /* one row count per bucket and two context lengths (make test) */
+    int quick;                     /* one row count per bucket, context lengths 17 and 300 (make test) */
     int bench;                     /* time every kernel (warm-up, repeats: median, min, max) */
     uint32_t n_threads;            /* the reference's and the bandwidth loop's threads (0: the engine's) */
     void (*progress)(void *user, uint64_t done, uint64_t total); /* after each case; NULL: none */
