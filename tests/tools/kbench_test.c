@@ -157,20 +157,24 @@ Test(kbench, wrong_kernels_are_named_and_fail) {
     cr_assert_not_null(j, "--json: %s", je.text);
     json_t *rows = json_object_get(j, "rows");
     cr_assert(json_is_array(rows) && json_array_size(rows) > 0);
-    int off = 0, off_ok = 0;
+    int off = 0, off_ok = 0, unpicked = 0; /* the candidates the selector did not pick are checked too */
     size_t i;
     json_t *r;
     json_array_foreach(rows, i, r) {
         static const char *keys[] = {"op", "op_index", "kernel", "check", "bucket", "rows", "shape", "ctx", "exactness",
                                      "tolerance", "max_err", "mean_err", "n_diff", "pass", "why"};
         for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) cr_assert_not_null(json_object_get(r, keys[k]), "%s", keys[k]);
-        if (strcmp(json_string_value(json_object_get(r, "kernel")), "kern_wrong:gemm_nt:offbyone") == 0) {
+        const char *kn = json_string_value(json_object_get(r, "kernel"));
+        unpicked |= (strcmp(kn, "kern_wrong:gemm_nt:generic") == 0) | (strcmp(kn, "kern_wrong:gemm_nt:gemv") == 0) << 1 |
+                    (strcmp(kn, "kern_wrong:add_rmsnorm:generic") == 0) << 2;
+        if (strcmp(kn, "kern_wrong:gemm_nt:offbyone") == 0) {
             const int pass = json_is_true(json_object_get(r, "pass"));
             if (json_integer_value(json_object_get(r, "rows")) == 1) off_ok += pass;
             else off += !pass;
         }
     }
     cr_assert(off > 0 && off_ok > 0, "offbyone: %d failing multi-row checks, %d passing one-row checks", off, off_ok);
+    cr_assert_eq(unpicked, 7, "candidates not checked: %d", unpicked);
     cr_assert(json_integer_value(json_object_get(json_object_get(j, "summary"), "failed")) > 0);
     json_decref(j);
 }

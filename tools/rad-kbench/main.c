@@ -299,10 +299,12 @@ static void name_failures(const RadKbenchReport *r) {
         char tol[40];
         if (w->bitwise) snprintf(tol, sizeof tol, "bitwise (%" PRIu64 " elements differ)", w->n_diff);
         else snprintf(tol, sizeof tol, "tolerance %.0e", w->tolerance);
+        char shape[48] = "";
+        if (w->ctx) snprintf(shape, sizeof shape, " (%s, context %u)", w->shape, w->ctx);
         fprintf(stderr, "rad-kbench: FAIL %s bucket %" PRId64 "..%" PRId64 "%s: max err %.2e, %s; op #%d '%s', %" PRId64
-                        " rows (%s%s%.0u)%s%s\n",
+                        " rows%s%s%s\n",
                 w->kernel, w->bucket_lo, w->bucket_hi, strcmp(w->check, "chain") ? "" : " against its chain", w->max_err,
-                tol, w->op, w->op_name, w->rows, w->shape, w->ctx ? ", ctx " : "", w->ctx, w->why[0] ? ": " : "", w->why);
+                tol, w->op, w->op_name, w->rows, shape, w->why[0] ? ": " : "", w->why);
     }
 }
 
