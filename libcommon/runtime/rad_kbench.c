@@ -815,7 +815,7 @@ static int run_chain(Kb *c, const RadGOp *op, OpKind kind, Case *cs, Weight *w, 
         const RadKernel *k = rad_select_kernel(&c->g->sel, &sop, cs->n, cs->n, &lib, wy, sizeof wy);
         void *st = NULL;
         const RadPlugin *lp = k ? rad_engine_lib(c->en, lib, &st) : NULL;
-        if (!k || !lp) return snprintf(why, wn, "chain link %s: %s", link[l], wy[0] ? wy : "no kernel"), 0;
+        if (!k || !lp) return snprintf(why, wn, "chain link %s: %.120s", link[l], wy[0] ? wy : "no kernel"), 0;
         size_t used = strlen(chain_names);
         snprintf(chain_names + used, cn - used, "%s%s:%s:%s", l ? "+" : "", lp->info->name, k->op, k->variant);
         if (k->exactness != RAD_EXACT_BITWISE) *bitwise = 0, *tol += k->tolerance;
@@ -932,7 +932,7 @@ static int check_op(Kb *c, int o, RadErr *e) {
                         }
                         finish_row(c, cr, &ca, bw && chain_bw, k->tolerance + chain_tol);
                         if (!cr->pass && !cr->why[0])
-                            snprintf(cr->why, sizeof cr->why, "disagrees with its chain %s", chain_names);
+                            snprintf(cr->why, sizeof cr->why, "disagrees with its chain %.130s", chain_names);
                     }
                     if (c->o->bench && !krc) {
                         row = &c->r->rows[c->r->n - 1 - fused];
