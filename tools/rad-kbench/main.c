@@ -212,6 +212,18 @@ static void markdown(FILE *f, const Opts *o, const RadKbenchReport *r) {
         fprintf(f, "|---|---|---|---|---|---|---|---|---|---|---|%s\n", o->bench ? "---|---|---|---|" : "");
         for (int j = i; j < n_lines; j++)
             if (strcmp(r->rows[l[j].first].op_name, x->op_name) == 0) md_line(f, o, r, &l[j]);
+        if (o->bench) { /* one row is where an op streams its weights once: the bound that matters */
+            int any = 0;
+            for (int j = i; j < n_lines; j++) {
+                const RadKbenchRow *y = &r->rows[l[j].first];
+                if (strcmp(y->op_name, x->op_name) || y->rows != 1 || strcmp(y->check, "ref")) continue;
+                char at[24] = "";
+                if (y->ctx) snprintf(at, sizeof at, " (context %u)", y->ctx);
+                fprintf(f, "%s %s%s %.0f%%", any++ ? "," : "\nShare of the bound at one row:", y->kernel, at,
+                        100 * l[j].share_sum / l[j].n);
+            }
+            if (any) fprintf(f, " (of %.2f GB/s).\n", r->membw_gbs);
+        }
     }
     free(l);
     if (r->n_fail) {
