@@ -97,9 +97,8 @@ static int parse(int argc, char **argv, Opts *o) {
             break;
         case 'h': return -1;
         default:
-            if (optopt && optopt < 256) fprintf(stderr, "rad-kbench: -%c: unknown option or missing value\n", optopt);
-            else fprintf(stderr, "rad-kbench: %s: unknown option or missing value\n", argv[optind - 1]);
-            fprintf(stderr, "usage: rad-kbench -m MODEL.rad [--kernels a,b] [--report FILE] [--json] [--bench] (--help)\n");
+            if (optopt && optopt < 256) fprintf(stderr, "rad-kbench: -%c: unknown option or missing value (--help)\n", optopt);
+            else fprintf(stderr, "rad-kbench: %s: unknown option or missing value (--help)\n", argv[optind - 1]);
             return 2;
         }
     }
