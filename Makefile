@@ -68,7 +68,7 @@ $(B)/test-plugins/%.so: tests/plugins/%.c $(ARCH_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(PLUGIN_CFLAGS) -o $@ $< $(PLUGIN_LDLIBS)
 # kern_test under other names, with the selector's seams set (they include kern_test.c)
-$(B)/test-plugins/kern_loose.so $(B)/test-plugins/kern_kvblock.so: tests/plugins/kern_test.c
+$(B)/test-plugins/kern_loose.so $(B)/test-plugins/kern_kvblock.so $(B)/test-plugins/kern_wrong.so: tests/plugins/kern_test.c
 
 # --- libcommon ---------------------------------------------------------------------------
 $(B)/obj/%.o: %.c $(LIB_HDR) $(wildcard tools/*/*.h tests/*.h)

@@ -77,6 +77,7 @@ typedef struct SlotIter {
     const AttnCtx *c;
     const int32_t *table;
     int64_t g, bi, off;
+    int64_t nb;           /* the sequence's blocks: the table holds no more for it */
     const uint8_t *k, *v; /* the current slot's key and value rows */
 } SlotIter;
 
@@ -93,14 +94,16 @@ static inline void slot_seek(SlotIter *it, const AttnCtx *c, int64_t s, int64_t 
     it->g = g;
     it->bi = lo / c->B;
     it->off = lo % c->B;
-    slot_block(it);
+    it->nb = (c->b->ctx_lens[s] + c->B - 1) / c->B;
+    it->k = it->v = NULL;
+    if (it->bi < it->nb) slot_block(it);
 }
 static inline void slot_next(SlotIter *it) {
     const int64_t row = it->c->hd * (int64_t)it->c->elem;
     if (++it->off == it->c->B) {
         it->off = 0;
-        it->bi++;
-        slot_block(it);
+        /* past the sequence's last block (the walk's final step): its table row may end there */
+        if (++it->bi < it->nb) slot_block(it);
     } else {
         it->k += row;
         it->v += row;

@@ -677,6 +677,18 @@ const RadPlugin *rad_engine_arch(const RadEngine *en) { return en->arch; }
 const RadModelMeta *rad_engine_meta(const RadEngine *en) { return &en->meta; }
 const RadDict *rad_engine_tok_data(const RadEngine *en) { return &en->m.tok; }
 
+const RadGraph *rad_engine_graph(const RadEngine *en) { return &en->g; }
+
+const RadKArg *rad_engine_weight(const RadEngine *en, int w) {
+    return w >= 0 && w < en->g.n_w && en->w[w].arg.data ? &en->w[w].arg : NULL;
+}
+
+const RadPlugin *rad_engine_lib(const RadEngine *en, int i, void **state) {
+    if (i < 0 || i >= en->n_libs) return NULL;
+    if (state) *state = en->lib_state[i];
+    return en->libs[i];
+}
+
 /* ---- steps -------------------------------------------------------------------------------- */
 
 const char *rad_engine_fail_closed(const RadEngine *en) { return en->changed ? en->changed_msg : NULL; }

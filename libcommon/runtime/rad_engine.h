@@ -11,6 +11,7 @@
 #include "libcommon/base/rad_err.h"
 #include "libcommon/base/rad_dict.h"
 #include "libcommon/format/rad_model.h"
+#include "libcommon/plugin/rad_graph.h"
 #include "libcommon/plugin/rad_plugins.h"
 
 typedef struct RadEngineOpts {
@@ -157,6 +158,20 @@ void rad_engine_drop_seq(RadEngine *en, int32_t seq_id);
  * opened with max_out_rows >= max_tok). */
 int rad_engine_forward_all(RadEngine *en, int32_t seq_id, const int32_t *tokens, uint32_t n, uint32_t pos, float *out,
                            RadErr *e);
+
+/* ---- what a kernel checker reads (rad-kbench): the graph as declared and the bytes kernels get ----
+ * Read-only views, valid until close; nothing here touches the KV cache. */
+
+/* The declared graph: ops with their selection tables (RadGOp.sel; k_lib indexes the libraries
+ * below), weights, buffers, KV groups, the deployment (ctx) and the options selection ran under
+ * (sel). */
+const RadGraph *rad_engine_graph(const RadEngine *en);
+/* Weight w of the graph (RadGOp.w[].id) as every kernel receives it: the bound bytes, packed
+ * (dtype | RAD_PACKED) where a library packed it at load; NULL when the container lacks it. */
+const RadKArg *rad_engine_weight(const RadEngine *en, int w);
+/* Kernel library i in the tables' order (RadSelectTable.k_lib), and what its init returned in
+ * *state; NULL when i is out of range. */
+const RadPlugin *rad_engine_lib(const RadEngine *en, int i, void **state);
 
 /* --debug-graph: every op, its resolved kernel and why. --debug-placement: the plan. */
 /* --profile: time per op (summed over layers by op name and kernel), against whole steps. */

@@ -447,8 +447,10 @@ static int run_attn_paged(const RadKernelArgs *a) {
 /* ---- the table -------------------------------------------------------------------------------- */
 
 /* Seams for the selector's tests: a file that includes this one may rename the library, state a
- * tolerance on the fused add_rmsnorm, and put an attention variant with its own KV block size
- * over a narrower extent before the generic one (kern_loose.c, kern_kvblock.c). */
+ * tolerance on the fused add_rmsnorm, put an attention variant with its own KV block size
+ * over a narrower extent before the generic one (kern_loose.c, kern_kvblock.c), and put kernels
+ * of its own first in the table, so the selector prefers them (KERN_TEST_FIRST_KERNELS: table
+ * entries with a trailing comma; kern_wrong.c). */
 #ifndef KERN_TEST_NAME
 #define KERN_TEST_NAME "kern_test"
 #define KERN_TEST_DESC "scalar test kernels for the Llama vocabulary (f32/f16/bf16 weights)"
@@ -465,6 +467,9 @@ static int run_attn_paged(const RadKernelArgs *a) {
 #define KX_(...) K_(__VA_ARGS__) /* KERN_TEST_FUSED_EXACT expands to two arguments first */
 
 static const RadKernel kernels[] = {
+#ifdef KERN_TEST_FIRST_KERNELS
+    KERN_TEST_FIRST_KERNELS
+#endif
     K_("embed_gather", "generic", RAD_ENC_PLAIN_FLOATS, 1, 0, 0, RAD_EXACT_BITWISE, 0.0, NULL, run_embed_gather),
     K_("rmsnorm", "generic", RAD_ENC_PLAIN_FLOATS, 1, 0, 0, RAD_EXACT_BITWISE, 0.0, NULL, run_rmsnorm),
     K_("gemm_nt", "generic", RAD_ENC_PLAIN_FLOATS, 1, 0, 0, RAD_EXACT_BITWISE, 0.0, NULL, run_gemm),

@@ -407,3 +407,28 @@ Test(engine, an_attention_kernel_that_cannot_read_the_kv_dtype_is_refused_by_nam
               e.msg);
     rad_engine_close(en);
 }
+
+/* What rad-kbench reads: the graph as declared, each weight as kernels get it, the libraries in
+ * the tables' order; out-of-range indices are NULL. */
+Test(engine, checker_accessors) {
+    RadEngine *en;
+    open_engine(&en, 8);
+    const RadGraph *g = rad_engine_graph(en);
+    cr_assert_eq(g, &en->g);
+    cr_assert_gt(g->n_ops, 0);
+    for (int o = 0; o < g->n_ops; o++)
+        for (uint32_t w = 0; w < g->ops[o].n_w; w++) {
+            const RadKArg *a = rad_engine_weight(en, g->ops[o].w[w].id);
+            cr_assert_not_null(a, "op %d weight %u", o, w);
+            cr_assert_eq(a->data, en->w[g->ops[o].w[w].id].arg.data);
+        }
+    cr_assert_null(rad_engine_weight(en, -1));
+    cr_assert_null(rad_engine_weight(en, g->n_w));
+    void *st = NULL;
+    const RadPlugin *p = rad_engine_lib(en, 0, &st);
+    cr_assert(p && strcmp(p->info->name, "kern_test") == 0);
+    cr_assert_eq(st, en->lib_state[0]);
+    cr_assert_null(rad_engine_lib(en, 1, &st));
+    cr_assert_null(rad_engine_lib(en, -1, NULL));
+    rad_engine_close(en);
+}

@@ -1,0 +1,1053 @@
+/* The kernel checker: cases built per op from docs/OPS.md's operand lists, every candidate run on
+ * identical inputs, compared with rad_kbench_ref.c. See rad_kbench.h. */
+#include "libcommon/runtime/rad_kbench.h"
+
+#include <fnmatch.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "libcommon/format/rad_container.h"
+#include "libcommon/format/rad_model.h"
+#include "libcommon/runtime/rad_kbench_ref.h"
+#include "libcommon/tensor/rad_enc.h"
+#include "libcommon/tensor/rad_encode.h"
+
+#define MAX_ARGS 16
+#define MAX_BUFS 8
+#define MAX_PARAMS 32
+#define MAX_SEQ 64
+
+/* ---- inputs with realistic statistics --------------------------------------------------------- */
+
+typedef struct Rng {
+    uint64_t s;
+} Rng;
+
+static uint64_t rng_u64(Rng *r) { /* xorshift64* */
+    r->s ^= r->s >> 12, r->s ^= r->s << 25, r->s ^= r->s >> 27;
+    return r->s * 2685821657736338717ull;
+}
+static double rng_unit(Rng *r) { return (double)(rng_u64(r) >> 11) * (1.0 / 9007199254740992.0); }
+static float rng_normal(Rng *r) { /* Box-Muller */
+    double u = rng_unit(r), v = rng_unit(r);
+    return (float)(sqrt(-2.0 * log(u + 1e-300)) * cos(2.0 * M_PI * v));
+}
+
+/* Rows of normal values (sigma), each with a few outliers of 4 to 8 sigma times `out`: what
+ * hidden states and attention inputs look like (a handful of channels far above the rest). */
+static void fill_act(float *x, uint64_t rows, uint64_t cols, float sigma, float out, Rng *r) {
+    for (uint64_t i = 0; i < rows; i++) {
+        float *row = x + i * cols;
+        for (uint64_t j = 0; j < cols; j++) row[j] = sigma * rng_normal(r);
+        uint64_t n_out = cols >= 64 ? 2 + rng_u64(r) % 3 : 0;
+        for (uint64_t k = 0; k < n_out; k++) {
+            float m = sigma * out * (float)(4.0 + 4.0 * rng_unit(r));
+            row[rng_u64(r) % cols] = rng_u64(r) & 1 ? m : -m;
+        }
+    }
+}
+
+static void fill_nan(float *x, uint64_t n) {
+    for (uint64_t i = 0; i < n; i++) x[i] = NAN;
+}
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- the ops this checker has a reference for ------------------------------------------------ */
+
+typedef enum OpKind {
+    OP_NONE, OP_EMBED, OP_RMSNORM, OP_ADD_RMSNORM, OP_GEMM, OP_GEMM_MULTI, OP_ROPE, OP_ATTN, OP_SILU, OP_ADD,
+    OP_ALLREDUCE, OP_LGATHER
+} OpKind;
+
+static OpKind op_kind(const char *op) {
+    static const struct { const char *name; OpKind k; } t[] = {
+        {"embed_gather", OP_EMBED}, {"rmsnorm", OP_RMSNORM},     {"add_rmsnorm", OP_ADD_RMSNORM},
+        {"gemm_nt", OP_GEMM},       {"logits_gemm", OP_GEMM},    {"gemm_nt2", OP_GEMM_MULTI},
+        {"gemm_nt3", OP_GEMM_MULTI}, {"rope", OP_ROPE},          {"attn_paged", OP_ATTN},
+        {"silu_mul", OP_SILU},      {"add", OP_ADD},             {"all_reduce", OP_ALLREDUCE},
+        {"logits_gather", OP_LGATHER},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        if (strcmp(op, t[i].name) == 0) return t[i].k;
+    return OP_NONE;
+}
+
+static int p_int(const RadGOp *op, const char *name, int64_t *v) {
+    for (uint32_t i = 0; i < op->n_params; i++)
+        if (strcmp(op->params[i].name, name) == 0 && op->params[i].kind != RAD_PARAM_FLOAT) return *v = op->params[i].lo, 1;
+    return 0;
+}
+static int p_flt(const RadGOp *op, const char *name, double *v) {
+    for (uint32_t i = 0; i < op->n_params; i++)
+        if (strcmp(op->params[i].name, name) == 0 && op->params[i].kind == RAD_PARAM_FLOAT) return *v = op->params[i].f, 1;
+    return 0;
+}
+
+/* ---- weights: the engine's bound bytes for kernels, the container's stored bytes for the rest -- */
+
+typedef struct Weight {
+    int id;                        /* graph weight */
+    const RadKArg *bound;          /* what the engine gives kernels (packed or stored) */
+    RadKArg stored;                /* the stored layout, from the container */
+    void *own;                     /* stored bytes loaded here (a compressed plane), or NULL */
+    float *deq;                    /* [rows * cols] rad_dequant of the stored bytes (NULL: not asked) */
+} Weight;
+
+typedef struct Kb {
+    RadEngine *en;
+    const RadGraph *g;
+    const RadKbenchOpts *o;
+    RadKbenchReport *r;
+    RadModelFile m;                /* the container again: stored bytes the engine may have packed or released */
+    uint32_t nt;                   /* reference threads */
+    uint32_t kernel_threads;       /* what the engine gives kernels */
+    uint64_t done, total;
+    Rng rng;
+} Kb;
+
+static int weight_load(Kb *c, int id, int dequant, Weight *w, RadErr *e) {
+    memset(w, 0, sizeof *w);
+    w->id = id;
+    const RadGWeight *gw = &c->g->w[id];
+    const char *name = gw->d.source ? gw->d.source : gw->name;
+    const RadTensor *t = rad_model_find(&c->m, name);
+    w->bound = rad_engine_weight(c->en, id);
+    if (!t || !w->bound) return rad_err_set(e, RAD_E_NOTFOUND, "%s: tensor '%s': not in the container", c->o->model, name);
+    if (t->n_planes != 1)
+        return rad_err_set(e, RAD_E_UNSUPPORTED, "%s: tensor '%s': %u planes (the checker decodes one)", c->o->model, name,
+                           t->n_planes);
+    const void *data = t->planes[0].data;
+    if (!data || t->planes[0].compression) {
+        if (!(w->own = malloc(t->planes[0].nbytes ? t->planes[0].nbytes : 1))) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+        int rc = rad_plane_load(&c->m, t, 0, w->own, 0, e);
+        if (rc) return rc;
+        data = w->own;
+    }
+    w->stored = *w->bound;
+    w->stored.dtype = (RadDType)t->enc;
+    w->stored.data = (void *)data;
+    memset(w->stored.planes, 0, sizeof w->stored.planes);
+    w->stored.planes[0] = data;
+    if (!dequant) return RAD_OK;
+    const uint64_t n = w->stored.rows * w->stored.cols;
+    if (!(w->deq = malloc((size_t)(n ? n : 1) * sizeof *w->deq))) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+    return rad_dequant(t->enc, data, t->planes[0].nbytes, w->deq, n, e);
+}
+
+static void weight_free(Weight *w) {
+    free(w->own);
+    free(w->deq);
+    memset(w, 0, sizeof *w);
+}
+
+static int k_packs(const RadKernel *k, RadEnc enc) {
+    return k->struct_size >= offsetof(RadKernel, packed_encs) + sizeof k->packed_encs && (k->packed_encs & RAD_ENC_BIT(enc));
+}
+
+/* The weight as kernel k must see it: the engine's packed bytes only for a kernel that reads the
+ * packed layout; the stored bytes otherwise (a candidate the engine did not pick for the weight). */
+static const RadKArg *weight_for(const Weight *w, const RadKernel *k) {
+    if (!(w->bound->dtype & RAD_PACKED)) return w->bound;
+    return k_packs(k, (RadEnc)(w->bound->dtype & ~RAD_PACKED)) ? w->bound : &w->stored;
+}
+
+/* One dequantised row of a stored weight (an embedding row). */
+static int weight_row(const Weight *w, uint64_t r, float *dst, RadErr *e) {
+    const RadEncInfo *ei = rad_enc_info((RadEnc)w->stored.dtype);
+    const uint8_t *p = (const uint8_t *)w->stored.data + r * w->stored.row_stride;
+    return rad_dequant((RadEnc)w->stored.dtype, p, w->stored.cols / ei->block_elems * ei->block_bytes, dst, w->stored.cols, e);
+}
+
+/* ---- one case: operands, the reference, what the kernels write ----------------------------------- */
+
+typedef struct Buf {
+    float *init;                   /* contents before the call (NULL: an output, filled with NaN) */
+    float *ref;                    /* the reference after the call (NULL: not compared) */
+    float *chain;                  /* the chain's result (fused ops; NULL: none) */
+    float *work;                   /* what a kernel runs on */
+    uint64_t rows, cols;
+} Buf;
+
+typedef struct Opnd {
+    int kind;                      /* 0 weight (index into Case.w), 1 buffer, 2 raw i32 */
+    int idx;
+} Opnd;
+
+typedef struct Case {
+    int64_t n;
+    const char *shape;
+    uint32_t ctx;                  /* attention: the longest context after the step */
+    uint32_t prior;                /* attention: the context before the step (the longest) */
+    Opnd op[MAX_ARGS];
+    int n_op;
+    Buf buf[MAX_BUFS];
+    int n_buf;
+    int32_t *raw[2];
+    uint64_t raw_n[2];
+    int n_raw;
+    RadParam params[MAX_PARAMS];
+    uint32_t n_params;
+    /* the step, for every op (attention reads it) */
+    RadBatch batch;
+    int32_t cu[MAX_SEQ + 1], ql[MAX_SEQ], cl[MAX_SEQ], sid[MAX_SEQ];
+    int32_t *tok, *pos;
+    /* attention: a paged pool and its block table */
+    RadKvState kv;
+    uint8_t *pool_init, *pool;
+    size_t pool_bytes;
+    int32_t *table;
+    float *seqK[MAX_SEQ], *seqV[MAX_SEQ]; /* the reference's dense view after the append */
+    uint64_t kv_read_bytes;
+} Case;
+
+static void case_free(Case *cs) {
+    for (int i = 0; i < cs->n_buf; i++) free(cs->buf[i].init), free(cs->buf[i].ref), free(cs->buf[i].chain), free(cs->buf[i].work);
+    for (int i = 0; i < cs->n_raw; i++) free(cs->raw[i]);
+    free(cs->tok), free(cs->pos), free(cs->pool_init), free(cs->pool), free(cs->table);
+    for (int s = 0; s < MAX_SEQ; s++) free(cs->seqK[s]), free(cs->seqV[s]);
+    memset(cs, 0, sizeof *cs);
+}
+
+/* A buffer operand of rows x cols; init filled by the caller when `input`. NULL out of memory. */
+static Buf *add_buf(Case *cs, uint64_t rows, uint64_t cols, int input, int compared) {
+    if (cs->n_buf >= MAX_BUFS || cs->n_op >= MAX_ARGS) return NULL;
+    Buf *b = &cs->buf[cs->n_buf];
+    const size_t n = (size_t)(rows * cols > 0 ? rows * cols : 1);
+    b->rows = rows, b->cols = cols;
+    b->work = malloc(n * sizeof(float));
+    if (input) b->init = malloc(n * sizeof(float));
+    if (compared) b->ref = malloc(n * sizeof(float));
+    if (!b->work || (input && !b->init) || (compared && !b->ref)) return NULL;
+    cs->op[cs->n_op++] = (Opnd){1, cs->n_buf++};
+    return b;
+}
+
+static int32_t *add_raw(Case *cs, uint64_t n) {
+    if (cs->n_raw >= 2 || cs->n_op >= MAX_ARGS) return NULL;
+    int32_t *p = malloc((size_t)(n ? n : 1) * sizeof *p);
+    if (!p) return NULL;
+    cs->raw[cs->n_raw] = p, cs->raw_n[cs->n_raw] = n;
+    cs->op[cs->n_op++] = (Opnd){2, cs->n_raw++};
+    return p;
+}
+
+/* A one-sequence prefill of n tokens (what every op but attention reads of the step, if anything). */
+static int plain_batch(Case *cs, const int32_t *ids, const int32_t *pos) {
+    const uint32_t n = (uint32_t)cs->n;
+    cs->tok = malloc(n * sizeof *cs->tok), cs->pos = malloc(n * sizeof *cs->pos);
+    if (!cs->tok || !cs->pos) return RAD_E_NOMEM;
+    for (uint32_t i = 0; i < n; i++) cs->tok[i] = ids ? ids[i] : 0, cs->pos[i] = pos ? pos[i] : (int32_t)i;
+    cs->cu[0] = 0, cs->cu[1] = (int32_t)n, cs->ql[0] = (int32_t)n, cs->cl[0] = (int32_t)n, cs->sid[0] = 0;
+    cs->batch = (RadBatch){.struct_size = sizeof cs->batch, .phase = n == 1 ? RAD_PHASE_DECODE : RAD_PHASE_PREFILL,
+                           .n_tok = n, .n_seq = 1, .n_seq_decode = n == 1, .token_ids = cs->tok, .positions = cs->pos,
+                           .cu_seqlens = cs->cu, .seq_ids = cs->sid, .q_lens = cs->ql, .ctx_lens = cs->cl,
+                           .max_q_len = n, .max_ctx_len = n};
+    return RAD_OK;
+}
+
+/* ---- the cases of an op at n rows ---------------------------------------------------------------- */
+
+/* Attention's shapes at n rows: decode (n sequences of one row, when the step may hold them), mixed
+ * (a few decode rows and one prefill chunk) and prefill (one chunk), each at the context lengths
+ * asked. Writes up to max specs; returns how many. */
+typedef struct AttnSpec {
+    const char *shape;
+    uint32_t n_seq, n_dec;
+    uint32_t q[MAX_SEQ], ctx[MAX_SEQ];
+} AttnSpec;
+
+static int attn_specs(int64_t n, uint32_t max_seqs, uint32_t max_ctx, int quick, AttnSpec *out, int max) {
+    static const uint32_t all[] = {1, 17, 300}; /* one token; past a block boundary; many blocks */
+    const uint32_t *ctxs = quick ? all + 1 : all;
+    const int n_ctx = quick ? 2 : 3;
+    int k = 0;
+    for (int shape = 0; shape < 3; shape++) {
+        uint32_t n_dec, n_pre; /* decode rows, prefill rows (one chunk) */
+        if (shape == 0) {
+            if (n > max_seqs || n > MAX_SEQ || (quick && n > 1)) continue;
+            n_dec = (uint32_t)n, n_pre = 0;
+        } else if (shape == 1) {
+            if (n < 2 || max_seqs < 2) continue;
+            n_dec = (uint32_t)(n - 1 < max_seqs - 1 ? n - 1 : max_seqs - 1);
+            if (n_dec > 3) n_dec = 3;
+            n_pre = (uint32_t)n - n_dec;
+        } else {
+            if (n < 2) continue;
+            n_dec = 0, n_pre = (uint32_t)n;
+        }
+        uint32_t last_top = 0;
+        for (int ci = 0; ci < n_ctx && k < max; ci++) {
+            AttnSpec s = {.shape = shape == 0 ? "decode" : shape == 1 ? "mixed" : "prefill", .n_dec = n_dec};
+            uint32_t top = 0;
+            for (uint32_t d = 0; d < n_dec; d++) { /* decode rows at a spread of lengths */
+                uint32_t c = ctxs[ci] > 3 * d ? ctxs[ci] - 3 * d : 1;
+                if (c > max_ctx) c = max_ctx;
+                s.q[s.n_seq] = 1, s.ctx[s.n_seq++] = c;
+                if (c > top) top = c;
+            }
+            if (n_pre) {
+                uint32_t c = ctxs[ci] > n_pre ? ctxs[ci] : n_pre;
+                if (c > max_ctx) c = max_ctx;
+                if (c < n_pre) continue; /* the chunk does not fit the context */
+                s.q[s.n_seq] = n_pre, s.ctx[s.n_seq++] = c;
+                if (c > top) top = c;
+            }
+            if (top == last_top) continue; /* clipped to the same case */
+            last_top = top;
+            out[k++] = s;
+        }
+    }
+    return k;
+}
+
+static int n_cases(const RadGOp *op, OpKind kind, int64_t n, const RadGraph *g, int quick) {
+    if (kind != OP_ATTN) return 1;
+    (void)op;
+    AttnSpec s[9];
+    return attn_specs(n, g->ctx->max_seqs, g->ctx->max_ctx, quick, s, 9);
+}
+
+static void set_params(Case *cs, const RadGOp *op) {
+    cs->n_params = op->n_params < MAX_PARAMS ? op->n_params : MAX_PARAMS;
+    memcpy(cs->params, op->params, cs->n_params * sizeof *cs->params);
+    for (uint32_t i = 0; i < cs->n_params; i++)
+        if (cs->params[i].kind == RAD_PARAM_RANGE) cs->params[i].lo = cs->params[i].hi = cs->n;
+}
+
+/* The attention case `which` at n rows: q, k, v, out; a pool holding each sequence's earlier
+ * tokens (normal values rounded to the cache type) in shuffled blocks; the dense reference view. */
+static int build_attn(Kb *c, const RadGOp *op, Case *cs, int which, RadErr *e) {
+    int64_t n_head, n_kv, hd, layer;
+    double scale;
+    if (!p_int(op, "n_head", &n_head) || !p_int(op, "n_head_kv", &n_kv) || !p_int(op, "head_dim", &hd) ||
+        !p_int(op, "layer", &layer) || !p_flt(op, "scale", &scale) || n_head < 1 || n_kv < 1 || hd < 1 || n_head % n_kv)
+        return rad_err_set(e, RAD_E_SHAPE, "op '%s': attention parameters missing or inconsistent", op->op);
+    if (layer < 0 || layer >= c->g->n_layer_kv || c->g->layer_kv[layer] < 0)
+        return rad_err_set(e, RAD_E_SHAPE, "op '%s': layer %" PRId64 " is bound to no KV group", op->op, layer);
+    const RadGKv *grp = &c->g->kvs[c->g->layer_kv[layer]];
+    AttnSpec specs[9];
+    attn_specs(cs->n, c->g->ctx->max_seqs, c->g->ctx->max_ctx, c->o->quick, specs, 9);
+    const AttnSpec *sp = &specs[which];
+    const RadDType dt = grp->d.dtype;
+    const RadEncInfo *ei = rad_enc_info((RadEnc)dt);
+    if (!ei || (dt != RAD_F32 && dt != RAD_F16 && dt != RAD_BF16))
+        return rad_err_set(e, RAD_E_UNSUPPORTED, "op '%s': KV type %s has no reference here", op->op, ei ? ei->name : "?");
+    const uint32_t B = grp->block_size, esz = ei->block_bytes, gw = (uint32_t)(n_kv * hd);
+    const uint64_t M = (uint64_t)cs->n, bb = 2ull * (uint64_t)n_kv * B * (uint64_t)hd * esz;
+    cs->shape = sp->shape;
+    Buf *q = add_buf(cs, M, (uint64_t)(n_head * hd), 1, 0), *k = add_buf(cs, M, gw, 1, 0), *v = add_buf(cs, M, gw, 1, 0),
+        *out = add_buf(cs, M, (uint64_t)(n_head * hd), 0, 1);
+    if (!q || !k || !v || !out) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+    fill_act(q->init, M, q->cols, 1.0f, 1.0f, &c->rng);
+    fill_act(k->init, M, gw, 1.0f, 1.0f, &c->rng);
+    fill_act(v->init, M, gw, 1.0f, 1.0f, &c->rng);
+    /* the step */
+    uint32_t max_blocks = 0, n_blocks = 0, row = 0;
+    cs->cu[0] = 0;
+    for (uint32_t s = 0; s < sp->n_seq; s++) {
+        cs->ql[s] = (int32_t)sp->q[s], cs->cl[s] = (int32_t)sp->ctx[s], cs->sid[s] = (int32_t)s;
+        row += sp->q[s];
+        cs->cu[s + 1] = (int32_t)row;
+        uint32_t nb = (sp->ctx[s] + B - 1) / B;
+        if (nb > max_blocks) max_blocks = nb;
+        n_blocks += nb;
+        if (sp->ctx[s] > cs->ctx) cs->ctx = sp->ctx[s], cs->prior = sp->ctx[s] - sp->q[s];
+    }
+    n_blocks += 3; /* a few the step does not touch */
+    cs->pool_bytes = (size_t)(n_blocks * bb);
+    cs->pool_init = malloc(cs->pool_bytes), cs->pool = malloc(cs->pool_bytes);
+    cs->table = malloc((size_t)sp->n_seq * max_blocks * sizeof *cs->table);
+    cs->tok = calloc(M, sizeof *cs->tok), cs->pos = malloc(M * sizeof *cs->pos);
+    if (!cs->pool_init || !cs->pool || !cs->table || !cs->tok || !cs->pos) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+    memset(cs->pool_init, 0, cs->pool_bytes);
+    /* block ids shuffled over the pool, so a kernel that assumes contiguous blocks is caught */
+    int32_t *perm = malloc(n_blocks * sizeof *perm);
+    if (!perm) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+    for (uint32_t i = 0; i < n_blocks; i++) perm[i] = (int32_t)i;
+    for (uint32_t i = n_blocks - 1; i > 0; i--) {
+        uint32_t j = (uint32_t)(rng_u64(&c->rng) % (i + 1));
+        int32_t t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    uint32_t next = 0;
+    for (uint32_t s = 0; s < sp->n_seq; s++) {
+        uint32_t nb = (sp->ctx[s] + B - 1) / B;
+        for (uint32_t b = 0; b < max_blocks; b++) cs->table[s * max_blocks + b] = b < nb ? perm[next++] : -1;
+    }
+    free(perm);
+    /* earlier tokens into the pool and every token into the dense view */
+    for (uint32_t s = 0; s < sp->n_seq; s++) {
+        const uint32_t ctx = sp->ctx[s], prior = ctx - sp->q[s];
+        cs->seqK[s] = malloc((size_t)ctx * gw * sizeof(float)), cs->seqV[s] = malloc((size_t)ctx * gw * sizeof(float));
+        if (!cs->seqK[s] || !cs->seqV[s]) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+        fill_act(cs->seqK[s], prior, gw, 1.0f, 1.0f, &c->rng);
+        fill_act(cs->seqV[s], prior, gw, 1.0f, 1.0f, &c->rng);
+        for (uint32_t i = 0; i < ctx; i++) {
+            float *kr = cs->seqK[s] + (uint64_t)i * gw, *vr = cs->seqV[s] + (uint64_t)i * gw;
+            const int new_row = i >= prior;
+            if (new_row) {
+                memcpy(kr, k->init + (uint64_t)(cs->cu[s] + (int32_t)(i - prior)) * gw, gw * sizeof(float));
+                memcpy(vr, v->init + (uint64_t)(cs->cu[s] + (int32_t)(i - prior)) * gw, gw * sizeof(float));
+            }
+            for (uint32_t j = 0; j < gw; j++) kr[j] = rad_kbench_ref_round(kr[j], dt), vr[j] = rad_kbench_ref_round(vr[j], dt);
+            if (new_row) continue; /* the kernel appends it */
+            uint8_t *blk = cs->pool_init + (uint64_t)cs->table[s * max_blocks + i / B] * bb;
+            for (uint32_t g = 0; g < (uint32_t)n_kv; g++)
+                for (uint32_t d = 0; d < (uint32_t)hd; d++) {
+                    uint64_t off = (((uint64_t)g * B + i % B) * (uint64_t)hd + d) * esz;
+                    float kv2[2] = {kr[g * hd + d], vr[g * hd + d]};
+                    for (int w = 0; w < 2; w++) {
+                        uint8_t *p = blk + (w ? (uint64_t)n_kv * B * (uint64_t)hd * esz : 0) + off;
+                        if (dt == RAD_F32) memcpy(p, &kv2[w], 4);
+                        else {
+                            uint16_t h = dt == RAD_F16 ? rad_f32_to_f16(kv2[w]) : rad_f32_to_bf16(kv2[w]);
+                            memcpy(p, &h, 2);
+                        }
+                    }
+                }
+        }
+        cs->kv_read_bytes += (uint64_t)ctx * gw * 2 * esz;
+        for (uint32_t r = 0; r < sp->q[s]; r++) cs->pos[cs->cu[s] + (int32_t)r] = (int32_t)(prior + r);
+    }
+    cs->kv = (RadKvState){.group = {c->g->layer_kv[layer]}, .block_table = cs->table, .max_blocks = max_blocks,
+                          .pool = cs->pool, .dtype = dt, .kv_quant = c->g->ctx->kv_quant, .block_size = B,
+                          .n_head_kv = (uint32_t)n_kv, .head_dim = (uint32_t)hd, .layer = (uint32_t)layer,
+                          .block_bytes = bb, .n_blocks = n_blocks};
+    uint32_t max_q = 0;
+    for (uint32_t s = 0; s < sp->n_seq; s++) max_q = sp->q[s] > max_q ? sp->q[s] : max_q;
+    cs->batch = (RadBatch){.struct_size = sizeof cs->batch,
+                           .phase = sp->n_dec == sp->n_seq ? RAD_PHASE_DECODE : sp->n_dec ? RAD_PHASE_MIXED : RAD_PHASE_PREFILL,
+                           .n_tok = (uint32_t)M, .n_seq = sp->n_seq, .n_seq_decode = sp->n_dec, .token_ids = cs->tok,
+                           .positions = cs->pos, .cu_seqlens = cs->cu, .seq_ids = cs->sid, .q_lens = cs->ql,
+                           .ctx_lens = cs->cl, .max_q_len = max_q, .max_ctx_len = cs->ctx, .kv = &cs->kv, .n_kv = 1};
+    RadKbenchAttnSeq rs[MAX_SEQ];
+    for (uint32_t s = 0; s < sp->n_seq; s++)
+        rs[s] = (RadKbenchAttnSeq){cs->seqK[s], cs->seqV[s], cs->cu[s], cs->ql[s], cs->cl[s]};
+    rad_kbench_ref_attn(q->init, out->ref, rs, sp->n_seq, (uint32_t)n_head, (uint32_t)n_kv, (uint32_t)hd, scale, c->nt);
+    return RAD_OK;
+}
+
+/* Builds case `which` of op at n rows and its reference. Weights in w[] (loaded by the caller). */
+static int build_case(Kb *c, const RadGOp *op, OpKind kind, Weight *w, int n_w, int64_t n, int which, Case *cs,
+                      RadErr *e) {
+    memset(cs, 0, sizeof *cs);
+    cs->n = n, cs->shape = n == 1 ? "decode" : "rows";
+    set_params(cs, op);
+    for (int i = 0; i < n_w; i++) cs->op[cs->n_op++] = (Opnd){0, i};
+    const uint64_t M = (uint64_t)n;
+    int64_t N = 0, K = 0, V = 0;
+    double eps = 0;
+    const int nomem = RAD_E_NOMEM;
+#define NEED(x) do { if (!(x)) return rad_err_set(e, nomem, "out of memory"); } while (0)
+    switch (kind) {
+    case OP_EMBED: {
+        if (!p_int(op, "N", &N) || !p_int(op, "V", &V) || n_w != 1) break;
+        int32_t *ids = add_raw(cs, M);
+        Buf *out = add_buf(cs, M, (uint64_t)N, 0, 1);
+        NEED(ids && out);
+        for (uint64_t i = 0; i < M; i++) {
+            ids[i] = (int32_t)(rng_u64(&c->rng) % (uint64_t)V);
+            int rc = weight_row(&w[0], (uint64_t)ids[i], out->ref + i * (uint64_t)N, e);
+            if (rc) return rc;
+        }
+        NEED(!plain_batch(cs, ids, NULL));
+        return RAD_OK;
+    }
+    case OP_RMSNORM:
+    case OP_ADD_RMSNORM: {
+        if (!p_int(op, "N", &N) || !p_flt(op, "eps", &eps) || n_w != 1) break;
+        Buf *x = add_buf(cs, M, (uint64_t)N, 1, 0);
+        NEED(x);
+        fill_act(x->init, M, (uint64_t)N, 1.0f, 2.0f, &c->rng);
+        if (kind == OP_RMSNORM) {
+            Buf *out = add_buf(cs, M, (uint64_t)N, 0, 1);
+            NEED(out);
+            rad_kbench_ref_rmsnorm(x->init, w[0].deq, out->ref, M, (uint64_t)N, eps, c->nt);
+        } else {
+            Buf *res = add_buf(cs, M, (uint64_t)N, 1, 1), *out = add_buf(cs, M, (uint64_t)N, 0, 1);
+            NEED(res && out);
+            fill_act(res->init, M, (uint64_t)N, 1.0f, 4.0f, &c->rng);
+            rad_kbench_ref_add(res->init, x->init, res->ref, M * (uint64_t)N);
+            rad_kbench_ref_rmsnorm(res->ref, w[0].deq, out->ref, M, (uint64_t)N, eps, c->nt);
+        }
+        NEED(!plain_batch(cs, NULL, NULL));
+        return RAD_OK;
+    }
+    case OP_GEMM:
+    case OP_GEMM_MULTI: {
+        if (!p_int(op, "K", &K) || n_w < 1) break;
+        Buf *x = add_buf(cs, M, (uint64_t)K, 1, 0);
+        NEED(x);
+        fill_act(x->init, M, (uint64_t)K, 1.0f, 1.0f, &c->rng);
+        for (int i = 0; i < n_w; i++) {
+            char pn[4] = {'N', (char)('0' + i), 0};
+            if (kind == OP_GEMM) pn[1] = 0;
+            if (!p_int(op, pn, &N) || w[i].stored.rows != (uint64_t)N || w[i].stored.cols != (uint64_t)K) {
+                return rad_err_set(e, RAD_E_SHAPE, "op '%s': weight %d is [%" PRIu64 ", %" PRIu64 "], parameters say [%" PRId64
+                                   ", %" PRId64 "]", op->op, i, w[i].stored.rows, w[i].stored.cols, N, K);
+            }
+            Buf *y = add_buf(cs, M, (uint64_t)N, 0, 1);
+            NEED(y);
+            rad_kbench_ref_gemm(x->init, (uint64_t)K, w[i].deq, y->ref, (uint64_t)N, M, (uint64_t)N, (uint64_t)K, c->nt);
+        }
+        NEED(!plain_batch(cs, NULL, NULL));
+        return RAD_OK;
+    }
+    case OP_ROPE: {
+        RadKbenchRope p = {0};
+        if (!p_int(op, "n_head", &p.n_head) || !p_int(op, "head_dim", &p.head_dim) || !p_int(op, "n_rot", &p.n_rot) ||
+            !p_flt(op, "theta", &p.theta) || !p_int(op, "scaling", &p.scaling) || !p_flt(op, "factor", &p.factor) ||
+            !p_flt(op, "low_freq_factor", &p.low) || !p_flt(op, "high_freq_factor", &p.high) ||
+            !p_int(op, "orig_ctx", &p.orig_ctx))
+            break;
+        if (n_w == 1) p.freq_factors = w[0].deq;
+        const uint64_t W = (uint64_t)(p.n_head * p.head_dim);
+        Buf *x = add_buf(cs, M, W, 1, 1);
+        int32_t *pos = add_raw(cs, M);
+        NEED(x && pos);
+        fill_act(x->init, M, W, 1.0f, 1.0f, &c->rng);
+        const uint32_t max_ctx = c->g->ctx->max_ctx ? c->g->ctx->max_ctx : 1;
+        for (uint64_t i = 0; i < M; i++) pos[i] = (int32_t)(rng_u64(&c->rng) % max_ctx);
+        memcpy(x->ref, x->init, M * W * sizeof(float));
+        rad_kbench_ref_rope(x->ref, pos, M, &p, c->nt);
+        NEED(!plain_batch(cs, NULL, pos));
+        return RAD_OK;
+    }
+    case OP_ATTN:
+        return build_attn(c, op, cs, which, e);
+    case OP_SILU:
+    case OP_ADD: {
+        if (!p_int(op, "N", &N)) break;
+        Buf *a = add_buf(cs, M, (uint64_t)N, 1, 0), *b = add_buf(cs, M, (uint64_t)N, 1, 0), *out = add_buf(cs, M, (uint64_t)N, 0, 1);
+        NEED(a && b && out);
+        fill_act(a->init, M, (uint64_t)N, kind == OP_SILU ? 2.0f : 1.0f, 2.0f, &c->rng);
+        fill_act(b->init, M, (uint64_t)N, 1.0f, 2.0f, &c->rng);
+        if (kind == OP_SILU) rad_kbench_ref_silu_mul(a->init, b->init, out->ref, M * (uint64_t)N);
+        else rad_kbench_ref_add(a->init, b->init, out->ref, M * (uint64_t)N);
+        NEED(!plain_batch(cs, NULL, NULL));
+        return RAD_OK;
+    }
+    case OP_ALLREDUCE: { /* one rank: the identity */
+        if (!p_int(op, "N", &N)) break;
+        Buf *x = add_buf(cs, M, (uint64_t)N, 1, 1);
+        NEED(x);
+        fill_act(x->init, M, (uint64_t)N, 1.0f, 2.0f, &c->rng);
+        memcpy(x->ref, x->init, M * (uint64_t)N * sizeof(float));
+        NEED(!plain_batch(cs, NULL, NULL));
+        return RAD_OK;
+    }
+    case OP_LGATHER: {
+        if (!p_int(op, "N", &N)) break;
+        const uint64_t n_tok = M + 2;
+        Buf *x = add_buf(cs, n_tok, (uint64_t)N, 1, 0);
+        int32_t *rows = add_raw(cs, M);
+        Buf *out = add_buf(cs, M, (uint64_t)N, 0, 1);
+        NEED(x && rows && out);
+        fill_act(x->init, n_tok, (uint64_t)N, 1.0f, 2.0f, &c->rng);
+        for (uint64_t i = 0; i < M; i++) {
+            rows[i] = (int32_t)(rng_u64(&c->rng) % n_tok);
+            memcpy(out->ref + i * (uint64_t)N, x->init + (uint64_t)rows[i] * (uint64_t)N, (size_t)N * sizeof(float));
+        }
+        NEED(!plain_batch(cs, NULL, NULL));
+        return RAD_OK;
+    }
+    case OP_NONE:
+        break;
+    }
+#undef NEED
+    return rad_err_set(e, RAD_E_SHAPE, "op '%s': parameters or weights are not docs/OPS.md's", op->op);
+}
+
+/* ---- running a kernel on a case ---------------------------------------------------------------- */
+
+static void reset_work(Case *cs) {
+    for (int i = 0; i < cs->n_buf; i++) {
+        Buf *b = &cs->buf[i];
+        if (b->init) memcpy(b->work, b->init, b->rows * b->cols * sizeof(float));
+        else fill_nan(b->work, b->rows * b->cols);
+    }
+    if (cs->pool) memcpy(cs->pool, cs->pool_init, cs->pool_bytes);
+}
+
+typedef struct Run {
+    const RadKernel *k;
+    void *state;
+    void *ws;
+    size_t ws_bytes;
+} Run;
+
+static int run_prepare(Kb *c, const RadGOp *op, const RadKernel *k, int lib, int64_t hi, Run *run) {
+    memset(run, 0, sizeof *run);
+    run->k = k;
+    if (!rad_engine_lib(c->en, lib, &run->state)) return RAD_E_ARG;
+    if (k->workspace) {
+        size_t ws = k->workspace(op->params, op->n_params, hi);
+        if (ws) {
+            run->ws_bytes = ws;
+            if (!(run->ws = aligned_alloc(256, (ws + 255) & ~(size_t)255))) return RAD_E_NOMEM;
+        }
+    }
+    return RAD_OK;
+}
+
+/* Kernel k on the case's work buffers with operands ops (weights by kernel), as c_issue binds them. */
+static int run_kernel(Kb *c, Case *cs, const Run *run, const Weight *w, const Opnd *ops, int n_ops, const RadParam *params,
+                      uint32_t n_params) {
+    RadKArg args[MAX_ARGS];
+    memset(args, 0, sizeof args);
+    for (int i = 0; i < n_ops; i++) {
+        const Opnd *o = &ops[i];
+        if (o->kind == 0) {
+            args[i] = *weight_for(&w[o->idx], run->k);
+        } else if (o->kind == 1) {
+            const Buf *b = &cs->buf[o->idx];
+            args[i] = (RadKArg){.data = b->work, .dtype = RAD_F32, .rows = b->rows, .cols = b->cols, .row_stride = b->cols};
+        } else {
+            args[i] = (RadKArg){.data = cs->raw[o->idx], .dtype = RAD_I32, .rows = cs->raw_n[o->idx], .cols = 1, .row_stride = 1};
+        }
+    }
+    RadKernelArgs ka = {.struct_size = sizeof ka, .params = params, .n_params = n_params, .n = cs->n, .args = args,
+                        .n_args = (uint32_t)n_ops, .batch = &cs->batch, .kv = cs->pool ? &cs->kv : NULL,
+                        .workspace = run->ws, .lib_state = run->state, .n_threads = c->kernel_threads,
+                        .deterministic = (uint32_t)c->g->sel.deterministic};
+    return run->k->run(&ka);
+}
+
+/* ---- comparing ------------------------------------------------------------------------------- */
+
+typedef struct Err {
+    double max, sum;
+    uint64_t n, n_diff, nan_row;
+    int nan;
+} Err;
+
+static void compare(const float *y, const float *ref, uint64_t rows, uint64_t cols, Err *a) {
+    for (uint64_t i = 0; i < rows; i++) {
+        const float *yr = y + i * cols, *rr = ref + i * cols;
+        double mref = 0, rmax = 0, rsum = 0;
+        for (uint64_t j = 0; j < cols; j++)
+            if (fabs((double)rr[j]) > mref) mref = fabs((double)rr[j]);
+        for (uint64_t j = 0; j < cols; j++) {
+            uint32_t b1, b2;
+            memcpy(&b1, &yr[j], 4), memcpy(&b2, &rr[j], 4);
+            double d = 0;
+            if (b1 != b2) {
+                a->n_diff++;
+                d = isnan(yr[j]) || isnan(rr[j]) ? INFINITY : fabs((double)yr[j] - (double)rr[j]);
+                if (isinf(d) && !a->nan) a->nan = 1, a->nan_row = i;
+            }
+            double rel = d / (mref + 1e-6);
+            if (rel > rmax) rmax = rel;
+            rsum += rel;
+        }
+        if (rmax > a->max) a->max = rmax;
+        a->sum += rsum, a->n += cols;
+    }
+}
+
+static RadKbenchRow *new_row(Kb *c, int o, const char *kname, int64_t blo, int64_t bhi, const Case *cs) {
+    RadKbenchReport *r = c->r;
+    if (r->n == r->cap) {
+        int cap = r->cap ? 2 * r->cap : 256;
+        RadKbenchRow *p = realloc(r->rows, (size_t)cap * sizeof *p);
+        if (!p) return NULL;
+        r->rows = p, r->cap = cap;
+    }
+    RadKbenchRow *row = &r->rows[r->n++];
+    memset(row, 0, sizeof *row);
+    row->op = o;
+    snprintf(row->op_name, sizeof row->op_name, "%s", c->g->ops[o].op);
+    snprintf(row->kernel, sizeof row->kernel, "%s", kname);
+    snprintf(row->check, sizeof row->check, "ref");
+    row->bucket_lo = blo, row->bucket_hi = bhi, row->rows = cs->n, row->ctx = cs->ctx;
+    snprintf(row->shape, sizeof row->shape, "%s", cs->shape);
+    return row;
+}
+
+static void finish_row(Kb *c, RadKbenchRow *row, const Err *a, int bitwise, double tol) {
+    row->bitwise = bitwise;
+    row->tolerance = bitwise ? 0 : tol;
+    row->max_err = a->max;
+    row->mean_err = a->n ? a->sum / (double)a->n : 0;
+    row->n_diff = a->n_diff;
+    row->pass = !row->why[0] && (bitwise ? a->n_diff == 0 : !a->nan && a->max <= tol);
+    if (a->nan && !row->why[0]) snprintf(row->why, sizeof row->why, "NaN or unwritten output in row %" PRIu64, a->nan_row);
+    if (!row->pass) c->r->n_fail++;
+}
+
+/* After attention: the step's keys and values must be in the pool, at their slots, as the cache
+ * type rounds them (bit for bit: the append is a copy). */
+static int check_append(const Case *cs, char *why, size_t n) {
+    const RadKvState *kv = &cs->kv;
+    const RadEncInfo *ei = rad_enc_info((RadEnc)kv->dtype);
+    const uint32_t B = kv->block_size, hd = kv->head_dim, gw = kv->n_head_kv * hd, esz = ei->block_bytes;
+    for (uint32_t s = 0; s < cs->batch.n_seq; s++)
+        for (int32_t r = 0; r < cs->ql[s]; r++) {
+            const uint32_t slot = (uint32_t)(cs->cl[s] - cs->ql[s] + r);
+            const uint8_t *blk = cs->pool + (uint64_t)cs->table[s * kv->max_blocks + slot / B] * kv->block_bytes;
+            for (uint32_t g = 0; g < kv->n_head_kv; g++)
+                for (uint32_t d = 0; d < hd; d++)
+                    for (int w = 0; w < 2; w++) {
+                        const uint8_t *p = blk + (w ? (uint64_t)kv->n_head_kv * B * hd * esz : 0) +
+                                           (((uint64_t)g * B + slot % B) * hd + d) * esz;
+                        float got;
+                        if (esz == 4) memcpy(&got, p, 4);
+                        else {
+                            uint16_t h;
+                            memcpy(&h, p, 2);
+                            got = kv->dtype == RAD_F16 ? rad_f16_to_f32(h) : rad_bf16_to_f32(h);
+                        }
+                        const float want = (w ? cs->seqV[s] : cs->seqK[s])[(uint64_t)slot * gw + g * hd + d];
+                        if (memcmp(&got, &want, 4) != 0) {
+                            snprintf(why, n, "the cache append: sequence %u slot %u %s[%u][%u] is %g, want %g", s, slot,
+                                     w ? "V" : "K", g, d, (double)got, (double)want);
+                            return 1;
+                        }
+                    }
+        }
+    return 0;
+}
+
+/* ---- timing ---------------------------------------------------------------------------------- */
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void time_kernel(Kb *c, Case *cs, const Run *run, const Weight *w, RadKbenchRow *row) {
+    enum { WARM = 2, MIN_REPS = 5, MAX_REPS = 200 };
+    const uint64_t budget = c->o->quick ? 5000000u : 40000000u; /* ns of repeats per kernel and case */
+    uint64_t t[MAX_REPS];
+    int n = 0;
+    for (int i = 0; i < WARM; i++) run_kernel(c, cs, run, w, cs->op, cs->n_op, cs->params, cs->n_params);
+    uint64_t spent = 0;
+    while (n < MAX_REPS && (n < MIN_REPS || spent < budget)) {
+        uint64_t a = now_ns();
+        run_kernel(c, cs, run, w, cs->op, cs->n_op, cs->params, cs->n_params);
+        t[n] = now_ns() - a;
+        spent += t[n++];
+    }
+    qsort(t, (size_t)n, sizeof *t, cmp_u64);
+    row->ns_min = (double)t[0], row->ns_max = (double)t[n - 1];
+    row->ns_med = n % 2 ? (double)t[n / 2] : 0.5 * ((double)t[n / 2 - 1] + (double)t[n / 2]);
+}
+
+/* Bytes a call reads and writes, and its flops where they mean something. */
+static void traffic(const Case *cs, OpKind kind, const Weight *w, int n_w, const RadKernel *k, uint64_t *bytes,
+                    uint64_t *flops) {
+    uint64_t b = 0, f = 0;
+    const uint64_t M = (uint64_t)cs->n;
+    for (int i = 0; i < n_w; i++) {
+        const RadKArg *a = weight_for(&w[i], k);
+        b += kind == OP_EMBED ? M * a->row_stride : a->rows * a->row_stride;
+        if (kind == OP_GEMM || kind == OP_GEMM_MULTI) f += 2 * M * a->rows * a->cols;
+    }
+    for (int i = 0; i < cs->n_buf; i++) {
+        const Buf *bf = &cs->buf[i];
+        const uint64_t rows = kind == OP_LGATHER && bf->init ? M : bf->rows, sz = rows * bf->cols * 4;
+        b += (bf->init ? sz : 0) + (bf->ref ? sz : 0);
+    }
+    for (int i = 0; i < cs->n_raw; i++) b += cs->raw_n[i] * 4;
+    if (kind == OP_ATTN) {
+        b += cs->kv_read_bytes;
+        for (uint32_t s = 0; s < cs->batch.n_seq; s++) {
+            uint64_t pairs = 0; /* (row, slot) pairs the causal mask keeps */
+            for (int32_t r = 0; r < cs->ql[s]; r++) pairs += (uint64_t)(cs->cl[s] - cs->ql[s] + r + 1);
+            f += 4 * pairs * cs->kv.head_dim * (cs->buf[0].cols / cs->kv.head_dim);
+        }
+    }
+    *bytes = b, *flops = f;
+}
+
+/* ---- fusions: the chain (`replaces`) on the selected kernels ------------------------------------- */
+
+/* Runs op's chain on the case's inputs into each compared buffer's `chain`. The chain's kernels are
+ * the selector's picks under the engine's options, the ones the plugin would issue unfused.
+ * Returns 1 when run; 0 with a reason in why (no kernel serves a link, or it failed). */
+static int run_chain(Kb *c, const RadGOp *op, OpKind kind, Case *cs, Weight *w, char *chain_names, size_t cn, int *bitwise,
+                     double *tol, char *why, size_t wn) {
+    const char *link[3];
+    int n_link = 0;
+    if (kind == OP_ADD_RMSNORM) link[n_link++] = "add", link[n_link++] = "rmsnorm";
+    else for (int i = 0; i < (int)op->n_w; i++) link[n_link++] = "gemm_nt";
+    *bitwise = 1, *tol = 0, chain_names[0] = 0;
+    reset_work(cs);
+    int64_t N = 0, K = 0;
+    double eps = 0;
+    p_int(op, "N", &N), p_int(op, "K", &K), p_flt(op, "eps", &eps);
+    for (int l = 0; l < n_link; l++) {
+        RadParam pr[4];
+        uint32_t np = 0;
+        pr[np++] = (RadParam){"M", RAD_PARAM_RANGE, RAD_PROLE_NONE, cs->n, cs->n, 0};
+        RadEnc enc[1];
+        RadSelectOp sop = {link[l], pr, 0, enc, 0};
+        Opnd ops[4];
+        int n_ops = 0;
+        if (kind == OP_ADD_RMSNORM && l == 0) { /* add(a = res, b = x, out = res) */
+            pr[np++] = (RadParam){"N", RAD_PARAM_INT, RAD_PROLE_NONE, N, N, 0};
+            ops[n_ops++] = cs->op[2], ops[n_ops++] = cs->op[1], ops[n_ops++] = cs->op[2];
+        } else if (kind == OP_ADD_RMSNORM) { /* rmsnorm(gamma; x = res, out = out) */
+            pr[np++] = (RadParam){"N", RAD_PARAM_INT, RAD_PROLE_NONE, N, N, 0};
+            pr[np++] = (RadParam){"eps", RAD_PARAM_FLOAT, RAD_PROLE_NONE, 0, 0, eps};
+            enc[0] = (RadEnc)w[0].stored.dtype, sop.n_w = 1;
+            ops[n_ops++] = cs->op[0], ops[n_ops++] = cs->op[2], ops[n_ops++] = cs->op[3];
+        } else { /* gemm_nt(W_l; x, y_l) */
+            pr[np++] = (RadParam){"N", RAD_PARAM_INT, RAD_PROLE_NONE, (int64_t)w[l].stored.rows, (int64_t)w[l].stored.rows, 0};
+            pr[np++] = (RadParam){"K", RAD_PARAM_INT, RAD_PROLE_NONE, K, K, 0};
+            enc[0] = (RadEnc)w[l].stored.dtype, sop.n_w = 1;
+            ops[n_ops++] = cs->op[l], ops[n_ops++] = cs->op[n_link], ops[n_ops++] = cs->op[n_link + 1 + l];
+        }
+        sop.n_params = np;
+        int lib = -1;
+        char wy[160] = "";
+        const RadKernel *k = rad_select_kernel(&c->g->sel, &sop, cs->n, cs->n, &lib, wy, sizeof wy);
+        void *st = NULL;
+        const RadPlugin *lp = k ? rad_engine_lib(c->en, lib, &st) : NULL;
+        if (!k || !lp) return snprintf(why, wn, "chain link %s: %.120s", link[l], wy[0] ? wy : "no kernel"), 0;
+        size_t used = strlen(chain_names);
+        snprintf(chain_names + used, cn - used, "%s%s:%s:%s", l ? "+" : "", lp->info->name, k->op, k->variant);
+        if (k->exactness != RAD_EXACT_BITWISE) *bitwise = 0, *tol += k->tolerance;
+        Run run;
+        if (run_prepare(c, op, k, lib, cs->n, &run)) return free(run.ws), snprintf(why, wn, "out of memory"), 0;
+        run.k = k;
+        /* the chain's weights: stored unless k reads the packed layout */
+        int rc = run_kernel(c, cs, &run, w, ops, n_ops, pr, np);
+        free(run.ws);
+        if (rc) return snprintf(why, wn, "chain link %s:%s failed: %s", lp->info->name, k->variant, rad_status_name(rc)), 0;
+    }
+    for (int i = 0; i < cs->n_buf; i++) {
+        Buf *b = &cs->buf[i];
+        if (!b->ref) continue;
+        if (!b->chain && !(b->chain = malloc(b->rows * b->cols * sizeof(float)))) return snprintf(why, wn, "out of memory"), 0;
+        memcpy(b->chain, b->work, b->rows * b->cols * sizeof(float));
+    }
+    return 1;
+}
+
+/* ---- the walk ---------------------------------------------------------------------------------- */
+
+static void progress(Kb *c) {
+    c->done++;
+    if (c->o->progress) c->o->progress(c->o->progress_user, c->done, c->total);
+}
+
+/* Row counts checked in bucket [lo, hi]: lo, the middle and hi (quick: lo). */
+static int bucket_rows(int64_t lo, int64_t hi, int quick, int64_t *out) {
+    int k = 0;
+    out[k++] = lo;
+    if (quick) return k;
+    int64_t mid = lo + (hi - lo) / 2;
+    if (mid != lo) out[k++] = mid;
+    if (hi != mid && hi != lo) out[k++] = hi;
+    return k;
+}
+
+static int op_selected(const Kb *c, const RadGOp *op) {
+    if (op->declined || !rad_select_served(&op->sel)) return 0;
+    return !c->o->ops || fnmatch(c->o->ops, op->op, 0) == 0;
+}
+
+static int check_op(Kb *c, int o, RadErr *e) {
+    const RadGOp *op = &c->g->ops[o];
+    const RadSelectTable *t = &op->sel;
+    const OpKind kind = op_kind(op->op);
+    const int fused = kind == OP_ADD_RMSNORM || kind == OP_GEMM_MULTI;
+    Weight w[4];
+    int n_w = 0, rc = RAD_OK;
+    if (op->n_w > 4) return rad_err_set(e, RAD_E_UNSUPPORTED, "op '%s': %u weights", op->op, op->n_w);
+    for (uint32_t i = 0; i < op->n_w && !rc; i++, n_w++) rc = weight_load(c, op->w[i].id, kind != OP_EMBED, &w[i], e);
+    for (int b = 0; b < t->n_buckets && !rc; b++) {
+        const int64_t blo = t->lo[b], bhi = b + 1 < t->n_buckets ? t->lo[b + 1] - 1 : t->range_hi;
+        int64_t rows[3];
+        const int nr = bucket_rows(blo, bhi, c->o->quick, rows);
+        for (int ri = 0; ri < nr && !rc; ri++) {
+            const int nc = n_cases(op, kind, rows[ri], c->g, c->o->quick);
+            for (int ci = 0; ci < nc && !rc; ci++) {
+                Case cs;
+                if ((rc = build_case(c, op, kind, w, n_w, rows[ri], ci, &cs, e))) {
+                    case_free(&cs);
+                    break;
+                }
+                char chain_names[200] = "", chain_why[160] = "";
+                int chain_ok = 0, chain_bw = 1;
+                double chain_tol = 0;
+                if (fused) chain_ok = run_chain(c, op, kind, &cs, w, chain_names, sizeof chain_names, &chain_bw, &chain_tol,
+                                                chain_why, sizeof chain_why);
+                for (int ki = 0; ki < t->n && !rc; ki++) {
+                    const RadKernel *k = t->k[ki];
+                    if (rows[ri] < k->n_min || (k->n_max && rows[ri] > k->n_max)) continue;
+                    void *st;
+                    const RadPlugin *lp = rad_engine_lib(c->en, t->k_lib[ki], &st);
+                    char kname[128];
+                    snprintf(kname, sizeof kname, "%s:%s:%s", lp ? lp->info->name : "?", k->op, k->variant);
+                    RadKbenchRow *row = new_row(c, o, kname, blo, bhi, &cs);
+                    if (!row) {
+                        rc = rad_err_set(e, RAD_E_NOMEM, "out of memory");
+                        break;
+                    }
+                    Run run;
+                    if (run_prepare(c, op, k, t->k_lib[ki], t->range_hi, &run)) {
+                        free(run.ws);
+                        rc = rad_err_set(e, RAD_E_NOMEM, "out of memory for %s's workspace", kname);
+                        break;
+                    }
+                    reset_work(&cs);
+                    int krc = run_kernel(c, &cs, &run, w, cs.op, cs.n_op, cs.params, cs.n_params);
+                    Err a = {0};
+                    if (krc) snprintf(row->why, sizeof row->why, "the kernel returned %s", rad_status_name(krc));
+                    else {
+                        for (int i = 0; i < cs.n_buf; i++)
+                            if (cs.buf[i].ref) compare(cs.buf[i].work, cs.buf[i].ref, cs.buf[i].rows, cs.buf[i].cols, &a);
+                        if (kind == OP_ATTN) check_append(&cs, row->why, sizeof row->why);
+                    }
+                    const int bw = k->exactness == RAD_EXACT_BITWISE;
+                    finish_row(c, row, &a, bw, k->tolerance);
+                    if (fused) { /* the same outputs against the chain */
+                        RadKbenchRow *cr = new_row(c, o, kname, blo, bhi, &cs);
+                        if (!cr) {
+                            free(run.ws);
+                            rc = rad_err_set(e, RAD_E_NOMEM, "out of memory");
+                            break;
+                        }
+                        cr = &c->r->rows[c->r->n - 1], row = &c->r->rows[c->r->n - 2]; /* realloc moved them */
+                        snprintf(cr->check, sizeof cr->check, "chain");
+                        Err ca = {0};
+                        if (krc) snprintf(cr->why, sizeof cr->why, "the kernel returned %s", rad_status_name(krc));
+                        else if (!chain_ok) snprintf(cr->why, sizeof cr->why, "%s", chain_why);
+                        else {
+                            for (int i = 0; i < cs.n_buf; i++)
+                                if (cs.buf[i].chain) compare(cs.buf[i].work, cs.buf[i].chain, cs.buf[i].rows, cs.buf[i].cols, &ca);
+                        }
+                        finish_row(c, cr, &ca, bw && chain_bw, k->tolerance + chain_tol);
+                        if (!cr->pass && !cr->why[0])
+                            snprintf(cr->why, sizeof cr->why, "disagrees with its chain %.130s", chain_names);
+                    }
+                    if (c->o->bench && !krc) {
+                        row = &c->r->rows[c->r->n - 1 - fused];
+                        time_kernel(c, &cs, &run, w, row);
+                        traffic(&cs, kind, w, n_w, k, &row->bytes, &row->flops);
+                        row->gbs = row->ns_med > 0 ? (double)row->bytes / row->ns_med : 0;
+                        row->gflops = row->ns_med > 0 ? (double)row->flops / row->ns_med : 0;
+                        row->bound_share = c->r->membw_gbs > 0 ? row->gbs / c->r->membw_gbs : 0;
+                    }
+                    free(run.ws);
+                }
+                case_free(&cs);
+                progress(c);
+            }
+        }
+    }
+    for (int i = 0; i < n_w; i++) weight_free(&w[i]);
+    return rc;
+}
+
+int rad_kbench_run(RadEngine *en, const RadKbenchOpts *o, RadKbenchReport *r, RadErr *e) {
+    memset(r, 0, sizeof *r);
+    Kb c = {.en = en, .g = rad_engine_graph(en), .o = o, .r = r, .rng = {0x9e3779b97f4a7c15ull}};
+    const RadEngineLimits lim = rad_engine_limits(en);
+    c.kernel_threads = lim.n_threads;
+    c.nt = r->n_threads = o->n_threads ? o->n_threads : lim.n_threads;
+    int rc = rad_model_open(o->model, &c.m, e);
+    if (rc) return rad_model_free(&c.m), rc;
+    if (o->bench) r->membw_gbs = rad_kbench_membw(c.nt);
+    /* the work, for the progress bar */
+    for (int i = 0; i < c.g->n_ops; i++) {
+        const RadGOp *op = &c.g->ops[i];
+        const OpKind kind = op_kind(op->op);
+        if (!op_selected(&c, op)) continue;
+        if (kind == OP_NONE) {
+            if (!strstr(r->skipped, op->op)) {
+                size_t u = strlen(r->skipped);
+                snprintf(r->skipped + u, sizeof r->skipped - u, "%s%s", u ? ", " : "", op->op);
+                r->n_skipped++;
+            }
+            continue;
+        }
+        const RadSelectTable *t = &op->sel;
+        for (int b = 0; b < t->n_buckets; b++) {
+            int64_t rows[3];
+            const int nr = bucket_rows(t->lo[b], b + 1 < t->n_buckets ? t->lo[b + 1] - 1 : t->range_hi, o->quick, rows);
+            for (int ri = 0; ri < nr; ri++) c.total += (uint64_t)n_cases(op, kind, rows[ri], c.g, o->quick);
+        }
+    }
+    for (int i = 0; i < c.g->n_ops && !rc; i++) {
+        if (!op_selected(&c, &c.g->ops[i]) || op_kind(c.g->ops[i].op) == OP_NONE) continue;
+        r->n_ops++;
+        rc = check_op(&c, i, e);
+    }
+    rad_model_free(&c.m);
+    return rc;
+}
+
+void rad_kbench_report_free(RadKbenchReport *r) {
+    free(r->rows);
+    memset(r, 0, sizeof *r);
+}
+
+/* ---- the bandwidth bound ------------------------------------------------------------------------ */
+
+typedef uint64_t v4u64 __attribute__((vector_size(32)));
+typedef struct BwPart {
+    const v4u64 *p;
+    size_t n;                      /* vectors */
+    uint64_t sum;
+} BwPart;
+
+/* Eight independent sums of 32-byte loads, so the loads and not the adds are the limit. */
+static void *bw_read(void *arg) {
+    BwPart *b = arg;
+    v4u64 s[8] = {{0}};
+    for (size_t i = 0; i + 8 <= b->n; i += 8)
+        for (int j = 0; j < 8; j++) s[j] += b->p[i + (size_t)j];
+    uint64_t r = 0;
+    for (int j = 0; j < 8; j++) r += s[j][0] + s[j][1] + s[j][2] + s[j][3];
+    b->sum = r;
+    return NULL;
+}
+
+double rad_kbench_membw(uint32_t n_threads) {
+    enum { MAXT = 64 };
+    const size_t bytes = (size_t)256 << 20;
+    uint32_t nt = n_threads < 1 ? 1 : n_threads > MAXT ? MAXT : n_threads;
+    void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return 0;
+#ifdef MADV_HUGEPAGE
+    madvise(m, bytes, MADV_HUGEPAGE); /* a hint; the weights are on huge pages too */
+#endif
+    uint64_t *u = m;
+    for (size_t i = 0; i < bytes / 8; i++) u[i] = i;
+    const size_t vecs = bytes / sizeof(v4u64), per = vecs / nt;
+    double best = 0;
+    volatile uint64_t sink = 0;
+    for (int pass = 0; pass < 3; pass++) {
+        BwPart parts[MAXT];
+        pthread_t th[MAXT];
+        int started[MAXT] = {0};
+        uint64_t a = now_ns();
+        for (uint32_t t = 0; t < nt; t++) parts[t] = (BwPart){(const v4u64 *)m + t * per, per, 0};
+        for (uint32_t t = 1; t < nt; t++) started[t] = pthread_create(&th[t], NULL, bw_read, &parts[t]) == 0;
+        bw_read(&parts[0]);
+        for (uint32_t t = 1; t < nt; t++) {
+            if (started[t]) pthread_join(th[t], NULL);
+            else bw_read(&parts[t]);
+        }
+        const double s = (double)(now_ns() - a) * 1e-9, gbs = (double)(per * nt * sizeof(v4u64)) / s / 1e9;
+        for (uint32_t t = 0; t < nt; t++) sink += parts[t].sum;
+        if (gbs > best) best = gbs;
+    }
+    (void)sink;
+    munmap(m, bytes);
+    return best;
+}

@@ -1,0 +1,107 @@
+/* kern_wrong.c — kern_test's kernels as library 'kern_wrong', with four kernels put first (so the
+ * selector picks them) that rad-kbench must report failing by name (tests/tools/kbench_test.c):
+ *   gemm_nt:offbyone     row i reads x's row i + 1 (the last row its own): right at one row only;
+ *   rmsnorm:badscale     the mean square over N - 1 instead of N: a wrong scale (it serves 2 rows
+ *                        and more, so at one row the add_rmsnorm chain is kern_test's right one);
+ *   silu_mul:bf16        right, but rounds its output to bf16 while stating 1e-6: looser than it says;
+ *   add_rmsnorm:stale    normalises the residual before adding x: disagrees with its chain. */
+#define KERN_TEST_NAME "kern_wrong"
+#define KERN_TEST_DESC "kern_test with four wrong kernels preferred (rad-kbench's tests)"
+
+#include <abi/rad_kernels.h>
+
+static int wrong_gemm(const RadKernelArgs *a);
+static int wrong_rmsnorm(const RadKernelArgs *a);
+static int loose_silu_mul(const RadKernelArgs *a);
+static int stale_add_rmsnorm(const RadKernelArgs *a);
+
+#define KERN_TEST_FIRST_KERNELS                                                                                        \
+    K_("gemm_nt", "offbyone", RAD_ENC_PLAIN_FLOATS, 1, 0, 0, RAD_EXACT_BITWISE, 0.0, NULL, wrong_gemm),                 \
+    K_("rmsnorm", "badscale", RAD_ENC_PLAIN_FLOATS, 2, 0, 0, RAD_EXACT_BITWISE, 0.0, NULL, wrong_rmsnorm),               \
+    K_("silu_mul", "bf16", 0, 1, 0, 0, RAD_EXACT_TOLERANCE, 1e-6, NULL, loose_silu_mul),                                \
+    K_("add_rmsnorm", "stale", RAD_ENC_PLAIN_FLOATS, 1, 0, 0, RAD_EXACT_BITWISE, 0.0, NULL, stale_add_rmsnorm),
+
+#include "kern_test.c"
+
+static int wrong_gemm(const RadKernelArgs *a) {
+    int rc = preamble(a, 3);
+    if (rc) return rc;
+    int64_t N, K;
+    if (!pint(a, "N", &N) || !pint(a, "K", &K) || N < 1 || K < 1) return RAD_E_ARG;
+    const RadKArg *w = &a->args[0], *x = &a->args[1], *y = &a->args[2];
+    uint64_t M = (uint64_t)a->n;
+    if (!weight_ok(w, (uint64_t)N, (uint64_t)K) || !buf_ok(x, M, (uint64_t)K) || !buf_ok(y, M, (uint64_t)N)) return RAD_E_SHAPE;
+    for (uint64_t i = 0; i < M; i++) {
+        const float *xi = frow(x, i + 1 < M ? i + 1 : i); /* the bug */
+        float *yi = frow(y, i);
+        for (uint64_t n = 0; n < (uint64_t)N; n++) {
+            float acc = 0.0f;
+            for (uint64_t k = 0; k < (uint64_t)K; k++) {
+                const float p = xi[k] * wval(w, n, k);
+                acc = acc + p;
+            }
+            yi[n] = acc;
+        }
+    }
+    return RAD_OK;
+}
+
+static int wrong_rmsnorm(const RadKernelArgs *a) {
+    int rc = preamble(a, 3);
+    if (rc) return rc;
+    int64_t N;
+    float eps;
+    if ((rc = norm_params(a, &N, &eps))) return rc;
+    const RadKArg *g = &a->args[0], *x = &a->args[1], *out = &a->args[2];
+    uint64_t M = (uint64_t)a->n;
+    if (N < 2 || !weight_ok(g, 1, (uint64_t)N) || !buf_ok(x, M, (uint64_t)N) || !buf_ok(out, M, (uint64_t)N)) return RAD_E_SHAPE;
+    for (uint64_t i = 0; i < M; i++) {
+        const float *xi = frow(x, i);
+        float *o = frow(out, i), ss = 0.0f;
+        for (int64_t j = 0; j < N; j++) ss = ss + xi[j] * xi[j];
+        const float r = 1.0f / sqrtf(ss / (float)(N - 1) + eps); /* the bug */
+        for (int64_t j = 0; j < N; j++) o[j] = (xi[j] * r) * wval(g, 0, (uint64_t)j);
+    }
+    return RAD_OK;
+}
+
+static float to_bf16(float v) { /* round to nearest even, as a bf16 store would */
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&v, &u, 4);
+    return v;
+}
+
+static int loose_silu_mul(const RadKernelArgs *a) {
+    int rc = run_silu_mul(a);
+    if (rc) return rc;
+    int64_t N;
+    if (!pint(a, "N", &N)) return RAD_E_ARG;
+    const RadKArg *out = &a->args[2];
+    for (int64_t i = 0; i < a->n; i++) {
+        float *o = frow(out, (uint64_t)i);
+        for (int64_t j = 0; j < N; j++) o[j] = to_bf16(o[j]);
+    }
+    return RAD_OK;
+}
+
+static int stale_add_rmsnorm(const RadKernelArgs *a) {
+    int rc = preamble(a, 4);
+    if (rc) return rc;
+    int64_t N;
+    float eps;
+    if ((rc = norm_params(a, &N, &eps))) return rc;
+    const RadKArg *g = &a->args[0], *x = &a->args[1], *res = &a->args[2], *out = &a->args[3];
+    uint64_t M = (uint64_t)a->n;
+    if (!weight_ok(g, 1, (uint64_t)N) || !buf_ok(x, M, (uint64_t)N) || !buf_ok(res, M, (uint64_t)N) ||
+        !buf_ok(out, M, (uint64_t)N))
+        return RAD_E_SHAPE;
+    for (uint64_t i = 0; i < M; i++) {
+        float *ri = frow(res, i);
+        const float *xi = frow(x, i);
+        rmsnorm_row(ri, frow(out, i), g, (uint64_t)N, eps); /* the bug: before the add */
+        for (uint64_t j = 0; j < (uint64_t)N; j++) ri[j] = ri[j] + xi[j];
+    }
+    return RAD_OK;
+}

@@ -1,0 +1,240 @@
+/* rad-kbench end to end: libref and kern_test pass on the tiny random Llama the engine tests write
+ * and libref on the default model (quick mode); kern_wrong's four wrong kernels (an off-by-one
+ * row, a wrong scale, a kernel looser than it states, a fusion that disagrees with its chain) are
+ * each reported failing by name with exit 1, while its right kernels pass; --json keeps its keys;
+ * usage errors exit 2. The sanitizer build (RAD_ORACLE_QUICK=1) checks fewer buckets of the
+ * default model. Timing (--bench) is never asserted. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "libcommon/format/rad_container.h"
+
+#include "tests/tiny_llama.h"
+
+enum { L = 2, E = 64, H = 4, G = 2, HD = 16, FF = 96, V = 128 };
+
+static char dir[64], tiny[128];
+static float *held[64]; /* the writer reads the planes at finish */
+static int n_held;
+
+static const char *build(void) {
+    const char *b = getenv("RAD_BUILD");
+    return b && *b ? b : "build";
+}
+
+static void add(RadWriter *w, const char *name, uint32_t rank, uint64_t a, uint64_t b, unsigned *seed, float scale, float bias) {
+    uint64_t shape[2] = {a, b}, n = rank == 2 ? a * b : a;
+    float *d = malloc(n * sizeof *d);
+    for (uint64_t i = 0; i < n; i++) {
+        *seed = *seed * 1103515245u + 12345u;
+        d[i] = ((float)((*seed >> 8) & 0xffff) / 65535.0f - 0.5f) * scale + bias;
+    }
+    RadPlaneSrc p = {"data", d, n * sizeof(float)};
+    RadErr e = {0};
+    cr_assert_eq(rad_writer_add_tensor(w, name, RAD_ENC_F32, rank, shape, 1, &p, &e), RAD_OK, "%s", e.msg);
+    held[n_held++] = d;
+}
+
+static void setup(void) {
+    snprintf(dir, sizeof dir, "/tmp/rad-kbench-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(tiny, sizeof tiny, "%s/tiny.rad", dir);
+    RadDict meta;
+    RadErr e = {0};
+    tiny_llama_meta(&meta, L, E, H, G, HD, FF, V, &e);
+    RadWriter *w;
+    cr_assert_eq(rad_writer_init(&w, tiny, NULL, 1, &e), RAD_OK, "%s", e.msg);
+    rad_writer_set_kv(w, 0, &meta, &e);
+    unsigned seed = 11;
+    add(w, "tok_embd.weight", 2, V, E, &seed, 1.0f, 0);
+    add(w, "output.weight", 2, V, E, &seed, 0.5f, 0);
+    add(w, "output_norm.weight", 1, E, 0, &seed, 0.2f, 1);
+    for (int l = 0; l < L; l++) {
+        char n[64];
+#define ADD(suffix, r, a, b, s, bias) snprintf(n, sizeof n, "blk.%d." suffix, l), add(w, n, r, a, b, &seed, s, bias)
+        ADD("attn_norm.weight", 1, E, 0, 0.2f, 1);
+        ADD("attn_q.weight", 2, H * HD, E, 0.4f, 0);
+        ADD("attn_k.weight", 2, G * HD, E, 0.4f, 0);
+        ADD("attn_v.weight", 2, G * HD, E, 0.4f, 0);
+        ADD("attn_output.weight", 2, E, H * HD, 0.4f, 0);
+        ADD("ffn_norm.weight", 1, E, 0, 0.2f, 1);
+        ADD("ffn_gate.weight", 2, FF, E, 0.4f, 0);
+        ADD("ffn_up.weight", 2, FF, E, 0.4f, 0);
+        ADD("ffn_down.weight", 2, E, FF, 0.4f, 0);
+#undef ADD
+    }
+    cr_assert_eq(rad_writer_finish(w, &e), RAD_OK, "%s", e.msg);
+    rad_writer_free(w);
+    rad_dict_free(&meta);
+    while (n_held) free(held[--n_held]);
+}
+
+static void teardown(void) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+TestSuite(kbench, .init = setup, .fini = teardown, .timeout = 600);
+
+/* rad-kbench with args (the plugin dirs added: the test plugins too when test_plugins); its exit
+ * status; stdout and stderr in dir/out, dir/err. The default model runs without the test plugins,
+ * among which another importer of q4_1 Llamas would make its plugin ambiguous. */
+static int kbench_with(int test_plugins, const char *args) {
+    char cmd[1024], tp[300] = "";
+    if (test_plugins) snprintf(tp, sizeof tp, "--plugin-dir %s/test-plugins ", build());
+    snprintf(cmd, sizeof cmd, "%s/rad-kbench %s--plugin-dir %s/plugins %s >%s/out 2>%s/err", build(), tp, build(), args, dir, dir);
+    int st = system(cmd);
+    cr_assert(WIFEXITED(st), "%s: killed", cmd);
+    return WEXITSTATUS(st);
+}
+static int kbench(const char *args) { return kbench_with(1, args); }
+
+static char *slurp_file(const char *name) {
+    char p[128];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "rb");
+    cr_assert_not_null(f, "%s", p);
+    static char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    return buf;
+}
+
+Test(kbench, ref_and_kern_test_pass_on_the_tiny_llama) {
+    const char *libs[] = {"ref", "kern_test"};
+    for (int i = 0; i < 2; i++) {
+        char a[512];
+        snprintf(a, sizeof a, "-m %s --kernels %s --quick --max-mixed-tok 16 --max-seqs 4 --ctx 320 --report %s/k.md", tiny,
+                 libs[i], dir);
+        int rc = kbench(a);
+        const char *err = slurp_file("err");
+        cr_assert_eq(rc, 0, "%s: exit %d\n%s", libs[i], rc, err);
+        cr_assert(strstr(err, "every kernel passes"), "%s", err);
+        const char *md = slurp_file("k.md");
+        /* a table per op, the attention at several context lengths, the fusion against its chain */
+        cr_assert(strstr(md, "\n## gemm_nt\n") && strstr(md, "\n## attn_paged\n") && strstr(md, "\n## add_rmsnorm\n"), "%s", md);
+        cr_assert(strstr(md, "| prefill | 300 |") && strstr(md, "| decode | 17 |"), "%s", md);
+        cr_assert(strstr(md, ":add_rmsnorm:") && strstr(md, "| chain |"), "%s", md);
+    }
+}
+
+/* A sequence whose context fills its last block and its block-table row to the end (--ctx 64:
+ * four blocks of 16): libref's attention once read the table entry past the row (caught by
+ * this case under ASan). */
+Test(kbench, attention_at_a_full_block_table) {
+    char a[512];
+    snprintf(a, sizeof a, "-m %s --kernels ref --quick --max-mixed-tok 4 --max-seqs 2 --ctx 64 --ops attn_paged", tiny);
+    int rc = kbench(a);
+    cr_assert_eq(rc, 0, "exit %d\n%s", rc, slurp_file("err"));
+    cr_assert(strstr(slurp_file("err"), "every kernel passes"), "%s", slurp_file("err"));
+}
+
+/* Each wrong kernel by name and bucket; the right kernels of the same library pass. */
+Test(kbench, wrong_kernels_are_named_and_fail) {
+    char a[512];
+    snprintf(a, sizeof a, "-m %s --kernels kern_wrong --quick --max-mixed-tok 4 --max-seqs 2 --ctx 64 --json", tiny);
+    int rc = kbench(a);
+    const char *err = slurp_file("err");
+    cr_assert_eq(rc, 1, "exit %d\n%s", rc, err);
+    static const char *named[] = {
+        "FAIL kern_wrong:gemm_nt:offbyone bucket 2..3:", "FAIL kern_wrong:gemm_nt:offbyone bucket 4..4:",
+        "FAIL kern_wrong:rmsnorm:badscale bucket 2..3:", "FAIL kern_wrong:silu_mul:bf16 bucket 1..1:",
+        "FAIL kern_wrong:add_rmsnorm:stale bucket 1..1:", "FAIL kern_wrong:add_rmsnorm:stale bucket 1..1 against its chain:",
+    };
+    for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) cr_assert(strstr(err, named[i]), "no '%s' in:\n%s", named[i], err);
+    cr_assert(strstr(err, "silu_mul:bf16 bucket 1..1: max err") && strstr(err, "tolerance 1e-06"), "%s", err);
+    /* at one row the chain is right (kern_test's rmsnorm): only the stale fusion disagrees with it;
+     * from two rows the chain takes the bad rmsnorm, and the right fusion is said to disagree with it */
+    cr_assert(strstr(err, "disagrees with its chain kern_wrong:add:generic+kern_wrong:rmsnorm:generic"), "%s", err);
+    cr_assert(strstr(err, "FAIL kern_wrong:add_rmsnorm:generic bucket 2..3 against its chain") &&
+                  strstr(err, "disagrees with its chain kern_wrong:add:generic+kern_wrong:rmsnorm:badscale"),
+              "%s", err);
+    /* an off-by-one row is right at one row: not a failure there */
+    cr_assert_null(strstr(err, "gemm_nt:offbyone bucket 1..1"), "%s", err);
+    /* kern_test's own kernels, checked beside the wrong ones, pass */
+    static const char *right[] = {"FAIL kern_wrong:gemm_nt:generic", "FAIL kern_wrong:gemm_nt:gemv", "FAIL kern_wrong:rmsnorm:generic",
+                                  "FAIL kern_wrong:silu_mul:generic", "FAIL kern_wrong:add_rmsnorm:generic bucket 1..1",
+                                  "FAIL kern_wrong:add_rmsnorm:generic bucket 2..3:", "FAIL kern_wrong:attn_paged",
+                                  "FAIL kern_wrong:rope", "FAIL kern_wrong:embed_gather", "FAIL kern_wrong:logits_gemm",
+                                  "FAIL kern_wrong:logits_gather", "FAIL kern_wrong:add:"};
+    for (size_t i = 0; i < sizeof right / sizeof right[0]; i++) cr_assert_null(strstr(err, right[i]), "%s failed:\n%s", right[i], err);
+    /* the JSON names the same failures, with its stable keys */
+    json_error_t je;
+    json_t *j = json_loads(slurp_file("out"), 0, &je);
+    cr_assert_not_null(j, "--json: %s", je.text);
+    json_t *rows = json_object_get(j, "rows");
+    cr_assert(json_is_array(rows) && json_array_size(rows) > 0);
+    int off = 0, off_ok = 0, unpicked = 0; /* the candidates the selector did not pick are checked too */
+    size_t i;
+    json_t *r;
+    json_array_foreach(rows, i, r) {
+        static const char *keys[] = {"op", "op_index", "kernel", "check", "bucket", "rows", "shape", "ctx", "exactness",
+                                     "tolerance", "max_err", "mean_err", "n_diff", "pass", "why"};
+        for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) cr_assert_not_null(json_object_get(r, keys[k]), "%s", keys[k]);
+        const char *kn = json_string_value(json_object_get(r, "kernel"));
+        unpicked |= (strcmp(kn, "kern_wrong:gemm_nt:generic") == 0) | (strcmp(kn, "kern_wrong:gemm_nt:gemv") == 0) << 1 |
+                    (strcmp(kn, "kern_wrong:add_rmsnorm:generic") == 0) << 2;
+        if (strcmp(kn, "kern_wrong:gemm_nt:offbyone") == 0) {
+            const int pass = json_is_true(json_object_get(r, "pass"));
+            if (json_integer_value(json_object_get(r, "rows")) == 1) off_ok += pass;
+            else off += !pass;
+        }
+    }
+    cr_assert(off > 0 && off_ok > 0, "offbyone: %d failing multi-row checks, %d passing one-row checks", off, off_ok);
+    cr_assert_eq(unpicked, 7, "candidates not checked: %d", unpicked);
+    cr_assert(json_integer_value(json_object_get(json_object_get(j, "summary"), "failed")) > 0);
+    json_decref(j);
+}
+
+/* --ops picks ops by glob (a library's wrong kernels elsewhere do not fail it); usage exits 2. */
+Test(kbench, ops_glob_and_usage) {
+    char a[512];
+    snprintf(a, sizeof a, "-m %s --kernels kern_wrong --quick --max-mixed-tok 4 --ops 'rope' --json", tiny);
+    cr_assert_eq(kbench(a), 0, "%s", slurp_file("err"));
+    json_error_t je;
+    json_t *j = json_loads(slurp_file("out"), 0, &je);
+    cr_assert_not_null(j);
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(j, "rows"), i, r) cr_assert_str_eq(json_string_value(json_object_get(r, "op")), "rope");
+    json_decref(j);
+    snprintf(a, sizeof a, "-m %s --kernels kern_test --ops 'no_such_op*'", tiny);
+    cr_assert_eq(kbench(a), 2);
+    cr_assert(strstr(slurp_file("err"), "--ops 'no_such_op*': matches no op"), "%s", slurp_file("err"));
+    cr_assert_eq(kbench("--kernels ref"), 2);
+    snprintf(a, sizeof a, "-m %s --max-seqs 0", tiny);
+    cr_assert_eq(kbench(a), 2);
+    cr_assert(strstr(slurp_file("err"), "--max-seqs 0: expected a whole number in [1, 4096]"), "%s", slurp_file("err"));
+    snprintf(a, sizeof a, "-m %s/missing.rad --kernels ref", dir);
+    cr_assert_eq(kbench(a), 1);
+}
+
+/* libref on every op of the default model, at the served step bounds cut down to a few buckets
+ * (quick mode; fewer still in the sanitizer build, whose kernels are ~15x slower). */
+Test(kbench, ref_passes_on_the_default_model) {
+    char a[512];
+    snprintf(a, sizeof a, "%s/rad-convert models/SmolLM2-135M-Instruct.Q4_1.gguf -o %s/s.rad >/dev/null 2>&1", build(), dir);
+    cr_assert_eq(system(a), 0, "%s", a);
+    const int san = getenv("RAD_ORACLE_QUICK") != NULL;
+    snprintf(a, sizeof a, "-m %s/s.rad --kernels ref --quick --max-mixed-tok %d --ctx 320 --report %s/k.md", dir, san ? 2 : 16, dir);
+    int rc = kbench_with(0, a);
+    const char *err = slurp_file("err");
+    cr_assert_eq(rc, 0, "exit %d\n%s", rc, err);
+    cr_assert(strstr(err, "of 304 ops (ref): every kernel passes"), "%s", err);
+    const char *md = slurp_file("k.md");
+    static const char *ops[] = {"embed_gather", "rmsnorm", "gemm_nt3", "rope", "attn_paged", "gemm_nt", "add_rmsnorm",
+                                "gemm_nt2", "silu_mul", "logits_gather", "logits_gemm"};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+        char h[64];
+        snprintf(h, sizeof h, "\n## %s\n", ops[i]);
+        cr_assert(strstr(md, h), "no table for %s", ops[i]);
+    }
+    cr_assert_null(strstr(md, "FAIL"));
+}
