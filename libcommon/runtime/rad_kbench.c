@@ -792,7 +792,7 @@ static int run_chain(Kb *c, const RadGOp *op, OpKind kind, Case *cs, Weight *w, 
         uint32_t np = 0;
         pr[np++] = (RadParam){"M", RAD_PARAM_RANGE, RAD_PROLE_NONE, cs->n, cs->n, 0};
         RadEnc enc[1];
-        RadSelectOp sop = {link[l], pr, 0, enc, 0};
+        RadSelectOp sop = {link[l], pr, 0, enc, 0, 0}; /* a chain link: no table entry names it */
         Opnd ops[4];
         int n_ops = 0;
         if (kind == OP_ADD_RMSNORM && l == 0) { /* add(a = res, b = x, out = res) */

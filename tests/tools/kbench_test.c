@@ -14,6 +14,7 @@
 
 #include "libcommon/format/rad_container.h"
 
+#include "tests/test_util.h"
 #include "tests/tiny_llama.h"
 
 enum { L = 2, E = 64, H = 4, G = 2, HD = 16, FF = 96, V = 128 };
@@ -41,6 +42,7 @@ static void add(RadWriter *w, const char *name, uint32_t rank, uint64_t a, uint6
 }
 
 static void setup(void) {
+    test_deadline(600);
     snprintf(dir, sizeof dir, "/tmp/rad-kbench-XXXXXX");
     cr_assert_not_null(mkdtemp(dir));
     snprintf(tiny, sizeof tiny, "%s/tiny.rad", dir);
@@ -80,7 +82,7 @@ static void teardown(void) {
     cr_assert_eq(system(cmd), 0);
 }
 
-TestSuite(kbench, .init = setup, .fini = teardown, .timeout = 600);
+TestSuite(kbench, .init = setup, .fini = teardown); /* setup sets each test's deadline (600 s) */
 
 /* rad-kbench with args (the plugin dirs added: the test plugins too when test_plugins); its exit
  * status; stdout and stderr in dir/out, dir/err. The default model runs without the test plugins,
