@@ -188,7 +188,8 @@ int rad_tune_key_diff(const RadTuneKey *t, const RadTuneKey *h, char *why, size_
         return 1;                                                                                                    \
     }
     OPT(max_tok, "%u", "max_tok")
-    OPT(max_seqs, "%u", "max_seqs")
+    /* max_seqs is recorded, not compared: it bounds only the logits ops' ranges, whose entries
+     * the per-op check (name, parameter hash) catches, so the server's table serves `radiance -p` */
     OPT(ctx, "%u", "ctx")
     OPT(max_tolerance, "%g", "max_tolerance")
     OPT(deterministic, "%d", "deterministic")

@@ -240,3 +240,32 @@ Test(kbench, ref_passes_on_the_default_model) {
     }
     cr_assert_null(strstr(md, "FAIL"));
 }
+
+/* rad-tune on the default model (its first attention norm: one op, every bucket) writes a table
+ * that radiance reads under the same options, and `--debug-graph` says which buckets came from
+ * it; every entry names a kernel rad-kbench passed (a failed one is left out). Usage: no -o. */
+Test(kbench, rad_tune_writes_a_table_radiance_follows) {
+    char a[1024];
+    snprintf(a, sizeof a, "%s/rad-convert models/SmolLM2-135M-Instruct.Q4_1.gguf -o %s/s.rad >/dev/null 2>&1", build(), dir);
+    cr_assert_eq(system(a), 0, "%s", a);
+    snprintf(a, sizeof a, "%s/rad-tune --plugin-dir %s/plugins -m %s/s.rad --kernels ref --quick --ops rmsnorm "
+             "--max-mixed-tok 16 --ctx 320 -o %s/t.tune >%s/out 2>%s/err", build(), build(), dir, dir, dir, dir);
+    int st = system(a);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rad-tune: status %d\n%s", st, slurp_file("err"));
+    cr_assert(strstr(slurp_file("err"), "entries (1 ops checked, 0 kernel checks failed"), "%s", slurp_file("err"));
+    const char *t = slurp_file("t.tune");
+    cr_assert(strncmp(t, "radiance-tune 1\n", 16) == 0 && strstr(t, "\nop index=1 name=rmsnorm ") && strstr(t, "\nend 5\n"),
+              "%s", t);
+    cr_assert(strstr(t, "options max_tok=16 "), "%s", t);
+    /* radiance under the same options follows it (-p runs one sequence: max_seqs is not compared) */
+    snprintf(a, sizeof a, "%s/radiance --plugin-dir %s/plugins --model %s/s.rad --kernels ref --batch 16 --ctx 320 "
+             "--tune %s/t.tune --debug-graph >%s/out 2>%s/err", build(), build(), dir, dir, dir, dir);
+    st = system(a);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "radiance --tune: status %d\n%s", st, slurp_file("err"));
+    const char *g = slurp_file("out");
+    cr_assert(strstr(g, "tuning table ") && strstr(g, "(from the table, line 7)"), "%s", g);
+    snprintf(a, sizeof a, "%s/rad-tune -m %s/s.rad >%s/out 2>%s/err", build(), dir, dir, dir);
+    st = system(a);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2 && strstr(slurp_file("err"), "-o OUT.tune is required"), "%s",
+              slurp_file("err"));
+}

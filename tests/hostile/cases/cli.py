@@ -62,14 +62,17 @@ for flag, extra in [("--zstd", ["1.5", "-1", "0", "20"]), ("--align", ["1.5", "-
                           argv=["{B}/rad-convert", "{GGUF}", "-o", "{T}/o.rad", flag, v], rc=2,
                           stderr=r"^rad-convert: %s " % flag, no_files=["{T}/o.rad*"], quick=v in QUICK))
 
-# rad-kbench: radiance's step bounds and --threads (tools/rad-kbench/main.c), refused before the
-# engine opens
+# rad-kbench and rad-tune: radiance's step bounds and --threads (tools/rad-kbench/main.c,
+# tools/rad-tune/main.c), refused before the engine opens
 for flag, extra in [("--max-mixed-tok", ["1.5", "-1", "0"]), ("--max-seqs", ["1.5", "-1", "0", "4097"]),
                     ("--ctx", ["1.5", "-1", "15"]), ("--threads", ["1.5", "-1", "0", "1025"])]:
     for v in BAD + extra:
-        CASES.append(dict(name="rad-kbench-%s-%s" % (flag.lstrip("-"), slug(v)),
-                          argv=["{B}/rad-kbench", "-m", "{MODEL}", "--kernels", "ref", flag, v], rc=2,
-                          stderr=r"^rad-kbench: %s .*: expected a whole number in \[" % flag, quick=v in QUICK))
+        for tool in ("rad-kbench", "rad-tune"):  # rad-tune takes the same flags (tools/rad-tune/main.c)
+            CASES.append(dict(name="%s-%s-%s" % (tool, flag.lstrip("-"), slug(v)),
+                              argv=["{B}/" + tool, "-m", "{MODEL}", "--kernels", "ref", flag, v] +
+                              (["-o", "{T}/t.tune"] if tool == "rad-tune" else []), rc=2,
+                              stderr=r"^%s: %s .*: expected a whole number in \[" % (tool, flag), quick=v in QUICK,
+                              no_files=["{T}/t.tune*"]))
 
 # --set: a key once; a value in the type of its key (model.rope_theta is f32, model.n_layers u32)
 SET = [("twice", ["--set", "model.name=a", "--set", "model.name=b"], r"--set model\.name: given twice"),
