@@ -8,7 +8,9 @@
 #   sh bench/ab.sh BUILD_A BUILD_B [ROUNDS] [THREADS]     (default 8 rounds, 2 threads)
 #
 # BUILD_x is a build folder holding radiance and plugins/ (e.g. a clone of the old commit built
-# with make); each build converts the container with its own rad-convert.
+# with make); each build converts the container with its own rad-convert, BUILD_x/ab.rad.
+# ARGS_A / ARGS_B: more radiance flags for one side (the same build twice, B with
+# ARGS_B="--tune build/ab.tune": a tuning table against the default rule); FAST=0 drops --fast.
 set -eu
 A=$1 Bb=$2 N=${3:-8} T=${4:-2}
 . bench/common.sh
@@ -19,24 +21,26 @@ for x in "$A" "$Bb"; do
     [ -f "$x/ab.rad" ] && [ ! "$x/rad-convert" -nt "$x/ab.rad" ] || "$x/rad-convert" "$GGUF" -o "$x/ab.rad" --force >/dev/null
 done
 ids=$(awk 'BEGIN { s = 1; for (i = 0; i < 512; i++) { s = (s * 1103515245 + 12345) % 2147483648; printf "%s%d", (i ? "," : ""), 100 + s % 40000 } }')
-one() { # $1 build, $2 ids, $3 -n, $4 which rate (prompt|generation)
-    "$1/radiance" --model "$1/ab.rad" --ids "$2" -n "$3" --temp 0 --threads "$T" --fast --print-ids 2>&1 >/dev/null |
+FASTF=$([ "${FAST:-1}" = 0 ] || echo --fast)
+one() { # $1 build, $2 ids, $3 -n, $4 which rate (prompt|generation), $5 the side's extra flags
+    # shellcheck disable=SC2086
+    "$1/radiance" --model "$1/ab.rad" --ids "$2" -n "$3" --temp 0 --threads "$T" $FASTF $5 --print-ids 2>&1 >/dev/null |
         sed -n "s/.*$4 [0-9]* tokens in [0-9.]* s (\([0-9.]*\) tok\/s).*/\1/p"
 }
 out=$B/ab.tsv
 : > "$out"
 for r in $(seq 1 "$N"); do
-    if [ $((r % 2)) -eq 1 ]; then order="$A $Bb"; else order="$Bb $A"; fi
-    for x in $order; do
-        pp=$(one "$x" "$ids" 1 prompt); tg=$(one "$x" "${ids%%,*}" 128 generation)
-        [ "$x" = "$A" ] && w=A || w=B
+    if [ $((r % 2)) -eq 1 ]; then sides="A B"; else sides="B A"; fi
+    for w in $sides; do
+        if [ "$w" = A ]; then x=$A; xa=${ARGS_A:-}; else x=$Bb; xa=${ARGS_B:-}; fi
+        pp=$(one "$x" "$ids" 1 prompt "$xa"); tg=$(one "$x" "${ids%%,*}" 128 generation "$xa")
         printf '%s\t%s\t%s\t%s\n' "$r" "$w" "$pp" "$tg" >> "$out"
     done
 done
 "$LLAMA_BENCH" -m "$GGUF" -p 512 -n 128 -t "$T" -r 3 -o csv > "$B/ab-llama.csv" 2>/dev/null
 l=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) { gsub(/"/, "", $i); c[$i] = i } next }
              { gsub(/"/, ""); if ($c["n_gen"] == 0) pp = $c["avg_ts"]; else tg = $c["avg_ts"] } END { print pp, tg }' "$B/ab-llama.csv")
-echo "ab: $N rounds, $T threads, A=$A B=$Bb ($(date -u +%F), $(nproc) cores)"
+echo "ab: $N rounds, $T threads, A=$A ${ARGS_A:-} B=$Bb ${ARGS_B:-} ${FASTF:-(no --fast)} ($(date -u +%F), $(nproc) cores)"
 awk -v l="$l" '
 function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
                                 return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
