@@ -544,6 +544,18 @@ void rad_graph_free(RadGraph *g) {
     memset(g, 0, sizeof *g);
 }
 
+int rad_graph_op_int(const RadGOp *op, const char *name, int64_t *v) {
+    for (uint32_t i = 0; i < op->n_params; i++)
+        if (strcmp(op->params[i].name, name) == 0 && op->params[i].kind != RAD_PARAM_FLOAT) return *v = op->params[i].lo, 1;
+    return 0;
+}
+
+int rad_graph_op_f64(const RadGOp *op, const char *name, double *v) {
+    for (uint32_t i = 0; i < op->n_params; i++)
+        if (strcmp(op->params[i].name, name) == 0 && op->params[i].kind == RAD_PARAM_FLOAT) return *v = op->params[i].f, 1;
+    return 0;
+}
+
 int rad_graph_weight(const RadGraph *g, const char *name) {
     for (int i = 0; i < g->n_w; i++)
         if (strcmp(g->w[i].name, name) == 0) return i;

@@ -131,6 +131,10 @@ int rad_graph_plan(RadGraph *g, RadErr *e);
 void rad_graph_dump(const RadGraph *g, FILE *f);
 
 /* Lookup helpers. */
+/* An op's declared parameter by name: an integer's value (a range's lo), or a float's. 1 when
+ * the op has one of that kind, else 0 (*v untouched). */
+int rad_graph_op_int(const RadGOp *op, const char *name, int64_t *v);
+int rad_graph_op_f64(const RadGOp *op, const char *name, double *v);
 int rad_graph_weight(const RadGraph *g, const char *name);
 const RadGMap *rad_graph_map_for(const RadGraph *g, const char *dst, int nth);
 /* Fills a RadModelMeta's kv table (what abi/rad_meta.h's getters read) with every scalar key of

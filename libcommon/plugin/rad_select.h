@@ -9,6 +9,7 @@
 #include "libcommon/plugin/rad_plugins.h"
 
 #define RAD_SELECT_DEFAULT_TOLERANCE 1e-3 /* max_tolerance <= 0: the oracle's exact paths */
+#define RAD_SELECT_FAST_TOLERANCE 2e-2    /* --fast (every tool): q8-activation GEMMs, llama.cpp's class */
 #define RAD_SELECT_DEFAULT_KV_BLOCK 16u   /* no attention kernel asks a block size */
 
 /* rad-tune's table (--tune FILE, libcommon/plugin/rad_tune.h): rule 1 of the selector. */

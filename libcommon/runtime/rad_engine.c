@@ -294,12 +294,6 @@ static int pick_libs(RadEngine *en, RadErr *e) {
     return RAD_OK;
 }
 
-static int param_int(const RadGOp *op, const char *name, int64_t *out) {
-    for (uint32_t i = 0; i < op->n_params; i++)
-        if (strcmp(op->params[i].name, name) == 0) return *out = op->params[i].lo, 1;
-    return 0;
-}
-
 /* The engine's side of each op's table: the graph chose the picks (rad_select_table under
  * en->select), so what is left is to refuse, at open and not mid-step, an op the plugin did not
  * decline but some bucket of which no kernel serves; to size the workspace of the kernels
@@ -318,7 +312,7 @@ static int build_candidates(RadEngine *en, RadErr *e) {
         RadEngineKernels *c = &en->cand[o];
         c->sel = t;
         int64_t layer; /* looked up once here, not by name at every issue */
-        c->layer = param_int(op, "layer", &layer) && layer >= 0 && layer < en->g.n_layer_kv ? (int32_t)layer : -1;
+        c->layer = rad_graph_op_int(op, "layer", &layer) && layer >= 0 && layer < en->g.n_layer_kv ? (int32_t)layer : -1;
         if (op->declined) continue; /* the plugin emits the chain instead */
         if (!rad_select_served(t)) return rad_err_set(e, RAD_E_UNSUPPORTED, "op '%s' (#%d): %s", op->op, o, t->why);
         for (int b = 0; b < t->n_buckets; b++) {

@@ -83,17 +83,6 @@ static OpKind op_kind(const char *op) {
     return OP_NONE;
 }
 
-static int p_int(const RadGOp *op, const char *name, int64_t *v) {
-    for (uint32_t i = 0; i < op->n_params; i++)
-        if (strcmp(op->params[i].name, name) == 0 && op->params[i].kind != RAD_PARAM_FLOAT) return *v = op->params[i].lo, 1;
-    return 0;
-}
-static int p_flt(const RadGOp *op, const char *name, double *v) {
-    for (uint32_t i = 0; i < op->n_params; i++)
-        if (strcmp(op->params[i].name, name) == 0 && op->params[i].kind == RAD_PARAM_FLOAT) return *v = op->params[i].f, 1;
-    return 0;
-}
-
 /* ---- weights: the engine's bound bytes for kernels, the container's stored bytes for the rest -- */
 
 typedef struct Weight {
@@ -330,8 +319,8 @@ static void set_params(Case *cs, const RadGOp *op) {
 static int build_attn(Kb *c, const RadGOp *op, Case *cs, int which, RadErr *e) {
     int64_t n_head, n_kv, hd, layer;
     double scale;
-    if (!p_int(op, "n_head", &n_head) || !p_int(op, "n_head_kv", &n_kv) || !p_int(op, "head_dim", &hd) ||
-        !p_int(op, "layer", &layer) || !p_flt(op, "scale", &scale) || n_head < 1 || n_kv < 1 || hd < 1 || n_head % n_kv)
+    if (!rad_graph_op_int(op, "n_head", &n_head) || !rad_graph_op_int(op, "n_head_kv", &n_kv) || !rad_graph_op_int(op, "head_dim", &hd) ||
+        !rad_graph_op_int(op, "layer", &layer) || !rad_graph_op_f64(op, "scale", &scale) || n_head < 1 || n_kv < 1 || hd < 1 || n_head % n_kv)
         return rad_err_set(e, RAD_E_SHAPE, "op '%s': attention parameters missing or inconsistent", op->op);
     if (layer < 0 || layer >= c->g->n_layer_kv || c->g->layer_kv[layer] < 0)
         return rad_err_set(e, RAD_E_SHAPE, "op '%s': layer %" PRId64 " is bound to no KV group", op->op, layer);
@@ -452,7 +441,7 @@ static int build_case(Kb *c, const RadGOp *op, OpKind kind, Weight *w, int n_w, 
 #define NEED(x) do { if (!(x)) return rad_err_set(e, nomem, "out of memory"); } while (0)
     switch (kind) {
     case OP_EMBED: {
-        if (!p_int(op, "N", &N) || !p_int(op, "V", &V) || n_w != 1) break;
+        if (!rad_graph_op_int(op, "N", &N) || !rad_graph_op_int(op, "V", &V) || n_w != 1) break;
         int32_t *ids = add_raw(cs, M);
         Buf *out = add_buf(cs, M, (uint64_t)N, 0, 1);
         NEED(ids && out);
@@ -466,7 +455,7 @@ static int build_case(Kb *c, const RadGOp *op, OpKind kind, Weight *w, int n_w, 
     }
     case OP_RMSNORM:
     case OP_ADD_RMSNORM: {
-        if (!p_int(op, "N", &N) || !p_flt(op, "eps", &eps) || n_w != 1) break;
+        if (!rad_graph_op_int(op, "N", &N) || !rad_graph_op_f64(op, "eps", &eps) || n_w != 1) break;
         Buf *x = add_buf(cs, M, (uint64_t)N, 1, 0);
         NEED(x);
         fill_act(x->init, M, (uint64_t)N, 1.0f, 2.0f, &c->rng);
@@ -486,14 +475,14 @@ static int build_case(Kb *c, const RadGOp *op, OpKind kind, Weight *w, int n_w, 
     }
     case OP_GEMM:
     case OP_GEMM_MULTI: {
-        if (!p_int(op, "K", &K) || n_w < 1) break;
+        if (!rad_graph_op_int(op, "K", &K) || n_w < 1) break;
         Buf *x = add_buf(cs, M, (uint64_t)K, 1, 0);
         NEED(x);
         fill_act(x->init, M, (uint64_t)K, 1.0f, 1.0f, &c->rng);
         for (int i = 0; i < n_w; i++) {
             char pn[4] = {'N', (char)('0' + i), 0};
             if (kind == OP_GEMM) pn[1] = 0;
-            if (!p_int(op, pn, &N) || w[i].stored.rows != (uint64_t)N || w[i].stored.cols != (uint64_t)K) {
+            if (!rad_graph_op_int(op, pn, &N) || w[i].stored.rows != (uint64_t)N || w[i].stored.cols != (uint64_t)K) {
                 return rad_err_set(e, RAD_E_SHAPE, "op '%s': weight %d is [%" PRIu64 ", %" PRIu64 "], parameters say [%" PRId64
                                    ", %" PRId64 "]", op->op, i, w[i].stored.rows, w[i].stored.cols, N, K);
             }
@@ -506,10 +495,10 @@ static int build_case(Kb *c, const RadGOp *op, OpKind kind, Weight *w, int n_w, 
     }
     case OP_ROPE: {
         RadKbenchRope p = {0};
-        if (!p_int(op, "n_head", &p.n_head) || !p_int(op, "head_dim", &p.head_dim) || !p_int(op, "n_rot", &p.n_rot) ||
-            !p_flt(op, "theta", &p.theta) || !p_int(op, "scaling", &p.scaling) || !p_flt(op, "factor", &p.factor) ||
-            !p_flt(op, "low_freq_factor", &p.low) || !p_flt(op, "high_freq_factor", &p.high) ||
-            !p_int(op, "orig_ctx", &p.orig_ctx))
+        if (!rad_graph_op_int(op, "n_head", &p.n_head) || !rad_graph_op_int(op, "head_dim", &p.head_dim) || !rad_graph_op_int(op, "n_rot", &p.n_rot) ||
+            !rad_graph_op_f64(op, "theta", &p.theta) || !rad_graph_op_int(op, "scaling", &p.scaling) || !rad_graph_op_f64(op, "factor", &p.factor) ||
+            !rad_graph_op_f64(op, "low_freq_factor", &p.low) || !rad_graph_op_f64(op, "high_freq_factor", &p.high) ||
+            !rad_graph_op_int(op, "orig_ctx", &p.orig_ctx))
             break;
         if (n_w == 1) p.freq_factors = w[0].deq;
         const uint64_t W = (uint64_t)(p.n_head * p.head_dim);
@@ -528,7 +517,7 @@ static int build_case(Kb *c, const RadGOp *op, OpKind kind, Weight *w, int n_w, 
         return build_attn(c, op, cs, which, e);
     case OP_SILU:
     case OP_ADD: {
-        if (!p_int(op, "N", &N)) break;
+        if (!rad_graph_op_int(op, "N", &N)) break;
         Buf *a = add_buf(cs, M, (uint64_t)N, 1, 0), *b = add_buf(cs, M, (uint64_t)N, 1, 0), *out = add_buf(cs, M, (uint64_t)N, 0, 1);
         NEED(a && b && out);
         fill_act(a->init, M, (uint64_t)N, kind == OP_SILU ? 2.0f : 1.0f, 2.0f, &c->rng);
@@ -539,7 +528,7 @@ static int build_case(Kb *c, const RadGOp *op, OpKind kind, Weight *w, int n_w, 
         return RAD_OK;
     }
     case OP_ALLREDUCE: { /* one rank: the identity */
-        if (!p_int(op, "N", &N)) break;
+        if (!rad_graph_op_int(op, "N", &N)) break;
         Buf *x = add_buf(cs, M, (uint64_t)N, 1, 1);
         NEED(x);
         fill_act(x->init, M, (uint64_t)N, 1.0f, 2.0f, &c->rng);
@@ -548,7 +537,7 @@ static int build_case(Kb *c, const RadGOp *op, OpKind kind, Weight *w, int n_w, 
         return RAD_OK;
     }
     case OP_LGATHER: {
-        if (!p_int(op, "N", &N)) break;
+        if (!rad_graph_op_int(op, "N", &N)) break;
         const uint64_t n_tok = M + 2;
         Buf *x = add_buf(cs, n_tok, (uint64_t)N, 1, 0);
         int32_t *rows = add_raw(cs, M);
@@ -786,7 +775,7 @@ static int run_chain(Kb *c, const RadGOp *op, OpKind kind, Case *cs, Weight *w, 
     reset_work(cs);
     int64_t N = 0, K = 0;
     double eps = 0;
-    p_int(op, "N", &N), p_int(op, "K", &K), p_flt(op, "eps", &eps);
+    rad_graph_op_int(op, "N", &N), rad_graph_op_int(op, "K", &K), rad_graph_op_f64(op, "eps", &eps);
     for (int l = 0; l < n_link; l++) {
         RadParam pr[4];
         uint32_t np = 0;
@@ -994,6 +983,15 @@ int rad_kbench_run(RadEngine *en, const RadKbenchOpts *o, RadKbenchReport *r, Ra
 void rad_kbench_report_free(RadKbenchReport *r) {
     free(r->rows);
     memset(r, 0, sizeof *r);
+}
+
+void rad_kbench_progress_bar(void *user, uint64_t done, uint64_t total) {
+    (void)user;
+    enum { W = 40 };
+    int k = total ? (int)(done * W / total) : W;
+    fprintf(stderr, "\r[%.*s%*s] %" PRIu64 "/%" PRIu64 " cases", k, "########################################", W - k, "",
+            done, total);
+    if (done == total) fprintf(stderr, "\r%*s\r", W + 40, "");
 }
 
 /* ---- the bandwidth bound ------------------------------------------------------------------------ */

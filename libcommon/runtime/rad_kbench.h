@@ -67,6 +67,9 @@ typedef struct RadKbenchReport {
 int rad_kbench_run(RadEngine *en, const RadKbenchOpts *o, RadKbenchReport *r, RadErr *e);
 void rad_kbench_report_free(RadKbenchReport *r);
 
+/* A RadKbenchOpts.progress for a terminal: a bar of cases done on stderr, cleared at the end. */
+void rad_kbench_progress_bar(void *user, uint64_t done, uint64_t total);
+
 /* The machine's read bandwidth in GB/s on n_threads threads: a sum of wide loads over a 256 MiB
  * buffer on transparent huge pages, best of 3 passes (bench/membw.c's loop). 0 on failure. */
 double rad_kbench_membw(uint32_t n_threads);

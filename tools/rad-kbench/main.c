@@ -13,6 +13,8 @@
 
 #include "libcommon/base/rad_num.h"
 #include "libcommon/base/rad_stdout.h"
+#include "libcommon/plugin/rad_graph.h"
+#include "libcommon/plugin/rad_select.h"
 #include "libcommon/runtime/rad_engine.h"
 #include "libcommon/runtime/rad_kbench.h"
 
@@ -107,17 +109,6 @@ static int parse(int argc, char **argv, Opts *o) {
     return 0;
 }
 
-/* ---- progress on a terminal ------------------------------------------------------------------- */
-
-static void bar(void *user, uint64_t done, uint64_t total) {
-    (void)user;
-    enum { W = 40 };
-    int k = total ? (int)(done * W / total) : W;
-    fprintf(stderr, "\r[%.*s%*s] %" PRIu64 "/%" PRIu64 " cases", k, "########################################", W - k, "",
-            done, total);
-    if (done == total) fprintf(stderr, "\r%*s\r", W + 40, "");
-}
-
 /* ---- the report -------------------------------------------------------------------------------- */
 
 /* Rows of one op name with the same kernel, check, bucket, rows, shape and context: the layers'
@@ -186,7 +177,7 @@ static void md_line(FILE *f, const Opts *o, const RadKbenchReport *r, const Line
 static void markdown(FILE *f, const Opts *o, const RadKbenchReport *r) {
     fprintf(f, "# rad-kbench: %s\n\n", o->model);
     fprintf(f, "Libraries: %s. Step bounds: %u tokens, %u sequences, context %s. Threads: %u.%s%s\n\n",
-            o->kernels ? o->kernels : "all installed", o->max_tok ? o->max_tok : 512, o->max_seqs ? o->max_seqs : 16,
+            o->kernels ? o->kernels : "all installed", o->max_tok ? o->max_tok : RAD_SERVE_MAX_TOK, o->max_seqs ? o->max_seqs : RAD_SERVE_MAX_SEQS,
             o->ctx ? "as given" : "the model's (capped at 8192)", r->n_threads, o->fast ? " --fast." : "",
             o->quick ? " Quick mode." : "");
     fprintf(f, "Each kernel is compared with docs/OPS.md's f32 reference on the container's weights: bit for bit when it "
@@ -326,9 +317,9 @@ int main(int argc, char **argv) {
     if (rc == -1) return usage(stdout), rad_stdout_close("rad-kbench", 0);
     if (rc) return rc;
     RadEngineOpts eo = {.model = o.model, .plugin_dirs = o.plugin_dirs, .n_plugin_dirs = o.n_plugin_dirs,
-                        .kernels = o.kernels, .n_threads = o.threads, .max_tok = o.max_tok ? o.max_tok : 512,
-                        .max_seqs = o.max_seqs ? o.max_seqs : 16, .max_ctx = o.ctx, .deterministic = o.deterministic,
-                        .max_tolerance = o.fast ? 2e-2 : 1e-3, .no_repack = o.no_repack};
+                        .kernels = o.kernels, .n_threads = o.threads, .max_tok = o.max_tok ? o.max_tok : RAD_SERVE_MAX_TOK,
+                        .max_seqs = o.max_seqs ? o.max_seqs : RAD_SERVE_MAX_SEQS, .max_ctx = o.ctx, .deterministic = o.deterministic,
+                        .max_tolerance = o.fast ? RAD_SELECT_FAST_TOLERANCE : RAD_SELECT_DEFAULT_TOLERANCE, .no_repack = o.no_repack};
     RadErr e = {0};
     RadEngine *en = NULL;
     if ((rc = rad_engine_open(&en, &eo, &e))) return fprintf(stderr, "rad-kbench: %s\n", e.msg), 1;
@@ -343,7 +334,7 @@ int main(int argc, char **argv) {
         }
     }
     RadKbenchOpts ko = {.model = o.model, .ops = o.ops, .quick = o.quick, .bench = o.bench, .n_threads = o.threads,
-                        .progress = isatty(2) ? bar : NULL};
+                        .progress = isatty(2) ? rad_kbench_progress_bar : NULL};
     RadKbenchReport r;
     rc = rad_kbench_run(en, &ko, &r, &e);
     rad_engine_close(en);

@@ -16,6 +16,7 @@
 #include "libcommon/base/rad_num.h"
 #include "libcommon/base/rad_stdout.h"
 #include "libcommon/plugin/rad_graph.h"
+#include "libcommon/plugin/rad_select.h"
 #include "libcommon/plugin/rad_tune.h"
 #include "libcommon/runtime/rad_engine.h"
 #include "libcommon/runtime/rad_kbench.h"
@@ -189,15 +190,6 @@ static int choose(const RadEngine *en, const RadKbenchReport *r, int determinist
     return rc;
 }
 
-static void bar(void *user, uint64_t done, uint64_t total) {
-    (void)user;
-    enum { W = 40 };
-    int k = total ? (int)(done * W / total) : W;
-    fprintf(stderr, "\r[%.*s%*s] %" PRIu64 "/%" PRIu64 " cases", k, "########################################", W - k, "",
-            done, total);
-    if (done == total) fprintf(stderr, "\r%*s\r", W + 40, "");
-}
-
 int main(int argc, char **argv) {
     rad_stdout_init();
     Opts o = {0};
@@ -207,12 +199,12 @@ int main(int argc, char **argv) {
     RadEngineOpts eo = {.model = o.model, .plugin_dirs = o.plugin_dirs, .n_plugin_dirs = o.n_plugin_dirs,
                         .kernels = o.kernels, .n_threads = o.threads, .max_tok = o.max_tok ? o.max_tok : RAD_SERVE_MAX_TOK,
                         .max_seqs = o.max_seqs ? o.max_seqs : RAD_SERVE_MAX_SEQS, .max_ctx = o.ctx,
-                        .deterministic = o.deterministic, .max_tolerance = o.fast ? 2e-2 : 1e-3, .no_repack = o.no_repack};
+                        .deterministic = o.deterministic, .max_tolerance = o.fast ? RAD_SELECT_FAST_TOLERANCE : RAD_SELECT_DEFAULT_TOLERANCE, .no_repack = o.no_repack};
     RadErr e = {0};
     RadEngine *en = NULL;
     if ((rc = rad_engine_open(&en, &eo, &e))) return fprintf(stderr, "rad-tune: %s\n", e.msg), 1;
     RadKbenchOpts ko = {.model = o.model, .ops = o.ops, .quick = o.quick, .bench = 1, .n_threads = o.threads,
-                        .progress = isatty(2) ? bar : NULL};
+                        .progress = isatty(2) ? rad_kbench_progress_bar : NULL};
     RadKbenchReport r;
     rc = rad_kbench_run(en, &ko, &r, &e);
     RadTuneTable t;

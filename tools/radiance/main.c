@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "libcommon/plugin/rad_select.h"
 #include "libcommon/text/rad_chat.h"
 #include "libcommon/plugin/rad_graph.h"
 #include "libcommon/runtime/rad_engine.h"
@@ -508,7 +509,7 @@ int main(int argc, char **argv) {
     }
     RadEngineOpts eo = {.model = o.model, .plugin_dirs = o.plugin_dirs, .n_plugin_dirs = o.n_plugin_dirs, .kernels = o.kernels,
                         .n_threads = o.threads, .max_tok = o.batch ? o.batch : 512, .max_seqs = 1, .max_ctx = o.ctx,
-                        .deterministic = o.deterministic, .max_tolerance = o.fast ? 2e-2 : 1e-3, .profile = o.profile,
+                        .deterministic = o.deterministic, .max_tolerance = o.fast ? RAD_SELECT_FAST_TOLERANCE : RAD_SELECT_DEFAULT_TOLERANCE, .profile = o.profile,
                         .mmap_weights = o.mmap_weights, .no_repack = o.no_repack, .no_verify = o.no_verify, .kv_dtype = (RadDType)o.kv_dtype,
                         .tune = o.tune, .tune_ignore_mismatch = o.tune_ignore_mismatch};
     rc = rad_engine_open(&en, &eo, &e);

@@ -35,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "libcommon/plugin/rad_select.h"
 #include "libcommon/text/rad_chat.h"
 #include "libcommon/runtime/rad_engine.h"
 #include "libcommon/runtime/rad_sched.h"
@@ -1286,7 +1287,7 @@ int serve(const Opts *o) {
     RadErr e = {0};
     RadEngineOpts eo = {.model = o->model, .plugin_dirs = o->plugin_dirs, .n_plugin_dirs = o->n_plugin_dirs, .kernels = o->kernels,
                         .n_threads = o->threads, .max_tok = o->max_mixed_tok, .max_seqs = o->max_seqs, .max_ctx = o->ctx,
-                        .kv_blocks = o->kv_blocks, .deterministic = o->deterministic, .max_tolerance = o->fast ? 2e-2 : 1e-3,
+                        .kv_blocks = o->kv_blocks, .deterministic = o->deterministic, .max_tolerance = o->fast ? RAD_SELECT_FAST_TOLERANCE : RAD_SELECT_DEFAULT_TOLERANCE,
                         .mmap_weights = o->mmap_weights, .no_repack = o->no_repack, .no_verify = o->no_verify, .kv_dtype = (RadDType)o->kv_dtype,
                         .tune = o->tune, .tune_ignore_mismatch = o->tune_ignore_mismatch};
     double t0 = now();
