@@ -33,8 +33,12 @@ typedef enum RadDevice { RAD_DEVICE_CPU = 0, RAD_DEVICE_CUDA = 1 } RadDevice;
 
 /* How a kernel's result relates to the op's reference definition in docs/OPS.md. */
 typedef enum RadExactness {
-    RAD_EXACT_BITWISE = 0,  /* bit-identical to the reference, whatever the batch */
-    RAD_EXACT_TOLERANCE = 1 /* within `tolerance` (max |a-b| / (max|ref| + 1e-6), per output row) */
+    RAD_EXACT_BITWISE = 0,   /* bit-identical to the reference, whatever the batch */
+    RAD_EXACT_TOLERANCE = 1, /* within `tolerance` (max |a-b| / (max|ref| + 1e-6), per output row) */
+    RAD_EXACT_Q8ACT = 2      /* ABI 1.3, GEMMs only: activations quantised to 32-wide q8 blocks; every output
+                                within docs/OPS.md's per-output bound (gemm_nt, "Quantised activations").
+                                `tolerance` is its per-row figure on outlier-free rows, what the selector's
+                                --max-tolerance compares */
 } RadExactness;
 
 /* One operand as a kernel sees it. Buffers are row-major with a row stride in elements. */
@@ -82,6 +86,9 @@ typedef struct RadKnob {
     uint32_t n_values;          /* 1..RAD_KNOB_MAX_VALUES */
     RadKnobEffect effect;       /* RAD_KNOB_SAME_BITS or RAD_KNOB_ARITH */
     int64_t def;                /* one of values: what the kernel does when not told (today's behaviour) */
+    /* ABI 1.3 */
+    int64_t n_max;              /* the knob acts only on calls of at most n_max rows (a decode path's prefetch:
+                                   1); 0: on any. rad-tune sweeps it only there */
 } RadKnob;
 
 typedef struct RadKernel {
@@ -93,7 +100,7 @@ typedef struct RadKernel {
     int64_t n_min, n_max;       /* the ranged extent this kernel serves (n_max 0: no limit) */
     uint32_t kv_block_size;     /* attention: the KV block size it requires (0: none) */
     RadExactness exactness;
-    double tolerance;           /* RAD_EXACT_TOLERANCE: the bound it guarantees */
+    double tolerance;           /* RAD_EXACT_TOLERANCE: the bound it guarantees; RAD_EXACT_Q8ACT: its per-row figure */
     uint32_t batch_invariant;   /* 1: results do not depend on other rows in the call */
     size_t (*workspace)(const RadParam *params, uint32_t n_params, int64_t n_max);
     int (*run)(const RadKernelArgs *a); /* RAD_OK or a RadStatus; never partial output on error */
@@ -155,6 +162,10 @@ static inline uint32_t rad_kernel_n_knobs(const RadKernel *k) {
 static inline const RadKnob *rad_kernel_knob(const RadKernel *k, uint32_t i) {
     size_t stride = k->knobs[0].struct_size ? k->knobs[0].struct_size : sizeof(RadKnob);
     return (const RadKnob *)(const void *)((const char *)k->knobs + (size_t)i * stride);
+}
+/* The most rows a call may have for knob kn to act (0: any; a library before ABI 1.3 says nothing). */
+static inline int64_t rad_knob_n_max(const RadKnob *kn) {
+    return kn->struct_size >= offsetof(RadKnob, n_max) + sizeof kn->n_max ? kn->n_max : 0;
 }
 /* For a kernel: the value of its knob i for this call, or def (the knob's default) when the
  * core passed none (an older core, or no tuning table). */

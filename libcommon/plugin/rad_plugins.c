@@ -316,6 +316,9 @@ static int knobs_check(Probe *pr, const RadKernel *k, const char *who, RadErr *e
         if (kn->effect != RAD_KNOB_SAME_BITS && kn->effect != RAD_KNOB_ARITH)
             return rad_err_set(e, RAD_E_FORMAT, "%s: knob '%s': effect %d is not SAME_BITS (0) or ARITH (1)", who, kn->name,
                                (int)kn->effect);
+        if (rad_knob_n_max(kn) < 0)
+            return rad_err_set(e, RAD_E_FORMAT, "%s: knob '%s': n_max %lld is negative (0: any rows)", who, kn->name,
+                               (long long)rad_knob_n_max(kn));
         if (kn->effect == RAD_KNOB_ARITH && k->exactness == RAD_EXACT_BITWISE)
             return rad_err_set(e, RAD_E_FORMAT, "%s: knob '%s' changes the arithmetic (ARITH) of a BITWISE kernel (a knob may "
                                "not loosen what the kernel states)", who, kn->name);
@@ -345,8 +348,14 @@ static int kernel_check(Probe *pr, const RadKernel *k, uint32_t i, uint32_t size
                            (long long)k->n_min, (long long)k->n_max);
     if (k->kv_block_size > RAD_PLUGIN_MAX_KV_BLOCK)
         return rad_err_set(e, RAD_E_FORMAT, "%s: RadKernel.kv_block_size %u is over %u", who, k->kv_block_size, RAD_PLUGIN_MAX_KV_BLOCK);
-    if (k->exactness != RAD_EXACT_BITWISE && k->exactness != RAD_EXACT_TOLERANCE)
-        return rad_err_set(e, RAD_E_FORMAT, "%s: RadKernel.exactness %d is not BITWISE (0) or TOLERANCE (1)", who, (int)k->exactness);
+    if (k->exactness != RAD_EXACT_BITWISE && k->exactness != RAD_EXACT_TOLERANCE && k->exactness != RAD_EXACT_Q8ACT)
+        return rad_err_set(e, RAD_E_FORMAT, "%s: RadKernel.exactness %d is not BITWISE (0), TOLERANCE (1) or Q8ACT (2)", who,
+                           (int)k->exactness);
+    /* the per-output bound is defined for a GEMM's x · Wᵀ only (docs/OPS.md) */
+    if (k->exactness == RAD_EXACT_Q8ACT && strcmp(k->op, "gemm_nt") && strcmp(k->op, "gemm_nt2") && strcmp(k->op, "gemm_nt3") &&
+        strcmp(k->op, "logits_gemm"))
+        return rad_err_set(e, RAD_E_FORMAT, "%s: RadKernel.exactness Q8ACT is for the GEMMs (gemm_nt, gemm_nt2, gemm_nt3, "
+                           "logits_gemm), not '%s'", who, k->op);
     /* NaN would pass every "tolerance > limit" test the selector makes */
     if (!isfinite(k->tolerance) || k->tolerance < 0)
         return rad_err_set(e, RAD_E_FORMAT, "%s: RadKernel.tolerance %g is not a finite bound >= 0", who, k->tolerance);

@@ -30,7 +30,7 @@ static int fits(const RadSelectOpts *o, const RadSelectOp *op, const RadKernel *
         RadEnc e = op->w_enc[j];
         if (e != RAD_ENC_COUNT && !(k->weight_encs & RAD_ENC_BIT(e))) return *bad = e, NO_ENC;
     }
-    if (k->exactness == RAD_EXACT_TOLERANCE && k->tolerance > max_tol(o)) return TOO_LOOSE;
+    if (k->exactness != RAD_EXACT_BITWISE && k->tolerance > max_tol(o)) return TOO_LOOSE;
     return FIT;
 }
 

@@ -165,6 +165,8 @@ typedef struct Buf {
     float *ref;                    /* the reference after the call (NULL: not compared) */
     float *chain;                  /* the chain's result (fused ops; NULL: none) */
     float *work;                   /* what a kernel runs on */
+    float *q8b;                    /* a GEMM output's per-output q8 bound (docs/OPS.md), made when first needed */
+    int q8_w;                      /* the weight (Case.w index) this GEMM output is of; -1: not a GEMM output */
     uint64_t rows, cols;
 } Buf;
 
@@ -176,6 +178,7 @@ typedef struct Opnd {
 typedef struct Case {
     int64_t n;
     const char *shape;
+    int q8_x;                      /* GEMMs: the buffer of x (the q8 bound reads it); -1: none */
     uint32_t ctx;                  /* attention: the longest context after the step */
     uint32_t prior;                /* attention: the context before the step (the longest) */
     Opnd op[MAX_ARGS];
@@ -201,7 +204,8 @@ typedef struct Case {
 } Case;
 
 static void case_free(Case *cs) {
-    for (int i = 0; i < cs->n_buf; i++) free(cs->buf[i].init), free(cs->buf[i].ref), free(cs->buf[i].chain), free(cs->buf[i].work);
+    for (int i = 0; i < cs->n_buf; i++)
+        free(cs->buf[i].init), free(cs->buf[i].ref), free(cs->buf[i].chain), free(cs->buf[i].work), free(cs->buf[i].q8b);
     for (int i = 0; i < cs->n_raw; i++) free(cs->raw[i]);
     free(cs->tok), free(cs->pos), free(cs->pool_init), free(cs->pool), free(cs->table);
     for (int s = 0; s < MAX_SEQ; s++) free(cs->seqK[s]), free(cs->seqV[s]);
@@ -213,7 +217,7 @@ static Buf *add_buf(Case *cs, uint64_t rows, uint64_t cols, int input, int compa
     if (cs->n_buf >= MAX_BUFS || cs->n_op >= MAX_ARGS) return NULL;
     Buf *b = &cs->buf[cs->n_buf];
     const size_t n = (size_t)(rows * cols > 0 ? rows * cols : 1);
-    b->rows = rows, b->cols = cols;
+    b->rows = rows, b->cols = cols, b->q8_w = -1;
     b->work = malloc(n * sizeof(float));
     if (input) b->init = malloc(n * sizeof(float));
     if (compared) b->ref = malloc(n * sizeof(float));
@@ -431,7 +435,7 @@ static int build_attn(Kb *c, const RadGOp *op, Case *cs, int which, RadErr *e) {
 static int build_case(Kb *c, const RadGOp *op, OpKind kind, Weight *w, int n_w, int64_t n, int which, Case *cs,
                       RadErr *e) {
     memset(cs, 0, sizeof *cs);
-    cs->n = n, cs->shape = n == 1 ? "decode" : "rows";
+    cs->n = n, cs->shape = n == 1 ? "decode" : "rows", cs->q8_x = -1;
     set_params(cs, op);
     for (int i = 0; i < n_w; i++) cs->op[cs->n_op++] = (Opnd){0, i};
     const uint64_t M = (uint64_t)n;
@@ -478,6 +482,7 @@ static int build_case(Kb *c, const RadGOp *op, OpKind kind, Weight *w, int n_w, 
         if (!rad_graph_op_int(op, "K", &K) || n_w < 1) break;
         Buf *x = add_buf(cs, M, (uint64_t)K, 1, 0);
         NEED(x);
+        cs->q8_x = cs->n_buf - 1;
         fill_act(x->init, M, (uint64_t)K, 1.0f, 1.0f, &c->rng);
         for (int i = 0; i < n_w; i++) {
             char pn[4] = {'N', (char)('0' + i), 0};
@@ -488,6 +493,7 @@ static int build_case(Kb *c, const RadGOp *op, OpKind kind, Weight *w, int n_w, 
             }
             Buf *y = add_buf(cs, M, (uint64_t)N, 0, 1);
             NEED(y);
+            y->q8_w = i;
             rad_kbench_ref_gemm(x->init, (uint64_t)K, w[i].deq, y->ref, (uint64_t)N, M, (uint64_t)N, (uint64_t)K, c->nt);
         }
         NEED(!plain_batch(cs, NULL, NULL));
@@ -574,6 +580,8 @@ typedef struct Run {
     void *state;
     void *ws;
     size_t ws_bytes;
+    int64_t knobs[RAD_KNOB_MAX];   /* the knob values of this run, in k's knobs order (n_knobs 0: the defaults) */
+    uint32_t n_knobs;
 } Run;
 
 static int run_prepare(Kb *c, const RadGOp *op, const RadKernel *k, int lib, int64_t hi, Run *run) {
@@ -609,7 +617,8 @@ static int run_kernel(Kb *c, Case *cs, const Run *run, const Weight *w, const Op
     RadKernelArgs ka = {.struct_size = sizeof ka, .params = params, .n_params = n_params, .n = cs->n, .args = args,
                         .n_args = (uint32_t)n_ops, .batch = &cs->batch, .kv = cs->pool ? &cs->kv : NULL,
                         .workspace = run->ws, .lib_state = run->state, .n_threads = c->kernel_threads,
-                        .deterministic = (uint32_t)c->g->sel.deterministic};
+                        .deterministic = (uint32_t)c->g->sel.deterministic, .knobs = run->n_knobs ? run->knobs : NULL,
+                        .n_knobs = run->n_knobs};
     return run->k->run(&ka);
 }
 
@@ -617,11 +626,20 @@ static int run_kernel(Kb *c, Case *cs, const Run *run, const Weight *w, const Op
 
 typedef struct Err {
     double max, sum;
+    double use;                    /* the largest |y - ref| over what the check allows that output */
     uint64_t n, n_diff, nan_row;
     int nan;
 } Err;
 
-static void compare(const float *y, const float *ref, uint64_t rows, uint64_t cols, Err *a) {
+/* What a check allows each output: tol times its row's largest |ref| (+ 1e-6), plus n_q8 times
+ * its q8 bound when q8b is given (a q8-activation kernel, or a chain with one). */
+typedef struct Allow {
+    double tol;
+    const float *q8b;
+    int n_q8;
+} Allow;
+
+static void compare(const float *y, const float *ref, uint64_t rows, uint64_t cols, const Allow *al, Err *a) {
     for (uint64_t i = 0; i < rows; i++) {
         const float *yr = y + i * cols, *rr = ref + i * cols;
         double mref = 0, rmax = 0, rsum = 0;
@@ -639,6 +657,9 @@ static void compare(const float *y, const float *ref, uint64_t rows, uint64_t co
             double rel = d / (mref + 1e-6);
             if (rel > rmax) rmax = rel;
             rsum += rel;
+            const double allow = al->tol * (mref + 1e-6) + (al->q8b ? al->n_q8 * (double)al->q8b[i * cols + j] : 0);
+            const double use = d == 0 ? 0 : allow > 0 ? d / allow : INFINITY;
+            if (use > a->use) a->use = use;
         }
         if (rmax > a->max) a->max = rmax;
         a->sum += rsum, a->n += cols;
@@ -664,13 +685,15 @@ static RadKbenchRow *new_row(Kb *c, int o, const char *kname, int64_t blo, int64
     return row;
 }
 
-static void finish_row(Kb *c, RadKbenchRow *row, const Err *a, int bitwise, double tol) {
+static void finish_row(Kb *c, RadKbenchRow *row, const Err *a, int bitwise, double tol, int q8) {
     row->bitwise = bitwise;
+    row->q8 = !bitwise && q8;
     row->tolerance = bitwise ? 0 : tol;
     row->max_err = a->max;
     row->mean_err = a->n ? a->sum / (double)a->n : 0;
+    row->allow_used = bitwise ? 0 : a->use;
     row->n_diff = a->n_diff;
-    row->pass = !row->why[0] && (bitwise ? a->n_diff == 0 : !a->nan && a->max <= tol);
+    row->pass = !row->why[0] && (bitwise ? a->n_diff == 0 : !a->nan && a->use <= 1.0);
     if (a->nan && !row->why[0]) snprintf(row->why, sizeof row->why, "NaN or unwritten output in row %" PRIu64, a->nan_row);
     if (!row->pass) c->r->n_fail++;
 }
@@ -706,6 +729,19 @@ static int check_append(const Case *cs, char *why, size_t n) {
                     }
         }
     return 0;
+}
+
+/* The per-output q8 bounds of a GEMM case's outputs (docs/OPS.md), made once. */
+static int need_q8b(Kb *c, Case *cs, const Weight *w) {
+    if (cs->q8_x < 0) return 0;
+    const Buf *x = &cs->buf[cs->q8_x];
+    for (int i = 0; i < cs->n_buf; i++) {
+        Buf *b = &cs->buf[i];
+        if (b->q8_w < 0 || b->q8b) continue;
+        if (!(b->q8b = malloc(b->rows * b->cols * sizeof(float)))) return 0;
+        rad_kbench_ref_q8_bound(x->init, w[b->q8_w].deq, b->q8b, b->rows, b->cols, x->cols, c->nt);
+    }
+    return 1;
 }
 
 /* ---- timing ---------------------------------------------------------------------------------- */
@@ -766,12 +802,12 @@ static void traffic(const Case *cs, OpKind kind, const Weight *w, int n_w, const
  * the selector's picks under the engine's options, the ones the plugin would issue unfused.
  * Returns 1 when run; 0 with a reason in why (no kernel serves a link, or it failed). */
 static int run_chain(Kb *c, const RadGOp *op, OpKind kind, Case *cs, Weight *w, char *chain_names, size_t cn, int *bitwise,
-                     double *tol, char *why, size_t wn) {
+                     double *tol, int *q8, char *why, size_t wn) {
     const char *link[3];
     int n_link = 0;
     if (kind == OP_ADD_RMSNORM) link[n_link++] = "add", link[n_link++] = "rmsnorm";
     else for (int i = 0; i < (int)op->n_w; i++) link[n_link++] = "gemm_nt";
-    *bitwise = 1, *tol = 0, chain_names[0] = 0;
+    *bitwise = 1, *tol = 0, *q8 = 0, chain_names[0] = 0;
     reset_work(cs);
     int64_t N = 0, K = 0;
     double eps = 0;
@@ -807,7 +843,8 @@ static int run_chain(Kb *c, const RadGOp *op, OpKind kind, Case *cs, Weight *w, 
         if (!k || !lp) return snprintf(why, wn, "chain link %s: %.120s", link[l], wy[0] ? wy : "no kernel"), 0;
         size_t used = strlen(chain_names);
         snprintf(chain_names + used, cn - used, "%s%s:%s:%s", l ? "+" : "", lp->info->name, k->op, k->variant);
-        if (k->exactness != RAD_EXACT_BITWISE) *bitwise = 0, *tol += k->tolerance;
+        if (k->exactness == RAD_EXACT_Q8ACT) *bitwise = 0, *q8 = 1; /* each link is a part: one q8 bound per output */
+        else if (k->exactness != RAD_EXACT_BITWISE) *bitwise = 0, *tol += k->tolerance;
         Run run;
         if (run_prepare(c, op, k, lib, cs->n, &run)) return free(run.ws), snprintf(why, wn, "out of memory"), 0;
         run.k = k;
@@ -848,6 +885,106 @@ static int op_selected(const Kb *c, const RadGOp *op) {
     return !c->o->ops || fnmatch(c->o->ops, op->op, 0) == 0;
 }
 
+/* One case of one op, what every kernel run on it shares. */
+typedef struct Try {
+    const RadGOp *op;
+    int o;                         /* its index */
+    OpKind kind;
+    int fused;
+    Case *cs;
+    Weight *w;
+    int n_w;
+    int64_t blo, bhi;              /* the bucket */
+    int chain_ok, chain_bw;        /* the chain ran; it is bitwise */
+    int chain_q8;                  /* a link of it is a q8-activation GEMM */
+    double chain_tol;
+    const char *chain_names, *chain_why;
+    float *base[MAX_BUFS];         /* the compared outputs of the kernel at its default knobs (SAME_BITS checks) */
+    int base_ok;                   /* base holds this kernel's (its default run succeeded) */
+} Try;
+
+/* Kernel ki of the op's table at knob values vals[nv] (NULL: its defaults), named `knobs` in the
+ * report: a "ref" row (and a "chain" row for a fused op), timed under --bench. same: 1 keep
+ * these outputs as the base, 2 they must equal the base bit for bit (a SAME_BITS knob). */
+static int try_kernel(Kb *c, Try *x, int ki, const int64_t *vals, uint32_t nv, const char *knobs, int same, RadErr *e) {
+    const RadSelectTable *t = &x->op->sel;
+    const RadKernel *k = t->k[ki];
+    Case *cs = x->cs;
+    void *st;
+    const RadPlugin *lp = rad_engine_lib(c->en, t->k_lib[ki], &st);
+    char kname[128];
+    snprintf(kname, sizeof kname, "%s:%s:%s", lp ? lp->info->name : "?", k->op, k->variant);
+    RadKbenchRow *row = new_row(c, x->o, kname, x->blo, x->bhi, cs);
+    if (!row) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+    snprintf(row->knobs, sizeof row->knobs, "%s", knobs);
+    Run run;
+    if (run_prepare(c, x->op, k, t->k_lib[ki], t->range_hi, &run)) {
+        free(run.ws);
+        return rad_err_set(e, RAD_E_NOMEM, "out of memory for %s's workspace", kname);
+    }
+    if (vals) memcpy(run.knobs, vals, nv * sizeof *vals), run.n_knobs = nv;
+    reset_work(cs);
+    int krc = run_kernel(c, cs, &run, x->w, cs->op, cs->n_op, cs->params, cs->n_params);
+    Err a = {0};
+    const int q8 = k->exactness == RAD_EXACT_Q8ACT;
+    if ((q8 || x->chain_q8) && !need_q8b(c, cs, x->w)) return free(run.ws), rad_err_set(e, RAD_E_NOMEM, "out of memory");
+    if (same == 1) x->base_ok = !krc;
+    if (krc) snprintf(row->why, sizeof row->why, "the kernel returned %s", rad_status_name(krc));
+    else {
+        for (int i = 0; i < cs->n_buf; i++) {
+            const Buf *b = &cs->buf[i];
+            const Allow al = {q8 ? 0 : k->tolerance, q8 ? b->q8b : NULL, q8};
+            if (b->ref) compare(b->work, b->ref, b->rows, b->cols, &al, &a);
+        }
+        if (x->kind == OP_ATTN) check_append(cs, row->why, sizeof row->why);
+        for (int i = 0; i < cs->n_buf && same && x->base_ok; i++) {
+            const Buf *b = &cs->buf[i];
+            const size_t bytes = b->rows * b->cols * sizeof(float);
+            if (!b->ref) continue;
+            if (same == 1) { /* the base the other values of a SAME_BITS knob must reproduce */
+                if (!x->base[i] && !(x->base[i] = malloc(bytes))) return free(run.ws), rad_err_set(e, RAD_E_NOMEM, "out of memory");
+                memcpy(x->base[i], b->work, bytes);
+            } else if (x->base[i] && memcmp(x->base[i], b->work, bytes) != 0 && !row->why[0]) {
+                uint64_t nd = 0;
+                for (uint64_t j = 0; j < b->rows * b->cols; j++) nd += memcmp(&x->base[i][j], &b->work[j], 4) != 0;
+                snprintf(row->why, sizeof row->why, "knob %s is SAME_BITS but %" PRIu64 " outputs differ from the defaults'",
+                         knobs, nd);
+            }
+        }
+    }
+    const int bw = k->exactness == RAD_EXACT_BITWISE;
+    finish_row(c, row, &a, bw, k->tolerance, q8);
+    if (x->fused) { /* the same outputs against the chain */
+        RadKbenchRow *cr = new_row(c, x->o, kname, x->blo, x->bhi, cs);
+        if (!cr) return free(run.ws), rad_err_set(e, RAD_E_NOMEM, "out of memory");
+        cr = &c->r->rows[c->r->n - 1], row = &c->r->rows[c->r->n - 2]; /* realloc moved them */
+        snprintf(cr->check, sizeof cr->check, "chain");
+        snprintf(cr->knobs, sizeof cr->knobs, "%s", knobs);
+        Err ca = {0};
+        if (krc) snprintf(cr->why, sizeof cr->why, "the kernel returned %s", rad_status_name(krc));
+        else if (!x->chain_ok) snprintf(cr->why, sizeof cr->why, "%s", x->chain_why);
+        else {
+            for (int i = 0; i < cs->n_buf; i++) {
+                const Buf *b = &cs->buf[i];
+                const Allow al = {(q8 ? 0 : k->tolerance) + x->chain_tol, b->q8b, q8 + x->chain_q8};
+                if (b->chain) compare(b->work, b->chain, b->rows, b->cols, &al, &ca);
+            }
+        }
+        finish_row(c, cr, &ca, bw && x->chain_bw, k->tolerance + x->chain_tol, q8 || x->chain_q8);
+        if (!cr->pass && !cr->why[0]) snprintf(cr->why, sizeof cr->why, "disagrees with its chain %.130s", x->chain_names);
+    }
+    if (c->o->bench && !krc) {
+        row = &c->r->rows[c->r->n - 1 - x->fused];
+        time_kernel(c, cs, &run, x->w, row);
+        traffic(cs, x->kind, x->w, x->n_w, k, &row->bytes, &row->flops);
+        row->gbs = row->ns_med > 0 ? (double)row->bytes / row->ns_med : 0;
+        row->gflops = row->ns_med > 0 ? (double)row->flops / row->ns_med : 0;
+        row->bound_share = c->r->membw_gbs > 0 ? row->gbs / c->r->membw_gbs : 0;
+    }
+    free(run.ws);
+    return RAD_OK;
+}
+
 static int check_op(Kb *c, int o, RadErr *e) {
     const RadGOp *op = &c->g->ops[o];
     const RadSelectTable *t = &op->sel;
@@ -870,69 +1007,42 @@ static int check_op(Kb *c, int o, RadErr *e) {
                     break;
                 }
                 char chain_names[200] = "", chain_why[160] = "";
-                int chain_ok = 0, chain_bw = 1;
+                int chain_ok = 0, chain_bw = 1, chain_q8 = 0;
                 double chain_tol = 0;
                 if (fused) chain_ok = run_chain(c, op, kind, &cs, w, chain_names, sizeof chain_names, &chain_bw, &chain_tol,
-                                                chain_why, sizeof chain_why);
+                                                &chain_q8, chain_why, sizeof chain_why);
+                Try x = {.op = op, .o = o, .kind = kind, .fused = fused, .cs = &cs, .w = w, .n_w = n_w, .blo = blo,
+                         .bhi = bhi, .chain_ok = chain_ok, .chain_bw = chain_bw, .chain_q8 = chain_q8, .chain_tol = chain_tol,
+                         .chain_names = chain_names, .chain_why = chain_why};
                 for (int ki = 0; ki < t->n && !rc; ki++) {
                     const RadKernel *k = t->k[ki];
                     if (rows[ri] < k->n_min || (k->n_max && rows[ri] > k->n_max)) continue;
-                    void *st;
-                    const RadPlugin *lp = rad_engine_lib(c->en, t->k_lib[ki], &st);
-                    char kname[128];
-                    snprintf(kname, sizeof kname, "%s:%s:%s", lp ? lp->info->name : "?", k->op, k->variant);
-                    RadKbenchRow *row = new_row(c, o, kname, blo, bhi, &cs);
-                    if (!row) {
-                        rc = rad_err_set(e, RAD_E_NOMEM, "out of memory");
-                        break;
+                    const uint32_t nk = c->o->knobs ? rad_kernel_n_knobs(k) : 0;
+                    int64_t def[RAD_KNOB_MAX];
+                    int same = 0;
+                    for (uint32_t i = 0; i < nk; i++) {
+                        def[i] = rad_kernel_knob(k, i)->def;
+                        same |= rad_kernel_knob(k, i)->effect == RAD_KNOB_SAME_BITS;
                     }
-                    Run run;
-                    if (run_prepare(c, op, k, t->k_lib[ki], t->range_hi, &run)) {
-                        free(run.ws);
-                        rc = rad_err_set(e, RAD_E_NOMEM, "out of memory for %s's workspace", kname);
-                        break;
-                    }
-                    reset_work(&cs);
-                    int krc = run_kernel(c, &cs, &run, w, cs.op, cs.n_op, cs.params, cs.n_params);
-                    Err a = {0};
-                    if (krc) snprintf(row->why, sizeof row->why, "the kernel returned %s", rad_status_name(krc));
-                    else {
-                        for (int i = 0; i < cs.n_buf; i++)
-                            if (cs.buf[i].ref) compare(cs.buf[i].work, cs.buf[i].ref, cs.buf[i].rows, cs.buf[i].cols, &a);
-                        if (kind == OP_ATTN) check_append(&cs, row->why, sizeof row->why);
-                    }
-                    const int bw = k->exactness == RAD_EXACT_BITWISE;
-                    finish_row(c, row, &a, bw, k->tolerance);
-                    if (fused) { /* the same outputs against the chain */
-                        RadKbenchRow *cr = new_row(c, o, kname, blo, bhi, &cs);
-                        if (!cr) {
-                            free(run.ws);
-                            rc = rad_err_set(e, RAD_E_NOMEM, "out of memory");
-                            break;
+                    rc = try_kernel(c, &x, ki, NULL, 0, "", same ? 1 : 0, e);
+                    for (uint32_t i = 0; i < nk && !rc; i++) { /* one knob at a time, the others at their defaults */
+                        const RadKnob *kn = rad_kernel_knob(k, i);
+                        if (rad_knob_n_max(kn) && rows[ri] > rad_knob_n_max(kn)) continue; /* it does not act here */
+                        for (uint32_t v = 0; v < kn->n_values && !rc; v++) {
+                            const int64_t val = kn->values[v];
+                            if (val == kn->def) continue;
+                            /* "threads" (docs/PLUGINS.md, "Knobs"): values past the call's threads repeat its cap */
+                            if (!strcmp(kn->name, "threads") && val > (int64_t)c->kernel_threads) continue;
+                            int64_t vals[RAD_KNOB_MAX];
+                            memcpy(vals, def, nk * sizeof *vals);
+                            vals[i] = val;
+                            char kb[RAD_KBENCH_KNOBS];
+                            snprintf(kb, sizeof kb, "%s=%" PRId64, kn->name, val);
+                            rc = try_kernel(c, &x, ki, vals, nk, kb, kn->effect == RAD_KNOB_SAME_BITS ? 2 : 0, e);
                         }
-                        cr = &c->r->rows[c->r->n - 1], row = &c->r->rows[c->r->n - 2]; /* realloc moved them */
-                        snprintf(cr->check, sizeof cr->check, "chain");
-                        Err ca = {0};
-                        if (krc) snprintf(cr->why, sizeof cr->why, "the kernel returned %s", rad_status_name(krc));
-                        else if (!chain_ok) snprintf(cr->why, sizeof cr->why, "%s", chain_why);
-                        else {
-                            for (int i = 0; i < cs.n_buf; i++)
-                                if (cs.buf[i].chain) compare(cs.buf[i].work, cs.buf[i].chain, cs.buf[i].rows, cs.buf[i].cols, &ca);
-                        }
-                        finish_row(c, cr, &ca, bw && chain_bw, k->tolerance + chain_tol);
-                        if (!cr->pass && !cr->why[0])
-                            snprintf(cr->why, sizeof cr->why, "disagrees with its chain %.130s", chain_names);
                     }
-                    if (c->o->bench && !krc) {
-                        row = &c->r->rows[c->r->n - 1 - fused];
-                        time_kernel(c, &cs, &run, w, row);
-                        traffic(&cs, kind, w, n_w, k, &row->bytes, &row->flops);
-                        row->gbs = row->ns_med > 0 ? (double)row->bytes / row->ns_med : 0;
-                        row->gflops = row->ns_med > 0 ? (double)row->flops / row->ns_med : 0;
-                        row->bound_share = c->r->membw_gbs > 0 ? row->gbs / c->r->membw_gbs : 0;
-                    }
-                    free(run.ws);
                 }
+                for (int i = 0; i < MAX_BUFS; i++) free(x.base[i]);
                 case_free(&cs);
                 progress(c);
             }

@@ -14,11 +14,15 @@
 #include "libcommon/base/rad_err.h"
 #include "libcommon/runtime/rad_engine.h"
 
+#define RAD_KBENCH_KNOBS 80        /* a row's knob setting as text, with its NUL */
+
 typedef struct RadKbenchOpts {
     const char *model;             /* the container the engine opened (the reference decodes its stored bytes) */
     const char *ops;               /* fnmatch(3) glob over op names; NULL: every op */
     int quick;                     /* one row count per bucket, context lengths 17 and 300 (make test) */
     int bench;                     /* time every kernel (warm-up, repeats: median, min, max) */
+    int knobs;                     /* also run each kernel at every other value of each of its knobs, one knob at a
+                                      time (the rest at their defaults), where the knob acts (RadKnob.n_max) */
     uint32_t n_threads;            /* the reference's and the bandwidth loop's threads (0: the engine's) */
     void (*progress)(void *user, uint64_t done, uint64_t total); /* after each case; NULL: none */
     void *progress_user;
@@ -29,13 +33,17 @@ typedef struct RadKbenchRow {
     int op;                        /* the op's index in the graph */
     char op_name[32];              /* its name (the graph's, copied: the report outlives the engine) */
     char kernel[128];              /* "lib:op:variant" */
+    char knobs[RAD_KBENCH_KNOBS];  /* the knob set other than its default ("prefetch=2048"); "": the defaults */
     char check[8];                 /* "ref": against the reference; "chain": the fused op against its chain */
     int64_t bucket_lo, bucket_hi;  /* the bucket of the op's table */
     int64_t rows;                  /* the call's rows (RadKernelArgs.n) */
     char shape[12];                /* "decode", "mixed", "prefill", or "rows" for ops without phases */
     uint32_t ctx;                  /* attention: the longest sequence's context after the step; else 0 */
     int bitwise;                   /* 1: the kernel states RAD_EXACT_BITWISE (checked bit for bit) */
-    double tolerance;              /* the bound checked (0 when bitwise) */
+    int q8;                        /* 1: checked output by output against docs/OPS.md's q8-activation bound (a
+                                      RAD_EXACT_Q8ACT kernel, or a chain with one), with `tolerance` beside it */
+    double tolerance;              /* the per-row bound checked (0 when bitwise); q8: the kernel's stated per-row figure */
+    double allow_used;             /* the largest |y - ref| over what the check allows that output (pass: <= 1) */
     double max_err;                /* the largest per-row measure max_j |y-ref| / (max_j |ref| + 1e-6) */
     double mean_err;               /* the mean over elements of |y-ref| / (max_j |ref| + 1e-6) of its row */
     uint64_t n_diff;               /* elements whose bits differ from the reference */

@@ -72,6 +72,55 @@ void rad_kbench_ref_gemm(const float *x, uint64_t xs, const float *w, float *y, 
     par_rows(M, n_threads, gemm_rows, &c);
 }
 
+/* ---- the q8-activation bound ------------------------------------------------------------------ */
+
+typedef struct Q8BoundCtx {
+    const float *x, *w;
+    const double *wb;              /* [N][nb] sum over each block of |w| */
+    float *out;
+    uint64_t N, K, nb;
+} Q8BoundCtx;
+
+static void q8_bound_rows(void *c_, uint64_t r0, uint64_t r1) {
+    const Q8BoundCtx *c = c_;
+    double amax[1024];             /* K up to 32768 */
+    for (uint64_t i = r0; i < r1; i++) {
+        const float *xi = c->x + i * c->K;
+        for (uint64_t b = 0; b < c->nb; b++) {
+            double m = 0;
+            for (uint64_t k = b * 32; k < c->K && k < b * 32 + 32; k++) m = fabs((double)xi[k]) > m ? fabs((double)xi[k]) : m;
+            amax[b] = m;
+        }
+        for (uint64_t n = 0; n < c->N; n++) {
+            const float *wn = c->w + n * c->K;
+            const double *wb = c->wb + n * c->nb;
+            double q = 0, f = 0;
+            for (uint64_t b = 0; b < c->nb; b++) q += 0.563 * (amax[b] / 127.0) * wb[b];
+            for (uint64_t k = 0; k < c->K; k++) f += fabs((double)xi[k] * (double)wn[k]);
+            c->out[i * c->N + n] = nextafterf((float)(q + 1e-5 * f), INFINITY); /* rounded up: never tighter */
+        }
+    }
+}
+
+void rad_kbench_ref_q8_bound(const float *x, const float *w, float *out, uint64_t M, uint64_t N, uint64_t K,
+                             uint32_t n_threads) {
+    const uint64_t nb = (K + 31) / 32;
+    double *wb = nb <= 1024 ? malloc((size_t)(N * nb) * sizeof *wb) : NULL;
+    if (!wb) { /* no bound to give: nothing passes against it */
+        for (uint64_t i = 0; i < M * N; i++) out[i] = 0;
+        return;
+    }
+    for (uint64_t n = 0; n < N; n++)
+        for (uint64_t b = 0; b < nb; b++) {
+            double s = 0;
+            for (uint64_t k = b * 32; k < K && k < b * 32 + 32; k++) s += fabs((double)w[n * K + k]);
+            wb[n * nb + b] = s;
+        }
+    Q8BoundCtx c = {x, w, wb, out, N, K, nb};
+    par_rows(M, n_threads, q8_bound_rows, &c);
+    free(wb);
+}
+
 /* ---- rmsnorm, add, silu_mul ------------------------------------------------------------------ */
 
 typedef struct NormCtx {

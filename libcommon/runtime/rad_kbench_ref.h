@@ -14,6 +14,11 @@
 /* y[i][n] = sum_k x[i][k] * w[n][k]; x [M, K] (row stride xs), w [N, K] dense, y [M, N] (stride ys). */
 void rad_kbench_ref_gemm(const float *x, uint64_t xs, const float *w, float *y, uint64_t ys, uint64_t M, uint64_t N,
                          uint64_t K, uint32_t n_threads);
+/* docs/OPS.md's per-output bound of a q8-activation GEMM (gemm_nt, "Quantised activations"):
+ * out[i][n] = sum_b 0.563 * (amax_b(x[i]) / 127) * sum_{k in b} |w[n][k]| + 1e-5 * sum_k |x[i][k] * w[n][k]|
+ * over 32-element blocks b of K; x [M, K] dense, w [N, K] dense, out [M, N]. */
+void rad_kbench_ref_q8_bound(const float *x, const float *w, float *out, uint64_t M, uint64_t N, uint64_t K,
+                             uint32_t n_threads);
 /* out = rmsnorm(x) * gamma, row by row; out may be x. */
 void rad_kbench_ref_rmsnorm(const float *x, const float *gamma, float *out, uint64_t M, uint64_t N, double eps,
                             uint32_t n_threads);

@@ -102,6 +102,7 @@ Test(plugins, a_bad_kernel_table_is_refused_naming_the_field) {
         {"exactness", "RadKernel.exactness 7"},
         {"tol-nan", "RadKernel.tolerance nan"},
         {"tol-neg", "RadKernel.tolerance -1"},
+        {"q8-not-gemm", "kernel 1 (add:v1): RadKernel.exactness Q8ACT is for the GEMMs"},
         {"extent", "RadKernel.n_min 5, n_max 2"},
         {"kv-block", "RadKernel.kv_block_size 1073741824"},
         {"dup", "kernels 1 and 2 are both add:v1"},
@@ -118,6 +119,7 @@ Test(plugins, a_bad_kernel_table_is_refused_naming_the_field) {
         {"knob-dupval", "kernel 1 (add:v1): knob 'block': value 2 is listed twice"},
         {"knob-novalues", "kernel 1 (add:v1): knob 'block': n_values 0 is not 1..64"},
         {"knob-effect", "kernel 1 (add:v1): knob 'block': effect 5 is not SAME_BITS (0) or ARITH (1)"},
+        {"knob-nmax", "kernel 1 (add:v1): knob 'block': n_max -1 is negative (0: any rows)"},
         {"knob-arith-bitwise", "kernel 1 (add:v1): knob 'block' changes the arithmetic (ARITH) of a BITWISE kernel"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) refused("kern_bad", "RAD_TEST_BADLIB", cases[i][0], cases[i][1]);
@@ -127,7 +129,7 @@ Test(plugins, a_bad_plugin_info_is_refused_naming_the_field) {
     static const char *const cases[][2] = {
         {"info-null", "rad_plugin_info() returned NULL"},
         {"info-size", "RadPluginInfo.struct_size 4 is smaller"},
-        {"info-abi", "built for ABI 2.2, this core serves 1.0..1.2"},
+        {"info-abi", "built for ABI 2.3, this core serves 1.0..1.3"},
         {"info-minor", "built for ABI 1.99"},
         {"info-kind", "RadPluginInfo.kind 7"},
         {"info-name-null", "RadPluginInfo.name is NULL"},

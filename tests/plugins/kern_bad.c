@@ -55,14 +55,15 @@ static void build(void) {
     else if (is("exactness")) k[1].exactness = (RadExactness)7;
     else if (is("tol-nan")) k[1].exactness = RAD_EXACT_TOLERANCE, k[1].tolerance = __builtin_nan("");
     else if (is("tol-neg")) k[1].exactness = RAD_EXACT_TOLERANCE, k[1].tolerance = -1;
+    else if (is("q8-not-gemm")) k[1].exactness = RAD_EXACT_Q8ACT, k[1].tolerance = 2e-2;
     else if (is("extent")) k[1].n_min = 5, k[1].n_max = 2;
     else if (is("kv-block")) k[1].kv_block_size = 1u << 30;
     else if (is("dup")) k[2].variant = "v1";
     else if (!strncmp(mode(), "knob-", 5)) { /* ABI 1.2's knob list, wrong one way each */
         static const int64_t vals[] = {1, 2, 4}, dupv[] = {1, 2, 2};
         static RadKnob kn[2];
-        kn[0] = (RadKnob){sizeof(RadKnob), "threads", vals, 3, RAD_KNOB_SAME_BITS, 1};
-        kn[1] = (RadKnob){sizeof(RadKnob), "block", vals, 3, RAD_KNOB_SAME_BITS, 4};
+        kn[0] = (RadKnob){sizeof(RadKnob), "threads", vals, 3, RAD_KNOB_SAME_BITS, 1, 0};
+        kn[1] = (RadKnob){sizeof(RadKnob), "block", vals, 3, RAD_KNOB_SAME_BITS, 4, 0};
         k[1].knobs = kn, k[1].n_knobs = 2;
         if (is("knob-null")) k[1].knobs = NULL;
         else if (is("knob-count")) k[1].n_knobs = 99;
@@ -73,6 +74,7 @@ static void build(void) {
         else if (is("knob-dupval")) kn[1].values = dupv;
         else if (is("knob-novalues")) kn[1].n_values = 0;
         else if (is("knob-effect")) kn[1].effect = (RadKnobEffect)5;
+        else if (is("knob-nmax")) kn[1].n_max = -1;
         else if (is("knob-arith-bitwise")) kn[1].effect = RAD_KNOB_ARITH; /* k[1] is BITWISE */
     }
     else if (is("device")) lib.device = (RadDevice)9;

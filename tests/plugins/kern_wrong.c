@@ -1,10 +1,13 @@
-/* kern_wrong.c — kern_test's kernels as library 'kern_wrong', with four kernels put first (so the
+/* kern_wrong.c — kern_test's kernels as library 'kern_wrong', with kernels put first (so the
  * selector picks them) that rad-kbench must report failing by name (tests/tools/kbench_test.c):
  *   gemm_nt:offbyone     row i reads x's row i + 1 (the last row its own): right at one row only;
  *   rmsnorm:badscale     the mean square over N - 1 instead of N: a wrong scale (it serves 2 rows
  *                        and more, so at one row the add_rmsnorm chain is kern_test's right one);
  *   silu_mul:bf16        right, but rounds its output to bf16 while stating 1e-6: looser than it says;
- *   add_rmsnorm:stale    normalises the residual before adding x: disagrees with its chain. */
+ *   add_rmsnorm:stale    normalises the residual before adding x: disagrees with its chain;
+ *   gemm_nt:q4act        states RAD_EXACT_Q8ACT but quantises x to 4 bits (levels -7..7 per 32-wide
+ *                        block): over docs/OPS.md's per-output q8 bound (checked under --fast);
+ *   gemm_nt:q8act        the same kernel at 8 bits (-127..127), as the class states: it passes. */
 #define KERN_TEST_NAME "kern_wrong"
 #define KERN_TEST_DESC "kern_test with four wrong kernels preferred (rad-kbench's tests)"
 
@@ -14,12 +17,16 @@ static int wrong_gemm(const RadKernelArgs *a);
 static int wrong_rmsnorm(const RadKernelArgs *a);
 static int loose_silu_mul(const RadKernelArgs *a);
 static int stale_add_rmsnorm(const RadKernelArgs *a);
+static int q4act_gemm(const RadKernelArgs *a);
+static int q8act_gemm(const RadKernelArgs *a);
 
 #define KERN_TEST_FIRST_KERNELS                                                                                        \
     K_("gemm_nt", "offbyone", RAD_ENC_PLAIN_FLOATS, 1, 0, 0, RAD_EXACT_BITWISE, 0.0, NULL, wrong_gemm),                 \
     K_("rmsnorm", "badscale", RAD_ENC_PLAIN_FLOATS, 2, 0, 0, RAD_EXACT_BITWISE, 0.0, NULL, wrong_rmsnorm),               \
     K_("silu_mul", "bf16", 0, 1, 0, 0, RAD_EXACT_TOLERANCE, 1e-6, NULL, loose_silu_mul),                                \
-    K_("add_rmsnorm", "stale", RAD_ENC_PLAIN_FLOATS, 1, 0, 0, RAD_EXACT_BITWISE, 0.0, NULL, stale_add_rmsnorm),
+    K_("add_rmsnorm", "stale", RAD_ENC_PLAIN_FLOATS, 1, 0, 0, RAD_EXACT_BITWISE, 0.0, NULL, stale_add_rmsnorm),       \
+    K_("gemm_nt", "q4act", RAD_ENC_PLAIN_FLOATS, 1, 0, 0, RAD_EXACT_Q8ACT, 2e-2, NULL, q4act_gemm),                    \
+    K_("gemm_nt", "q8act", RAD_ENC_PLAIN_FLOATS, 1, 0, 0, RAD_EXACT_Q8ACT, 2e-2, NULL, q8act_gemm),
 
 #include "kern_test.c"
 
@@ -105,3 +112,35 @@ static int stale_add_rmsnorm(const RadKernelArgs *a) {
     }
     return RAD_OK;
 }
+
+/* y = x̂ · Wᵀ with x̂ quantised per 32-wide block to `levels` steps each side of zero (scale
+ * amax / levels kept in f32), summed in double: a q8-activation GEMM at levels 127. */
+static int qact_gemm(const RadKernelArgs *a, float levels) {
+    int rc = preamble(a, 3);
+    if (rc) return rc;
+    int64_t N, K;
+    if (!pint(a, "N", &N) || !pint(a, "K", &K) || N < 1 || K < 1 || K > 4096) return RAD_E_ARG;
+    const RadKArg *w = &a->args[0], *x = &a->args[1], *y = &a->args[2];
+    uint64_t M = (uint64_t)a->n;
+    if (!weight_ok(w, (uint64_t)N, (uint64_t)K) || !buf_ok(x, M, (uint64_t)K) || !buf_ok(y, M, (uint64_t)N)) return RAD_E_SHAPE;
+    float xq[4096];
+    for (uint64_t i = 0; i < M; i++) {
+        const float *xi = frow(x, i);
+        for (int64_t b = 0; b < K; b += 32) {
+            float amax = 0;
+            for (int64_t k = b; k < K && k < b + 32; k++) amax = fabsf(xi[k]) > amax ? fabsf(xi[k]) : amax;
+            const float d = amax / levels;
+            for (int64_t k = b; k < K && k < b + 32; k++) xq[k] = d > 0 ? rintf(xi[k] / d) * d : 0.0f;
+        }
+        float *yi = frow(y, i);
+        for (uint64_t n = 0; n < (uint64_t)N; n++) {
+            double acc = 0;
+            for (uint64_t k = 0; k < (uint64_t)K; k++) acc += (double)xq[k] * (double)wval(w, n, k);
+            yi[n] = (float)acc;
+        }
+    }
+    return RAD_OK;
+}
+
+static int q4act_gemm(const RadKernelArgs *a) { return qact_gemm(a, 7.0f); }
+static int q8act_gemm(const RadKernelArgs *a) { return qact_gemm(a, 127.0f); }

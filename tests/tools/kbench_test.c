@@ -195,6 +195,36 @@ Test(kbench, wrong_kernels_are_named_and_fail) {
     json_decref(j);
 }
 
+/* Under --fast the q8-activation class is a candidate, and is checked output by output against
+ * docs/OPS.md's bound: a kernel that says Q8ACT but quantises x to 4 bits is named; the same
+ * kernel at 8 bits passes (its outputs within the bound), as does the exact chain beside it. */
+Test(kbench, q8_activation_kernels_are_checked_per_output) {
+    char a[512];
+    snprintf(a, sizeof a, "-m %s --kernels kern_wrong --quick --max-mixed-tok 4 --max-seqs 2 --ctx 64 --fast --ops gemm_nt --json",
+             tiny);
+    int rc = kbench(a);
+    const char *err = slurp_file("err");
+    cr_assert_eq(rc, 1, "exit %d\n%s", rc, err);
+    cr_assert(strstr(err, "FAIL kern_wrong:gemm_nt:q4act bucket 1..1:") && strstr(err, "of its q8 bound"), "%s", err);
+    cr_assert_null(strstr(err, "FAIL kern_wrong:gemm_nt:q8act"), "%s", err);
+    json_error_t je;
+    json_t *j = json_loads(slurp_file("out"), 0, &je);
+    cr_assert_not_null(j, "--json: %s", je.text);
+    size_t i;
+    json_t *r;
+    int q8_pass = 0, q4_fail = 0;
+    json_array_foreach(json_object_get(j, "rows"), i, r) {
+        const char *kn = json_string_value(json_object_get(r, "kernel"));
+        const double used = json_real_value(json_object_get(r, "allowance_used"));
+        if (strcmp(kn, "kern_wrong:gemm_nt:q8act") && strcmp(kn, "kern_wrong:gemm_nt:q4act")) continue;
+        cr_assert_str_eq(json_string_value(json_object_get(r, "exactness")), "q8act");
+        if (kn[20] == '8') q8_pass += json_is_true(json_object_get(r, "pass")) && used > 0 && used <= 1;
+        else q4_fail += !json_is_true(json_object_get(r, "pass")) && used > 1;
+    }
+    cr_assert(q8_pass > 0 && q4_fail > 0, "q8act passing %d, q4act failing %d", q8_pass, q4_fail);
+    json_decref(j);
+}
+
 /* --ops picks ops by glob (a library's wrong kernels elsewhere do not fail it); usage exits 2. */
 Test(kbench, ops_glob_and_usage) {
     char a[512];

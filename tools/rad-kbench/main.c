@@ -20,7 +20,7 @@
 
 typedef struct Opts {
     const char *model, *kernels, *report, *ops;
-    int json, bench, quick, fast, deterministic, no_repack;
+    int json, bench, quick, fast, deterministic, no_repack, knobs;
     uint32_t max_tok, max_seqs, ctx, threads;
     const char *plugin_dirs[16];
     int n_plugin_dirs;
@@ -39,6 +39,8 @@ static void usage(FILE *f) {
             "  --bench              time each kernel: median, min, max, GB/s, GFLOP/s, share of the\n"
             "                       read bandwidth this machine measures (a benchmark, never a check)\n"
             "  --quick              one row count per bucket, two context lengths (make test)\n"
+            "  --knobs              also run each kernel at every value of each of its knobs (one knob at a\n"
+            "                       time, the others at their defaults), checked like the defaults\n"
             "  --max-mixed-tok N    tokens per step, as radiance (default 512)\n"
             "  --max-seqs N         sequences per step, as radiance (default 16)\n"
             "  --ctx N              context per sequence (default: the model's, capped at 8192)\n"
@@ -64,12 +66,13 @@ static int num(const char *flag, const char *s, double lo, double hi, uint32_t *
 
 /* 0 ok, 2 usage (printed), -1 help. */
 static int parse(int argc, char **argv, Opts *o) {
-    enum { KERNELS = 256, REPORT, JSON, OPS, BENCH, QUICK, MAXTOK, MAXSEQS, CTX, THREADS, FAST, DET, NOREPACK, PDIR };
+    enum { KERNELS = 256, REPORT, JSON, OPS, BENCH, QUICK, KNOBS, MAXTOK, MAXSEQS, CTX, THREADS, FAST, DET, NOREPACK, PDIR };
     static const struct option lo[] = {
         {"model", required_argument, 0, 'm'},      {"kernels", required_argument, 0, KERNELS},
         {"report", required_argument, 0, REPORT},  {"json", no_argument, 0, JSON},
         {"ops", required_argument, 0, OPS},        {"bench", no_argument, 0, BENCH},
         {"quick", no_argument, 0, QUICK},          {"max-mixed-tok", required_argument, 0, MAXTOK},
+        {"knobs", no_argument, 0, KNOBS},
         {"max-seqs", required_argument, 0, MAXSEQS}, {"ctx", required_argument, 0, CTX},
         {"threads", required_argument, 0, THREADS}, {"fast", no_argument, 0, FAST},
         {"deterministic", no_argument, 0, DET},    {"no-repack", no_argument, 0, NOREPACK},
@@ -86,6 +89,7 @@ static int parse(int argc, char **argv, Opts *o) {
         case OPS: o->ops = optarg; break;
         case BENCH: o->bench = 1; break;
         case QUICK: o->quick = 1; break;
+        case KNOBS: o->knobs = 1; break;
         case MAXTOK: if (!num("--max-mixed-tok", optarg, 1, 1 << 20, &o->max_tok)) return 2; break;
         case MAXSEQS: if (!num("--max-seqs", optarg, 1, 4096, &o->max_seqs)) return 2; break;
         case CTX: if (!num("--ctx", optarg, 16, 1 << 20, &o->ctx)) return 2; break;
@@ -118,10 +122,12 @@ typedef struct Line {
     int n;                         /* rows (layers) */
     int n_fail;
     double max_err, mean_sum, ns_sum, gbs_sum, gflops_sum, share_sum;
+    double use_max;                /* the largest share of its allowance an output used */
 } Line;
 
 static int same_line(const RadKbenchRow *a, const RadKbenchRow *b) {
-    return strcmp(a->op_name, b->op_name) == 0 && strcmp(a->kernel, b->kernel) == 0 && strcmp(a->check, b->check) == 0 &&
+    return strcmp(a->op_name, b->op_name) == 0 && strcmp(a->kernel, b->kernel) == 0 && strcmp(a->knobs, b->knobs) == 0 &&
+           strcmp(a->check, b->check) == 0 &&
            a->bucket_lo == b->bucket_lo && a->rows == b->rows && strcmp(a->shape, b->shape) == 0 && a->ctx == b->ctx;
 }
 
@@ -137,6 +143,7 @@ static Line *group(const RadKbenchReport *r, int *n_lines) {
         Line *g = &l[j];
         g->n++, g->n_fail += !x->pass;
         if (x->max_err > g->max_err) g->max_err = x->max_err;
+        if (x->allow_used > g->use_max) g->use_max = x->allow_used;
         g->mean_sum += x->mean_err, g->ns_sum += x->ns_med, g->gbs_sum += x->gbs, g->gflops_sum += x->gflops;
         g->share_sum += x->bound_share;
     }
@@ -153,14 +160,15 @@ static void md_line(FILE *f, const Opts *o, const RadKbenchReport *r, const Line
     const RadKbenchRow *x = &r->rows[g->first];
     char tol[32], ctx[16];
     if (x->bitwise) snprintf(tol, sizeof tol, "bitwise");
+    else if (x->q8) snprintf(tol, sizeof tol, "q8 bound (%.0f%%)", 100 * g->use_max);
     else snprintf(tol, sizeof tol, "%.0e", x->tolerance);
     if (x->ctx) snprintf(ctx, sizeof ctx, "%u", x->ctx);
     else snprintf(ctx, sizeof ctx, "-");
     char pass[32];
     if (g->n_fail) snprintf(pass, sizeof pass, "**FAIL** (%d)", g->n_fail);
     else snprintf(pass, sizeof pass, "yes");
-    fprintf(f, "| %s | %s | %" PRId64 "..%" PRId64 " | %" PRId64 " | %s | %s | %d | %.2e | %.2e | %s | %s |", x->kernel,
-            x->check, x->bucket_lo, x->bucket_hi, x->rows, x->shape, ctx, g->n, g->max_err, g->mean_sum / g->n,
+    fprintf(f, "| %s%s%s | %s | %" PRId64 "..%" PRId64 " | %" PRId64 " | %s | %s | %d | %.2e | %.2e | %s | %s |", x->kernel,
+            x->knobs[0] ? " " : "", x->knobs, x->check, x->bucket_lo, x->bucket_hi, x->rows, x->shape, ctx, g->n, g->max_err, g->mean_sum / g->n,
             tol, pass);
     if (o->bench) {
         char t[32];
@@ -182,7 +190,8 @@ static void markdown(FILE *f, const Opts *o, const RadKbenchReport *r) {
             o->quick ? " Quick mode." : "");
     fprintf(f, "Each kernel is compared with docs/OPS.md's f32 reference on the container's weights: bit for bit when it "
                "states `bitwise`, else by the per-row measure max_j |y-ref| / (max_j |ref| + 1e-6) within its stated "
-               "tolerance. `chain` rows compare a fused kernel with its `replaces` chain on the selected kernels. "
+               "tolerance; a q8-activation kernel (`q8 bound`) output by output within docs/OPS.md's bound, with the "
+               "largest share of it used. `chain` rows compare a fused kernel with its `replaces` chain on the selected kernels. "
                "Rows over several layers show the worst max error and the mean of the means.\n\n");
     if (o->bench)
         fprintf(f, "Timing: median per call over repeats after a warm-up (mean over layers); the bound is this machine's "
@@ -206,7 +215,7 @@ static void markdown(FILE *f, const Opts *o, const RadKbenchReport *r) {
             int any = 0;
             for (int j = i; j < n_lines; j++) {
                 const RadKbenchRow *y = &r->rows[l[j].first];
-                if (strcmp(y->op_name, x->op_name) || y->rows != 1 || strcmp(y->check, "ref")) continue;
+                if (strcmp(y->op_name, x->op_name) || y->rows != 1 || strcmp(y->check, "ref") || y->knobs[0]) continue;
                 char at[24] = "";
                 if (y->ctx) snprintf(at, sizeof at, " (context %u)", y->ctx);
                 fprintf(f, "%s %s%s %.0f%%", any++ ? "," : "\nShare of the bound at one row:", y->kernel, at,
@@ -222,9 +231,9 @@ static void markdown(FILE *f, const Opts *o, const RadKbenchReport *r) {
         for (int i = 0; i < r->n; i++) {
             const RadKbenchRow *x = &r->rows[i];
             if (x->pass) continue;
-            fprintf(f, "| #%d %s | %s | %s | %" PRId64 "..%" PRId64 " | %" PRId64 " | %s | %u | %.2e | %s%.0e | %s |\n", x->op,
-                    x->op_name, x->kernel, x->check, x->bucket_lo, x->bucket_hi, x->rows, x->shape, x->ctx, x->max_err,
-                    x->bitwise ? "bitwise " : "", x->tolerance, x->why[0] ? x->why : "over the tolerance");
+            fprintf(f, "| #%d %s | %s%s%s | %s | %" PRId64 "..%" PRId64 " | %" PRId64 " | %s | %u | %.2e | %s%.0e | %s |\n", x->op,
+                    x->op_name, x->kernel, x->knobs[0] ? " " : "", x->knobs, x->check, x->bucket_lo, x->bucket_hi, x->rows, x->shape, x->ctx, x->max_err,
+                    x->bitwise ? "bitwise " : "", x->tolerance, x->why[0] ? x->why : x->q8 ? "over its q8 bound" : "over the tolerance");
         }
     }
     if (r->n_skipped) fprintf(f, "\nNo reference here (not checked): %s.\n", r->skipped);
@@ -236,6 +245,7 @@ static json_t *to_json(const Opts *o, const RadKbenchReport *r) {
     json_object_set_new(root, "kernels", o->kernels ? json_string(o->kernels) : json_null());
     json_object_set_new(root, "threads", json_integer(r->n_threads));
     json_object_set_new(root, "quick", json_boolean(o->quick));
+    json_object_set_new(root, "knobs", json_boolean(o->knobs));
     json_object_set_new(root, "membw_gbs", o->bench ? json_real(r->membw_gbs) : json_null());
     json_t *sum = json_object();
     json_object_set_new(sum, "checks", json_integer(r->n));
@@ -249,6 +259,7 @@ static json_t *to_json(const Opts *o, const RadKbenchReport *r) {
         json_object_set_new(j, "op", json_string(x->op_name));
         json_object_set_new(j, "op_index", json_integer(x->op));
         json_object_set_new(j, "kernel", json_string(x->kernel));
+        json_object_set_new(j, "knobs", json_string(x->knobs));
         json_object_set_new(j, "check", json_string(x->check));
         json_array_append_new(b, json_integer(x->bucket_lo));
         json_array_append_new(b, json_integer(x->bucket_hi));
@@ -256,7 +267,8 @@ static json_t *to_json(const Opts *o, const RadKbenchReport *r) {
         json_object_set_new(j, "rows", json_integer(x->rows));
         json_object_set_new(j, "shape", json_string(x->shape));
         json_object_set_new(j, "ctx", json_integer(x->ctx));
-        json_object_set_new(j, "exactness", json_string(x->bitwise ? "bitwise" : "tolerance"));
+        json_object_set_new(j, "exactness", json_string(x->bitwise ? "bitwise" : x->q8 ? "q8act" : "tolerance"));
+        json_object_set_new(j, "allowance_used", json_real(x->allow_used));
         json_object_set_new(j, "tolerance", json_real(x->tolerance));
         json_object_set_new(j, "max_err", json_real(x->max_err));
         json_object_set_new(j, "mean_err", json_real(x->mean_err));
@@ -287,25 +299,26 @@ static void name_failures(const RadKbenchReport *r) {
         int seen = 0;
         for (int j = 0; j < i && !seen; j++) {
             const RadKbenchRow *y = &r->rows[j];
-            seen = !y->pass && strcmp(y->kernel, x->kernel) == 0 && strcmp(y->check, x->check) == 0 &&
-                   y->bucket_lo == x->bucket_lo;
+            seen = !y->pass && strcmp(y->kernel, x->kernel) == 0 && strcmp(y->knobs, x->knobs) == 0 &&
+                   strcmp(y->check, x->check) == 0 && y->bucket_lo == x->bucket_lo;
         }
         if (seen) continue;
         const RadKbenchRow *w = x;
         for (int j = i + 1; j < r->n; j++) {
             const RadKbenchRow *y = &r->rows[j];
-            if (!y->pass && strcmp(y->kernel, x->kernel) == 0 && strcmp(y->check, x->check) == 0 &&
-                y->bucket_lo == x->bucket_lo && y->max_err > w->max_err)
+            if (!y->pass && strcmp(y->kernel, x->kernel) == 0 && strcmp(y->knobs, x->knobs) == 0 &&
+                strcmp(y->check, x->check) == 0 && y->bucket_lo == x->bucket_lo && (y->bitwise ? y->max_err > w->max_err : y->allow_used > w->allow_used))
                 w = y;
         }
         char tol[40];
         if (w->bitwise) snprintf(tol, sizeof tol, "bitwise (%" PRIu64 " elements differ)", w->n_diff);
+        else if (w->q8) snprintf(tol, sizeof tol, "an output at %.0f%% of its q8 bound", 100 * w->allow_used);
         else snprintf(tol, sizeof tol, "tolerance %.0e", w->tolerance);
         char shape[48] = "";
         if (w->ctx) snprintf(shape, sizeof shape, " (%s, context %u)", w->shape, w->ctx);
-        fprintf(stderr, "rad-kbench: FAIL %s bucket %" PRId64 "..%" PRId64 "%s: max err %.2e, %s; op #%d '%s', %" PRId64
+        fprintf(stderr, "rad-kbench: FAIL %s%s%s bucket %" PRId64 "..%" PRId64 "%s: max err %.2e, %s; op #%d '%s', %" PRId64
                         " rows%s%s%s\n",
-                w->kernel, w->bucket_lo, w->bucket_hi, strcmp(w->check, "chain") ? "" : " against its chain", w->max_err,
+                w->kernel, w->knobs[0] ? " " : "", w->knobs, w->bucket_lo, w->bucket_hi, strcmp(w->check, "chain") ? "" : " against its chain", w->max_err,
                 tol, w->op, w->op_name, w->rows, shape, w->why[0] ? ": " : "", w->why);
     }
 }
@@ -333,7 +346,7 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    RadKbenchOpts ko = {.model = o.model, .ops = o.ops, .quick = o.quick, .bench = o.bench, .n_threads = o.threads,
+    RadKbenchOpts ko = {.model = o.model, .ops = o.ops, .quick = o.quick, .bench = o.bench, .knobs = o.knobs, .n_threads = o.threads,
                         .progress = isatty(2) ? rad_kbench_progress_bar : NULL};
     RadKbenchReport r;
     rc = rad_kbench_run(en, &ko, &r, &e);
