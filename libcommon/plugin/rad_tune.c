@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "libcommon/base/rad_num.h"
@@ -231,6 +232,9 @@ int rad_tune_write_file(const RadTuneTable *t, const char *path, RadErr *e) {
         return rad_err_set(e, RAD_E_ARG, "%s: path too long", path);
     int fd = mkstemp(tmp);
     if (fd < 0) return rad_err_set(e, RAD_E_IO, "%s: cannot create a temporary beside it: %s", path, strerror(errno));
+    const mode_t um = umask(0);
+    umask(um);
+    (void)fchmod(fd, 0666 & ~um); /* a table is not a secret: the mode a plain file gets, not mkstemp's 0600 */
     FILE *f = fdopen(fd, "w");
     if (!f) {
         close(fd);

@@ -882,6 +882,7 @@ static int bucket_rows(int64_t lo, int64_t hi, int quick, int64_t *out) {
 
 static int op_selected(const Kb *c, const RadGOp *op) {
     if (op->declined || !rad_select_served(&op->sel)) return 0;
+    if (c->o->op_mask && !c->o->op_mask[op - c->g->ops]) return 0;
     return !c->o->ops || fnmatch(c->o->ops, op->op, 0) == 0;
 }
 
@@ -1084,7 +1085,9 @@ int rad_kbench_run(RadEngine *en, const RadKbenchOpts *o, RadKbenchReport *r, Ra
     for (int i = 0; i < c.g->n_ops && !rc; i++) {
         if (!op_selected(&c, &c.g->ops[i]) || op_kind(c.g->ops[i].op) == OP_NONE) continue;
         r->n_ops++;
+        const int first = r->n;
         rc = check_op(&c, i, e);
+        if (!rc && o->on_op) o->on_op(o->on_op_user, r, first, i);
     }
     rad_model_free(&c.m);
     return rc;

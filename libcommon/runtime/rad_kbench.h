@@ -16,6 +16,8 @@
 
 #define RAD_KBENCH_KNOBS 80        /* a row's knob setting as text, with its NUL */
 
+struct RadKbenchReport;
+
 typedef struct RadKbenchOpts {
     const char *model;             /* the container the engine opened (the reference decodes its stored bytes) */
     const char *ops;               /* fnmatch(3) glob over op names; NULL: every op */
@@ -26,6 +28,10 @@ typedef struct RadKbenchOpts {
     uint32_t n_threads;            /* the reference's and the bandwidth loop's threads (0: the engine's) */
     void (*progress)(void *user, uint64_t done, uint64_t total); /* after each case; NULL: none */
     void *progress_user;
+    const uint8_t *op_mask;        /* [the graph's n_ops] 0: skip op i (as if --ops left it out); NULL: every op */
+    /* after each op's checks, its rows r->rows[first, r->n) (rad-tune journals them); NULL: none */
+    void (*on_op)(void *user, const struct RadKbenchReport *r, int first, int op);
+    void *on_op_user;
 } RadKbenchOpts;
 
 /* One check: a kernel on one case of one op. */

@@ -6,6 +6,7 @@
  * default model. Timing (--bench) is never asserted. */
 #include <criterion/criterion.h>
 #include <jansson.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "libcommon/format/rad_container.h"
+#include "libcommon/plugin/rad_tune.h"
 
 #include "tests/test_util.h"
 #include "tests/tiny_llama.h"
@@ -297,5 +299,131 @@ Test(kbench, rad_tune_writes_a_table_radiance_follows) {
     snprintf(a, sizeof a, "%s/rad-tune -m %s/s.rad >%s/out 2>%s/err", build(), dir, dir, dir);
     st = system(a);
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2 && strstr(slurp_file("err"), "-o OUT.tune is required"), "%s",
+              slurp_file("err"));
+}
+
+/* rad-tune with args on the tiny Llama (libref, the step bounds below); exit status; out/err. */
+static int tune_tiny(const char *args) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s/rad-tune --plugin-dir %s/plugins -m %s --kernels ref --quick --max-mixed-tok 16 --max-seqs 4 "
+             "--ctx 320 %s >%s/out 2>%s/err", build(), build(), tiny, args, dir, dir);
+    int st = system(cmd);
+    cr_assert(WIFEXITED(st), "%s: killed", cmd);
+    return WEXITSTATUS(st);
+}
+
+static int file_has(const char *path, const char *s) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    static char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return strstr(buf, s) != NULL;
+}
+
+/* Killed after its first op, rad-tune leaves OUT.partial; the next run takes the finished ops
+ * from it and measures the rest, and the table has every entry a whole run writes. A line that
+ * is not the journal's is refused naming it; a journal of other options is measured again. */
+Test(kbench, rad_tune_resumes_after_a_kill) {
+    char out[256], part[300], cmd[1024];
+    snprintf(out, sizeof out, "%s/r.tune", dir);
+    snprintf(part, sizeof part, "%s.partial", out);
+    cr_assert_eq(tune_tiny("--restart -o /dev/null/x --json"), 1); /* cannot write the journal: named, exit 1 */
+    cr_assert(strstr(slurp_file("err"), "/dev/null/x.partial"), "%s", slurp_file("err"));
+    char whole[300];
+    snprintf(whole, sizeof whole, "--json -o %s/whole.tune", dir);
+    cr_assert_eq(tune_tiny(whole), 0, "%s", slurp_file("err"));
+    json_error_t je;
+    json_t *jw = json_loads(slurp_file("out"), 0, &je);
+    cr_assert_not_null(jw, "--json: %s", je.text);
+    const json_int_t entries = json_integer_value(json_object_get(jw, "entries"));
+    cr_assert(entries > 0 && json_integer_value(json_object_get(jw, "ops_resumed")) == 0);
+    json_decref(jw);
+
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        snprintf(cmd, sizeof cmd, "exec %s/rad-tune --plugin-dir %s/plugins -m %s --kernels ref --quick --max-mixed-tok 16 "
+                 "--max-seqs 4 --ctx 320 -o %s >/dev/null 2>&1", build(), build(), tiny, out);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    int seen = 0;
+    for (int i = 0; i < 200000 && !seen; i++) { /* until its first op is journaled */
+        seen = file_has(part, "\ndone op=");
+        if (!seen) usleep(500);
+    }
+    kill(pid, SIGKILL);
+    int st;
+    waitpid(pid, &st, 0);
+    cr_assert(seen, "no journal appeared at %s", part);
+    cr_assert(access(out, F_OK) != 0, "the run finished before the kill: the test did not test resuming");
+    cr_assert(file_has(part, "radiance-tune-partial 1\n"), "a journal's head");
+
+    /* a line the journal does not have: refused by name and line */
+    snprintf(cmd, sizeof cmd, "cp %s %s.keep && printf 'garbage\\n' >> %s", part, part, part);
+    cr_assert_eq(system(cmd), 0);
+    char o_arg[300];
+    snprintf(o_arg, sizeof o_arg, "-o %s", out);
+    cr_assert_eq(tune_tiny(o_arg), 1);
+    cr_assert(strstr(slurp_file("err"), ".partial:") && strstr(slurp_file("err"), "not a line of rad-tune's journal"), "%s",
+              slurp_file("err"));
+    /* a torn last line (no newline) is what a kill leaves: taken, its op measured again */
+    snprintf(cmd, sizeof cmd, "cp %s.keep %s && printf 'row op=1 bucket=1..1 che' >> %s", part, part, part);
+    cr_assert_eq(system(cmd), 0);
+    snprintf(o_arg, sizeof o_arg, "-o %s --json", out);
+    cr_assert_eq(tune_tiny(o_arg), 0, "%s", slurp_file("err"));
+    cr_assert(strstr(slurp_file("err"), "ops already measured, resuming"), "%s", slurp_file("err"));
+    json_t *jr = json_loads(slurp_file("out"), 0, &je);
+    cr_assert_not_null(jr, "--json: %s", je.text);
+    cr_assert(json_integer_value(json_object_get(jr, "ops_resumed")) > 0);
+    cr_assert_eq(json_integer_value(json_object_get(jr, "entries")), entries, "a resumed table has a whole run's entries");
+    json_decref(jr);
+    cr_assert(access(part, F_OK) != 0, "the journal is removed once the table is written");
+    RadTuneTable t;
+    RadErr e = {0};
+    cr_assert_eq(rad_tune_read(out, &t, &e), RAD_OK, "%s", e.msg);
+    rad_tune_free(&t);
+
+    /* a journal of other options (here --no-knobs) is not taken */
+    snprintf(cmd, sizeof cmd, "cp %s.keep %s", part, part);
+    cr_assert_eq(system(cmd), 0);
+    snprintf(o_arg, sizeof o_arg, "-o %s --no-knobs", out);
+    cr_assert_eq(tune_tiny(o_arg), 0, "%s", slurp_file("err"));
+    cr_assert(strstr(slurp_file("err"), "is from another run") && !strstr(slurp_file("err"), "resuming"), "%s", slurp_file("err"));
+}
+
+/* The knob sweep runs each kernel at its other knob values (more checks than --no-knobs), and
+ * radiance --debug-graph under the server's step bounds shows the table's choices. */
+Test(kbench, rad_tune_sweeps_knobs_and_the_server_plan_follows) {
+    char a[1024];
+    snprintf(a, sizeof a, "--json --no-knobs -o %s/n.tune", dir);
+    cr_assert_eq(tune_tiny(a), 0, "%s", slurp_file("err"));
+    json_error_t je;
+    json_t *j = json_loads(slurp_file("out"), 0, &je);
+    cr_assert_not_null(j, "--json: %s", je.text);
+    const json_int_t plain = json_integer_value(json_object_get(j, "checks"));
+    cr_assert(json_is_false(json_object_get(j, "knobs")));
+    json_decref(j);
+    snprintf(a, sizeof a, "--json -o %s/k.tune", dir);
+    cr_assert_eq(tune_tiny(a), 0, "%s", slurp_file("err"));
+    j = json_loads(slurp_file("out"), 0, &je);
+    cr_assert_not_null(j, "--json: %s", je.text);
+    static const char *keys[] = {"output", "model", "entries", "differ_from_default", "ops_checked", "ops_resumed", "checks",
+                                 "checks_failed", "knobs", "quick", "max_tolerance", "seconds", "changed"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) cr_assert_not_null(json_object_get(j, keys[i]), "%s", keys[i]);
+    cr_assert_gt(json_integer_value(json_object_get(j, "checks")), plain, "the knob values were not run");
+    json_decref(j);
+    snprintf(a, sizeof a, "%s/radiance --plugin-dir %s/plugins --model %s --kernels ref --max-seqs 4 --max-mixed-tok 16 --ctx 320 "
+             "--tune %s/k.tune --debug-graph >%s/out 2>%s/err", build(), build(), tiny, dir, dir, dir);
+    int st = system(a);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "radiance --tune: status %d\n%s", st, slurp_file("err"));
+    cr_assert(strstr(slurp_file("out"), "(from the table, line "), "%s", slurp_file("out"));
+    /* the same table under the one-shot plan (one sequence, 512 tokens) is another option set: refused by name */
+    snprintf(a, sizeof a, "%s/radiance --plugin-dir %s/plugins --model %s --kernels ref --ctx 320 --tune %s/k.tune --debug-graph "
+             ">%s/out 2>%s/err", build(), build(), tiny, dir, dir, dir);
+    st = system(a);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) != 0 && strstr(slurp_file("err"), "max_tok"), "status %d\n%s", st,
               slurp_file("err"));
 }

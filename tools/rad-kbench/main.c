@@ -22,6 +22,8 @@ typedef struct Opts {
     const char *model, *kernels, *report, *ops;
     int json, bench, quick, fast, deterministic, no_repack, knobs;
     uint32_t max_tok, max_seqs, ctx, threads;
+    double tolerance;              /* --max-tolerance (--fast: 2e-2; 0: not given) */
+    RadDType kv_dtype;
     const char *plugin_dirs[16];
     int n_plugin_dirs;
 } Opts;
@@ -46,6 +48,8 @@ static void usage(FILE *f) {
             "  --ctx N              context per sequence (default: the model's, capped at 8192)\n"
             "  --threads N          kernel and reference threads (default: all cores)\n"
             "  --fast               allow kernels within 2e-2 of the reference (radiance --fast)\n"
+            "  --max-tolerance T    allow kernels within T (radiance --max-tolerance; default 1e-3)\n"
+            "  --kv-type T          the KV cache's type, as radiance: f32 (default), f16, bf16\n"
             "  --deterministic      batch-invariant kernels first (radiance --deterministic)\n"
             "  --no-repack          keep every weight in its stored layout (radiance --no-repack)\n"
             "  --plugin-dir DIR     look for plugins in DIR first (repeatable)\n"
@@ -66,7 +70,7 @@ static int num(const char *flag, const char *s, double lo, double hi, uint32_t *
 
 /* 0 ok, 2 usage (printed), -1 help. */
 static int parse(int argc, char **argv, Opts *o) {
-    enum { KERNELS = 256, REPORT, JSON, OPS, BENCH, QUICK, KNOBS, MAXTOK, MAXSEQS, CTX, THREADS, FAST, DET, NOREPACK, PDIR };
+    enum { KERNELS = 256, REPORT, JSON, OPS, BENCH, QUICK, KNOBS, MAXTOK, MAXSEQS, CTX, THREADS, FAST, DET, NOREPACK, PDIR, MAXTOL, KVTYPE };
     static const struct option lo[] = {
         {"model", required_argument, 0, 'm'},      {"kernels", required_argument, 0, KERNELS},
         {"report", required_argument, 0, REPORT},  {"json", no_argument, 0, JSON},
@@ -77,6 +81,8 @@ static int parse(int argc, char **argv, Opts *o) {
         {"threads", required_argument, 0, THREADS}, {"fast", no_argument, 0, FAST},
         {"deterministic", no_argument, 0, DET},    {"no-repack", no_argument, 0, NOREPACK},
         {"plugin-dir", required_argument, 0, PDIR}, {"help", no_argument, 0, 'h'},
+        {"max-tolerance", required_argument, 0, MAXTOL}, {"tolerance", required_argument, 0, MAXTOL},
+        {"kv-type", required_argument, 0, KVTYPE},
         {0, 0, 0, 0}};
     int c;
     opterr = 0;
@@ -95,6 +101,18 @@ static int parse(int argc, char **argv, Opts *o) {
         case CTX: if (!num("--ctx", optarg, 16, 1 << 20, &o->ctx)) return 2; break;
         case THREADS: if (!num("--threads", optarg, 1, 1024, &o->threads)) return 2; break;
         case FAST: o->fast = 1; break;
+        case MAXTOL: {
+            RadErr e = {0};
+            if (rad_num_f64("--max-tolerance", optarg, 1e-9, 1, 0, &o->tolerance, &e))
+                return fprintf(stderr, "rad-kbench: %s\n", e.msg), 2;
+            break;
+        }
+        case KVTYPE:
+            if (!strcmp(optarg, "f32")) o->kv_dtype = RAD_F32;
+            else if (!strcmp(optarg, "f16")) o->kv_dtype = RAD_F16;
+            else if (!strcmp(optarg, "bf16")) o->kv_dtype = RAD_BF16;
+            else return fprintf(stderr, "rad-kbench: --kv-type: '%s' is not f32, f16 or bf16\n", optarg), 2;
+            break;
         case DET: o->deterministic = 1; break;
         case NOREPACK: o->no_repack = 1; break;
         case PDIR:
@@ -110,6 +128,9 @@ static int parse(int argc, char **argv, Opts *o) {
     }
     if (optind < argc) return fprintf(stderr, "rad-kbench: %s: unexpected argument\n", argv[optind]), 2;
     if (!o->model) return fprintf(stderr, "rad-kbench: -m MODEL.rad is required (--help)\n"), 2;
+    if (o->fast && o->tolerance && o->tolerance != RAD_SELECT_FAST_TOLERANCE)
+        return fprintf(stderr, "rad-kbench: --fast is --max-tolerance %g: give one of them\n", RAD_SELECT_FAST_TOLERANCE), 2;
+    if (o->fast) o->tolerance = RAD_SELECT_FAST_TOLERANCE;
     return 0;
 }
 
@@ -184,10 +205,11 @@ static void md_line(FILE *f, const Opts *o, const RadKbenchReport *r, const Line
 
 static void markdown(FILE *f, const Opts *o, const RadKbenchReport *r) {
     fprintf(f, "# rad-kbench: %s\n\n", o->model);
-    fprintf(f, "Libraries: %s. Step bounds: %u tokens, %u sequences, context %s. Threads: %u.%s%s\n\n",
+    fprintf(f, "Libraries: %s. Step bounds: %u tokens, %u sequences, context %s. Threads: %u. Kernels within %g%s.%s%s\n\n",
             o->kernels ? o->kernels : "all installed", o->max_tok ? o->max_tok : RAD_SERVE_MAX_TOK, o->max_seqs ? o->max_seqs : RAD_SERVE_MAX_SEQS,
-            o->ctx ? "as given" : "the model's (capped at 8192)", r->n_threads, o->fast ? " --fast." : "",
-            o->quick ? " Quick mode." : "");
+            o->ctx ? "as given" : "the model's (capped at 8192)", r->n_threads,
+            o->tolerance ? o->tolerance : RAD_SELECT_DEFAULT_TOLERANCE, o->fast ? " (--fast)" : "",
+            o->knobs ? " Every knob value too." : "", o->quick ? " Quick mode." : "");
     fprintf(f, "Each kernel is compared with docs/OPS.md's f32 reference on the container's weights: bit for bit when it "
                "states `bitwise`, else by the per-row measure max_j |y-ref| / (max_j |ref| + 1e-6) within its stated "
                "tolerance; a q8-activation kernel (`q8 bound`) output by output within docs/OPS.md's bound, with the "
@@ -332,7 +354,8 @@ int main(int argc, char **argv) {
     RadEngineOpts eo = {.model = o.model, .plugin_dirs = o.plugin_dirs, .n_plugin_dirs = o.n_plugin_dirs,
                         .kernels = o.kernels, .n_threads = o.threads, .max_tok = o.max_tok ? o.max_tok : RAD_SERVE_MAX_TOK,
                         .max_seqs = o.max_seqs ? o.max_seqs : RAD_SERVE_MAX_SEQS, .max_ctx = o.ctx, .deterministic = o.deterministic,
-                        .max_tolerance = o.fast ? RAD_SELECT_FAST_TOLERANCE : RAD_SELECT_DEFAULT_TOLERANCE, .no_repack = o.no_repack};
+                        .max_tolerance = o.tolerance ? o.tolerance : RAD_SELECT_DEFAULT_TOLERANCE, .no_repack = o.no_repack,
+                        .kv_dtype = o.kv_dtype};
     RadErr e = {0};
     RadEngine *en = NULL;
     if ((rc = rad_engine_open(&en, &eo, &e))) return fprintf(stderr, "rad-kbench: %s\n", e.msg), 1;

@@ -25,7 +25,8 @@ static void usage(FILE *f) {
             "       radiance --model M.rad -p TEXT [options]     one-shot generation, streamed to stdout\n"
             "       radiance --model M.rad --chat [options]      interactive chat in the model's chat format\n"
             "       radiance --model M.rad --tokenize|--detokenize   text on stdin -> ids, or ids -> text\n"
-            "       radiance --model M.rad --debug-graph|--debug-placement\n"
+            "       radiance --model M.rad --debug-graph|--debug-placement   the plan one-shot runs; with\n"
+            "                  --max-seqs/--max-mixed-tok, the one the server makes under them\n"
             "  -n N               tokens to generate (default 128)\n"
             "  --temp T           temperature (0: greedy; default 0)\n"
             "  --top-k K, --top-p P, --min-p P, --repeat-penalty R, --presence-penalty P, --frequency-penalty P\n"
@@ -49,6 +50,7 @@ static void usage(FILE *f) {
             "                     pack the weights only it reads (libref: q4_1 under --fast) at load\n"
             "  --fast             allow kernels within 2e-2 of the reference (quantised GEMMs quantise\n"
             "                     activations to q8, as llama.cpp does); default: within 1e-3\n"
+            "  --max-tolerance T  allow kernels whose stated tolerance is within T (--fast is 2e-2)\n"
             "  --chat-special-tokens  in chat messages (--chat and /v1/chat/completions), text that spells a\n"
             "                     control token (<|im_end|>) is that token; default: message content is text\n"
             "server:\n"
@@ -95,7 +97,7 @@ static int parse_ids(const char *what, const char *s, int32_t **ids, size_t *n, 
 static int parse_args(int argc, char **argv, Opts *o) {
     enum { TEMP = 256, TOPK, TOPP, MINP, REP, PRES, FREQ, SEED, THREADS, CTX, BATCH, KERNELS, PDIR, IDS, TOKENIZE,
            DETOK, CHAT, DGRAPH, DPLACE, PIDS, DET, FAST, HOST, PORT, APIKEY, SNAME, MAXBODY, MAXHDR, MAXCONNS,
-           IDLE, MAXSEQS, MAXMIXED, MAXQUEUE, NOPREFIX, DRAIN, KVBLOCKS, PROFILE, MMAPW, KVTYPE, NOREPACK, NOVERIFY, CHATSPECIAL, HDRTIME, BODYTIME, DEFMAXTOK, TUNE, TUNEIGN };
+           IDLE, MAXSEQS, MAXMIXED, MAXQUEUE, NOPREFIX, DRAIN, KVBLOCKS, PROFILE, MMAPW, KVTYPE, NOREPACK, NOVERIFY, CHATSPECIAL, HDRTIME, BODYTIME, DEFMAXTOK, TUNE, TUNEIGN, MAXTOL };
     static const struct option lo[] = {
         {"model", required_argument, 0, 'm'}, {"prompt", required_argument, 0, 'p'}, {"temp", required_argument, 0, TEMP},
         {"top-k", required_argument, 0, TOPK}, {"top-p", required_argument, 0, TOPP}, {"min-p", required_argument, 0, MINP},
@@ -107,7 +109,7 @@ static int parse_args(int argc, char **argv, Opts *o) {
         {"tokenize", no_argument, 0, TOKENIZE}, {"detokenize", no_argument, 0, DETOK}, {"chat", no_argument, 0, CHAT},
         {"chat-special-tokens", no_argument, 0, CHATSPECIAL},
         {"debug-graph", no_argument, 0, DGRAPH}, {"debug-placement", no_argument, 0, DPLACE}, {"print-ids", no_argument, 0, PIDS},
-        {"deterministic", no_argument, 0, DET}, {"fast", no_argument, 0, FAST}, {"profile", no_argument, 0, PROFILE}, {"mmap", no_argument, 0, MMAPW}, {"no-repack", no_argument, 0, NOREPACK}, {"no-verify", no_argument, 0, NOVERIFY}, {"kv-type", required_argument, 0, KVTYPE}, {"help", no_argument, 0, 'h'},
+        {"deterministic", no_argument, 0, DET}, {"fast", no_argument, 0, FAST}, {"max-tolerance", required_argument, 0, MAXTOL}, {"profile", no_argument, 0, PROFILE}, {"mmap", no_argument, 0, MMAPW}, {"no-repack", no_argument, 0, NOREPACK}, {"no-verify", no_argument, 0, NOVERIFY}, {"kv-type", required_argument, 0, KVTYPE}, {"help", no_argument, 0, 'h'},
         {"host", required_argument, 0, HOST}, {"port", required_argument, 0, PORT}, {"api-key", required_argument, 0, APIKEY},
         {"served-model-name", required_argument, 0, SNAME}, {"max-body", required_argument, 0, MAXBODY},
         {"max-header", required_argument, 0, MAXHDR}, {"max-conns", required_argument, 0, MAXCONNS},
@@ -184,6 +186,7 @@ static int parse_args(int argc, char **argv, Opts *o) {
         case PIDS: o->print_ids = 1; break;
         case DET: o->deterministic = 1; break;
         case FAST: o->fast = 1; break;
+        case MAXTOL: if (!parse_num("--max-tolerance", optarg, 1e-9, 1, 0, &v)) return 2; o->max_tolerance = v; break;
         case PROFILE: o->profile = 1; break;
         case MMAPW: o->mmap_weights = 1; break;
         case NOREPACK: o->no_repack = 1; break;
@@ -211,9 +214,9 @@ static int parse_args(int argc, char **argv, Opts *o) {
             break;
         case HDRTIME: if (!parse_num("--header-timeout", optarg, 0, 86400, RAD_NUM_REAL, &o->header_timeout)) return 2; break;
         case BODYTIME: if (!parse_num("--body-timeout", optarg, 0, 86400, RAD_NUM_REAL, &o->body_timeout)) return 2; break;
-        case MAXSEQS: if (!parse_num("--max-seqs", optarg, 1, 4096, RAD_NUM_WHOLE, &v)) return 2; o->max_seqs = (uint32_t)v; break;
+        case MAXSEQS: if (!parse_num("--max-seqs", optarg, 1, 4096, RAD_NUM_WHOLE, &v)) return 2; o->max_seqs = (uint32_t)v, o->bounds_given = 1; break;
         case KVBLOCKS: if (!parse_num("--kv-blocks", optarg, 1, 1 << 24, RAD_NUM_WHOLE, &v)) return 2; o->kv_blocks = (uint32_t)v; break;
-        case MAXMIXED: if (!parse_num("--max-mixed-tok", optarg, 1, 1 << 20, RAD_NUM_WHOLE, &v)) return 2; o->max_mixed_tok = (uint32_t)v; break;
+        case MAXMIXED: if (!parse_num("--max-mixed-tok", optarg, 1, 1 << 20, RAD_NUM_WHOLE, &v)) return 2; o->max_mixed_tok = (uint32_t)v, o->bounds_given = 1; break;
         case MAXQUEUE: if (!parse_num("--max-queue", optarg, 1, 1 << 20, RAD_NUM_WHOLE, &v)) return 2; o->max_queue = (uint32_t)v; break;
         case NOPREFIX: o->no_prefix_cache = 1; break;
         case DRAIN: if (!parse_num("--drain-timeout", optarg, 0, 86400, RAD_NUM_WHOLE, &v)) return 2; o->drain_timeout = (unsigned)v; break;
@@ -225,6 +228,9 @@ static int parse_args(int argc, char **argv, Opts *o) {
     }
     if (optind != argc) return fprintf(stderr, "radiance: unexpected argument '%s'\n", argv[optind]), 2;
     if (!o->model) return fprintf(stderr, "radiance: --model is required (see radiance --help)\n"), 2;
+    if (o->fast && o->max_tolerance && o->max_tolerance != RAD_SELECT_FAST_TOLERANCE)
+        return fprintf(stderr, "radiance: --fast is --max-tolerance %g: give one of them\n", RAD_SELECT_FAST_TOLERANCE), 2;
+    if (!o->max_tolerance) o->max_tolerance = o->fast ? RAD_SELECT_FAST_TOLERANCE : RAD_SELECT_DEFAULT_TOLERANCE;
     /* a flag that would change nothing is refused, not ignored: raw text parses special tokens already */
     if (o->chat_special && (o->prompt || o->ids || o->tokenize || o->detokenize))
         return fprintf(stderr, "radiance: --chat-special-tokens applies to --chat and the server's chat endpoint, "
@@ -509,12 +515,14 @@ int main(int argc, char **argv) {
     }
     RadEngineOpts eo = {.model = o.model, .plugin_dirs = o.plugin_dirs, .n_plugin_dirs = o.n_plugin_dirs, .kernels = o.kernels,
                         .n_threads = o.threads, .max_tok = o.batch ? o.batch : 512, .max_seqs = 1, .max_ctx = o.ctx,
-                        .deterministic = o.deterministic, .max_tolerance = o.fast ? RAD_SELECT_FAST_TOLERANCE : RAD_SELECT_DEFAULT_TOLERANCE, .profile = o.profile,
+                        .deterministic = o.deterministic, .max_tolerance = o.max_tolerance, .profile = o.profile,
                         .mmap_weights = o.mmap_weights, .no_repack = o.no_repack, .no_verify = o.no_verify, .kv_dtype = (RadDType)o.kv_dtype,
                         .tune = o.tune, .tune_ignore_mismatch = o.tune_ignore_mismatch};
+    if (!o.chat && !o.prompt && !o.ids && !o.tokenize && !o.detokenize && o.bounds_given) /* the server's plan, shown */
+        eo.max_seqs = o.max_seqs, eo.max_tok = o.max_mixed_tok;
     rc = rad_engine_open(&en, &eo, &e);
     if (!rc && rad_engine_tune_warning(en)) fprintf(stderr, "radiance: warning: %s\n", rad_engine_tune_warning(en));
-    if (!rc) rc = rad_tok_init(&tok, rad_engine_tok_data(en), &e);
+    if (!rc && (o.chat || o.prompt || o.ids)) rc = rad_tok_init(&tok, rad_engine_tok_data(en), &e); /* a plan needs none */
     t_load = now() - t_load;
     if (!rc && o.debug_graph) rad_engine_dump_graph(en, stdout);
     if (!rc && o.debug_placement) rad_engine_dump_placement(en, stdout);

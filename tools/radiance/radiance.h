@@ -15,6 +15,7 @@ typedef struct Opts {
     int n_plugin_dirs;
     int n_predict, tokenize, detokenize, chat, debug_graph, debug_placement, print_ids, deterministic, fast, profile, mmap_weights, no_repack, no_verify;
     int kv_dtype;           /* RadDType of the KV cache (0: the engine's default, f32) */
+    double max_tolerance;   /* --max-tolerance (--fast: RAD_SELECT_FAST_TOLERANCE); resolved by the parser */
     uint32_t threads, ctx, batch;
     RadSamplerParams sp;
     int seed_given;
@@ -27,6 +28,7 @@ typedef struct Opts {
     unsigned max_conns, idle_timeout, drain_timeout;
     double header_timeout, body_timeout;  /* seconds for a request's head / body to arrive; 0: none */
     uint32_t max_seqs, max_mixed_tok, max_queue;
+    int bounds_given;              /* --max-seqs or --max-mixed-tok given (--debug-graph then shows the server's plan) */
     uint32_t kv_blocks;            /* 0: max_seqs full contexts */
     int no_prefix_cache;
 } Opts;

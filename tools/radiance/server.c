@@ -1287,7 +1287,7 @@ int serve(const Opts *o) {
     RadErr e = {0};
     RadEngineOpts eo = {.model = o->model, .plugin_dirs = o->plugin_dirs, .n_plugin_dirs = o->n_plugin_dirs, .kernels = o->kernels,
                         .n_threads = o->threads, .max_tok = o->max_mixed_tok, .max_seqs = o->max_seqs, .max_ctx = o->ctx,
-                        .kv_blocks = o->kv_blocks, .deterministic = o->deterministic, .max_tolerance = o->fast ? RAD_SELECT_FAST_TOLERANCE : RAD_SELECT_DEFAULT_TOLERANCE,
+                        .kv_blocks = o->kv_blocks, .deterministic = o->deterministic, .max_tolerance = o->max_tolerance,
                         .mmap_weights = o->mmap_weights, .no_repack = o->no_repack, .no_verify = o->no_verify, .kv_dtype = (RadDType)o->kv_dtype,
                         .tune = o->tune, .tune_ignore_mismatch = o->tune_ignore_mismatch};
     double t0 = now();
@@ -1318,9 +1318,11 @@ int serve(const Opts *o) {
     pthread_mutex_unlock(&s->gate);
     if (rc) fprintf(stderr, "radiance: %s\n", e.msg);
     else if (run)
-        fprintf(stderr, "radiance: ready in %.2f s: model '%s', context %u, max_seqs %u, max_mixed_tok %u, %s, chat %s\n", now() - t0,
-                s->model_name, s->cx.max_ctx, o->max_seqs, o->max_mixed_tok, o->deterministic ? "deterministic" : "not deterministic",
-                s->cx.chat ? s->cx.chat->kind : "none");
+        fprintf(stderr, "radiance: ready in %.2f s: model '%s', context %u, max_seqs %u, max_mixed_tok %u, %s, chat %s%s%.200s\n",
+                now() - t0, s->model_name, s->cx.max_ctx, o->max_seqs, o->max_mixed_tok,
+                o->deterministic ? "deterministic" : "not deterministic", s->cx.chat ? s->cx.chat->kind : "none",
+                o->tune && !rad_engine_tune_warning(s->en) ? ", kernels from the tuning table " : "",
+                o->tune && !rad_engine_tune_warning(s->en) ? o->tune : "");
     if (run) rad_sched_run(sched); /* until the drain stops it, or the weights change under --mmap */
     const char *why_changed = run ? rad_engine_fail_closed(s->en) : NULL;
     const int changed = why_changed != NULL; /* exit RAD_EXIT_MODEL_CHANGED (docs/TOOLS.md) */
