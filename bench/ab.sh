@@ -11,20 +11,22 @@
 # with make); each build converts the container with its own rad-convert, BUILD_x/ab.rad.
 # ARGS_A / ARGS_B: more radiance flags for one side (the same build twice, B with
 # ARGS_B="--tune build/ab.tune": a tuning table against the default rule); FAST=0 drops --fast.
+# GGUF=FILE another model (its container is BUILD_x/AB_RAD, default ab.rad; bench/make-llama-gguf.py
+# writes a larger random Llama).
 set -eu
-A=$1 Bb=$2 N=${3:-8} T=${4:-2}
+A=$1 Bb=$2 N=${3:-8} T=${4:-2} AB_RAD=${AB_RAD:-ab.rad}
 . bench/common.sh
 mkdir -p "$B"
 LLAMA_BENCH=${LLAMA_BENCH:-$(llama_cpp_tool llama-bench)}
 for x in "$A" "$Bb"; do
     [ -x "$x/radiance" ] || { echo "ab: $x/radiance is not built"; exit 2; }
-    [ -f "$x/ab.rad" ] && [ ! "$x/rad-convert" -nt "$x/ab.rad" ] || "$x/rad-convert" "$GGUF" -o "$x/ab.rad" --force >/dev/null
+    [ -f "$x/$AB_RAD" ] && [ ! "$x/rad-convert" -nt "$x/$AB_RAD" ] || "$x/rad-convert" "$GGUF" -o "$x/$AB_RAD" --force >/dev/null
 done
 ids=$(awk 'BEGIN { s = 1; for (i = 0; i < 512; i++) { s = (s * 1103515245 + 12345) % 2147483648; printf "%s%d", (i ? "," : ""), 100 + s % 40000 } }')
 FASTF=$([ "${FAST:-1}" = 0 ] || echo --fast)
 one() { # $1 build, $2 ids, $3 -n, $4 which rate (prompt|generation), $5 the side's extra flags
     # shellcheck disable=SC2086
-    "$1/radiance" --model "$1/ab.rad" --ids "$2" -n "$3" --temp 0 --threads "$T" $FASTF $5 --print-ids 2>&1 >/dev/null |
+    "$1/radiance" --model "$1/$AB_RAD" --ids "$2" -n "$3" --temp 0 --threads "$T" $FASTF $5 --print-ids 2>&1 >/dev/null |
         sed -n "s/.*$4 [0-9]* tokens in [0-9.]* s (\([0-9.]*\) tok\/s).*/\1/p"
 }
 out=$B/ab.tsv

@@ -5,7 +5,7 @@
 # llama_cpp_tool NAME: prints the path of llama.cpp's NAME (llama-bench, llama-server), built
 # once into build/llama.cpp from the llama-cpp-python source package on PyPI (its vendored
 # llama.cpp, GGML_NATIVE=ON).
-GGUF=models/SmolLM2-135M-Instruct.Q4_1.gguf
+GGUF=${GGUF:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 RAD=build/bench-smollm2.rad
 B=build/bench
 

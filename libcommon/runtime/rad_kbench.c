@@ -869,9 +869,16 @@ static void progress(Kb *c) {
     if (c->o->progress) c->o->progress(c->o->progress_user, c->done, c->total);
 }
 
-/* Row counts checked in bucket [lo, hi]: lo, the middle and hi (quick: lo). */
-static int bucket_rows(int64_t lo, int64_t hi, int quick, int64_t *out) {
+/* Row counts checked in bucket [lo, hi]: lo, the middle and hi (quick: lo); with o->rows, those
+ * of them inside it (none: the bucket is not checked). out holds RAD_KBENCH_MAX_ROWS. */
+static int bucket_rows(int64_t lo, int64_t hi, const RadKbenchOpts *o, int64_t *out) {
+    const int quick = o->quick;
     int k = 0;
+    if (o->n_rows) {
+        for (int i = 0; i < o->n_rows && k < RAD_KBENCH_MAX_ROWS; i++)
+            if (o->rows[i] >= lo && o->rows[i] <= hi) out[k++] = o->rows[i];
+        return k;
+    }
     out[k++] = lo;
     if (quick) return k;
     int64_t mid = lo + (hi - lo) / 2;
@@ -997,8 +1004,8 @@ static int check_op(Kb *c, int o, RadErr *e) {
     for (uint32_t i = 0; i < op->n_w && !rc; i++, n_w++) rc = weight_load(c, op->w[i].id, kind != OP_EMBED, &w[i], e);
     for (int b = 0; b < t->n_buckets && !rc; b++) {
         const int64_t blo = t->lo[b], bhi = b + 1 < t->n_buckets ? t->lo[b + 1] - 1 : t->range_hi;
-        int64_t rows[3];
-        const int nr = bucket_rows(blo, bhi, c->o->quick, rows);
+        int64_t rows[RAD_KBENCH_MAX_ROWS];
+        const int nr = bucket_rows(blo, bhi, c->o, rows);
         for (int ri = 0; ri < nr && !rc; ri++) {
             const int nc = n_cases(op, kind, rows[ri], c->g, c->o->quick);
             for (int ci = 0; ci < nc && !rc; ci++) {
@@ -1077,8 +1084,8 @@ int rad_kbench_run(RadEngine *en, const RadKbenchOpts *o, RadKbenchReport *r, Ra
         }
         const RadSelectTable *t = &op->sel;
         for (int b = 0; b < t->n_buckets; b++) {
-            int64_t rows[3];
-            const int nr = bucket_rows(t->lo[b], b + 1 < t->n_buckets ? t->lo[b + 1] - 1 : t->range_hi, o->quick, rows);
+            int64_t rows[RAD_KBENCH_MAX_ROWS];
+            const int nr = bucket_rows(t->lo[b], b + 1 < t->n_buckets ? t->lo[b + 1] - 1 : t->range_hi, o, rows);
             for (int ri = 0; ri < nr; ri++) c.total += (uint64_t)n_cases(op, kind, rows[ri], c.g, o->quick);
         }
     }

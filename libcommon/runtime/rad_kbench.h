@@ -15,6 +15,7 @@
 #include "libcommon/runtime/rad_engine.h"
 
 #define RAD_KBENCH_KNOBS 80        /* a row's knob setting as text, with its NUL */
+#define RAD_KBENCH_MAX_ROWS 16     /* --buckets: row counts at most */
 
 struct RadKbenchReport;
 
@@ -28,6 +29,8 @@ typedef struct RadKbenchOpts {
     uint32_t n_threads;            /* the reference's and the bandwidth loop's threads (0: the engine's) */
     void (*progress)(void *user, uint64_t done, uint64_t total); /* after each case; NULL: none */
     void *progress_user;
+    const int64_t *rows;           /* [n_rows] --buckets: check only at these row counts (each in its bucket); */
+    int n_rows;                    /* 0: each bucket's first, middle and last (quick: first) */
     const uint8_t *op_mask;        /* [the graph's n_ops] 0: skip op i (as if --ops left it out); NULL: every op */
     /* after each op's checks, its rows r->rows[first, r->n) (rad-tune journals them); NULL: none */
     void (*on_op)(void *user, const struct RadKbenchReport *r, int first, int op);

@@ -248,6 +248,28 @@ Test(kbench, ops_glob_and_usage) {
     cr_assert(strstr(slurp_file("err"), "--max-seqs 0: expected a whole number in [1, 4096]"), "%s", slurp_file("err"));
     snprintf(a, sizeof a, "-m %s/missing.rad --kernels ref", dir);
     cr_assert_eq(kbench(a), 1);
+    /* --buckets: only those row counts, each in its bucket; none held by any bucket is a mistake */
+    snprintf(a, sizeof a, "-m %s --kernels ref --max-mixed-tok 16 --ops silu_mul --buckets 1,5,13 --json", tiny);
+    cr_assert_eq(kbench(a), 0, "%s", slurp_file("err"));
+    j = json_loads(slurp_file("out"), 0, &je);
+    cr_assert_not_null(j);
+    int seen = 0;
+    json_array_foreach(json_object_get(j, "rows"), i, r) {
+        const json_int_t n = json_integer_value(json_object_get(r, "rows"));
+        cr_assert(n == 1 || n == 5 || n == 13, "a check at %lld rows", (long long)n);
+        seen |= n == 1 ? 1 : n == 5 ? 2 : 4;
+    }
+    cr_assert_eq(seen, 7);
+    json_decref(j);
+    snprintf(a, sizeof a, "-m %s --kernels ref --max-mixed-tok 16 --buckets 17", tiny);
+    cr_assert_eq(kbench(a), 2);
+    cr_assert(strstr(slurp_file("err"), "--buckets: no bucket"), "%s", slurp_file("err"));
+    snprintf(a, sizeof a, "-m %s --kernels ref --buckets 1,x", tiny);
+    cr_assert_eq(kbench(a), 2);
+    /* --tp: one rank until tensor parallelism exists, refused by name above it */
+    snprintf(a, sizeof a, "-m %s --kernels ref --tp 2", tiny);
+    cr_assert_eq(kbench(a), 2);
+    cr_assert(strstr(slurp_file("err"), "--tp 2: tensor parallelism is not built yet"), "%s", slurp_file("err"));
 }
 
 /* libref on every op of the default model, at the served step bounds cut down to a few buckets

@@ -23,6 +23,8 @@ typedef struct Opts {
     int json, bench, quick, fast, deterministic, no_repack, knobs;
     uint32_t max_tok, max_seqs, ctx, threads;
     double tolerance;              /* --max-tolerance (--fast: 2e-2; 0: not given) */
+    int64_t rows[RAD_KBENCH_MAX_ROWS]; /* --buckets */
+    int n_rows;
     RadDType kv_dtype;
     const char *plugin_dirs[16];
     int n_plugin_dirs;
@@ -41,6 +43,8 @@ static void usage(FILE *f) {
             "  --bench              time each kernel: median, min, max, GB/s, GFLOP/s, share of the\n"
             "                       read bandwidth this machine measures (a benchmark, never a check)\n"
             "  --quick              one row count per bucket, two context lengths (make test)\n"
+            "  --buckets N,N,...    check only at these row counts, each in the bucket holding it\n"
+            "  --tp N               ranks of tensor parallelism (1 only, until issue 17)\n"
             "  --knobs              also run each kernel at every value of each of its knobs (one knob at a\n"
             "                       time, the others at their defaults), checked like the defaults\n"
             "  --max-mixed-tok N    tokens per step, as radiance (default 512)\n"
@@ -70,7 +74,7 @@ static int num(const char *flag, const char *s, double lo, double hi, uint32_t *
 
 /* 0 ok, 2 usage (printed), -1 help. */
 static int parse(int argc, char **argv, Opts *o) {
-    enum { KERNELS = 256, REPORT, JSON, OPS, BENCH, QUICK, KNOBS, MAXTOK, MAXSEQS, CTX, THREADS, FAST, DET, NOREPACK, PDIR, MAXTOL, KVTYPE };
+    enum { KERNELS = 256, REPORT, JSON, OPS, BENCH, QUICK, KNOBS, MAXTOK, MAXSEQS, CTX, THREADS, FAST, DET, NOREPACK, PDIR, MAXTOL, KVTYPE, BUCKETS, TP };
     static const struct option lo[] = {
         {"model", required_argument, 0, 'm'},      {"kernels", required_argument, 0, KERNELS},
         {"report", required_argument, 0, REPORT},  {"json", no_argument, 0, JSON},
@@ -82,7 +86,8 @@ static int parse(int argc, char **argv, Opts *o) {
         {"deterministic", no_argument, 0, DET},    {"no-repack", no_argument, 0, NOREPACK},
         {"plugin-dir", required_argument, 0, PDIR}, {"help", no_argument, 0, 'h'},
         {"max-tolerance", required_argument, 0, MAXTOL}, {"tolerance", required_argument, 0, MAXTOL},
-        {"kv-type", required_argument, 0, KVTYPE},
+        {"kv-type", required_argument, 0, KVTYPE}, {"buckets", required_argument, 0, BUCKETS},
+        {"tp", required_argument, 0, TP},
         {0, 0, 0, 0}};
     int c;
     opterr = 0;
@@ -105,6 +110,33 @@ static int parse(int argc, char **argv, Opts *o) {
             RadErr e = {0};
             if (rad_num_f64("--max-tolerance", optarg, 1e-9, 1, 0, &o->tolerance, &e))
                 return fprintf(stderr, "rad-kbench: %s\n", e.msg), 2;
+            break;
+        }
+        case BUCKETS: { /* N,N,...: each a row count */
+            char item[32];
+            const char *p = optarg;
+            o->n_rows = 0;
+            for (;;) {
+                const char *comma = strchr(p, ',');
+                const size_t len = comma ? (size_t)(comma - p) : strlen(p);
+                uint32_t v;
+                if (len >= sizeof item) return fprintf(stderr, "rad-kbench: --buckets: '%.40s' is not a row count\n", p), 2;
+                memcpy(item, p, len), item[len] = 0;
+                if (o->n_rows == RAD_KBENCH_MAX_ROWS)
+                    return fprintf(stderr, "rad-kbench: --buckets: at most %d row counts\n", RAD_KBENCH_MAX_ROWS), 2;
+                if (!num("--buckets", item, 1, 1 << 20, &v)) return 2;
+                o->rows[o->n_rows++] = v;
+                if (!comma) break;
+                p = comma + 1;
+            }
+            break;
+        }
+        case TP: {
+            uint32_t v;
+            if (!num("--tp", optarg, 1, 64, &v)) return 2;
+            if (v != 1)
+                return fprintf(stderr, "rad-kbench: --tp %u: tensor parallelism is not built yet (issue 17); this build runs "
+                                       "one rank\n", v), 2;
             break;
         }
         case KVTYPE:
@@ -370,6 +402,7 @@ int main(int argc, char **argv) {
         }
     }
     RadKbenchOpts ko = {.model = o.model, .ops = o.ops, .quick = o.quick, .bench = o.bench, .knobs = o.knobs, .n_threads = o.threads,
+                        .rows = o.rows, .n_rows = o.n_rows,
                         .progress = isatty(2) ? rad_kbench_progress_bar : NULL};
     RadKbenchReport r;
     rc = rad_kbench_run(en, &ko, &r, &e);
@@ -378,6 +411,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "rad-kbench: %s\n", e.msg);
         rad_kbench_report_free(&r);
         return 1;
+    }
+    if (o.n_rows && r.n == 0) { /* as --ops matching nothing: a mistake, not a pass */
+        fprintf(stderr, "rad-kbench: --buckets: no bucket of the checked ops holds these row counts (the step bounds cap them)\n");
+        rad_kbench_report_free(&r);
+        return 2;
     }
     int out_rc = 0;
     if (o.report) {

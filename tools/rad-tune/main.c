@@ -59,6 +59,7 @@ static void usage(FILE *f) {
             "  --tolerance T        tune as radiance --max-tolerance T runs (kernels within T; default 1e-3)\n"
             "  --fast               the same as --tolerance 2e-2 (radiance --fast)\n"
             "  --deterministic      tune as radiance --deterministic runs (batch-invariant kernels only)\n"
+            "  --tp N               ranks of tensor parallelism (1 only, until issue 17)\n"
             "  --no-repack          as radiance --no-repack\n"
             "  --restart            ignore OUT.partial (measure everything again)\n"
             "  --json               a JSON summary on stdout (stable keys)\n"
@@ -78,7 +79,7 @@ static int num(const char *flag, const char *s, double lo, double hi, uint32_t *
 /* 0 ok, 2 usage (printed), -1 help. */
 static int parse(int argc, char **argv, Opts *o) {
     enum { KERNELS = 256, OPS, QUICK, NOKNOBS, MAXTOK, MAXSEQS, CTX, THREADS, KVTYPE, TOL, FAST, DET, NOREPACK, RESTART, JSON,
-           PDIR };
+           PDIR, TP };
     static const struct option lo[] = {
         {"model", required_argument, 0, 'm'},        {"output", required_argument, 0, 'o'},
         {"kernels", required_argument, 0, KERNELS},  {"ops", required_argument, 0, OPS},
@@ -90,6 +91,7 @@ static int parse(int argc, char **argv, Opts *o) {
         {"deterministic", no_argument, 0, DET},      {"no-repack", no_argument, 0, NOREPACK},
         {"restart", no_argument, 0, RESTART},        {"json", no_argument, 0, JSON},
         {"plugin-dir", required_argument, 0, PDIR},  {"help", no_argument, 0, 'h'},
+        {"tp", required_argument, 0, TP},
         {0, 0, 0, 0}};
     int c;
     opterr = 0;
@@ -118,6 +120,14 @@ static int parse(int argc, char **argv, Opts *o) {
             break;
         }
         case FAST: o->fast = 1; break;
+        case TP: {
+            uint32_t v;
+            if (!num("--tp", optarg, 1, 64, &v)) return 2;
+            if (v != 1)
+                return fprintf(stderr, "rad-tune: --tp %u: tensor parallelism is not built yet (issue 17); this build runs "
+                                       "one rank\n", v), 2;
+            break;
+        }
         case DET: o->deterministic = 1; break;
         case NOREPACK: o->no_repack = 1; break;
         case RESTART: o->restart = 1; break;
