@@ -161,10 +161,12 @@ static const RadKnob attn_knobs[] = {KNOB_("threads", threads_v, RAD_KNOB_ARITH,
 
 static const RadKernel kernels[] = {
     K_("embed_gather", "generic", REF_ENCS_ALL, BITWISE, NULL, ref_run_embed_gather, 0, 0),
-    K_("rmsnorm", "exact", RAD_ENC_PLAIN_FLOATS, BITWISE, NULL, ref_run_rmsnorm, 0, 0),
+    /* simd before exact: rad-tune picks it in every bucket (5-7x faster a call, docs/BENCHMARKS.md);
+     * a table naming ref:exact, or --max-tolerance under 1e-5, gets the bitwise one */
     K_("rmsnorm", "simd", RAD_ENC_PLAIN_FLOATS, TOL(1e-5), NULL, ref_run_rmsnorm_simd, 0, 0),
-    K_("add_rmsnorm", "exact", RAD_ENC_PLAIN_FLOATS, BITWISE, NULL, ref_run_add_rmsnorm, 0, 0),
+    K_("rmsnorm", "exact", RAD_ENC_PLAIN_FLOATS, BITWISE, NULL, ref_run_rmsnorm, 0, 0),
     K_("add_rmsnorm", "simd", RAD_ENC_PLAIN_FLOATS, TOL(1e-5), NULL, ref_run_add_rmsnorm_simd, 0, 0),
+    K_("add_rmsnorm", "exact", RAD_ENC_PLAIN_FLOATS, BITWISE, NULL, ref_run_add_rmsnorm, 0, 0),
     /* q8act before exact: first fit gives GGML weights llama.cpp's arithmetic (and speed);
      * a tune table naming ref:exact, or plain-float weights, get exact */
     KP_("gemm_nt", "q8act", REF_ENCS_Q8ACT, Q8(2e-2), NULL, ref_run_gemm_q8act, 0, 0),

@@ -988,6 +988,7 @@ static int try_kernel(Kb *c, Try *x, int ki, const int64_t *vals, uint32_t nv, c
         row->gbs = row->ns_med > 0 ? (double)row->bytes / row->ns_med : 0;
         row->gflops = row->ns_med > 0 ? (double)row->flops / row->ns_med : 0;
         row->bound_share = c->r->membw_gbs > 0 ? row->gbs / c->r->membw_gbs : 0;
+        row->flop_share = c->r->peak_gflops > 0 ? row->gflops / c->r->peak_gflops : 0;
     }
     free(run.ws);
     return RAD_OK;
@@ -1068,7 +1069,7 @@ int rad_kbench_run(RadEngine *en, const RadKbenchOpts *o, RadKbenchReport *r, Ra
     c.nt = r->n_threads = o->n_threads ? o->n_threads : lim.n_threads;
     int rc = rad_model_open(o->model, &c.m, e);
     if (rc) return rad_model_free(&c.m), rc;
-    if (o->bench) r->membw_gbs = rad_kbench_membw(c.nt);
+    if (o->bench) r->membw_gbs = rad_kbench_membw(c.nt), r->peak_gflops = rad_kbench_peak_gflops(c.nt);
     /* the work, for the progress bar */
     for (int i = 0; i < c.g->n_ops; i++) {
         const RadGOp *op = &c.g->ops[i];
@@ -1167,5 +1168,72 @@ double rad_kbench_membw(uint32_t n_threads) {
     }
     (void)sink;
     munmap(m, bytes);
+    return best;
+}
+
+/* ---- the compute bound: f32 multiply-adds ----------------------------------------------------- */
+
+typedef struct FlopPart {
+    uint64_t iters;
+    float out;
+} FlopPart;
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+/* Ten independent chains of 8-wide FMAs (enough to cover the latency of two FMA ports). */
+__attribute__((target("avx2,fma"))) static void *flop_avx2(void *arg) {
+    FlopPart *f = arg;
+    __m256 a[10], m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
+    for (int j = 0; j < 10; j++) a[j] = _mm256_set1_ps((float)j);
+    for (uint64_t i = 0; i < f->iters; i++)
+        for (int j = 0; j < 10; j++) a[j] = _mm256_fmadd_ps(a[j], m, c);
+    __m256 s = a[0];
+    for (int j = 1; j < 10; j++) s = _mm256_add_ps(s, a[j]);
+    float t[8];
+    _mm256_storeu_ps(t, s);
+    f->out = t[0];
+    return NULL;
+}
+#define FLOP_PER_ITER (10.0 * 8 * 2)
+#endif
+
+static void *flop_generic(void *arg) { /* portable: what the compiler makes of eight chains */
+    FlopPart *f = arg;
+    float a[8];
+    for (int j = 0; j < 8; j++) a[j] = (float)j;
+    for (uint64_t i = 0; i < f->iters; i++)
+        for (int j = 0; j < 8; j++) a[j] = a[j] * 0.999999f + 1e-7f;
+    f->out = a[0] + a[7];
+    return NULL;
+}
+
+double rad_kbench_peak_gflops(uint32_t n_threads) {
+    enum { MAXT = 64 };
+    uint32_t nt = n_threads < 1 ? 1 : n_threads > MAXT ? MAXT : n_threads;
+    void *(*fn)(void *) = flop_generic;
+    double per_iter = 8.0 * 2;
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) fn = flop_avx2, per_iter = FLOP_PER_ITER;
+#endif
+    double best = 0;
+    volatile float sink = 0;
+    for (int pass = 0; pass < 3; pass++) {
+        FlopPart parts[MAXT];
+        pthread_t th[MAXT];
+        int started[MAXT] = {0};
+        for (uint32_t t = 0; t < nt; t++) parts[t] = (FlopPart){20000000u / 4, 0};
+        uint64_t a = now_ns();
+        for (uint32_t t = 1; t < nt; t++) started[t] = pthread_create(&th[t], NULL, fn, &parts[t]) == 0;
+        fn(&parts[0]);
+        for (uint32_t t = 1; t < nt; t++) {
+            if (started[t]) pthread_join(th[t], NULL);
+            else fn(&parts[t]);
+        }
+        const double s = (double)(now_ns() - a) * 1e-9, gf = per_iter * (double)parts[0].iters * nt / s / 1e9;
+        for (uint32_t t = 0; t < nt; t++) sink += parts[t].out;
+        if (gf > best) best = gf;
+    }
+    (void)sink;
     return best;
 }

@@ -64,6 +64,7 @@ typedef struct RadKbenchRow {
     uint64_t flops;                /* GEMMs and attention: 2 per multiply-add; 0 where not meaningful */
     double gbs, gflops;            /* bytes / ns_med, flops / ns_med */
     double bound_share;            /* gbs over the measured read bandwidth */
+    double flop_share;             /* gflops over the measured f32 FMA peak (0 where flops is 0) */
 } RadKbenchRow;
 
 typedef struct RadKbenchReport {
@@ -74,6 +75,7 @@ typedef struct RadKbenchReport {
     int n_skipped;                 /* ops with no reference here (named in skipped) */
     char skipped[256];             /* "op_a, op_b" */
     double membw_gbs;              /* --bench: the read bandwidth measured at n_threads; 0 otherwise */
+    double peak_gflops;            /* --bench: the f32 FMA rate measured at n_threads; 0 otherwise */
     uint32_t n_threads;            /* what the reference and the bandwidth loop ran on */
 } RadKbenchReport;
 
@@ -90,5 +92,10 @@ void rad_kbench_progress_bar(void *user, uint64_t done, uint64_t total);
 /* The machine's read bandwidth in GB/s on n_threads threads: a sum of wide loads over a 256 MiB
  * buffer on transparent huge pages, best of 3 passes (bench/membw.c's loop). 0 on failure. */
 double rad_kbench_membw(uint32_t n_threads);
+
+/* The machine's f32 multiply-add rate in GFLOP/s on n_threads threads (2 flops per FMA; 8-wide
+ * AVX2 FMA chains where the CPU has them, portable C elsewhere), best of 3 passes: the compute
+ * bound a GEMM's or attention's GFLOP/s is shared against. 0 on failure. */
+double rad_kbench_peak_gflops(uint32_t n_threads);
 
 #endif

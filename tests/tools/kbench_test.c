@@ -180,7 +180,7 @@ Test(kbench, wrong_kernels_are_named_and_fail) {
     json_t *r;
     json_array_foreach(rows, i, r) {
         static const char *keys[] = {"op", "op_index", "kernel", "check", "bucket", "rows", "shape", "ctx", "exactness",
-                                     "tolerance", "max_err", "mean_err", "n_diff", "pass", "why"};
+                                     "tolerance", "max_err", "mean_err", "n_diff", "pass", "why", "knobs", "allowance_used"};
         for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) cr_assert_not_null(json_object_get(r, keys[k]), "%s", keys[k]);
         const char *kn = json_string_value(json_object_get(r, "kernel"));
         unpicked |= (strcmp(kn, "kern_wrong:gemm_nt:generic") == 0) | (strcmp(kn, "kern_wrong:gemm_nt:gemv") == 0) << 1 |
@@ -266,6 +266,20 @@ Test(kbench, ops_glob_and_usage) {
     cr_assert(strstr(slurp_file("err"), "--buckets: no bucket"), "%s", slurp_file("err"));
     snprintf(a, sizeof a, "-m %s --kernels ref --buckets 1,x", tiny);
     cr_assert_eq(kbench(a), 2);
+    /* --bench: the report carries each kernel's time and both bounds' shares (their values are a
+     * benchmark's, never asserted) */
+    snprintf(a, sizeof a, "-m %s --kernels ref --max-mixed-tok 16 --ops 'gemm_nt' --buckets 1 --bench --report %s/b.md --json",
+             tiny, dir);
+    cr_assert_eq(kbench(a), 0, "%s", slurp_file("err"));
+    j = json_loads(slurp_file("out"), 0, &je);
+    cr_assert_not_null(j);
+    cr_assert(json_real_value(json_object_get(j, "membw_gbs")) > 0 && json_real_value(json_object_get(j, "peak_gflops")) > 0);
+    json_array_foreach(json_object_get(j, "rows"), i, r) {
+        cr_assert_not_null(json_object_get(r, "flop_share"));
+        cr_assert(json_real_value(json_object_get(r, "ns_median")) > 0);
+    }
+    json_decref(j);
+    cr_assert(strstr(slurp_file("b.md"), "| time | GB/s | GFLOP/s | bound | flops |"), "%s", slurp_file("b.md"));
     /* --tp: one rank until tensor parallelism exists, refused by name above it */
     snprintf(a, sizeof a, "-m %s --kernels ref --tp 2", tiny);
     cr_assert_eq(kbench(a), 2);

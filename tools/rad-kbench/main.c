@@ -174,7 +174,7 @@ typedef struct Line {
     int first;                     /* a row of the group */
     int n;                         /* rows (layers) */
     int n_fail;
-    double max_err, mean_sum, ns_sum, gbs_sum, gflops_sum, share_sum;
+    double max_err, mean_sum, ns_sum, gbs_sum, gflops_sum, share_sum, flop_share_sum;
     double use_max;                /* the largest share of its allowance an output used */
 } Line;
 
@@ -198,7 +198,7 @@ static Line *group(const RadKbenchReport *r, int *n_lines) {
         if (x->max_err > g->max_err) g->max_err = x->max_err;
         if (x->allow_used > g->use_max) g->use_max = x->allow_used;
         g->mean_sum += x->mean_err, g->ns_sum += x->ns_med, g->gbs_sum += x->gbs, g->gflops_sum += x->gflops;
-        g->share_sum += x->bound_share;
+        g->share_sum += x->bound_share, g->flop_share_sum += x->flop_share;
     }
     *n_lines = n;
     return l;
@@ -226,11 +226,11 @@ static void md_line(FILE *f, const Opts *o, const RadKbenchReport *r, const Line
     if (o->bench) {
         char t[32];
         fmt_time(t, sizeof t, g->ns_sum / g->n);
-        if (!strcmp(x->check, "chain")) fprintf(f, " | | | |");
+        if (!strcmp(x->check, "chain")) fprintf(f, " | | | | |");
         else if (g->gflops_sum > 0)
-            fprintf(f, " %s | %.2f | %.2f | %.0f%% |", t, g->gbs_sum / g->n, g->gflops_sum / g->n,
-                    100 * g->share_sum / g->n);
-        else fprintf(f, " %s | %.2f | - | %.0f%% |", t, g->gbs_sum / g->n, 100 * g->share_sum / g->n);
+            fprintf(f, " %s | %.2f | %.2f | %.0f%% | %.0f%% |", t, g->gbs_sum / g->n, g->gflops_sum / g->n,
+                    100 * g->share_sum / g->n, 100 * g->flop_share_sum / g->n);
+        else fprintf(f, " %s | %.2f | - | %.0f%% | - |", t, g->gbs_sum / g->n, 100 * g->share_sum / g->n);
     }
     fputc('\n', f);
 }
@@ -248,9 +248,10 @@ static void markdown(FILE *f, const Opts *o, const RadKbenchReport *r) {
                "largest share of it used. `chain` rows compare a fused kernel with its `replaces` chain on the selected kernels. "
                "Rows over several layers show the worst max error and the mean of the means.\n\n");
     if (o->bench)
-        fprintf(f, "Timing: median per call over repeats after a warm-up (mean over layers); the bound is this machine's "
-                   "read bandwidth, %.2f GB/s on %u threads, and `bound` is GB/s over it (cache-resident operands can "
-                   "exceed 100%%).\n\n", r->membw_gbs, r->n_threads);
+        fprintf(f, "Timing: median per call over repeats after a warm-up (mean over layers). The bounds are this machine's, "
+                   "on %u threads: read bandwidth %.2f GB/s (`bound` is GB/s over it; cache-resident operands can exceed "
+                   "100%%) and f32 multiply-add rate %.1f GFLOP/s (`flops` is GFLOP/s over it, for the GEMMs and the "
+                   "attention; integer q8 dots are not held to it).\n\n", r->n_threads, r->membw_gbs, r->peak_gflops);
     int n_lines;
     Line *l = group(r, &n_lines);
     if (!l) return;
@@ -261,8 +262,8 @@ static void markdown(FILE *f, const Opts *o, const RadKbenchReport *r) {
         if (earlier) continue;
         fprintf(f, "\n## %s\n\n", x->op_name);
         fprintf(f, "| kernel | check | bucket | rows | shape | ctx | layers | max err | mean err | tolerance | pass |%s\n",
-                o->bench ? " time | GB/s | GFLOP/s | bound |" : "");
-        fprintf(f, "|---|---|---|---|---|---|---|---|---|---|---|%s\n", o->bench ? "---|---|---|---|" : "");
+                o->bench ? " time | GB/s | GFLOP/s | bound | flops |" : "");
+        fprintf(f, "|---|---|---|---|---|---|---|---|---|---|---|%s\n", o->bench ? "---|---|---|---|---|" : "");
         for (int j = i; j < n_lines; j++)
             if (strcmp(r->rows[l[j].first].op_name, x->op_name) == 0) md_line(f, o, r, &l[j]);
         if (o->bench) { /* one row is where an op streams its weights once: the bound that matters */
@@ -301,6 +302,7 @@ static json_t *to_json(const Opts *o, const RadKbenchReport *r) {
     json_object_set_new(root, "quick", json_boolean(o->quick));
     json_object_set_new(root, "knobs", json_boolean(o->knobs));
     json_object_set_new(root, "membw_gbs", o->bench ? json_real(r->membw_gbs) : json_null());
+    json_object_set_new(root, "peak_gflops", o->bench ? json_real(r->peak_gflops) : json_null());
     json_t *sum = json_object();
     json_object_set_new(sum, "checks", json_integer(r->n));
     json_object_set_new(sum, "failed", json_integer(r->n_fail));
@@ -338,6 +340,7 @@ static json_t *to_json(const Opts *o, const RadKbenchReport *r) {
             json_object_set_new(j, "gbs", json_real(x->gbs));
             json_object_set_new(j, "gflops", json_real(x->gflops));
             json_object_set_new(j, "bound_share", json_real(x->bound_share));
+            json_object_set_new(j, "flop_share", json_real(x->flop_share));
         }
         json_array_append_new(rows, j);
     }

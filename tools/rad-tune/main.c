@@ -316,8 +316,47 @@ static int split_knob(const char *s, RadTuneEntry *x) {
     return 1;
 }
 
-/* The best candidate of one (shape, bucket) over r's rows; -1 when none passed everything. */
-static int best_of(const RadEngine *en, const RadGraph *g, const RadGOp *op, uint64_t sh, int64_t lo, int64_t hi,
+/* How much faster than the default rule's pick (its kernel at its defaults) another setting must
+ * be to be written: below it the difference is this VM's timing noise, and the default stays. */
+#define TUNE_MARGIN 0.03
+/* ... and may be no slower than it by more than this in any case (rows, phase, context) summed
+ * over the shape's ops: a setting that wins on long contexts and loses on short ones (a fixed
+ * thread count against the kernel's own rule, which reads the context) would lose where the run
+ * spends its steps; one call's timing noise here is about this size. */
+#define TUNE_CASE_SLACK 0.10
+
+/* Whether candidate a is within TUNE_CASE_SLACK of candidate d in every case both were timed on. */
+static int dominates(const RadGraph *g, const RadGOp *op, uint64_t sh, int64_t lo, int64_t hi, const RadKbenchReport *r,
+                     const Cand *a, const Cand *d) {
+    enum { MAXC = 64 };
+    struct { int64_t rows; uint32_t ctx; char shape[12]; double ta, td; } k[MAXC];
+    int nk = 0;
+    for (int x = 0; x < r->n; x++) {
+        const RadKbenchRow *w = &r->rows[x];
+        if (w->bucket_lo != lo || w->bucket_hi != hi || strcmp(w->check, "ref") || strcmp(w->op_name, op->op) || w->ns_med <= 0)
+            continue;
+        const int is_a = !strcmp(w->kernel, a->kernel) && !strcmp(w->knobs, a->knobs);
+        const int is_d = !strcmp(w->kernel, d->kernel) && !strcmp(w->knobs, d->knobs);
+        if ((!is_a && !is_d) || shape_of(&g->ops[w->op]) != sh) continue;
+        int i = 0;
+        while (i < nk && (k[i].rows != w->rows || k[i].ctx != w->ctx || strcmp(k[i].shape, w->shape))) i++;
+        if (i == nk) {
+            if (nk == MAXC) continue;
+            k[nk].rows = w->rows, k[nk].ctx = w->ctx, k[nk].ta = k[nk].td = 0;
+            snprintf(k[nk].shape, sizeof k[nk].shape, "%s", w->shape);
+            nk++;
+        }
+        if (is_a) k[i].ta += w->ns_med;
+        else k[i].td += w->ns_med;
+    }
+    for (int i = 0; i < nk; i++)
+        if (k[i].ta > 0 && k[i].td > 0 && k[i].ta > k[i].td * (1 + TUNE_CASE_SLACK)) return 0;
+    return 1;
+}
+
+/* The best candidate of one (shape, bucket) over r's rows; -1 when none passed everything. The
+ * default rule's pick (b's) keeps the bucket unless another beats it by TUNE_MARGIN. */
+static int best_of(const RadEngine *en, const RadGraph *g, const RadGOp *op, int b, uint64_t sh, int64_t lo, int64_t hi,
                    const RadKbenchReport *r, int deterministic, Cand *c, int *any) {
     int nc = 0;
     *any = 0;
@@ -344,6 +383,17 @@ static int best_of(const RadEngine *en, const RadGraph *g, const RadGOp *op, uin
         if (!c[k].failed && c[k].n == n_max && n_max && allowed(en, op, c[k].kernel, deterministic) &&
             (best < 0 || c[k].ns < c[best].ns))
             best = k;
+    const RadKernel *pk = op->sel.pick[b];
+    const RadPlugin *pl = pk ? rad_engine_lib(en, op->sel.pick_lib[b], NULL) : NULL;
+    if (best >= 0 && pl) {
+        char name[128];
+        snprintf(name, sizeof name, "%s:%s:%s", pl->info->name, op->op, pk->variant);
+        for (int k = 0; k < nc; k++)
+            if (!strcmp(c[k].kernel, name) && !c[k].knobs[0] && !c[k].failed && c[k].n == n_max && k != best &&
+                allowed(en, op, c[k].kernel, deterministic) &&
+                (c[best].ns > c[k].ns * (1 - TUNE_MARGIN) || !dominates(g, op, sh, lo, hi, r, &c[best], &c[k])))
+                best = k;
+    }
     return best;
 }
 
@@ -369,7 +419,7 @@ static int choose(const RadEngine *en, const RadKbenchReport *r, int determinist
             const size_t m = (size_t)first[i] * 64 + (size_t)b;
             if (!memo_ok[m]) {
                 int any;
-                const int best = best_of(en, g, op, sh, lo, hi, r, deterministic, c, &any);
+                const int best = best_of(en, g, op, b, sh, lo, hi, r, deterministic, c, &any);
                 memo_ok[m] = 2; /* not checked (--ops, no reference) or nothing passed: the default rule */
                 if (best >= 0) {
                     RadTuneEntry *x = &memo[m];
