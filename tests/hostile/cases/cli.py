@@ -74,6 +74,26 @@ for flag, extra in [("--max-mixed-tok", ["1.5", "-1", "0"]), ("--max-seqs", ["1.
                               stderr=r"^%s: %s .*: expected a whole number in \[" % (tool, flag), quick=v in QUICK,
                               no_files=["{T}/t.tune*"]))
 
+# the tolerance bound (every tool that selects kernels) and --tp: a number in range, and --fast with
+# another bound refused rather than one of them silently winning
+TOLS = [("radiance", ["-p", "x", "-n", "1"], "--max-tolerance"), ("rad-kbench", [], "--max-tolerance"),
+        ("rad-tune", ["-o", "{T}/t.tune"], "--tolerance")]
+for tool, extra, flag in TOLS:
+    for v in ["nan", "inf", "-1", "0", "2", "1e309", "", "x"]:
+        CASES.append(dict(name="%s-%s-%s" % (tool, flag.lstrip("-"), slug(v)),
+                          argv=["{B}/" + tool, "-m" if tool != "radiance" else "--model", "{MODEL}", flag, v] + extra, rc=2,
+                          stderr=r"^%s: %s " % (tool, flag), quick=v in ("nan", "0"), no_files=["{T}/t.tune*"]))
+    CASES.append(dict(name="%s-fast-and-another-tolerance" % tool,
+                      argv=["{B}/" + tool, "-m" if tool != "radiance" else "--model", "{MODEL}", "--fast", flag, "1e-3"] + extra,
+                      rc=2, stderr=r"^%s: --fast is --(max-)?tolerance 0\.02: give one of them" % tool, no_files=["{T}/t.tune*"]))
+for tool, extra in [("rad-kbench", []), ("rad-tune", ["-o", "{T}/t.tune"])]:
+    for v in ["2", "0", "1.5", "x"]:
+        CASES.append(dict(name="%s-tp-%s" % (tool, slug(v)), argv=["{B}/" + tool, "-m", "{MODEL}", "--tp", v] + extra, rc=2,
+                          stderr=r"^%s: --tp " % tool, quick=v == "2", no_files=["{T}/t.tune*"]))
+for v in ["", ",", "1,", "0", "1,x", "1.5", ",".join(["1"] * 17)]:
+    CASES.append(dict(name="rad-kbench-buckets-%s" % slug(v), argv=["{B}/rad-kbench", "-m", "{MODEL}", "--buckets", v], rc=2,
+                      stderr=r"^rad-kbench: --buckets", quick=v == "1,x"))
+
 # --set: a key once; a value in the type of its key (model.rope_theta is f32, model.n_layers u32)
 SET = [("twice", ["--set", "model.name=a", "--set", "model.name=b"], r"--set model\.name: given twice"),
        ("empty-key", ["--set", "=x"], r"--set =x: expected KEY=VALUE"),
