@@ -510,6 +510,13 @@ static const RadCtxApi CTX_API = {sizeof(RadCtxApi), c_issue, c_step_fail, c_lan
 
 /* ---- the tuning table ---------------------------------------------------------------------- */
 
+int rad_engine_kv_type(const char *name, RadDType *out) {
+    static const struct { const char *name; RadDType t; } kv[] = {{"f32", RAD_F32}, {"f16", RAD_F16}, {"bf16", RAD_BF16}};
+    for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
+        if (!strcmp(name, kv[i].name)) return *out = kv[i].t, 1;
+    return 0;
+}
+
 void rad_engine_tune_key(const RadEngine *en, RadTuneKey *k) {
     memset(k, 0, sizeof *k);
     k->container = en->m.id;

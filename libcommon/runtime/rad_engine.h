@@ -58,6 +58,8 @@ typedef struct RadEngineLimits {
 
 /* Allocates and opens *en; on failure *en is NULL (everything freed) and e says why. */
 int rad_engine_open(RadEngine **en, const RadEngineOpts *o, RadErr *e);
+/* A --kv-type name: "f32", "f16" or "bf16" -> 1 with *out set; else 0 (every tool's flag). */
+int rad_engine_kv_type(const char *name, RadDType *out);
 /* Frees the engine; NULL is ignored. */
 void rad_engine_close(RadEngine *en);
 

@@ -1118,6 +1118,23 @@ void rad_kbench_progress_bar(void *user, uint64_t done, uint64_t total) {
 /* ---- the bandwidth bound ------------------------------------------------------------------------ */
 
 typedef uint64_t v4u64 __attribute__((vector_size(32)));
+/* fn on parts [0, nt) of `size` bytes each, part 0 here, the rest on threads (one that cannot
+ * start runs here too); returns the nanoseconds it took. */
+static uint64_t on_threads(uint32_t nt, void *(*fn)(void *), void *parts, size_t size) {
+    enum { MAXT = 64 };
+    pthread_t th[MAXT];
+    int started[MAXT] = {0};
+    char *p = parts;
+    const uint64_t a = now_ns();
+    for (uint32_t t = 1; t < nt && t < MAXT; t++) started[t] = pthread_create(&th[t], NULL, fn, p + t * size) == 0;
+    fn(p);
+    for (uint32_t t = 1; t < nt && t < MAXT; t++) {
+        if (started[t]) pthread_join(th[t], NULL);
+        else fn(p + t * size);
+    }
+    return now_ns() - a;
+}
+
 typedef struct BwPart {
     const v4u64 *p;
     size_t n;                      /* vectors */
@@ -1152,17 +1169,8 @@ double rad_kbench_membw(uint32_t n_threads) {
     volatile uint64_t sink = 0;
     for (int pass = 0; pass < 3; pass++) {
         BwPart parts[MAXT];
-        pthread_t th[MAXT];
-        int started[MAXT] = {0};
-        uint64_t a = now_ns();
         for (uint32_t t = 0; t < nt; t++) parts[t] = (BwPart){(const v4u64 *)m + t * per, per, 0};
-        for (uint32_t t = 1; t < nt; t++) started[t] = pthread_create(&th[t], NULL, bw_read, &parts[t]) == 0;
-        bw_read(&parts[0]);
-        for (uint32_t t = 1; t < nt; t++) {
-            if (started[t]) pthread_join(th[t], NULL);
-            else bw_read(&parts[t]);
-        }
-        const double s = (double)(now_ns() - a) * 1e-9, gbs = (double)(per * nt * sizeof(v4u64)) / s / 1e9;
+        const double s = (double)on_threads(nt, bw_read, parts, sizeof parts[0]) * 1e-9, gbs = (double)(per * nt * sizeof(v4u64)) / s / 1e9;
         for (uint32_t t = 0; t < nt; t++) sink += parts[t].sum;
         if (gbs > best) best = gbs;
     }
@@ -1180,15 +1188,22 @@ typedef struct FlopPart {
 
 #if defined(__x86_64__)
 #include <immintrin.h>
-/* Ten independent chains of 8-wide FMAs (enough to cover the latency of two FMA ports). */
+/* Ten independent chains of 8-wide FMAs (enough to cover the latency of two FMA ports), each in a
+ * register of its own. */
 __attribute__((target("avx2,fma"))) static void *flop_avx2(void *arg) {
     FlopPart *f = arg;
-    __m256 a[10], m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
-    for (int j = 0; j < 10; j++) a[j] = _mm256_set1_ps((float)j);
-    for (uint64_t i = 0; i < f->iters; i++)
-        for (int j = 0; j < 10; j++) a[j] = _mm256_fmadd_ps(a[j], m, c);
-    __m256 s = a[0];
-    for (int j = 1; j < 10; j++) s = _mm256_add_ps(s, a[j]);
+    const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
+    __m256 a0 = _mm256_set1_ps(0), a1 = _mm256_set1_ps(1), a2 = _mm256_set1_ps(2), a3 = _mm256_set1_ps(3),
+           a4 = _mm256_set1_ps(4), a5 = _mm256_set1_ps(5), a6 = _mm256_set1_ps(6), a7 = _mm256_set1_ps(7),
+           a8 = _mm256_set1_ps(8), a9 = _mm256_set1_ps(9);
+    for (uint64_t i = 0; i < f->iters; i++) {
+        a0 = _mm256_fmadd_ps(a0, m, c), a1 = _mm256_fmadd_ps(a1, m, c), a2 = _mm256_fmadd_ps(a2, m, c);
+        a3 = _mm256_fmadd_ps(a3, m, c), a4 = _mm256_fmadd_ps(a4, m, c), a5 = _mm256_fmadd_ps(a5, m, c);
+        a6 = _mm256_fmadd_ps(a6, m, c), a7 = _mm256_fmadd_ps(a7, m, c), a8 = _mm256_fmadd_ps(a8, m, c);
+        a9 = _mm256_fmadd_ps(a9, m, c);
+    }
+    __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
+                             _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(_mm256_add_ps(a6, a7), _mm256_add_ps(a8, a9))));
     float t[8];
     _mm256_storeu_ps(t, s);
     f->out = t[0];
@@ -1220,17 +1235,8 @@ double rad_kbench_peak_gflops(uint32_t n_threads) {
     volatile float sink = 0;
     for (int pass = 0; pass < 3; pass++) {
         FlopPart parts[MAXT];
-        pthread_t th[MAXT];
-        int started[MAXT] = {0};
         for (uint32_t t = 0; t < nt; t++) parts[t] = (FlopPart){20000000u / 4, 0};
-        uint64_t a = now_ns();
-        for (uint32_t t = 1; t < nt; t++) started[t] = pthread_create(&th[t], NULL, fn, &parts[t]) == 0;
-        fn(&parts[0]);
-        for (uint32_t t = 1; t < nt; t++) {
-            if (started[t]) pthread_join(th[t], NULL);
-            else fn(&parts[t]);
-        }
-        const double s = (double)(now_ns() - a) * 1e-9, gf = per_iter * (double)parts[0].iters * nt / s / 1e9;
+        const double s = (double)on_threads(nt, fn, parts, sizeof parts[0]) * 1e-9, gf = per_iter * (double)parts[0].iters * nt / s / 1e9;
         for (uint32_t t = 0; t < nt; t++) sink += parts[t].out;
         if (gf > best) best = gf;
     }

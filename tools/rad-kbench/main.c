@@ -140,10 +140,8 @@ static int parse(int argc, char **argv, Opts *o) {
             break;
         }
         case KVTYPE:
-            if (!strcmp(optarg, "f32")) o->kv_dtype = RAD_F32;
-            else if (!strcmp(optarg, "f16")) o->kv_dtype = RAD_F16;
-            else if (!strcmp(optarg, "bf16")) o->kv_dtype = RAD_BF16;
-            else return fprintf(stderr, "rad-kbench: --kv-type: '%s' is not f32, f16 or bf16\n", optarg), 2;
+            if (!rad_engine_kv_type(optarg, &o->kv_dtype))
+                return fprintf(stderr, "rad-kbench: --kv-type: '%s' is not f32, f16 or bf16\n", optarg), 2;
             break;
         case DET: o->deterministic = 1; break;
         case NOREPACK: o->no_repack = 1; break;

@@ -108,10 +108,8 @@ static int parse(int argc, char **argv, Opts *o) {
         case CTX: if (!num("--ctx", optarg, 16, 1 << 20, &o->ctx)) return 2; break;
         case THREADS: if (!num("--threads", optarg, 1, 1024, &o->threads)) return 2; break;
         case KVTYPE:
-            if (!strcmp(optarg, "f32")) o->kv_dtype = RAD_F32;
-            else if (!strcmp(optarg, "f16")) o->kv_dtype = RAD_F16;
-            else if (!strcmp(optarg, "bf16")) o->kv_dtype = RAD_BF16;
-            else return fprintf(stderr, "rad-tune: --kv-type: '%s' is not f32, f16 or bf16\n", optarg), 2;
+            if (!rad_engine_kv_type(optarg, &o->kv_dtype))
+                return fprintf(stderr, "rad-tune: --kv-type: '%s' is not f32, f16 or bf16\n", optarg), 2;
             break;
         case TOL: {
             RadErr e = {0};

@@ -192,10 +192,12 @@ static int parse_args(int argc, char **argv, Opts *o) {
         case NOREPACK: o->no_repack = 1; break;
         case NOVERIFY: o->no_verify = 1; break;
         case KVTYPE:
-            if (!strcmp(optarg, "f32")) o->kv_dtype = RAD_F32;
-            else if (!strcmp(optarg, "f16")) o->kv_dtype = RAD_F16;
-            else if (!strcmp(optarg, "bf16")) o->kv_dtype = RAD_BF16;
-            else return fprintf(stderr, "radiance: --kv-type: '%s' is not f32, f16 or bf16\n", optarg), 2;
+            {
+                RadDType t;
+                if (!rad_engine_kv_type(optarg, &t))
+                    return fprintf(stderr, "radiance: --kv-type: '%s' is not f32, f16 or bf16\n", optarg), 2;
+                o->kv_dtype = (int)t;
+            }
             break;
         case HOST: o->host = optarg; break;
         case PORT: if (!parse_num("--port", optarg, 0, 65535, RAD_NUM_WHOLE, &v)) return 2; o->port = (unsigned)v; break;
