@@ -731,9 +731,10 @@ static int check_append(const Case *cs, char *why, size_t n) {
     return 0;
 }
 
-/* The per-output q8 bounds of a GEMM case's outputs (docs/OPS.md), made once. */
+/* The per-output q8 bounds of a GEMM case's outputs (docs/OPS.md), made once; 0 out of memory.
+ * Not a GEMM (the loader keeps Q8ACT to the GEMMs): no bound, so no difference is allowed. */
 static int need_q8b(Kb *c, Case *cs, const Weight *w) {
-    if (cs->q8_x < 0) return 0;
+    if (cs->q8_x < 0) return 1;
     const Buf *x = &cs->buf[cs->q8_x];
     for (int i = 0; i < cs->n_buf; i++) {
         Buf *b = &cs->buf[i];

@@ -338,14 +338,28 @@ Test(kbench, rad_tune_writes_a_table_radiance_follows) {
               slurp_file("err"));
 }
 
-/* rad-tune with args on the tiny Llama (libref, the step bounds below); exit status; out/err. */
+/* The command line of rad-tune with args on the tiny Llama (libref, the step bounds below). */
+static void tune_cmd(char *cmd, size_t n, const char *args) {
+    snprintf(cmd, n, "%s/rad-tune --plugin-dir %s/plugins -m %s --kernels ref --quick --max-mixed-tok 16 --max-seqs 4 --ctx 320 %s",
+             build(), build(), tiny, args);
+}
+
+/* It run; exit status; stdout and stderr in dir/out, dir/err. */
 static int tune_tiny(const char *args) {
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s/rad-tune --plugin-dir %s/plugins -m %s --kernels ref --quick --max-mixed-tok 16 --max-seqs 4 "
-             "--ctx 320 %s >%s/out 2>%s/err", build(), build(), tiny, args, dir, dir);
-    int st = system(cmd);
+    char cmd[1024], line[1200];
+    tune_cmd(cmd, sizeof cmd, args);
+    snprintf(line, sizeof line, "%s >%s/out 2>%s/err", cmd, dir, dir);
+    int st = system(line);
     cr_assert(WIFEXITED(st), "%s: killed", cmd);
     return WEXITSTATUS(st);
+}
+
+/* dir/out as JSON (asserted to parse); json_decref it. */
+static json_t *out_json(void) {
+    json_error_t je;
+    json_t *j = json_loads(slurp_file("out"), 0, &je);
+    cr_assert_not_null(j, "stdout is not JSON: %s\n%s", je.text, slurp_file("out"));
+    return j;
 }
 
 static int file_has(const char *path, const char *s) {
@@ -370,9 +384,7 @@ Test(kbench, rad_tune_resumes_after_a_kill) {
     char whole[300];
     snprintf(whole, sizeof whole, "--json -o %s/whole.tune", dir);
     cr_assert_eq(tune_tiny(whole), 0, "%s", slurp_file("err"));
-    json_error_t je;
-    json_t *jw = json_loads(slurp_file("out"), 0, &je);
-    cr_assert_not_null(jw, "--json: %s", je.text);
+    json_t *jw = out_json();
     const json_int_t entries = json_integer_value(json_object_get(jw, "entries"));
     cr_assert(entries > 0 && json_integer_value(json_object_get(jw, "ops_resumed")) == 0);
     json_decref(jw);
@@ -380,9 +392,11 @@ Test(kbench, rad_tune_resumes_after_a_kill) {
     pid_t pid = fork();
     cr_assert(pid >= 0);
     if (pid == 0) {
-        snprintf(cmd, sizeof cmd, "exec %s/rad-tune --plugin-dir %s/plugins -m %s --kernels ref --quick --max-mixed-tok 16 "
-                 "--max-seqs 4 --ctx 320 -o %s >/dev/null 2>&1", build(), build(), tiny, out);
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        char args[300], line[1200];
+        snprintf(args, sizeof args, "-o %s", out);
+        tune_cmd(cmd, sizeof cmd, args);
+        snprintf(line, sizeof line, "exec %s >/dev/null 2>&1", cmd);
+        execl("/bin/sh", "sh", "-c", line, (char *)NULL);
         _exit(127);
     }
     int seen = 0;
@@ -411,8 +425,7 @@ Test(kbench, rad_tune_resumes_after_a_kill) {
     snprintf(o_arg, sizeof o_arg, "-o %s --json", out);
     cr_assert_eq(tune_tiny(o_arg), 0, "%s", slurp_file("err"));
     cr_assert(strstr(slurp_file("err"), "ops already measured, resuming"), "%s", slurp_file("err"));
-    json_t *jr = json_loads(slurp_file("out"), 0, &je);
-    cr_assert_not_null(jr, "--json: %s", je.text);
+    json_t *jr = out_json();
     cr_assert(json_integer_value(json_object_get(jr, "ops_resumed")) > 0);
     cr_assert_eq(json_integer_value(json_object_get(jr, "entries")), entries, "a resumed table has a whole run's entries");
     json_decref(jr);
@@ -436,16 +449,13 @@ Test(kbench, rad_tune_sweeps_knobs_and_the_server_plan_follows) {
     char a[1024];
     snprintf(a, sizeof a, "--json --no-knobs -o %s/n.tune", dir);
     cr_assert_eq(tune_tiny(a), 0, "%s", slurp_file("err"));
-    json_error_t je;
-    json_t *j = json_loads(slurp_file("out"), 0, &je);
-    cr_assert_not_null(j, "--json: %s", je.text);
+    json_t *j = out_json();
     const json_int_t plain = json_integer_value(json_object_get(j, "checks"));
     cr_assert(json_is_false(json_object_get(j, "knobs")));
     json_decref(j);
     snprintf(a, sizeof a, "--json -o %s/k.tune", dir);
     cr_assert_eq(tune_tiny(a), 0, "%s", slurp_file("err"));
-    j = json_loads(slurp_file("out"), 0, &je);
-    cr_assert_not_null(j, "--json: %s", je.text);
+    j = out_json();
     static const char *keys[] = {"output", "model", "entries", "differ_from_default", "ops_checked", "ops_resumed", "checks",
                                  "checks_failed", "knobs", "quick", "max_tolerance", "seconds", "changed"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) cr_assert_not_null(json_object_get(j, keys[i]), "%s", keys[i]);

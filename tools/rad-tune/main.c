@@ -549,12 +549,7 @@ int main(int argc, char **argv) {
     if (!rc) rc = rad_tune_write_file(&t, o.out, &e);
     if (!rc) unlink(jpath); /* the table is whole: nothing to resume */
     if (!rc) {
-        int n_ops = 0;
-        for (int i = 0; i < g->n_ops; i++) {
-            int any = 0;
-            for (int x = 0; x < r.n && !any; x++) any = r.rows[x].op == i;
-            n_ops += any;
-        }
+        const int n_ops = r.n_ops + resumed; /* this run's checked ops and the journal's */
         fprintf(stderr, "rad-tune: %s: %d entries (%d ops checked%s, %d kernel checks failed and were left out), %d differ from "
                         "the default rule\n", o.out, t.n, n_ops, resumed ? ", some from the journal" : "", n_failed, n_changed);
         if (o.json) {
