@@ -205,8 +205,7 @@ int rad_tune_key_diff(const RadTuneKey *t, const RadTuneKey *h, char *why, size_
 
 /* ---- writing ---------------------------------------------------------------------------------- */
 
-int rad_tune_write(const RadTuneTable *t, FILE *f, RadErr *e) {
-    const RadTuneKey *k = &t->key;
+void rad_tune_write_key(const RadTuneKey *k, FILE *f) {
     fprintf(f, "radiance-tune %d\n", RAD_TUNE_VERSION);
     fprintf(f, "container %016" PRIx64 "\n", k->container);
     for (int i = 0; i < k->n_libs; i++) fprintf(f, "library %s %s\n", k->libs[i].name, k->libs[i].version[0] ? k->libs[i].version : "-");
@@ -214,6 +213,10 @@ int rad_tune_write(const RadTuneTable *t, FILE *f, RadErr *e) {
     fprintf(f, "cpu_flags %s\n", k->cpu_flags[0] ? k->cpu_flags : "-");
     fprintf(f, "options max_tok=%u max_seqs=%u ctx=%u max_tolerance=%.17g deterministic=%d threads=%u kv_dtype=%s\n", k->max_tok,
             k->max_seqs, k->ctx, k->max_tolerance, k->deterministic, k->threads, k->kv_dtype);
+}
+
+int rad_tune_write(const RadTuneTable *t, FILE *f, RadErr *e) {
+    rad_tune_write_key(&t->key, f);
     for (int i = 0; i < t->n; i++) {
         const RadTuneEntry *x = &t->e[i];
         fprintf(f, "op index=%d name=%s params=%016" PRIx64 " rows=%" PRId64 "..%" PRId64 " lib=%s variant=%s knobs=", x->op, x->name,

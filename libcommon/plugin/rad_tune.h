@@ -66,6 +66,8 @@ int rad_tune_read(const char *path, RadTuneTable *t, RadErr *e);
 int rad_tune_parse(const char *name, const char *text, size_t len, RadTuneTable *t, RadErr *e);
 /* Adds an entry (copied), refusing one whose rows overlap an entry of the same op. */
 int rad_tune_add(RadTuneTable *t, const RadTuneEntry *en, RadErr *e);
+/* Writes the header lines of a table with key k (its first line through `options`). */
+void rad_tune_write_key(const RadTuneKey *k, FILE *f);
 /* Writes t in the file format (what rad_tune_parse reads back equal). */
 int rad_tune_write(const RadTuneTable *t, FILE *f, RadErr *e);
 /* Writes t to path through a temporary beside it and a rename. */

@@ -155,22 +155,15 @@ static int parse(int argc, char **argv, Opts *o) {
 /* What a table's measurements depend on, as text: the key's header lines and the sweep. A
  * journal is taken only when its first lines are these, byte for byte. */
 static int journal_head(const RadTuneKey *key, const Opts *o, char *buf, size_t n) {
-    RadTuneTable t;
-    memset(&t, 0, sizeof t);
-    t.key = *key;
     FILE *f = fmemopen(buf, n, "w");
     if (!f) return 0;
-    RadErr e = {0};
     fprintf(f, "radiance-tune-partial 1\n");
-    int rc = rad_tune_write(&t, f, &e);
+    rad_tune_write_key(key, f);
     fprintf(f, "sweep quick=%d knobs=%d ops=%s\n", o->quick, !o->no_knobs, o->ops ? o->ops : "*");
-    long len = ftell(f);
+    const long len = ftell(f);
     fclose(f);
-    if (rc || len <= 0 || (size_t)len >= n - 1) return 0;
+    if (len <= 0 || (size_t)len >= n - 1) return 0;
     buf[len] = 0;
-    char *end = strstr(buf, "end 0\n"); /* the table's last line is not part of the key */
-    if (!end) return 0;
-    memmove(end, end + 6, strlen(end + 6) + 1);
     return 1;
 }
 
