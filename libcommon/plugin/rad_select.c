@@ -291,3 +291,9 @@ int rad_select_check_kv(const RadKernel *k, const char *lib, const char *group, 
     }
     return RAD_OK;
 }
+
+int rad_select_tolerance(int fast, double given, double *out) {
+    if (fast && given && given != RAD_SELECT_FAST_TOLERANCE) return 0;
+    *out = given ? given : fast ? RAD_SELECT_FAST_TOLERANCE : RAD_SELECT_DEFAULT_TOLERANCE;
+    return 1;
+}

@@ -10,6 +10,9 @@
 
 #define RAD_SELECT_DEFAULT_TOLERANCE 1e-3 /* max_tolerance <= 0: the oracle's exact paths */
 #define RAD_SELECT_FAST_TOLERANCE 2e-2    /* --fast (every tool): q8-activation GEMMs, llama.cpp's class */
+/* Every tool's --fast and --max-tolerance T (given: 0 when absent) as one bound in *out: T, else
+ * the fast bound under --fast, else the default; 0 when both are given and differ. */
+int rad_select_tolerance(int fast, double given, double *out);
 #define RAD_SELECT_DEFAULT_KV_BLOCK 16u   /* no attention kernel asks a block size */
 
 /* rad-tune's table (--tune FILE, libcommon/plugin/rad_tune.h): rule 1 of the selector. */

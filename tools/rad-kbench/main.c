@@ -22,7 +22,7 @@ typedef struct Opts {
     const char *model, *kernels, *report, *ops;
     int json, bench, quick, fast, deterministic, no_repack, knobs;
     uint32_t max_tok, max_seqs, ctx, threads;
-    double tolerance;              /* --max-tolerance (--fast: 2e-2; 0: not given) */
+    double tolerance;              /* --max-tolerance, --fast or the default (rad_select_tolerance) */
     int64_t rows[RAD_KBENCH_MAX_ROWS]; /* --buckets */
     int n_rows;
     RadDType kv_dtype;
@@ -158,9 +158,8 @@ static int parse(int argc, char **argv, Opts *o) {
     }
     if (optind < argc) return fprintf(stderr, "rad-kbench: %s: unexpected argument\n", argv[optind]), 2;
     if (!o->model) return fprintf(stderr, "rad-kbench: -m MODEL.rad is required (--help)\n"), 2;
-    if (o->fast && o->tolerance && o->tolerance != RAD_SELECT_FAST_TOLERANCE)
+    if (!rad_select_tolerance(o->fast, o->tolerance, &o->tolerance))
         return fprintf(stderr, "rad-kbench: --fast is --max-tolerance %g: give one of them\n", RAD_SELECT_FAST_TOLERANCE), 2;
-    if (o->fast) o->tolerance = RAD_SELECT_FAST_TOLERANCE;
     return 0;
 }
 
@@ -238,7 +237,7 @@ static void markdown(FILE *f, const Opts *o, const RadKbenchReport *r) {
     fprintf(f, "Libraries: %s. Step bounds: %u tokens, %u sequences, context %s. Threads: %u. Kernels within %g%s.%s%s\n\n",
             o->kernels ? o->kernels : "all installed", o->max_tok ? o->max_tok : RAD_SERVE_MAX_TOK, o->max_seqs ? o->max_seqs : RAD_SERVE_MAX_SEQS,
             o->ctx ? "as given" : "the model's (capped at 8192)", r->n_threads,
-            o->tolerance ? o->tolerance : RAD_SELECT_DEFAULT_TOLERANCE, o->fast ? " (--fast)" : "",
+            o->tolerance, o->fast ? " (--fast)" : "",
             o->knobs ? " Every knob value too." : "", o->quick ? " Quick mode." : "");
     fprintf(f, "Each kernel is compared with docs/OPS.md's f32 reference on the container's weights: bit for bit when it "
                "states `bitwise`, else by the per-row measure max_j |y-ref| / (max_j |ref| + 1e-6) within its stated "
@@ -387,7 +386,7 @@ int main(int argc, char **argv) {
     RadEngineOpts eo = {.model = o.model, .plugin_dirs = o.plugin_dirs, .n_plugin_dirs = o.n_plugin_dirs,
                         .kernels = o.kernels, .n_threads = o.threads, .max_tok = o.max_tok ? o.max_tok : RAD_SERVE_MAX_TOK,
                         .max_seqs = o.max_seqs ? o.max_seqs : RAD_SERVE_MAX_SEQS, .max_ctx = o.ctx, .deterministic = o.deterministic,
-                        .max_tolerance = o.tolerance ? o.tolerance : RAD_SELECT_DEFAULT_TOLERANCE, .no_repack = o.no_repack,
+                        .max_tolerance = o.tolerance, .no_repack = o.no_repack,
                         .kv_dtype = o.kv_dtype};
     RadErr e = {0};
     RadEngine *en = NULL;

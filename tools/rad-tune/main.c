@@ -31,7 +31,7 @@
 typedef struct Opts {
     const char *model, *kernels, *out, *ops;
     int quick, fast, deterministic, no_repack, no_knobs, json, restart;
-    double tolerance;              /* --tolerance / --max-tolerance (0: not given) */
+    double tolerance;              /* --tolerance, --fast or the default (rad_select_tolerance) */
     RadDType kv_dtype;
     uint32_t max_tok, max_seqs, ctx, threads;
     const char *plugin_dirs[16];
@@ -144,9 +144,8 @@ static int parse(int argc, char **argv, Opts *o) {
     if (optind < argc) return fprintf(stderr, "rad-tune: %s: unexpected argument\n", argv[optind]), 2;
     if (!o->model) return fprintf(stderr, "rad-tune: -m MODEL.rad is required (--help)\n"), 2;
     if (!o->out) return fprintf(stderr, "rad-tune: -o OUT.tune is required (--help)\n"), 2;
-    if (o->fast && o->tolerance && o->tolerance != RAD_SELECT_FAST_TOLERANCE)
+    if (!rad_select_tolerance(o->fast, o->tolerance, &o->tolerance))
         return fprintf(stderr, "rad-tune: --fast is --tolerance %g: give one of them\n", RAD_SELECT_FAST_TOLERANCE), 2;
-    if (o->fast) o->tolerance = RAD_SELECT_FAST_TOLERANCE;
     return 0;
 }
 
@@ -470,7 +469,7 @@ int main(int argc, char **argv) {
     RadEngineOpts eo = {.model = o.model, .plugin_dirs = o.plugin_dirs, .n_plugin_dirs = o.n_plugin_dirs,
                         .kernels = o.kernels, .n_threads = o.threads, .max_tok = o.max_tok ? o.max_tok : RAD_SERVE_MAX_TOK,
                         .max_seqs = o.max_seqs ? o.max_seqs : RAD_SERVE_MAX_SEQS, .max_ctx = o.ctx, .kv_dtype = o.kv_dtype,
-                        .deterministic = o.deterministic, .max_tolerance = o.tolerance ? o.tolerance : RAD_SELECT_DEFAULT_TOLERANCE,
+                        .deterministic = o.deterministic, .max_tolerance = o.tolerance,
                         .no_repack = o.no_repack};
     RadErr e = {0};
     RadEngine *en = NULL;

@@ -230,9 +230,8 @@ static int parse_args(int argc, char **argv, Opts *o) {
     }
     if (optind != argc) return fprintf(stderr, "radiance: unexpected argument '%s'\n", argv[optind]), 2;
     if (!o->model) return fprintf(stderr, "radiance: --model is required (see radiance --help)\n"), 2;
-    if (o->fast && o->max_tolerance && o->max_tolerance != RAD_SELECT_FAST_TOLERANCE)
+    if (!rad_select_tolerance(o->fast, o->max_tolerance, &o->max_tolerance))
         return fprintf(stderr, "radiance: --fast is --max-tolerance %g: give one of them\n", RAD_SELECT_FAST_TOLERANCE), 2;
-    if (!o->max_tolerance) o->max_tolerance = o->fast ? RAD_SELECT_FAST_TOLERANCE : RAD_SELECT_DEFAULT_TOLERANCE;
     /* a flag that would change nothing is refused, not ignored: raw text parses special tokens already */
     if (o->chat_special && (o->prompt || o->ids || o->tokenize || o->detokenize))
         return fprintf(stderr, "radiance: --chat-special-tokens applies to --chat and the server's chat endpoint, "
