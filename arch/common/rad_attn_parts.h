@@ -1,6 +1,7 @@
 /* rad_attn_parts.h — the pieces any attention block is built from, header-only, family-neutral:
  *
  *     q, k, v = h·Wq^T, h·Wk^T, h·Wv^T        RadQkv      (one gemm_nt3 when resolved)
+ *     (+ bq, bk, bv)                           add_bias    (Qwen2: when the names are given)
  *     rope(q), rope(k)                         RadRope     (positions as a raw operand)
  *     o = attn_paged(q, k, v) over a KV group  rad_attn_paged_*
  *     the KV group and its layers              rad_attn_kv_*
@@ -46,6 +47,10 @@ typedef struct RadQkv {
     rad_op q, k, v;           /* gemm_nt each; all three are `fused` when it resolved */
     rad_buf h;                /* [max_tok, n_embd] the input */
     rad_buf yq, yk, yv;       /* the outputs: the scratch's q, k, v */
+    int has_bias;             /* q, k, v each add a bias after the GEMM (rad_qkv_declare_bias) */
+    rad_weight b_q;           /* [n_head*head_dim] f32 (SHARD_ROW with w_q under TP) */
+    rad_weight b_k, b_v;      /* [n_head_kv*head_dim] f32 */
+    rad_op add_q, add_k, add_v; /* add_bias on yq, yk, yv */
 } RadQkv;
 
 /* Returns -1 when the core refused one (it has named it). */
@@ -56,6 +61,41 @@ static inline int rad_qkv_declare_weights(RadBuilder *b, const RadBlockGeom *g, 
     p->w_k = rad_block_linear(b, g, k, layer, kw, g->n_embd, RAD_SHARD_ROW);
     p->w_v = rad_block_linear(b, g, v, layer, kw, g->n_embd, RAD_SHARD_ROW);
     return (p->w_q.id < 0 || p->w_k.id < 0 || p->w_v.id < 0) ? -1 : 0;
+}
+
+/* A bias vector of a projection: f32 [n], split with the projection's rows under TP. */
+static inline rad_weight rad_block_bias(RadBuilder *b, const RadBlockGeom *g, const char *name, uint32_t layer,
+                                        uint64_t n) {
+    RadWeightDecl d;
+    memset(&d, 0, sizeof d);
+    d.dtype = g->norm_dtype; /* f32: a bf16/f16 bias widens exactly */
+    d.rank = 1;
+    d.shape[0] = n;
+    d.access = RAD_ACCESS_PER_TOKEN;
+    d.shard = g->world_size > 1 ? RAD_SHARD_ROW : RAD_SHARD_NONE;
+    d.group = rad_group_layer(layer);
+    return rad_decl_weight(b, name, &d);
+}
+
+/* q/k/v biases (after rad_qkv_declare_weights). Returns -1 when the core refused one. */
+static inline int rad_qkv_declare_bias(RadBuilder *b, const RadBlockGeom *g, uint32_t layer, const char *q,
+                                       const char *k, const char *v, RadQkv *p) {
+    uint64_t qw = (uint64_t)g->n_head * g->head_dim, kw = (uint64_t)g->n_head_kv * g->head_dim;
+    p->has_bias = 1;
+    p->b_q = rad_block_bias(b, g, q, layer, qw);
+    p->b_k = rad_block_bias(b, g, k, layer, kw);
+    p->b_v = rad_block_bias(b, g, v, layer, kw);
+    return (p->b_q.id < 0 || p->b_k.id < 0 || p->b_v.id < 0) ? -1 : 0;
+}
+
+/* x += bias over [1, max_tok] rows of width n, in place. */
+static inline rad_op rad_block_add_bias(RadBuilder *b, const RadBlockGeom *g, rad_weight bias, uint32_t n, rad_buf x) {
+    rad_op op = RAD_OP(b, "add_bias", RAD_PARAMS(RAD_RANGE("M", 1, g->max_tok), RAD_INT("N", n)), RAD_WEIGHTS(bias));
+    if (op.id >= 0) {
+        rad_op_reads(b, op, RAD_BUFS(x), 1);
+        rad_op_writes(b, op, RAD_BUFS(x), 1);
+    }
+    return op;
 }
 
 static inline int rad_qkv_declare_ops(RadBuilder *b, const RadBlockGeom *g, rad_buf h, const RadAttnScratch *s,
@@ -73,17 +113,34 @@ static inline int rad_qkv_declare_ops(RadBuilder *b, const RadBlockGeom *g, rad_
         p->k = rad_block_gemm(b, g, p->w_k, kw, g->n_embd, h, s->k);
         p->v = rad_block_gemm(b, g, p->w_v, kw, g->n_embd, h, s->v);
     }
-    return (p->q.id < 0 || p->k.id < 0 || p->v.id < 0) ? -1 : 0;
+    if (p->q.id < 0 || p->k.id < 0 || p->v.id < 0) return -1;
+    if (!p->has_bias) return 0;
+    p->add_q = rad_block_add_bias(b, g, p->b_q, qw, s->q);
+    p->add_k = rad_block_add_bias(b, g, p->b_k, kw, s->k);
+    p->add_v = rad_block_add_bias(b, g, p->b_v, kw, s->v);
+    return (p->add_q.id < 0 || p->add_k.id < 0 || p->add_v.id < 0) ? -1 : 0;
+}
+
+static inline int rad_qkv_bias_step(RadCtx *c, const RadQkv *p, uint64_t n) {
+    int rc;
+    if (!p->has_bias) return 0;
+    if ((rc = RAD_ISSUE_N(c, p->add_q, n, RAD_W(p->b_q), brows(p->yq, n))) != 0) return rc;
+    if ((rc = RAD_ISSUE_N(c, p->add_k, n, RAD_W(p->b_k), brows(p->yk, n))) != 0) return rc;
+    return RAD_ISSUE_N(c, p->add_v, n, RAD_W(p->b_v), brows(p->yv, n));
 }
 
 static inline int rad_qkv_step(RadCtx *c, const RadQkv *p, uint64_t n) {
     int rc;
-    if (p->fused.id >= 0)
-        return RAD_ISSUE_N(c, p->fused, n, RAD_W(p->w_q), RAD_W(p->w_k), RAD_W(p->w_v), brows(p->h, n),
-                           brows(p->yq, n), brows(p->yk, n), brows(p->yv, n));
+    if (p->fused.id >= 0) {
+        if ((rc = RAD_ISSUE_N(c, p->fused, n, RAD_W(p->w_q), RAD_W(p->w_k), RAD_W(p->w_v), brows(p->h, n),
+                              brows(p->yq, n), brows(p->yk, n), brows(p->yv, n))) != 0)
+            return rc;
+        return rad_qkv_bias_step(c, p, n);
+    }
     if ((rc = RAD_ISSUE_N(c, p->q, n, RAD_W(p->w_q), brows(p->h, n), brows(p->yq, n))) != 0) return rc;
     if ((rc = RAD_ISSUE_N(c, p->k, n, RAD_W(p->w_k), brows(p->h, n), brows(p->yk, n))) != 0) return rc;
-    return RAD_ISSUE_N(c, p->v, n, RAD_W(p->w_v), brows(p->h, n), brows(p->yv, n));
+    if ((rc = RAD_ISSUE_N(c, p->v, n, RAD_W(p->w_v), brows(p->h, n), brows(p->yv, n))) != 0) return rc;
+    return rad_qkv_bias_step(c, p, n);
 }
 
 /* ---- rope on q and k ----------------------------------------------------------------------- */

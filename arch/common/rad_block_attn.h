@@ -2,9 +2,10 @@
  * structs), for every family whose layer is
  *
  *     h = rmsnorm(x); q,k,v = h·Wq^T, h·Wk^T, h·Wv^T; rope(q), rope(k);   (gemm_nt3 when resolved)
+ *     (Qwen2: + bq, bk, bv before the rope)
  *     o = attn_paged(q, k, v); x = x + o·Wo^T
  *
- * (Llama, Mistral, SmolLM2, TinyLlama). It is the parts of rad_attn_parts.h (projections, rope,
+ * (Llama, Mistral, SmolLM2, TinyLlama, Qwen2). It is the parts of rad_attn_parts.h (projections, rope,
  * paged attention) between the pre-norm and the output GEMM of rad_block.h; the output is left
  * pending in the residual stream for the next pre-norm to add (see rad_block.h).
  *
@@ -17,9 +18,11 @@
 
 #include "rad_attn_parts.h"
 
-/* Declared weight names of one layer (the caller formats them: "blk.3.attn_q.weight"). */
+/* Declared weight names of one layer (the caller formats them: "blk.3.attn_q.weight"); bq, bk,
+ * bv name the projections' biases (Qwen2), all three or none (NULL). */
 typedef struct RadAttnNames {
     const char *norm, *q, *k, *v, *o;
+    const char *bq, *bk, *bv;
 } RadAttnNames;
 
 typedef struct RadAttnBlock {
@@ -45,6 +48,7 @@ static inline int rad_attn_declare_weights(RadBuilder *b, const RadBlockGeom *g,
     a->layer = layer;
     a->w_norm = rad_block_norm_weight(b, g, nm->norm, rad_group_layer(layer), g->n_embd);
     int rc = rad_qkv_declare_weights(b, g, layer, nm->q, nm->k, nm->v, &a->qkv);
+    if (rc == 0 && nm->bq) rc = rad_qkv_declare_bias(b, g, layer, nm->bq, nm->bk, nm->bv, &a->qkv);
     a->w_o = rad_block_linear(b, g, nm->o, layer, g->n_embd, qw, RAD_SHARD_COL);
     return (a->w_norm.id < 0 || rc != 0 || a->w_o.id < 0) ? -1 : 0;
 }

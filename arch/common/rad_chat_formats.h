@@ -1,5 +1,5 @@
 /* rad_chat_formats.h — chat formats as data (RadChatFormat), header-only, and the choice of
- * one from a model's metadata. Families share them: ChatML (SmolLM2, Qwen), Llama 3 headers,
+ * one from a model's metadata. Families share them: ChatML (SmolLM2, Qwen2.5), Llama 3 headers,
  * Llama 2 [INST], Zephyr (TinyLlama-Chat).
  *
  * Choice (rad_chat_format_pick): the kv table's "chat.kind" when it names a known kind; else
@@ -27,6 +27,13 @@ static const RadChatFormat rad_chat_chatml = {RAD_CHAT_CHATML_FIELDS, .default_s
 static const RadChatFormat rad_chat_chatml_smollm = {
     RAD_CHAT_CHATML_FIELDS,
     .default_system = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"};
+
+/* Qwen2.5's template: ChatML whose chat opens with this system turn when it has none, and whose
+ * tool calls are JSON inside <tool_call>...</tool_call> (the template's own instructions). */
+static const RadChatFormat rad_chat_chatml_qwen = {
+    RAD_CHAT_CHATML_FIELDS,
+    .default_system = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
+    .tool_call_start = "<tool_call>", .tool_call_end = "</tool_call>"};
 
 /* Llama 3 headers. The BOS is in the template; every turn ends with <|eot_id|>. */
 #define RAD_CHAT_LLAMA3_FIELDS                                                                          \
@@ -69,12 +76,14 @@ static const RadChatFormat rad_chat_zephyr = {
 typedef struct RadChatHints {
     int smollm;   /* ChatML with SmolLM2's default system turn */
     int llama31;  /* Llama 3 with the 3.1+ knowledge-cutoff system turn */
+    int qwen;     /* ChatML with Qwen2.5's default system turn and tool-call markup */
 } RadChatHints;
 
 /* The markup a text shows, or NULL. */
 static inline const RadChatFormat *rad_chat_from_markup(const char *t, RadChatHints h) {
     if (!t) return NULL;
-    if (strstr(t, "<|im_start|>")) return h.smollm ? &rad_chat_chatml_smollm : &rad_chat_chatml;
+    if (strstr(t, "<|im_start|>"))
+        return h.smollm ? &rad_chat_chatml_smollm : h.qwen ? &rad_chat_chatml_qwen : &rad_chat_chatml;
     if (strstr(t, "<|start_header_id|>")) return h.llama31 ? &rad_chat_llama31 : &rad_chat_llama3;
     if (strstr(t, "<|user|>") && strstr(t, "<|assistant|>")) return &rad_chat_zephyr;
     if (strstr(t, "[INST]")) return &rad_chat_llama2;
@@ -90,6 +99,7 @@ static inline const RadChatFormat *rad_chat_format_pick(const RadModelMeta *m, c
     const RadChatFormat *f;
     h.smollm = tmpl ? strstr(tmpl, "named SmolLM") != NULL : strstr(name, "SmolLM") != NULL;
     h.llama31 = tmpl != NULL && strstr(tmpl, "Cutting Knowledge Date") != NULL;
+    h.qwen = tmpl != NULL && strstr(tmpl, "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.") != NULL;
     if (kind) {
         if (strcmp(kind, "chatml") == 0) return rad_chat_from_markup("<|im_start|>", h);
         if (strcmp(kind, "llama3") == 0) return rad_chat_from_markup("<|start_header_id|>", h);

@@ -191,6 +191,11 @@ int ref_run_attn_paged(const RadKernelArgs *a);
 int ref_run_embed_gather(const RadKernelArgs *a);
 int ref_run_logits_gather(const RadKernelArgs *a);
 int ref_run_add(const RadKernelArgs *a);
+int ref_run_add_bias(const RadKernelArgs *a);
+int ref_run_scale(const RadKernelArgs *a);
+int ref_run_gelu_tanh_mul(const RadKernelArgs *a);
+int ref_run_head_rmsnorm(const RadKernelArgs *a);
+int ref_run_head_rmsnorm_simd(const RadKernelArgs *a);
 int ref_run_silu_mul(const RadKernelArgs *a);
 int ref_run_all_reduce(const RadKernelArgs *a);
 

@@ -181,6 +181,11 @@ static const RadKernel kernels[] = {
     KA_("attn_paged", "generic", 0, TOL(1e-5), NULL, ref_run_attn_paged, 16, KV_ENCS),
     K_("silu_mul", "generic", 0, TOL(1e-6), NULL, ref_run_silu_mul, 0, 0),
     K_("add", "generic", 0, BITWISE, NULL, ref_run_add, 0, 0),
+    K_("add_bias", "generic", RAD_ENC_PLAIN_FLOATS, BITWISE, NULL, ref_run_add_bias, 0, 0),
+    K_("scale", "generic", 0, BITWISE, NULL, ref_run_scale, 0, 0),
+    K_("gelu_tanh_mul", "generic", 0, TOL(1e-6), NULL, ref_run_gelu_tanh_mul, 0, 0),
+    K_("head_rmsnorm", "simd", RAD_ENC_PLAIN_FLOATS, TOL(1e-5), NULL, ref_run_head_rmsnorm_simd, 0, 0),
+    K_("head_rmsnorm", "exact", RAD_ENC_PLAIN_FLOATS, BITWISE, NULL, ref_run_head_rmsnorm, 0, 0),
     K_("all_reduce", "generic", 0, BITWISE, NULL, ref_run_all_reduce, 0, 0),
     K_("logits_gather", "generic", 0, BITWISE, NULL, ref_run_logits_gather, 0, 0),
 };

@@ -1,4 +1,7 @@
-/* ref_misc.c — embed_gather, logits_gather, add, silu_mul, all_reduce (docs/OPS.md).
+/* ref_misc.c — embed_gather, logits_gather, add, add_bias, scale, silu_mul, gelu_tanh_mul,
+ * all_reduce (docs/OPS.md). gelu_tanh_mul is silu_mul's shape with x / (1 + e^(-2u)),
+ * u = sqrt(2/pi)(x + 0.044715 x^3) (0.5 x (1 + tanh u), one exponential): TOLERANCE 1e-6; scale is
+ * one IEEE multiply: BITWISE.
  *
  * embed_gather decodes table rows with ref_dequant_row (bit-identical to rad_dequant on every
  * path): RAD_EXACT_BITWISE for every encoding libref reads. logits_gather copies rows, add adds
@@ -71,6 +74,7 @@ int ref_run_logits_gather(const RadKernelArgs *a) {
 
 typedef struct EwCtx {
     const RadKArg *a, *b, *out;
+    const float *bias;        /* add_bias: [N] added to every row (b unused) */
     int64_t M, N;
     int isa;
     void (*row)(const float *a, const float *b, float *out, int64_t n);
@@ -89,7 +93,32 @@ static void silu_generic(const float *g, const float *u, float *o, int64_t n) {
     }
 }
 
+/* PyTorch's gelu(approximate="tanh") through double, rounded once, times up. */
+static void gelu_generic(const float *g, const float *u, float *o, int64_t n) {
+    for (int64_t j = 0; j < n; j++) {
+        const double x = g[j], t = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+        const float v = (float)(0.5 * x * (1.0 + tanh(t)));
+        o[j] = v * u[j];
+    }
+}
+
 #if REF_X86
+REF_AVX2 static void gelu_avx2(const float *g, const float *u, float *o, int64_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f), k0 = _mm256_set1_ps(-2.0f * 0.7978845608028654f),
+                 k1 = _mm256_set1_ps(0.044715f);
+    int64_t j = 0;
+    for (; j < n; j += 8) {
+        const int t = n - j < 8 ? (int)(n - j) : 8;
+        const __m256 x = t == 8 ? _mm256_loadu_ps(g + j) : ref_load_tail(g + j, t);
+        const __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+        const __m256 e = ref_exp8(_mm256_mul_ps(k0, _mm256_fmadd_ps(k1, x3, x))); /* e^(-2u) */
+        const __m256 v = _mm256_div_ps(x, _mm256_add_ps(one, e));
+        const __m256 r = _mm256_mul_ps(v, t == 8 ? _mm256_loadu_ps(u + j) : ref_load_tail(u + j, t));
+        if (t == 8) _mm256_storeu_ps(o + j, r);
+        else ref_store_tail(o + j, r, t);
+    }
+}
+
 REF_AVX2 static void add_avx2(const float *x, const float *y, float *o, int64_t n) {
     int64_t j = 0;
     for (; j + 8 <= n; j += 8) _mm256_storeu_ps(o + j, _mm256_add_ps(_mm256_loadu_ps(x + j), _mm256_loadu_ps(y + j)));
@@ -120,15 +149,19 @@ static void ew_task(void *ctx, int tid, int nth) {
     int64_t r0, r1;
     ref_split(c->M, tid, nth, 1, &r0, &r1);
     for (int64_t i = r0; i < r1; i++)
-        c->row(ref_frow(c->a, (uint64_t)i), ref_frow(c->b, (uint64_t)i), ref_frow(c->out, (uint64_t)i), c->N);
+        c->row(ref_frow(c->a, (uint64_t)i), c->bias ? c->bias : ref_frow(c->b, (uint64_t)i), ref_frow(c->out, (uint64_t)i),
+               c->N);
 }
 
-static int run_ew(const RadKernelArgs *a, int silu) {
+enum { EW_ADD, EW_SILU, EW_GELU };
+
+static int run_ew(const RadKernelArgs *a, int kind) {
     int rc = ref_preamble(a, 3);
     if (rc) return rc;
     int64_t N;
     if (!ref_pint(a, "N", &N) || N < 1) return RAD_E_ARG;
     EwCtx c;
+    c.bias = NULL;
     c.a = &a->args[0];
     c.b = &a->args[1];
     c.out = &a->args[2];
@@ -138,18 +171,83 @@ static int run_ew(const RadKernelArgs *a, int silu) {
         !ref_buf_ok(c.out, (uint64_t)c.M, (uint64_t)N))
         return RAD_E_SHAPE;
     c.isa = ref_isa(a);
-    c.row = silu ? silu_generic : add_generic;
+    c.row = kind == EW_SILU ? silu_generic : kind == EW_GELU ? gelu_generic : add_generic;
 #if REF_X86
-    if (c.isa >= REF_ISA_AVX2) c.row = silu ? silu_avx2 : add_avx2;
+    if (c.isa >= REF_ISA_AVX2) c.row = kind == EW_SILU ? silu_avx2 : kind == EW_GELU ? gelu_avx2 : add_avx2;
 #endif
-    int nth = ref_threads(a, (double)c.M * (double)N, silu ? 16384.0 : 65536.0);
+    int nth = ref_threads(a, (double)c.M * (double)N, kind != EW_ADD ? 16384.0 : 65536.0);
     if (nth > c.M) nth = (int)c.M; /* parts are whole rows: more would be empty jobs */
     ref_parallel(a, nth, ew_task, &c);
     return RAD_OK;
 }
 
-int ref_run_add(const RadKernelArgs *a) { return run_ew(a, 0); }
-int ref_run_silu_mul(const RadKernelArgs *a) { return run_ew(a, 1); }
+int ref_run_add(const RadKernelArgs *a) { return run_ew(a, EW_ADD); }
+int ref_run_gelu_tanh_mul(const RadKernelArgs *a) { return run_ew(a, EW_GELU); }
+
+/* scale: x *= factor, in place (one rounding each; rows split across threads when large). */
+typedef struct ScaleCtx {
+    const RadKArg *x;
+    int64_t M, N;
+    float f;
+} ScaleCtx;
+
+static void scale_task(void *ctx, int tid, int nth) {
+    const ScaleCtx *c = ctx;
+    int64_t r0, r1;
+    ref_split(c->M, tid, nth, 1, &r0, &r1);
+    for (int64_t i = r0; i < r1; i++) {
+        float *x = ref_frow(c->x, (uint64_t)i);
+        for (int64_t j = 0; j < c->N; j++) x[j] = x[j] * c->f; /* vectorised by the compiler: one multiply each */
+    }
+}
+
+int ref_run_scale(const RadKernelArgs *a) {
+    int rc = ref_preamble(a, 1);
+    if (rc) return rc;
+    int64_t N;
+    double f;
+    if (!ref_pint(a, "N", &N) || !ref_pflt(a, "factor", &f) || N < 1 || !isfinite(f)) return RAD_E_ARG;
+    ScaleCtx c = {&a->args[0], a->n, N, (float)f};
+    if (!ref_buf_ok(c.x, (uint64_t)c.M, (uint64_t)N)) return RAD_E_SHAPE;
+    int nth = ref_threads(a, (double)c.M * (double)N, 65536.0);
+    if (nth > c.M) nth = (int)c.M;
+    ref_parallel(a, nth, scale_task, &c);
+    return RAD_OK;
+}
+
+/* add_bias: x += bias on every row, in place (the add's row function, the bias as its b). */
+int ref_run_add_bias(const RadKernelArgs *a) {
+    int rc = ref_preamble(a, 2);
+    if (rc) return rc;
+    int64_t N;
+    if (!ref_pint(a, "N", &N) || N < 1) return RAD_E_ARG;
+    const RadKArg *w = &a->args[0];
+    EwCtx c;
+    c.a = c.out = &a->args[1];
+    c.b = NULL;
+    c.M = a->n;
+    c.N = N;
+    if (!ref_weight_ok(w, RAD_ENC_PLAIN_FLOATS, 1, (uint64_t)N) || !ref_buf_ok(c.a, (uint64_t)c.M, (uint64_t)N))
+        return RAD_E_SHAPE;
+    c.isa = ref_isa(a);
+    if (w->dtype == RAD_F32) {
+        c.bias = w->data;
+    } else {
+        float *wb = ref_scratch(2, (size_t)N * sizeof(float));
+        if (!wb) return RAD_E_NOMEM;
+        ref_dequant_row(c.isa, w->dtype, w->data, wb, (uint64_t)N);
+        c.bias = wb;
+    }
+    c.row = add_generic;
+#if REF_X86
+    if (c.isa >= REF_ISA_AVX2) c.row = add_avx2;
+#endif
+    int nth = ref_threads(a, (double)c.M * (double)N, 65536.0);
+    if (nth > c.M) nth = (int)c.M;
+    ref_parallel(a, nth, ew_task, &c);
+    return RAD_OK;
+}
+int ref_run_silu_mul(const RadKernelArgs *a) { return run_ew(a, EW_SILU); }
 
 /* ---- all_reduce --------------------------------------------------------------------------------- */
 

@@ -1,4 +1,5 @@
-/* ref_norm.c — rmsnorm and the fused add_rmsnorm (docs/OPS.md).
+/* ref_norm.c — rmsnorm, the fused add_rmsnorm and head_rmsnorm (docs/OPS.md). head_rmsnorm is
+ * rmsnorm over each head_dim slice of a row, in place: the same row code over M·n_head slices.
  *
  * Two variants of each:
  *   "exact" — RAD_EXACT_BITWISE: the sum of squares runs in index order in f32 with each
@@ -17,7 +18,8 @@
 typedef struct NormCtx {
     const RadKArg *x, *res, *out;
     const float *gamma;
-    int64_t M, N;
+    int64_t M, N;             /* slices to normalise, and their width */
+    int64_t heads;            /* slices per row of x/out (head_rmsnorm: n_head; else 1) */
     float eps;
     int isa, simd, fused;
 } NormCtx;
@@ -103,8 +105,9 @@ REF_AVX2 static void add_avx2(float *res, const float *x, int64_t N) {
 #endif
 
 static void norm_row(const NormCtx *c, int64_t i) {
-    const float *x = ref_frow(c->x, (uint64_t)i);
-    float *out = ref_frow(c->out, (uint64_t)i);
+    const int64_t row = i / c->heads, off = (i % c->heads) * c->N;
+    const float *x = ref_frow(c->x, (uint64_t)row) + off;
+    float *out = ref_frow(c->out, (uint64_t)row) + off;
     const int avx2 = REF_X86 && c->isa >= REF_ISA_AVX2;
     if (c->fused) { /* res = res + x; then normalise res (out may be x: x is read first) */
         float *res = ref_frow(c->res, (uint64_t)i);
@@ -154,6 +157,7 @@ static int run_norm(const RadKernelArgs *a, int fused, int simd) {
     c.out = &a->args[n_args - 1];
     c.M = a->n;
     c.N = N;
+    c.heads = 1;
     c.eps = (float)eps;
     c.isa = ref_isa(a);
     c.simd = simd;
@@ -174,6 +178,43 @@ static int run_norm(const RadKernelArgs *a, int fused, int simd) {
     return RAD_OK;
 }
 
+/* head_rmsnorm: gamma, x [M, n_head·head_dim] in place. */
+static int run_head_norm(const RadKernelArgs *a, int simd) {
+    int rc = ref_preamble(a, 2);
+    if (rc) return rc;
+    int64_t nh, hd;
+    double eps;
+    if (!ref_pint(a, "n_head", &nh) || !ref_pint(a, "head_dim", &hd) || !ref_pflt(a, "eps", &eps) || nh < 1 || hd < 1 ||
+        !(eps >= 0.0))
+        return RAD_E_ARG;
+    NormCtx c;
+    const RadKArg *g = &a->args[0];
+    c.x = c.out = &a->args[1];
+    c.res = NULL;
+    c.M = a->n * nh;
+    c.N = hd;
+    c.heads = nh;
+    c.eps = (float)eps;
+    c.isa = ref_isa(a);
+    c.simd = simd;
+    c.fused = 0;
+    if (!ref_weight_ok(g, RAD_ENC_PLAIN_FLOATS, 1, (uint64_t)hd)) return RAD_E_SHAPE;
+    if (!ref_buf_ok(c.x, (uint64_t)a->n, (uint64_t)(nh * hd))) return RAD_E_SHAPE;
+    if (g->dtype == RAD_F32) {
+        c.gamma = g->data;
+    } else {
+        float *gb = ref_scratch(2, (size_t)hd * sizeof(float));
+        if (!gb) return RAD_E_NOMEM;
+        ref_dequant_row(c.isa, g->dtype, g->data, gb, (uint64_t)hd);
+        c.gamma = gb;
+    }
+    int nth = ref_threads(a, (double)c.M * (double)hd, 32768.0);
+    ref_parallel(a, nth, norm_task, &c);
+    return RAD_OK;
+}
+
+int ref_run_head_rmsnorm(const RadKernelArgs *a) { return run_head_norm(a, 0); }
+int ref_run_head_rmsnorm_simd(const RadKernelArgs *a) { return run_head_norm(a, 1); }
 int ref_run_rmsnorm(const RadKernelArgs *a) { return run_norm(a, 0, 0); }
 int ref_run_rmsnorm_simd(const RadKernelArgs *a) { return run_norm(a, 0, 1); }
 int ref_run_add_rmsnorm(const RadKernelArgs *a) { return run_norm(a, 1, 0); }

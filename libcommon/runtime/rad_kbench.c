@@ -67,7 +67,7 @@ static uint64_t now_ns(void) {
 
 typedef enum OpKind {
     OP_NONE, OP_EMBED, OP_RMSNORM, OP_ADD_RMSNORM, OP_GEMM, OP_GEMM_MULTI, OP_ROPE, OP_ATTN, OP_SILU, OP_ADD,
-    OP_ALLREDUCE, OP_LGATHER
+    OP_ALLREDUCE, OP_LGATHER, OP_ADD_BIAS, OP_GELU, OP_HEAD_NORM, OP_SCALE
 } OpKind;
 
 static OpKind op_kind(const char *op) {
@@ -76,7 +76,8 @@ static OpKind op_kind(const char *op) {
         {"gemm_nt", OP_GEMM},       {"logits_gemm", OP_GEMM},    {"gemm_nt2", OP_GEMM_MULTI},
         {"gemm_nt3", OP_GEMM_MULTI}, {"rope", OP_ROPE},          {"attn_paged", OP_ATTN},
         {"silu_mul", OP_SILU},      {"add", OP_ADD},             {"all_reduce", OP_ALLREDUCE},
-        {"logits_gather", OP_LGATHER},
+        {"logits_gather", OP_LGATHER}, {"add_bias", OP_ADD_BIAS}, {"gelu_tanh_mul", OP_GELU},
+        {"head_rmsnorm", OP_HEAD_NORM}, {"scale", OP_SCALE},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         if (strcmp(op, t[i].name) == 0) return t[i].k;
@@ -522,14 +523,49 @@ static int build_case(Kb *c, const RadGOp *op, OpKind kind, Weight *w, int n_w, 
     case OP_ATTN:
         return build_attn(c, op, cs, which, e);
     case OP_SILU:
+    case OP_GELU:
     case OP_ADD: {
         if (!rad_graph_op_int(op, "N", &N)) break;
         Buf *a = add_buf(cs, M, (uint64_t)N, 1, 0), *b = add_buf(cs, M, (uint64_t)N, 1, 0), *out = add_buf(cs, M, (uint64_t)N, 0, 1);
         NEED(a && b && out);
-        fill_act(a->init, M, (uint64_t)N, kind == OP_SILU ? 2.0f : 1.0f, 2.0f, &c->rng);
+        fill_act(a->init, M, (uint64_t)N, kind != OP_ADD ? 2.0f : 1.0f, 2.0f, &c->rng);
         fill_act(b->init, M, (uint64_t)N, 1.0f, 2.0f, &c->rng);
         if (kind == OP_SILU) rad_kbench_ref_silu_mul(a->init, b->init, out->ref, M * (uint64_t)N);
+        else if (kind == OP_GELU) rad_kbench_ref_gelu_tanh_mul(a->init, b->init, out->ref, M * (uint64_t)N);
         else rad_kbench_ref_add(a->init, b->init, out->ref, M * (uint64_t)N);
+        NEED(!plain_batch(cs, NULL, NULL));
+        return RAD_OK;
+    }
+    case OP_HEAD_NORM: { /* rmsnorm over each head_dim slice: x is [M * n_head, head_dim] */
+        int64_t nh = 0, hd = 0;
+        if (!rad_graph_op_int(op, "n_head", &nh) || !rad_graph_op_int(op, "head_dim", &hd) ||
+            !rad_graph_op_f64(op, "eps", &eps) || n_w != 1 || nh < 1 || hd < 1)
+            break;
+        Buf *x = add_buf(cs, M, (uint64_t)(nh * hd), 1, 1);
+        NEED(x);
+        fill_act(x->init, M, (uint64_t)(nh * hd), 1.0f, 2.0f, &c->rng);
+        rad_kbench_ref_rmsnorm(x->init, w[0].deq, x->ref, M * (uint64_t)nh, (uint64_t)hd, eps, c->nt);
+        NEED(!plain_batch(cs, NULL, NULL));
+        return RAD_OK;
+    }
+    case OP_SCALE: { /* x *= factor, in place */
+        double f = 0;
+        if (!rad_graph_op_int(op, "N", &N) || !rad_graph_op_f64(op, "factor", &f)) break;
+        Buf *x = add_buf(cs, M, (uint64_t)N, 1, 1);
+        NEED(x);
+        fill_act(x->init, M, (uint64_t)N, 1.0f, 2.0f, &c->rng);
+        const float ff = (float)f;
+        for (uint64_t i = 0; i < M * (uint64_t)N; i++) x->ref[i] = x->init[i] * ff;
+        NEED(!plain_batch(cs, NULL, NULL));
+        return RAD_OK;
+    }
+    case OP_ADD_BIAS: { /* x += bias on every row, in place */
+        if (!rad_graph_op_int(op, "N", &N) || n_w != 1 || w[0].stored.rows * w[0].stored.cols != (uint64_t)N) break;
+        Buf *x = add_buf(cs, M, (uint64_t)N, 1, 1);
+        NEED(x);
+        fill_act(x->init, M, (uint64_t)N, 1.0f, 2.0f, &c->rng);
+        for (uint64_t i = 0; i < M; i++)
+            rad_kbench_ref_add(x->init + i * (uint64_t)N, w[0].deq, x->ref + i * (uint64_t)N, (uint64_t)N);
         NEED(!plain_batch(cs, NULL, NULL));
         return RAD_OK;
     }

@@ -167,6 +167,14 @@ void rad_kbench_ref_silu_mul(const float *gate, const float *up, float *out, uin
     }
 }
 
+void rad_kbench_ref_gelu_tanh_mul(const float *gate, const float *up, float *out, uint64_t n) {
+    for (uint64_t i = 0; i < n; i++) {
+        double x = gate[i], u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+        float g = (float)(0.5 * x * (1.0 + tanh(u)));
+        out[i] = g * up[i];
+    }
+}
+
 /* ---- rope ------------------------------------------------------------------------------------- */
 
 /* Frequency i of docs/OPS.md, step by step in f32 (transformers' order). */

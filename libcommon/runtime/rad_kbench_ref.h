@@ -26,6 +26,7 @@ void rad_kbench_ref_rmsnorm(const float *x, const float *gamma, float *out, uint
 void rad_kbench_ref_add(const float *a, const float *b, float *out, uint64_t n);
 /* out[i] = (gate[i] / (1 + exp(-gate[i]))) * up[i]. */
 void rad_kbench_ref_silu_mul(const float *gate, const float *up, float *out, uint64_t n);
+void rad_kbench_ref_gelu_tanh_mul(const float *gate, const float *up, float *out, uint64_t n);
 
 typedef struct RadKbenchRope {
     int64_t n_head, head_dim, n_rot;  /* per row: n_head heads of head_dim, the first n_rot rotated */

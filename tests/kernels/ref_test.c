@@ -292,7 +292,8 @@ Test(ref, plugin_info_and_table) {
     cr_assert_eq(g_lib->device, RAD_DEVICE_CPU);
     cr_assert(!g_lib->alloc && !g_lib->free && !g_lib->copy && !g_lib->sync);
     static const char *ops[] = {"embed_gather", "rmsnorm", "add_rmsnorm", "gemm_nt", "rope", "attn_paged", "silu_mul",
-                                "add", "all_reduce", "logits_gather", "logits_gemm"};
+                                "add", "all_reduce", "logits_gather", "logits_gemm", "add_bias", "gelu_tanh_mul",
+                                "head_rmsnorm", "scale"};
     for (size_t i = 0; i < N_OF(ops); i++) (void)find(ops[i], NULL);
     for (uint32_t i = 0; i < g_lib->n_kernels; i++) {
         const RadKernel *k = rad_kernel_at(g_lib, i);
@@ -354,7 +355,10 @@ Test(ref, zero_rows) {
         } else if (!strcmp(op, "rope")) a[0] = fbuf(o, 4, 4), a[1] = raw_i32(ids, 4), na = 2;
         else if (!strcmp(op, "attn_paged"))
             a[0] = fbuf(x, 4, 4), a[1] = fbuf(y, 4, 4), a[2] = fbuf(z, 4, 4), a[3] = fbuf(o, 4, 4), na = 4;
-        else if (!strcmp(op, "silu_mul") || !strcmp(op, "add")) a[0] = fbuf(x, 4, 4), a[1] = fbuf(y, 4, 4), a[2] = fbuf(o, 4, 4), na = 3;
+        else if (!strcmp(op, "silu_mul") || !strcmp(op, "add") || !strcmp(op, "gelu_tanh_mul"))
+            a[0] = fbuf(x, 4, 4), a[1] = fbuf(y, 4, 4), a[2] = fbuf(o, 4, 4), na = 3;
+        else if (!strcmp(op, "add_bias") || !strcmp(op, "head_rmsnorm")) a[0] = weight(w, RAD_F32, 1, 4), a[1] = fbuf(o, 4, 4), na = 2;
+        else if (!strcmp(op, "scale")) a[0] = fbuf(o, 4, 4), na = 1;
         else if (!strcmp(op, "all_reduce")) a[0] = fbuf(o, 4, 4), na = 1;
         else if (!strcmp(op, "logits_gather")) a[0] = fbuf(x, 4, 4), a[1] = raw_i32(ids, 4), a[2] = fbuf(o, 4, 4), na = 3;
         else cr_assert_fail("untested op %s", op);
@@ -1010,6 +1014,85 @@ Test(ref, silu_mul) {
         cr_assert_eq(call(k, g_st[s], p, 2, M, a, 3), RAD_OK);
         assert_rows_within(ga, N, ref, M, N, k->tolerance, "silu_mul in place");
     }
+}
+
+/* gelu_tanh_mul against PyTorch's tanh form in double; large |x| saturate without NaN. */
+Test(ref, gelu_tanh_mul) {
+    enum { M = 3, N = 203 };
+    float g[M * N], u[M * N], out[M * N], ga[M * N];
+    double ref[M * N];
+    fill(g, M * N), fill(u, M * N);
+    for (int i = 0; i < M * N; i++) g[i] *= 8.0f;
+    g[0] = 30.0f, g[1] = -30.0f, g[2] = 0.0f, g[3] = -100.0f, g[4] = 100.0f, g[5] = -1e-30f, g[6] = 1e-40f;
+    for (int i = 0; i < M * N; i++) {
+        const double x = g[i], t = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+        ref[i] = 0.5 * x * (1.0 + tanh(t)) * u[i];
+    }
+    RadParam p[] = {RAD_RANGE("M", 1, 8), RAD_INT("N", N)};
+    const RadKernel *k = find("gelu_tanh_mul", NULL);
+    cr_assert(k->tolerance <= 1e-6);
+    for (int s = 0; s < N_ST; s++) {
+        RadKArg a[3] = {fbuf(g, M, N), fbuf(u, M, N), fbuf(out, M, N)};
+        cr_assert_eq(call(k, g_st[s], p, 2, M, a, 3), RAD_OK);
+        assert_rows_within(out, N, ref, M, N, k->tolerance, st_name[s]);
+        for (int i = 0; i < M * N; i++) cr_assert(!isnan(out[i]), "%s: NaN at %d (gate %g)", st_name[s], i, g[i]);
+        cr_assert(fabsf(out[3]) == 0.0f && out[4] == 100.0f * u[4], "%s: saturation", st_name[s]);
+        memcpy(ga, g, sizeof g); /* out aliases gate */
+        a[0] = fbuf(ga, M, N), a[2] = a[0];
+        cr_assert_eq(call(k, g_st[s], p, 2, M, a, 3), RAD_OK);
+        assert_rows_within(ga, N, ref, M, N, k->tolerance, "gelu_tanh_mul in place");
+    }
+}
+
+/* add_bias and scale: one IEEE operation an element, bit for bit; an f16 bias widens exactly. */
+Test(ref, add_bias_and_scale_bitwise) {
+    enum { M = 5, N = 37 };
+    float x[M * N], xa[M * N], b[N], ref[M * N];
+    uint16_t bh[N];
+    fill(x, M * N), fill(b, N);
+    for (int j = 0; j < N; j++) bh[j] = rad_f32_to_f16(b[j]), b[j] = rad_f16_to_f32(bh[j]);
+    for (int i = 0; i < M * N; i++) ref[i] = x[i] + b[i % N];
+    RadParam p[] = {RAD_RANGE("M", 1, 8), RAD_INT("N", N), RAD_FLOAT("factor", 25.298221281347036)};
+    for (int s = 0; s < N_ST; s++)
+        for (int h = 0; h < 2; h++) {
+            memcpy(xa, x, sizeof x);
+            RadKArg a[2] = {h ? weight(bh, RAD_F16, 1, N) : weight(b, RAD_F32, 1, N), fbuf(xa, M, N)};
+            cr_assert_eq(call(find("add_bias", NULL), g_st[s], p, 2, M, a, 2), RAD_OK);
+            assert_bitwise(xa, ref, M * N, h ? "add_bias f16" : "add_bias");
+            RadKArg bad[2] = {weight(b, RAD_F32, 1, N - 1), fbuf(xa, M, N)};
+            cr_assert_eq(call(find("add_bias", NULL), g_st[s], p, 2, M, bad, 2), RAD_E_SHAPE, "a short bias");
+        }
+    const float f = (float)25.298221281347036;
+    for (int i = 0; i < M * N; i++) ref[i] = x[i] * f;
+    for (int s = 0; s < N_ST; s++) {
+        memcpy(xa, x, sizeof x);
+        RadKArg a[1] = {fbuf(xa, M, N)};
+        cr_assert_eq(call(find("scale", NULL), g_st[s], p, 3, M, a, 1), RAD_OK);
+        assert_bitwise(xa, ref, M * N, "scale");
+    }
+}
+
+/* head_rmsnorm is rmsnorm over each head_dim slice: bit for bit the exact rmsnorm of the
+ * [M * n_head, head_dim] view, in place, for both variants' classes. */
+Test(ref, head_rmsnorm_is_rmsnorm_per_head) {
+    enum { M = 3, NH = 4, HD = 72 };
+    float g[HD], x[M * NH * HD], xa[M * NH * HD], ref[M * NH * HD];
+    double refd[M * NH * HD];
+    fill(g, HD), fill(x, M * NH * HD);
+    for (int i = 0; i < M * NH; i++) ref_rmsnorm_row(x + i * HD, g, ref + i * HD, HD, 1e-6f);
+    for (int j = 0; j < M * NH * HD; j++) refd[j] = ref[j];
+    RadParam p[] = {RAD_RANGE("M", 1, 8), RAD_INT("n_head", NH), RAD_INT("head_dim", HD), RAD_FLOAT("eps", 1e-6)};
+    for (int s = 0; s < N_ST; s++)
+        for (int v = 0; v < 2; v++) {
+            const RadKernel *k = find("head_rmsnorm", v ? "simd" : "exact");
+            memcpy(xa, x, sizeof x);
+            RadKArg a[2] = {weight(g, RAD_F32, 1, HD), fbuf(xa, M, NH * HD)};
+            cr_assert_eq(call(k, g_st[s], p, 4, M, a, 2), RAD_OK);
+            if (v) assert_rows_within(xa, HD, refd, M * NH, HD, k->tolerance, "head_rmsnorm/simd");
+            else assert_bitwise(xa, ref, M * NH * HD, "head_rmsnorm/exact");
+            RadKArg bad[2] = {weight(g, RAD_F32, 1, HD - 1), fbuf(xa, M, NH * HD)};
+            cr_assert_eq(call(k, g_st[s], p, 4, M, bad, 2), RAD_E_SHAPE, "a gamma not of head_dim");
+        }
 }
 
 /* ---- rope --------------------------------------------------------------------------------------------- */

@@ -11,6 +11,10 @@
 #include "libcommon/text/rad_chat.h"
 #include "libcommon/format/rad_model.h"
 #include "libcommon/tok/rad_tok.h"
+#include "libcommon/runtime/rad_engine.h"
+#include "libcommon/plugin/rad_plugins.h"
+
+#include <unistd.h>
 
 #define SMOL_SYS "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
 
@@ -374,4 +378,62 @@ Test(chat_render, plugin_chat_format_checked) {
         cr_assert_eq(rad_chat_format_check(&bad[i].f, "arch_x", &e), RAD_E_FORMAT, "case %zu passed", i);
         cr_assert(strstr(e.msg, "plugin 'arch_x'") && strstr(e.msg, bad[i].want), "case %zu: %s", i, e.msg);
     }
+}
+
+/* Qwen2.5's chat, as the qwen2_ggml plugin picks it for the real Qwen2.5-Coder-0.5B container
+ * (its template's markup and default system turn), against transformers' apply_chat_template
+ * with that template (tests/fixtures/chat/qwen25.json, scripts/gen-chat-render-goldens.py): the
+ * text byte for byte, and the token ids of the whole render-then-encode path. */
+Test(chat_render, qwen25_equals_transformers_template) {
+    const char *gguf = "models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
+    if (access(gguf, R_OK) != 0) cr_skip_test("Qwen2.5-Coder-0.5B not fetched (make model)");
+    const char *b = getenv("RAD_BUILD");
+    char dir[] = "/tmp/rad-chat-XXXXXX", cmd[1024], rad[64], plug[256];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(rad, sizeof rad, "%s/q.rad", dir);
+    snprintf(cmd, sizeof cmd, "%s/rad-convert %s -o %s > /dev/null", b ? b : "build", gguf, rad);
+    cr_assert_eq(system(cmd), 0);
+    snprintf(plug, sizeof plug, "%s/plugins", b ? b : "build");
+    const char *dirs[1] = {plug};
+    RadEngineOpts o = {.model = rad, .plugin_dirs = dirs, .n_plugin_dirs = 1, .kernels = "ref", .max_tok = 16,
+                       .max_seqs = 1, .max_ctx = 64, .mmap_weights = 1};
+    RadEngine *en = NULL;
+    RadErr e = {0};
+    cr_assert_eq(rad_engine_open(&en, &o, &e), RAD_OK, "%s", e.msg);
+    const RadChatFormat *f = NULL;
+    cr_assert_eq(rad_chat_format_get(rad_engine_arch(en), rad_engine_meta(en), &f, &e), RAD_OK, "%s", e.msg);
+    cr_assert_not_null(f);
+    cr_assert_str_eq(f->kind, "chatml");
+    cr_assert_str_eq(rad_engine_arch(en)->info->name, "qwen2_ggml");
+    RadTok *tok;
+    cr_assert_eq(rad_tok_init(&tok, rad_engine_tok_data(en), &e), RAD_OK, "%s", e.msg);
+    json_error_t je;
+    json_t *g = json_load_file("tests/fixtures/chat/qwen25.json", 0, &je);
+    cr_assert_not_null(g, "%s", je.text);
+    json_t *cases = json_object_get(g, "cases");
+    cr_assert_gt(json_array_size(cases), 0);
+    for (size_t i = 0; i < json_array_size(cases); i++) {
+        json_t *c = json_array_get(cases, i);
+        char *msgs = json_dumps(json_object_get(c, "messages"), 0);
+        int as;
+        unsigned flags = (json_is_true(json_object_get(c, "add_generation_prompt")) ? RAD_CHAT_GEN_PROMPT : 0) |
+                         (rad_tok_bos(tok) >= 0 ? RAD_CHAT_TOK_HAS_BOS : 0);
+        char *text = render(f, msgs, flags, &as);
+        cr_expect_str_eq(text, json_string_value(json_object_get(c, "text")), "case %zu", i);
+        int32_t *ids;
+        size_t n;
+        cr_assert_eq(rad_tok_encode(tok, text, strlen(text), as, &ids, &n, &e), RAD_OK, "%s", e.msg);
+        json_t *want = json_object_get(c, "ids");
+        cr_expect_eq(n, json_array_size(want), "case %zu: %zu tokens, transformers %zu", i, n, json_array_size(want));
+        for (size_t k = 0; k < n && k < json_array_size(want); k++)
+            cr_expect_eq(ids[k], json_integer_value(json_array_get(want, k)), "case %zu token %zu", i, k);
+        free(ids);
+        free(text);
+        free(msgs);
+    }
+    json_decref(g);
+    rad_tok_free(tok);
+    rad_engine_close(en);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
 }

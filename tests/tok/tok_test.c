@@ -22,6 +22,7 @@
 #define FIX "tests/fixtures/tok/"
 #define MODEL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 #define GEMMA FIX "gemma3-tok.tar.zst"
+#define QWEN05 "models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 
 /* ---- files --------------------------------------------------------------------------------- */
 
@@ -358,6 +359,22 @@ Test(tok, pre_default_with_pattern) {
                    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
                    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
                    "smollm2-qwen2");
+}
+
+/* Qwen2.5's own 151k vocabulary and merges, pre-tokenizer "qwen2", read from the real GGUF
+ * (make model fetches it: its tokenizer alone is 7 MB, so it is not copied into fixtures). */
+Test(tok, qwen25_matches_oracle) {
+    RadModelFile m;
+    RadErr e = {0};
+    memset(&m, 0, sizeof m);
+    if (rad_model_open(QWEN05, &m, &e)) cr_skip_test("Qwen2.5-Coder-0.5B not fetched (make model): %s", e.msg);
+    const char *pre;
+    cr_assert_eq(rad_dict_gets(&m.tok, "tokenizer.pre", &pre, &e), RAD_OK);
+    cr_assert_str_eq(pre, "qwen2");
+    RadTok *t = tok_of(&m.tok);
+    rad_model_free(&m);
+    check(t, "qwen25", true);
+    rad_tok_free(t);
 }
 
 Test(tok, gemma3_matches_oracle) {
