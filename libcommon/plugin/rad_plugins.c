@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <math.h>
 #include <stdalign.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "libcommon/base/rad_in.h"
+#include "libcommon/format/rad_model.h"
 #include "libcommon/tok/rad_tok.h"
 
 static char *dup_str(const char *s) {
@@ -739,5 +741,60 @@ int rad_plugin_check_flags(const RadPlugin *p, const RadModelMeta *meta, const R
     else if (f->kv_resident && !probe->kv_stream_ok) flag = "--kv-resident";
     if (flag)
         return rad_err_set(e, RAD_E_ARG, "%s: plugin '%s' does not serve it (its probe bit is 0)", flag, p->info->name);
+    return RAD_OK;
+}
+
+/* "direction.L": L strictly decimal, no sign or leading zero; -1 when the name is not one. */
+static long cvec_layer(const char *name) {
+    static const char pre[] = "direction.";
+    if (strncmp(name, pre, sizeof pre - 1)) return -1;
+    const char *d = name + sizeof pre - 1;
+    size_t n = strspn(d, "0123456789");
+    if (!n || d[n] || n > 9 || (d[0] == '0' && n > 1)) return -1;
+    return strtol(d, NULL, 10);
+}
+
+int rad_cvec_load(const char *path, const RadModelMeta *meta, RadControlVector **out, RadErr *e) {
+    *out = NULL;
+    RadModelFile m;
+    RadErr oe = {0};
+    if (rad_model_open(path, &m, &oe)) /* the reader's line names the file; the flag goes first */
+        return rad_err_set(e, oe.code, "--control-vector: %s", oe.msg);
+    int rc = RAD_OK;
+    uint32_t nl = meta->n_layers > 0 ? (uint32_t)meta->n_layers : 0, ne = meta->n_embd > 0 ? (uint32_t)meta->n_embd : 0;
+    RadControlVector *cv = NULL;
+    if (strcmp(m.format, "gguf"))
+        rc = rad_err_set(e, RAD_E_FORMAT, "--control-vector %s: a %s file; expected llama.cpp's control-vector GGUF", path, m.format);
+    else if (!m.n_tensors)
+        rc = rad_err_set(e, RAD_E_FORMAT, "--control-vector %s: no direction.L tensor (not a control vector)", path);
+    else if (!(cv = calloc(1, sizeof *cv + (size_t)nl * ne * sizeof(float))))
+        rc = rad_err_set(e, RAD_E_NOMEM, "--control-vector %s: out of memory for %u x %u floats", path, nl, ne);
+    for (uint64_t i = 0; !rc && i < m.n_tensors; i++) {
+        const RadTensor *t = &m.tensors[i];
+        long l = cvec_layer(t->name);
+        if (l < 0)
+            rc = rad_err_set(e, RAD_E_FORMAT, "--control-vector %s: tensor '%s' is not a direction.L tensor", path, t->name);
+        else if (l == 0 || (uint64_t)l >= nl) /* llama.cpp adds direction.L after layer L, from 1 */
+            rc = rad_err_set(e, RAD_E_FORMAT, "--control-vector %s: tensor '%s': layer %ld is outside 1..%u (the model has %u layers)",
+                             path, t->name, l, nl ? nl - 1 : 0, nl);
+        else if (t->enc != RAD_ENC_F32 || t->rank != 1 || t->n_planes != 1)
+            rc = rad_err_set(e, RAD_E_FORMAT, "--control-vector %s: tensor '%s': expected one f32 vector", path, t->name);
+        else if (t->shape[0] != ne)
+            rc = rad_err_set(e, RAD_E_FORMAT, "--control-vector %s: tensor '%s': %" PRIu64 " values, the model's n_embd is %u",
+                             path, t->name, t->shape[0], ne);
+        else if (!t->planes[0].data || t->planes[0].nbytes != (uint64_t)ne * sizeof(float))
+            rc = rad_err_set(e, RAD_E_FORMAT, "--control-vector %s: tensor '%s': its data is not in the file", path, t->name);
+        else {
+            float *row = (float *)(cv + 1) + (size_t)l * ne;
+            memcpy(row, t->planes[0].data, (size_t)ne * sizeof(float));
+            for (uint32_t j = 0; !rc && j < ne; j++)
+                if (!isfinite(row[j]))
+                    rc = rad_err_set(e, RAD_E_FORMAT, "--control-vector %s: tensor '%s': value %u is not finite", path, t->name, j);
+        }
+    }
+    rad_model_free(&m);
+    if (rc) return free(cv), rc;
+    *cv = (RadControlVector){.n_layers = nl, .n_embd = ne, .dirs = (const float *)(cv + 1), .scale = 1.0f};
+    *out = cv;
     return RAD_OK;
 }

@@ -121,4 +121,12 @@ typedef struct RadDeployFlags {
 int rad_plugin_check_flags(const RadPlugin *p, const RadModelMeta *meta, const RadDeployFlags *f,
                            RadArchProbe *probe, RadErr *e);
 
+/* --control-vector FILE: llama.cpp's control-vector GGUF (one f32 [n_embd] tensor "direction.L"
+ * per layer L >= 1, added to the residual stream after layer L) read and checked against the
+ * model into *out, one allocation (the struct, then dirs: [n_layers][n_embd], row 0 and the
+ * layers the file leaves out zero; scale 1) the caller free()s. Refuses, naming the file and the
+ * tensor: a file that cannot be read, not a GGUF, no direction tensor, any other tensor, a
+ * layer 0 or past the model's, a type other than f32, a length other than n_embd. */
+int rad_cvec_load(const char *path, const RadModelMeta *meta, RadControlVector **out, RadErr *e);
+
 #endif

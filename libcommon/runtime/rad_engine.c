@@ -14,6 +14,8 @@
 #include <unistd.h>
 #include <zstd.h>
 
+#include "libcommon/base/rad_num.h"
+
 #define MAX_OPERANDS 16
 #define MAX_PARAMS 32
 
@@ -517,6 +519,40 @@ int rad_engine_kv_type(const char *name, RadDType *out) {
     return 0;
 }
 
+int rad_engine_deploy_flag(RadEngineOpts *o, const char *flag, const char *value, RadErr *e) {
+    if (!strcmp(flag, "--kv-cache-dtype")) {
+        static const struct { const char *name; RadKvQuant q; } fp8[] = {{"fp8_v4", RAD_KVQ_V4}, {"fp8_k6v4", RAD_KVQ_K6V4}};
+        o->kv_quant = RAD_KVQ_NONE;
+        if (rad_engine_kv_type(value, &o->kv_dtype)) return RAD_OK;
+        for (size_t i = 0; i < sizeof fp8 / sizeof fp8[0]; i++)
+            if (!strcmp(value, fp8[i].name)) return o->kv_dtype = RAD_F8_E4M3, o->kv_quant = fp8[i].q, RAD_OK;
+        return rad_err_set(e, RAD_E_ARG, "--kv-cache-dtype: '%s' is not f32, f16, bf16, fp8_v4 or fp8_k6v4", value);
+    }
+    if (!strcmp(flag, "--control-vector")) {
+        if (!*value) return rad_err_set(e, RAD_E_ARG, "--control-vector: expected a file name");
+        o->control_vector = value;
+        return RAD_OK;
+    }
+    if (!strcmp(flag, "--tp-attn-split")) {
+        if (strcmp(value, "rows")) return rad_err_set(e, RAD_E_ARG, "--tp-attn-split: '%s' is not rows", value);
+        o->tp_attn_rows = 1;
+        return RAD_OK;
+    }
+    if (!strcmp(flag, "--state-cache-dtype")) {
+        if (strcmp(value, "f32") && strcmp(value, "f16"))
+            return rad_err_set(e, RAD_E_ARG, "--state-cache-dtype: '%s' is not f32 or f16", value);
+        o->state_dtype = strcmp(value, "f16") ? (RadDType)0 : RAD_F16;
+        return RAD_OK;
+    }
+    if (!strcmp(flag, "--kv-resident")) {
+        double v;
+        int rc = rad_num_f64("--kv-resident", value, 1, 1 << 24, RAD_NUM_WHOLE, &v, e);
+        if (!rc) o->kv_resident = (uint32_t)v;
+        return rc;
+    }
+    return rad_err_set(e, RAD_E_ARG, "%s: not a deployment switch", flag);
+}
+
 void rad_engine_tune_key(const RadEngine *en, RadTuneKey *k) {
     memset(k, 0, sizeof *k);
     k->container = en->m.id;
@@ -533,7 +569,10 @@ void rad_engine_tune_key(const RadEngine *en, RadTuneKey *k) {
     k->deterministic = en->o.deterministic != 0;
     k->threads = en->o.n_threads;
     const RadEncInfo *ei = rad_enc_info((RadEnc)en->o.kv_dtype);
-    snprintf(k->kv_dtype, sizeof k->kv_dtype, "%s", ei ? ei->name : "?");
+    snprintf(k->kv_dtype, sizeof k->kv_dtype, "%s", en->o.kv_quant == RAD_KVQ_V4     ? "fp8_v4" /* the layout, not just the width */
+                                                     : en->o.kv_quant == RAD_KVQ_K6V4 ? "fp8_k6v4"
+                                                     : ei                             ? ei->name
+                                                                                      : "?");
 }
 
 const char *rad_engine_tune_warning(const RadEngine *en) { return en->tune_warn[0] ? en->tune_warn : NULL; }
@@ -594,13 +633,24 @@ static int engine_open(RadEngine *en, const RadEngineOpts *o, RadErr *e) {
     const char *origin = "native";
     rad_dict_gets(&en->m.meta, "model.quant_origin", &origin, NULL);
     if ((rc = rad_plugins_find_arch(&en->plugins, en->meta.arch_id, en->meta.quant, origin, &en->arch, e))) return rc;
-    RadDeployFlags flags = {0};
+    /* the deployment switches: a control vector is read and checked before the probe may refuse it */
+    if (o->control_vector && (rc = rad_cvec_load(o->control_vector, &en->meta, &en->cvec, e))) return rc;
+    RadDeployFlags flags = {.kv_quant = o->kv_quant, .control_vector = o->control_vector != NULL,
+                            .tp_attn_rows = o->tp_attn_rows, .state_f16 = o->state_dtype == RAD_F16,
+                            .kv_resident = o->kv_resident != 0};
     RadArchProbe probe;
     if ((rc = rad_plugin_check_flags(en->arch, &en->meta, &flags, &probe, e))) return rc;
+    if (o->kv_resident) /* granted, but this core keeps every block resident: refused, never ignored */
+        return rad_err_set(e, RAD_E_UNSUPPORTED, "--kv-resident %u: plugin '%s' may stream KV, but the engine does not stream KV yet",
+                           o->kv_resident, en->arch->info->name);
     if ((rc = pick_libs(en, e))) return rc;
     en->ctx = rad_build_ctx_for(&en->meta, &(RadStepBounds){.max_tok = en->o.max_tok, .max_seqs = en->o.max_seqs,
                                                              .max_ctx = o->max_ctx, .max_out_rows = o->max_out_rows,
                                                              .kv_dtype = o->kv_dtype});
+    en->ctx.kv_quant = o->kv_quant; /* each switch reaches the declare only past its probe bit */
+    en->ctx.cvec = en->cvec;
+    en->ctx.tp_attn_rows = o->tp_attn_rows;
+    if (o->state_dtype) en->ctx.state_dtype = o->state_dtype;
     if (o->tune && (rc = load_tune(en, e))) return rc;
     en->select = (RadSelectOpts){.libs = &en->sel, .max_tolerance = en->o.max_tolerance, .deterministic = en->o.deterministic,
                                  .tune = en->tune};
@@ -655,6 +705,7 @@ void rad_engine_close(RadEngine *en) {
     free(en->arena);
     free(en->persist);
     free(en->workspace);
+    free(en->cvec);
     for (int i = 0; i < en->n_libs; i++)
         if (en->libs[i]->lib->fini && en->lib_state[i]) en->libs[i]->lib->fini(en->lib_state[i]);
     free(en->libs);

@@ -42,6 +42,13 @@ typedef struct RadEngineOpts {
     const char *tune;              /* --tune FILE: a kernel tuning table (docs/TUNE.md); NULL: none */
     int tune_ignore_mismatch;      /* 1: a table tuned for another container, library, CPU or option
                                       set is ignored (rad_engine_tune_warning says why); 0: refused */
+    /* the deployment switches a plugin grants through its probe (docs/PLUGINS.md, "Probe bits");
+       each one given is refused at open, naming the plugin, unless its bit is 1 */
+    RadKvQuant kv_quant;           /* --kv-cache-dtype fp8_v4|fp8_k6v4 (kv_dtype RAD_F8_E4M3 then); NONE: kv_dtype alone */
+    const char *control_vector;    /* --control-vector FILE: llama.cpp's control-vector GGUF, or NULL */
+    int tp_attn_rows;              /* --tp-attn-split rows: row-split prefill attention */
+    RadDType state_dtype;          /* --state-cache-dtype: RAD_F16, or 0 (RAD_F32) */
+    uint32_t kv_resident;          /* --kv-resident N: KV blocks kept resident, the rest streamed; 0: all resident */
 } RadEngineOpts;
 
 /* Opaque: tools see the engine through these functions only; its state, the KV cache among it,
@@ -60,6 +67,12 @@ typedef struct RadEngineLimits {
 int rad_engine_open(RadEngine **en, const RadEngineOpts *o, RadErr *e);
 /* A --kv-type name: "f32", "f16" or "bf16" -> 1 with *out set; else 0 (every tool's flag). */
 int rad_engine_kv_type(const char *name, RadDType *out);
+/* One deployment switch, as every tool takes it (docs/TOOLS.md): flag "--kv-cache-dtype"
+ * (f32|f16|bf16 as --kv-type; fp8_v4|fp8_k6v4 set kv_dtype RAD_F8_E4M3 and kv_quant),
+ * "--control-vector" (a file name; read when the engine opens), "--tp-attn-split" (rows),
+ * "--state-cache-dtype" (f32|f16) or "--kv-resident" (a whole number of blocks >= 1) with its value,
+ * into o's fields. RAD_E_ARG naming the flag and the value when the value is not one it takes. */
+int rad_engine_deploy_flag(RadEngineOpts *o, const char *flag, const char *value, RadErr *e);
 /* Frees the engine; NULL is ignored. */
 void rad_engine_close(RadEngine *en);
 

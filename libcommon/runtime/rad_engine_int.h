@@ -65,6 +65,7 @@ struct RadEngine {
     uint64_t n_issues;             /* ops issued, for --debug-graph and timing */
     uint64_t *prof_ns, *prof_calls;/* [g.n_ops] when o.profile: time in each op's kernel, calls */
     uint64_t prof_step_ns, prof_steps; /* whole steps (the plugin's own work and the kernels) */
+    RadControlVector *cvec;        /* --control-vector as read (ctx.cvec once the probe grants it), or NULL */
 };
 
 #endif

@@ -488,3 +488,151 @@ static void killed_mid_write(int sig) {
 Test(cli, rad_convert_sigterm_leaves_no_file) { killed_mid_write(SIGTERM); }
 Test(cli, rad_convert_sigint_leaves_no_file) { killed_mid_write(SIGINT); }
 Test(cli, rad_convert_sighup_leaves_no_file) { killed_mid_write(SIGHUP); }
+
+/* ---- the deployment switches (docs/PLUGINS.md, "Probe bits") ------------------------------ */
+
+#define CVEC "tests/fixtures/cvec/" /* scripts/make-cvec-fixtures.py: SmolLM2's n_embd 576, 30 layers */
+
+/* An empty file at path (run() writes stdout into an existing file). */
+static void empty(const char *path) {
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f, "%s", path);
+    fclose(f);
+}
+
+/* SmolLM2 as a container in the test's folder: served by llama_ggml (an imported q4_1). */
+static const char *smollm2(void) {
+    static char m[300];
+    snprintf(m, sizeof m, "%s/m.rad", dir);
+    const char *argv[] = {bin("rad-convert"), GGUF, "-o", m, NULL};
+    Run r = run(argv, NULL, NULL);
+    cr_assert_eq(r.status, 0, "rad-convert: %s", r.err);
+    return m;
+}
+
+static const char *const SWITCHES[][2] = {{"--kv-cache-dtype", "fp8_v4"}, {"--kv-cache-dtype", "fp8_k6v4"},
+                                          {"--control-vector", CVEC "good.gguf"}, {"--tp-attn-split", "rows"},
+                                          {"--state-cache-dtype", "f16"}, {"--kv-resident", "4"}};
+
+Test(cli, deployment_switches_refused_naming_the_plugin_and_the_flag) {
+    const char *m = smollm2();
+    char out[300];
+    snprintf(out, sizeof out, "%s/out", dir);
+    for (size_t i = 0; i < sizeof SWITCHES / sizeof SWITCHES[0]; i++) {
+        const char *flag = SWITCHES[i][0], *val = SWITCHES[i][1];
+        char named[64]; /* the fp8 layouts are named with their value */
+        snprintf(named, sizeof named, "%s%s%s", flag, strncmp(val, "fp8", 3) ? "" : " ", strncmp(val, "fp8", 3) ? "" : val);
+        const char *argv[] = {bin("radiance"), "--model", m, "-p", "hi", "-n", "1", flag, val, NULL};
+        empty(out);
+        Run r = run(argv, NULL, out);
+        const char *need[] = {named, "plugin 'llama_ggml'", "probe bit is 0", NULL};
+        expect(&r, 1, need, named);
+        FILE *f = fopen(out, "rb");
+        cr_assert_not_null(f);
+        cr_assert_eq(fgetc(f), EOF, "%s: something was generated", named);
+        fclose(f);
+        /* rad-kbench and rad-tune declare the same program: the same refusal, no table written */
+        char tune[300];
+        snprintf(tune, sizeof tune, "%s/t.tune", dir);
+        const char *kb[] = {bin("rad-kbench"), "-m", m, "--quick", flag, val, NULL};
+        r = run(kb, NULL, NULL);
+        expect(&r, 1, need, named);
+        const char *tu[] = {bin("rad-tune"), "-m", m, "-o", tune, "--quick", flag, val, NULL};
+        r = run(tu, NULL, NULL);
+        expect(&r, 1, need, named);
+        cr_assert(!dir_has("t.tune"), "%s: rad-tune wrote a table", named);
+    }
+}
+
+Test(cli, deployment_switches_refuse_bad_values_naming_the_flag_and_the_value) {
+    static const char *const bad[][2] = {
+        {"--kv-cache-dtype", "fp9"}, {"--kv-cache-dtype", "FP8_V4"}, {"--kv-cache-dtype", ""}, {"--kv-cache-dtype", "f16 "},
+        {"--kv-cache-dtype", "fp8"}, {"--tp-attn-split", "heads"}, {"--tp-attn-split", "Rows"}, {"--tp-attn-split", ""},
+        {"--state-cache-dtype", "bf16"}, {"--state-cache-dtype", "fp16"}, {"--state-cache-dtype", ""},
+        {"--kv-resident", "0"}, {"--kv-resident", "-1"}, {"--kv-resident", "1.5"}, {"--kv-resident", "nan"},
+        {"--kv-resident", "16777217"}, {"--kv-resident", ""}, {"--control-vector", ""}};
+    char model[300];
+    snprintf(model, sizeof model, "%s/none.rad", dir); /* refused before the model is opened */
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        for (int t = 0; t < 3; t++) {
+            const char *tool = t == 0 ? "radiance" : t == 1 ? "rad-kbench" : "rad-tune";
+            const char *argv[] = {bin(tool), t ? "-m" : "--model", model, bad[i][0], bad[i][1], t == 2 ? "-o" : NULL,
+                                  "/nonexistent/t.tune", NULL};
+            Run r = run(argv, NULL, NULL);
+            char what[128], val[64];
+            snprintf(what, sizeof what, "%s %s '%s'", tool, bad[i][0], bad[i][1]);
+            snprintf(val, sizeof val, "'%s'", bad[i][1]);
+            const int numeric = !strcmp(bad[i][0], "--kv-resident"), empty = !*bad[i][1];
+            const char *need[] = {bad[i][0], numeric || empty ? bad[i][1] : val, NULL};
+            expect(&r, 2, need, what);
+        }
+    static const char *const both[][4] = {{"--kv-type", "f16", "--kv-cache-dtype", "f16"},
+                                          {"--kv-cache-dtype", "fp8_v4", "--kv-type", "f32"}};
+    for (size_t i = 0; i < 2; i++) {
+        const char *argv[] = {bin("radiance"), "--model", model, "-p", "x", both[i][0], both[i][1], both[i][2], both[i][3], NULL};
+        Run r = run(argv, NULL, NULL);
+        const char *need[] = {"--kv-type and --kv-cache-dtype: give one of them", NULL};
+        expect(&r, 2, need, both[i][0]);
+    }
+}
+
+Test(cli, kv_cache_dtype_f16_serves_as_kv_type_f16) {
+    const char *m = smollm2();
+    char a[300], b[300];
+    snprintf(a, sizeof a, "%s/a", dir);
+    snprintf(b, sizeof b, "%s/b", dir);
+    empty(a), empty(b);
+    const char *pa[] = {bin("radiance"), "--model", m, "-p", "The capital of France is", "-n", "8", "--temp", "0",
+                        "--kv-cache-dtype", "f16", NULL};
+    Run r = run(pa, NULL, a);
+    cr_assert_eq(r.status, 0, "--kv-cache-dtype f16: %s", r.err);
+    const char *pb[] = {bin("radiance"), "--model", m, "-p", "The capital of France is", "-n", "8", "--temp", "0",
+                        "--kv-type", "f16", NULL};
+    r = run(pb, NULL, b);
+    cr_assert_eq(r.status, 0, "--kv-type f16: %s", r.err);
+    char ta[512] = {0}, tb[512] = {0};
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    cr_assert(fa && fb);
+    size_t na = fread(ta, 1, sizeof ta - 1, fa), nb = fread(tb, 1, sizeof tb - 1, fb);
+    fclose(fa), fclose(fb);
+    cr_assert_gt(na, strlen("The capital of France is"), "nothing generated: '%s'", ta);
+    cr_assert(na == nb && !memcmp(ta, tb, na), "--kv-cache-dtype f16 '%s' != --kv-type f16 '%s'", ta, tb);
+    /* and the KV group is declared at f16: half the f32 cache's bytes */
+    const char *pl[] = {bin("radiance"), "--model", m, "--debug-placement", "--kv-cache-dtype", "f16", NULL};
+    empty(a);
+    r = run(pl, NULL, a);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    fa = fopen(a, "rb");
+    cr_assert_not_null(fa);
+    char line[512];
+    int found = 0;
+    while (fgets(line, sizeof line, fa))
+        if (strstr(line, "kv group 'kv'")) {
+            found = 1;
+            cr_assert(strstr(line, "12288 bytes per block per layer"), "%s", line);
+        }
+    fclose(fa);
+    cr_assert(found, "no kv group line in --debug-placement");
+}
+
+Test(cli, control_vector_file_is_read_and_checked_before_the_probe) {
+    const char *m = smollm2();
+    static const char *const bad[][2] = {
+        {"missing.gguf", "No such file"},          {"bad-len.gguf", "'direction.1': 575 values, the model's n_embd is 576"},
+        {"bad-layer0.gguf", "'direction.0': layer 0 is outside 1..29"}, {"bad-layer30.gguf", "'direction.30': layer 30"},
+        {"bad-name.gguf", "'bias.1' is not a direction.L tensor"},     {"bad-f16.gguf", "'direction.1': expected one f32"},
+        {"bad-nan.gguf", "'direction.1': value 7 is not finite"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char path[300];
+        snprintf(path, sizeof path, CVEC "%s", bad[i][0]);
+        const char *argv[] = {bin("radiance"), "--model", m, "-p", "hi", "-n", "1", "--control-vector", path, NULL};
+        Run r = run(argv, NULL, NULL);
+        const char *need[] = {"--control-vector", path, bad[i][1], NULL};
+        expect(&r, 1, need, bad[i][0]);
+        cr_assert(!strstr(r.err, "llama_ggml"), "%s: refused by the probe before the file was checked: %s", bad[i][0], r.err);
+    }
+    const char *argv[] = {bin("radiance"), "--model", m, "-p", "hi", "-n", "1", "--control-vector", m, NULL};
+    Run r = run(argv, NULL, NULL);
+    const char *need[] = {"--control-vector", "a rad file; expected llama.cpp's control-vector GGUF", NULL};
+    expect(&r, 1, need, "a .rad as a control vector");
+}

@@ -26,6 +26,7 @@ typedef struct Opts {
     int64_t rows[RAD_KBENCH_MAX_ROWS]; /* --buckets */
     int n_rows;
     RadDType kv_dtype;
+    RadEngineOpts deploy;          /* the deployment switches only (rad_engine_deploy_flag) */
     const char *plugin_dirs[16];
     int n_plugin_dirs;
 } Opts;
@@ -54,6 +55,10 @@ static void usage(FILE *f) {
             "  --fast               allow kernels within 2e-2 of the reference (radiance --fast)\n"
             "  --max-tolerance T    allow kernels within T (radiance --max-tolerance; default 1e-3)\n"
             "  --kv-type T          the KV cache's type, as radiance: f32 (default), f16, bf16\n"
+            "  --kv-cache-dtype T   --kv-type's types, or fp8_v4 / fp8_k6v4 (the narrow fp8 layouts)\n"
+            "  --control-vector FILE, --tp-attn-split rows, --state-cache-dtype f32|f16, --kv-resident N\n"
+            "                       radiance's deployment switches: the program they declare is the one\n"
+            "                       checked; refused, naming the plugin, where its probe does not grant them\n"
             "  --deterministic      batch-invariant kernels first (radiance --deterministic)\n"
             "  --no-repack          keep every weight in its stored layout (radiance --no-repack)\n"
             "  --plugin-dir DIR     look for plugins in DIR first (repeatable)\n"
@@ -74,7 +79,8 @@ static int num(const char *flag, const char *s, double lo, double hi, uint32_t *
 
 /* 0 ok, 2 usage (printed), -1 help. */
 static int parse(int argc, char **argv, Opts *o) {
-    enum { KERNELS = 256, REPORT, JSON, OPS, BENCH, QUICK, KNOBS, MAXTOK, MAXSEQS, CTX, THREADS, FAST, DET, NOREPACK, PDIR, MAXTOL, KVTYPE, BUCKETS, TP };
+    enum { KERNELS = 256, REPORT, JSON, OPS, BENCH, QUICK, KNOBS, MAXTOK, MAXSEQS, CTX, THREADS, FAST, DET, NOREPACK, PDIR, MAXTOL, KVTYPE, BUCKETS, TP,
+           KVCDT, CVEC, TPSPLIT, STATEDT, KVRES };
     static const struct option lo[] = {
         {"model", required_argument, 0, 'm'},      {"kernels", required_argument, 0, KERNELS},
         {"report", required_argument, 0, REPORT},  {"json", no_argument, 0, JSON},
@@ -88,10 +94,14 @@ static int parse(int argc, char **argv, Opts *o) {
         {"max-tolerance", required_argument, 0, MAXTOL}, {"tolerance", required_argument, 0, MAXTOL},
         {"kv-type", required_argument, 0, KVTYPE}, {"buckets", required_argument, 0, BUCKETS},
         {"tp", required_argument, 0, TP},
+        {"kv-cache-dtype", required_argument, 0, KVCDT}, {"control-vector", required_argument, 0, CVEC},
+        {"tp-attn-split", required_argument, 0, TPSPLIT}, {"state-cache-dtype", required_argument, 0, STATEDT},
+        {"kv-resident", required_argument, 0, KVRES},
         {0, 0, 0, 0}};
-    int c;
+    int c, li = 0;
+    const char *kv_flag = NULL; /* --kv-type or --kv-cache-dtype, whichever was given */
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "m:h", lo, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:h", lo, &li)) != -1) {
         switch (c) {
         case 'm': o->model = optarg; break;
         case KERNELS: o->kernels = optarg; break;
@@ -142,7 +152,22 @@ static int parse(int argc, char **argv, Opts *o) {
         case KVTYPE:
             if (!rad_engine_kv_type(optarg, &o->kv_dtype))
                 return fprintf(stderr, "rad-kbench: --kv-type: '%s' is not f32, f16 or bf16\n", optarg), 2;
+            if (kv_flag && strcmp(kv_flag, "--kv-type"))
+                return fprintf(stderr, "rad-kbench: --kv-type and --kv-cache-dtype: give one of them\n"), 2;
+            kv_flag = "--kv-type";
             break;
+        case KVCDT: case CVEC: case TPSPLIT: case STATEDT: case KVRES: { /* radiance's deployment switches */
+            RadErr e = {0};
+            char flag[32];
+            snprintf(flag, sizeof flag, "--%s", lo[li].name);
+            if (rad_engine_deploy_flag(&o->deploy, flag, optarg, &e)) return fprintf(stderr, "rad-kbench: %s\n", e.msg), 2;
+            if (c != KVCDT) break;
+            if (kv_flag && strcmp(kv_flag, "--kv-cache-dtype"))
+                return fprintf(stderr, "rad-kbench: --kv-type and --kv-cache-dtype: give one of them\n"), 2;
+            o->kv_dtype = o->deploy.kv_dtype;
+            kv_flag = "--kv-cache-dtype";
+            break;
+        }
         case DET: o->deterministic = 1; break;
         case NOREPACK: o->no_repack = 1; break;
         case PDIR:
@@ -387,7 +412,9 @@ int main(int argc, char **argv) {
                         .kernels = o.kernels, .n_threads = o.threads, .max_tok = o.max_tok ? o.max_tok : RAD_SERVE_MAX_TOK,
                         .max_seqs = o.max_seqs ? o.max_seqs : RAD_SERVE_MAX_SEQS, .max_ctx = o.ctx, .deterministic = o.deterministic,
                         .max_tolerance = o.tolerance, .no_repack = o.no_repack,
-                        .kv_dtype = o.kv_dtype};
+                        .kv_dtype = o.kv_dtype, .kv_quant = o.deploy.kv_quant, .control_vector = o.deploy.control_vector,
+                        .tp_attn_rows = o.deploy.tp_attn_rows, .state_dtype = o.deploy.state_dtype,
+                        .kv_resident = o.deploy.kv_resident};
     RadErr e = {0};
     RadEngine *en = NULL;
     if ((rc = rad_engine_open(&en, &eo, &e))) return fprintf(stderr, "rad-kbench: %s\n", e.msg), 1;

@@ -33,6 +33,7 @@ typedef struct Opts {
     int quick, fast, deterministic, no_repack, no_knobs, json, restart;
     double tolerance;              /* --tolerance, --fast or the default (rad_select_tolerance) */
     RadDType kv_dtype;
+    RadEngineOpts deploy;          /* the deployment switches only (rad_engine_deploy_flag) */
     uint32_t max_tok, max_seqs, ctx, threads;
     const char *plugin_dirs[16];
     int n_plugin_dirs;
@@ -56,6 +57,10 @@ static void usage(FILE *f) {
             "  --ctx N              context per sequence (default: the model's, capped at 8192)\n"
             "  --threads N          kernel threads (default: all cores)\n"
             "  --kv-type T          the KV cache's type, as radiance: f32 (default), f16, bf16\n"
+            "  --kv-cache-dtype T   --kv-type's types, or fp8_v4 / fp8_k6v4 (the narrow fp8 layouts)\n"
+            "  --control-vector FILE, --tp-attn-split rows, --state-cache-dtype f32|f16, --kv-resident N\n"
+            "                       radiance's deployment switches: the program they declare is the one\n"
+            "                       tuned; refused, naming the plugin, where its probe does not grant them\n"
             "  --tolerance T        tune as radiance --max-tolerance T runs (kernels within T; default 1e-3)\n"
             "  --fast               the same as --tolerance 2e-2 (radiance --fast)\n"
             "  --deterministic      tune as radiance --deterministic runs (batch-invariant kernels only)\n"
@@ -79,7 +84,7 @@ static int num(const char *flag, const char *s, double lo, double hi, uint32_t *
 /* 0 ok, 2 usage (printed), -1 help. */
 static int parse(int argc, char **argv, Opts *o) {
     enum { KERNELS = 256, OPS, QUICK, NOKNOBS, MAXTOK, MAXSEQS, CTX, THREADS, KVTYPE, TOL, FAST, DET, NOREPACK, RESTART, JSON,
-           PDIR, TP };
+           PDIR, TP, KVCDT, CVEC, TPSPLIT, STATEDT, KVRES };
     static const struct option lo[] = {
         {"model", required_argument, 0, 'm'},        {"output", required_argument, 0, 'o'},
         {"kernels", required_argument, 0, KERNELS},  {"ops", required_argument, 0, OPS},
@@ -92,10 +97,14 @@ static int parse(int argc, char **argv, Opts *o) {
         {"restart", no_argument, 0, RESTART},        {"json", no_argument, 0, JSON},
         {"plugin-dir", required_argument, 0, PDIR},  {"help", no_argument, 0, 'h'},
         {"tp", required_argument, 0, TP},
+        {"kv-cache-dtype", required_argument, 0, KVCDT}, {"control-vector", required_argument, 0, CVEC},
+        {"tp-attn-split", required_argument, 0, TPSPLIT}, {"state-cache-dtype", required_argument, 0, STATEDT},
+        {"kv-resident", required_argument, 0, KVRES},
         {0, 0, 0, 0}};
-    int c;
+    int c, li = 0;
+    const char *kv_flag = NULL; /* --kv-type or --kv-cache-dtype, whichever was given */
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "m:o:h", lo, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:o:h", lo, &li)) != -1) {
         switch (c) {
         case 'm': o->model = optarg; break;
         case 'o': o->out = optarg; break;
@@ -110,7 +119,22 @@ static int parse(int argc, char **argv, Opts *o) {
         case KVTYPE:
             if (!rad_engine_kv_type(optarg, &o->kv_dtype))
                 return fprintf(stderr, "rad-tune: --kv-type: '%s' is not f32, f16 or bf16\n", optarg), 2;
+            if (kv_flag && strcmp(kv_flag, "--kv-type"))
+                return fprintf(stderr, "rad-tune: --kv-type and --kv-cache-dtype: give one of them\n"), 2;
+            kv_flag = "--kv-type";
             break;
+        case KVCDT: case CVEC: case TPSPLIT: case STATEDT: case KVRES: { /* radiance's deployment switches */
+            RadErr e = {0};
+            char flag[32];
+            snprintf(flag, sizeof flag, "--%s", lo[li].name);
+            if (rad_engine_deploy_flag(&o->deploy, flag, optarg, &e)) return fprintf(stderr, "rad-tune: %s\n", e.msg), 2;
+            if (c != KVCDT) break;
+            if (kv_flag && strcmp(kv_flag, "--kv-cache-dtype"))
+                return fprintf(stderr, "rad-tune: --kv-type and --kv-cache-dtype: give one of them\n"), 2;
+            o->kv_dtype = o->deploy.kv_dtype;
+            kv_flag = "--kv-cache-dtype";
+            break;
+        }
         case TOL: {
             RadErr e = {0};
             if (rad_num_f64("--tolerance", optarg, 1e-9, 1, 0, &o->tolerance, &e))
@@ -470,7 +494,9 @@ int main(int argc, char **argv) {
                         .kernels = o.kernels, .n_threads = o.threads, .max_tok = o.max_tok ? o.max_tok : RAD_SERVE_MAX_TOK,
                         .max_seqs = o.max_seqs ? o.max_seqs : RAD_SERVE_MAX_SEQS, .max_ctx = o.ctx, .kv_dtype = o.kv_dtype,
                         .deterministic = o.deterministic, .max_tolerance = o.tolerance,
-                        .no_repack = o.no_repack};
+                        .no_repack = o.no_repack, .kv_quant = o.deploy.kv_quant, .control_vector = o.deploy.control_vector,
+                        .tp_attn_rows = o.deploy.tp_attn_rows, .state_dtype = o.deploy.state_dtype,
+                        .kv_resident = o.deploy.kv_resident};
     RadErr e = {0};
     RadEngine *en = NULL;
     if ((rc = rad_engine_open(&en, &eo, &e))) return fprintf(stderr, "rad-tune: %s\n", e.msg), 1;

@@ -34,6 +34,14 @@ static void usage(FILE *f) {
             "  --threads K        kernel threads (default: all cores)\n"
             "  --ctx N            context served (default: the model's, at most 8192)\n"
             "  --kv-type T        KV cache element type: f32 (default), f16 or bf16\n"
+            "  --kv-cache-dtype T --kv-type's types, or fp8_v4 / fp8_k6v4: the narrow fp8 layouts (where the\n"
+            "                     plugin's probe serves them; give one of --kv-type and --kv-cache-dtype)\n"
+            "deployment switches a plugin grants through its probe (refused at start-up, naming the plugin,\n"
+            "where it does not; docs/PLUGINS.md, \"Probe bits\"):\n"
+            "  --control-vector FILE  llama.cpp's control-vector GGUF, added to the residual stream per layer\n"
+            "  --tp-attn-split rows   row-split prefill attention\n"
+            "  --state-cache-dtype T  recurrent state width: f32 (default) or f16\n"
+            "  --kv-resident N        keep N KV blocks resident and stream the rest\n"
             "  --batch N          tokens per step (prefill chunk, default 512)\n"
             "  --kernels A,B      kernel libraries by name, in preference order (default: all installed)\n"
             "  --plugin-dir DIR   look for plugins in DIR first (repeatable)\n"
@@ -97,7 +105,7 @@ static int parse_ids(const char *what, const char *s, int32_t **ids, size_t *n, 
 static int parse_args(int argc, char **argv, Opts *o) {
     enum { TEMP = 256, TOPK, TOPP, MINP, REP, PRES, FREQ, SEED, THREADS, CTX, BATCH, KERNELS, PDIR, IDS, TOKENIZE,
            DETOK, CHAT, DGRAPH, DPLACE, PIDS, DET, FAST, HOST, PORT, APIKEY, SNAME, MAXBODY, MAXHDR, MAXCONNS,
-           IDLE, MAXSEQS, MAXMIXED, MAXQUEUE, NOPREFIX, DRAIN, KVBLOCKS, PROFILE, MMAPW, KVTYPE, NOREPACK, NOVERIFY, CHATSPECIAL, HDRTIME, BODYTIME, DEFMAXTOK, TUNE, TUNEIGN, MAXTOL };
+           IDLE, MAXSEQS, MAXMIXED, MAXQUEUE, NOPREFIX, DRAIN, KVBLOCKS, PROFILE, MMAPW, KVTYPE, NOREPACK, NOVERIFY, CHATSPECIAL, HDRTIME, BODYTIME, DEFMAXTOK, TUNE, TUNEIGN, MAXTOL, KVCDT, CVEC, TPSPLIT, STATEDT, KVRES };
     static const struct option lo[] = {
         {"model", required_argument, 0, 'm'}, {"prompt", required_argument, 0, 'p'}, {"temp", required_argument, 0, TEMP},
         {"top-k", required_argument, 0, TOPK}, {"top-p", required_argument, 0, TOPP}, {"min-p", required_argument, 0, MINP},
@@ -110,6 +118,9 @@ static int parse_args(int argc, char **argv, Opts *o) {
         {"chat-special-tokens", no_argument, 0, CHATSPECIAL},
         {"debug-graph", no_argument, 0, DGRAPH}, {"debug-placement", no_argument, 0, DPLACE}, {"print-ids", no_argument, 0, PIDS},
         {"deterministic", no_argument, 0, DET}, {"fast", no_argument, 0, FAST}, {"max-tolerance", required_argument, 0, MAXTOL}, {"profile", no_argument, 0, PROFILE}, {"mmap", no_argument, 0, MMAPW}, {"no-repack", no_argument, 0, NOREPACK}, {"no-verify", no_argument, 0, NOVERIFY}, {"kv-type", required_argument, 0, KVTYPE}, {"help", no_argument, 0, 'h'},
+        {"kv-cache-dtype", required_argument, 0, KVCDT}, {"control-vector", required_argument, 0, CVEC},
+        {"tp-attn-split", required_argument, 0, TPSPLIT}, {"state-cache-dtype", required_argument, 0, STATEDT},
+        {"kv-resident", required_argument, 0, KVRES},
         {"host", required_argument, 0, HOST}, {"port", required_argument, 0, PORT}, {"api-key", required_argument, 0, APIKEY},
         {"served-model-name", required_argument, 0, SNAME}, {"max-body", required_argument, 0, MAXBODY},
         {"max-header", required_argument, 0, MAXHDR}, {"max-conns", required_argument, 0, MAXCONNS},
@@ -136,8 +147,10 @@ static int parse_args(int argc, char **argv, Opts *o) {
     o->max_queue = 1024;
     int c;
     double v;
+    const char *kv_flag = NULL; /* --kv-type or --kv-cache-dtype, whichever was given */
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "m:p:n:h", lo, NULL)) != -1) {
+    int li = 0;
+    while ((c = getopt_long(argc, argv, "m:p:n:h", lo, &li)) != -1) {
         switch (c) {
         case 'm': o->model = optarg; break;
         case 'p': o->prompt = optarg; break;
@@ -196,9 +209,24 @@ static int parse_args(int argc, char **argv, Opts *o) {
                 RadDType t;
                 if (!rad_engine_kv_type(optarg, &t))
                     return fprintf(stderr, "radiance: --kv-type: '%s' is not f32, f16 or bf16\n", optarg), 2;
+                if (kv_flag && strcmp(kv_flag, "--kv-type"))
+                    return fprintf(stderr, "radiance: --kv-type and --kv-cache-dtype: give one of them\n"), 2;
                 o->kv_dtype = (int)t;
+                kv_flag = "--kv-type";
             }
             break;
+        case KVCDT: case CVEC: case TPSPLIT: case STATEDT: case KVRES: { /* the deployment switches (docs/PLUGINS.md) */
+            RadErr e = {0};
+            char flag[32];
+            snprintf(flag, sizeof flag, "--%s", lo[li].name);
+            if (rad_engine_deploy_flag(&o->deploy, flag, optarg, &e)) return fprintf(stderr, "radiance: %s\n", e.msg), 2;
+            if (c != KVCDT) break;
+            if (kv_flag && strcmp(kv_flag, "--kv-cache-dtype"))
+                return fprintf(stderr, "radiance: --kv-type and --kv-cache-dtype: give one of them\n"), 2;
+            o->kv_dtype = (int)o->deploy.kv_dtype;
+            kv_flag = "--kv-cache-dtype";
+            break;
+        }
         case HOST: o->host = optarg; break;
         case PORT: if (!parse_num("--port", optarg, 0, 65535, RAD_NUM_WHOLE, &v)) return 2; o->port = (unsigned)v; break;
         case APIKEY: o->api_key = *optarg ? optarg : NULL; break;
@@ -518,7 +546,9 @@ int main(int argc, char **argv) {
                         .n_threads = o.threads, .max_tok = o.batch ? o.batch : 512, .max_seqs = 1, .max_ctx = o.ctx,
                         .deterministic = o.deterministic, .max_tolerance = o.max_tolerance, .profile = o.profile,
                         .mmap_weights = o.mmap_weights, .no_repack = o.no_repack, .no_verify = o.no_verify, .kv_dtype = (RadDType)o.kv_dtype,
-                        .tune = o.tune, .tune_ignore_mismatch = o.tune_ignore_mismatch};
+                        .tune = o.tune, .tune_ignore_mismatch = o.tune_ignore_mismatch, .kv_quant = o.deploy.kv_quant,
+                        .control_vector = o.deploy.control_vector, .tp_attn_rows = o.deploy.tp_attn_rows,
+                        .state_dtype = o.deploy.state_dtype, .kv_resident = o.deploy.kv_resident};
     if (!o.chat && !o.prompt && !o.ids && !o.tokenize && !o.detokenize && o.bounds_given) /* the server's plan, shown */
         eo.max_seqs = o.max_seqs, eo.max_tok = o.max_mixed_tok;
     rc = rad_engine_open(&en, &eo, &e);

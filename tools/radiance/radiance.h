@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "libcommon/runtime/rad_engine.h"
 #include "libcommon/runtime/rad_sampler.h"
 
 typedef struct Opts {
@@ -15,6 +16,8 @@ typedef struct Opts {
     int n_plugin_dirs;
     int n_predict, tokenize, detokenize, chat, debug_graph, debug_placement, print_ids, deterministic, fast, profile, mmap_weights, no_repack, no_verify;
     int kv_dtype;           /* RadDType of the KV cache (0: the engine's default, f32) */
+    RadEngineOpts deploy;   /* the deployment switches only (rad_engine_deploy_flag): kv_quant, control_vector,
+                               tp_attn_rows, state_dtype, kv_resident; --kv-cache-dtype's width is in kv_dtype */
     double max_tolerance;   /* --max-tolerance (--fast: RAD_SELECT_FAST_TOLERANCE); resolved by the parser */
     uint32_t threads, ctx, batch;
     RadSamplerParams sp;

@@ -94,6 +94,26 @@ for v in ["", ",", "1,", "0", "1,x", "1.5", ",".join(["1"] * 17)]:
     CASES.append(dict(name="rad-kbench-buckets-%s" % slug(v), argv=["{B}/rad-kbench", "-m", "{MODEL}", "--buckets", v], rc=2,
                       stderr=r"^rad-kbench: --buckets", quick=v == "1,x"))
 
+# the deployment switches (docs/PLUGINS.md, "Probe bits"): a bad value is a usage error naming the flag
+# and the value in every tool; a good one the llama_ggml plugin does not grant is refused naming both
+DEPLOY_BAD = [("--kv-cache-dtype", ["fp9", "FP8_V4", "", "fp8"]), ("--tp-attn-split", ["heads", "", "rows "]),
+              ("--state-cache-dtype", ["bf16", "", "F16"]), ("--kv-resident", ["0", "-1", "1.5", "nan", "16777217", ""]),
+              ("--control-vector", [""])]
+DEPLOY_GOOD = [("--kv-cache-dtype", "fp8_v4", 1), ("--kv-cache-dtype", "fp8_k6v4", 1),
+               ("--control-vector", "{ROOT}/tests/fixtures/cvec/good.gguf", 0), ("--tp-attn-split", "rows", 1),
+               ("--state-cache-dtype", "f16", 1), ("--kv-resident", "4", 0)]  # 1: the refusal names the value too
+for tool, extra in [("radiance", ["-p", "x", "-n", "1"]), ("rad-kbench", ["--quick"]), ("rad-tune", ["-o", "{T}/t.tune", "--quick"])]:
+    m = ["--model" if tool == "radiance" else "-m", "{MODEL}"]
+    for flag, vals in DEPLOY_BAD:
+        for v in vals:
+            CASES.append(dict(name="%s-%s-%s" % (tool, flag.lstrip("-"), slug(v) if v else "empty"), argv=["{B}/" + tool] + m + [flag, v] + extra,
+                              rc=2, stderr=r"^%s: %s" % (tool, flag), quick=v in ("fp9", "heads", "0"), no_files=["{T}/t.tune*"]))
+    for flag, v, with_value in DEPLOY_GOOD:
+        named = flag + (" " + v if with_value else "")
+        CASES.append(dict(name="%s-%s-%s-refused" % (tool, flag.lstrip("-"), slug(os.path.basename(v))),
+                          argv=["{B}/" + tool] + m + [flag, v] + extra, rc=1,
+                          stderr=r"^%s: %s: plugin 'llama_ggml' does not serve it" % (tool, named), no_files=["{T}/t.tune*"]))
+
 # --set: a key once; a value in the type of its key (model.rope_theta is f32, model.n_layers u32)
 SET = [("twice", ["--set", "model.name=a", "--set", "model.name=b"], r"--set model\.name: given twice"),
        ("empty-key", ["--set", "=x"], r"--set =x: expected KEY=VALUE"),
