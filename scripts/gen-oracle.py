@@ -195,11 +195,11 @@ def write_case(path, vocab, prompt_ids, gen, logits, full_pos):
     return rest
 
 
-def plain(model, dtype, norm="LlamaRMSNorm"):
+def plain(model, dtype, norm="LlamaRMSNorm", emb="Embedding"):
     """Refuse a model that is not plain torch layers in `dtype`: with the `kernels` package
     installed, transformers may keep GGUF weights packed or graft ggml's layer kernels on."""
     kinds = {(type(m).__name__, p.dtype) for m in model.modules() for p in m.parameters(recurse=False)}
-    want = {("Linear", dtype), ("Embedding", dtype), (norm, dtype)}
+    want = {("Linear", dtype), (emb, dtype), (norm, dtype)}
     assert kinds == want, f"not a plain {dtype} model: {sorted(map(str, kinds))}"
     assert model.config._attn_implementation == "eager"
     return model.eval()
@@ -233,16 +233,31 @@ QWEN_PROMPTS = [
     ("one", "text", "Hello"),
 ]
 
+GEMMA_PROMPTS = [
+    ("capital", "text", "The capital of France is"),
+    ("fib", "text", "def fibonacci(n):"),
+    ("list", "text", SMOL_PROMPTS[3][2]),
+    ("numeric", "text", SMOL_PROMPTS[4][2]),
+    ("french", "text", SMOL_PROMPTS[5][2]),
+    ("japanese", "text", SMOL_PROMPTS[6][2]),
+    ("weekdays", "text", SMOL_PROMPTS[7][2]),
+    ("long", "text", MOBY_DICK),  # past the 512-token window: the local layers forget its start
+    ("one", "text", "Hello"),
+]
+
 FAMILIES = {
-    # name: (GGUF under models/, the model's RMSNorm class, prompts, EOS ids)
-    "qwen05": ("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "Qwen2RMSNorm", QWEN_PROMPTS, (151643, 151645)),
+    # name: (GGUF under models/, the model's RMSNorm and embedding classes, prompts, EOS ids, BOS added)
+    "qwen05": ("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", ("Qwen2RMSNorm", "Embedding"), QWEN_PROMPTS,
+               (151643, 151645), False),
+    "gemma3": ("gemma-3-270m-q4_k_m.gguf", ("Gemma3RMSNorm", "Gemma3TextScaledWordEmbedding"), GEMMA_PROMPTS,
+               (1, 106), True),
 }
 
 
 def gen_family(name):
     """Writes <name>-<case>.bin (no whole logits rows: a 150k vocabulary makes them 600 kB each;
     the top-K and the rest mass are what the tests score) and splices MANIFEST and meta.json."""
-    fname, norm, prompts, eos_ids = FAMILIES[name]
+    fname, (norm, emb), prompts, eos_ids, add_bos = FAMILIES[name]
     path = os.path.join(ROOT, "models", fname)
     torch.manual_seed(0)
     torch.set_num_threads(THREADS)
@@ -251,7 +266,7 @@ def gen_family(name):
     tok = AutoTokenizer.from_pretrained(os.path.dirname(path), gguf_file=fname)
     model = plain(AutoModelForCausalLM.from_pretrained(
         os.path.dirname(path), gguf_file=fname, dtype=torch.float32, attn_implementation="eager",
-        quantization_config=GgufConfig(dequantize=True)), torch.float32, norm)
+        quantization_config=GgufConfig(dequantize=True)), torch.float32, norm, emb)
     vocab = model.config.vocab_size
     print(f"{name} loaded ({time.time() - t0:.0f}s), vocab {vocab}")
     for f in os.listdir(OUT):
@@ -263,15 +278,15 @@ def gen_family(name):
         "load": "AutoModelForCausalLM.from_pretrained(models, gguf_file=..., dtype=float32, "
                 "attn_implementation='eager', quantization_config=GgufConfig(dequantize=True))",
         "weights": "dequantised by transformers to f32", "compute": "f32", "vocab": vocab,
-        "tokenizer": "AutoTokenizer.from_pretrained(models, gguf_file=...), add_special_tokens false",
+        "tokenizer": f"AutoTokenizer.from_pretrained(models, gguf_file=...), add_special_tokens {add_bos}",
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__}}
     meta["cases"] = [c for c in meta["cases"] if c["model"] != name]
     rows = [l for l in open(os.path.join(OUT, "MANIFEST"), encoding="utf-8") if l.split()[1:2] != [name]]
     for case, kind, text in prompts:
         if kind == "chat":
             text = tok.apply_chat_template(text, tokenize=False, add_generation_prompt=True)
-        prompt_ids = tok(text, add_special_tokens=False)["input_ids"]
-        assert tok.decode(prompt_ids) == text, case
+        prompt_ids = tok(text, add_special_tokens=add_bos)["input_ids"]
+        assert tok.decode(prompt_ids, skip_special_tokens=add_bos) == text, case
         gen, logits, margins = run_case(model, prompt_ids)
         n = len(prompt_ids)
         fn = f"{name}-{case}.bin"
@@ -285,8 +300,8 @@ def gen_family(name):
             "rest_mass": {"mean": float(rest.mean()), "median": float(np.median(rest)), "max": float(rest.max())}})
         rows.append(f"{fn} {name} {n} {GEN} 0\n")
         print(f"  {case:11s} {n:4d} tokens  margin {min(margins):6.3f} -> {cont!r}  ({time.time() - t0:.0f}s)")
-        if case == "fib":  # the acceptance text, exact bytes, no newline added
-            with open(os.path.join(OUT, f"{name}-fib.txt"), "wb") as f:
+        if case in ("fib", "capital", "long"):  # the CLI acceptance texts, exact bytes, no newline added
+            with open(os.path.join(OUT, f"{name}-{case}.txt"), "wb") as f:
                 f.write(cont.encode("utf-8"))
     with open(os.path.join(OUT, "MANIFEST"), "w", encoding="utf-8") as f:
         f.writelines(rows)

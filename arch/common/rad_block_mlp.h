@@ -1,6 +1,7 @@
-/* rad_block_mlp.h — a pre-norm gated (SwiGLU) MLP block, header-only:
+/* rad_block_mlp.h — a pre-norm gated MLP block (SwiGLU, or GeGLU by RadBlockGeom::mlp_act),
+ * header-only:
  *
- *     h = rmsnorm(x); g = h·Wgate^T; u = h·Wup^T; a = silu(g) * u; x = x + a·Wdown^T
+ *     h = rmsnorm(x); g = h·Wgate^T; u = h·Wup^T; a = act(g) * u; x = x + a·Wdown^T
  *
  * (g and u as one gemm_nt2 when a library resolves it, else two gemm_nt).
  *
@@ -23,7 +24,7 @@ typedef struct RadMlpNames {
 /* Per-model scratch shared by every layer: gate, up and the activation, [max_tok, n_ff]. */
 typedef struct RadMlpScratch {
     rad_buf gate, up;         /* [max_tok, n_ff] */
-    rad_buf act;              /* [max_tok, n_ff] silu(gate) * up */
+    rad_buf act;              /* [max_tok, n_ff] act(gate) * up */
 } RadMlpScratch;
 
 static inline int rad_mlp_scratch_declare(RadBuilder *b, const RadBlockGeom *g, const char *prefix,
@@ -77,7 +78,7 @@ static inline int rad_mlp_declare_ops(RadBuilder *b, const RadBlockGeom *g, RadR
         m->op_gate = rad_block_gemm(b, g, m->w_gate, g->n_ff, g->n_embd, r->h, s->gate);
         m->op_up = rad_block_gemm(b, g, m->w_up, g->n_ff, g->n_embd, r->h, s->up);
     }
-    m->op_act = RAD_OP(b, "silu_mul", RAD_PARAMS(RAD_RANGE("M", 1, g->max_tok), RAD_INT("N", g->n_ff)),
+    m->op_act = RAD_OP(b, g->mlp_act ? g->mlp_act : "silu_mul", RAD_PARAMS(RAD_RANGE("M", 1, g->max_tok), RAD_INT("N", g->n_ff)),
                        RAD_NO_WEIGHTS);
     if (m->op_act.id >= 0) {
         rad_op_reads(b, m->op_act, RAD_BUFS(s->gate, s->up), 2);

@@ -1,0 +1,566 @@
+/* gemma3.c — the Gemma 3 family (text decoder: Gemma 3 270M, 1B, 4B/12B/27B's language model),
+ * one source built as two plugins:
+ *
+ *   RAD_GEMMA3_QUANTISED=0  "gemma3"       quant ""      f32/f16/bf16 weights as stored
+ *   RAD_GEMMA3_QUANTISED=1  "gemma3_ggml"  quant "ggml"  GGUF block quantisations beside floats;
+ *                                                        serves imported quantisations
+ *
+ * The graph (transformers' Gemma3TextModel):
+ *
+ *   x = embed_gather(tok_embd, ids) · √n_embd
+ *   per layer l:   local when (l + 1) % pattern != 0 (pattern 6: five local, one global)
+ *     h = rmsnorm(x, attn_norm)
+ *     q, k, v = h·Wq^T, h·Wk^T, h·Wv^T;  q = head_rmsnorm(q, q_norm);  k = head_rmsnorm(k, k_norm)
+ *     rope(q), rope(k)         theta: the local base (10000) on local layers, rope_theta on global
+ *     o = attn_paged(q, k, v)  local: the window group (sliding_window tokens); global: the full one
+ *     x += rmsnorm(o·Wo^T, post_attention_norm)
+ *     h = rmsnorm(x, ffn_norm)
+ *     x += rmsnorm(down(gelu_tanh(h·Wgate^T) · h·Wup^T), post_ffw_norm)
+ *   logits = logits_gemm(tok_embd, logits_gather(rmsnorm(x, output_norm), out_ids))   (tied)
+ *
+ * with each residual add settled by the following norm (fused add_rmsnorm where resolved), as in
+ * arch/common/rad_block.h. The norm gammas are taken as stored: llama.cpp's GGUF holds Gemma's
+ * (1 + w), which is the multiplier transformers applies (docs/OPS.md, head_rmsnorm). A Hugging
+ * Face checkpoint stores w itself; the name map has no "+1" form yet, so only GGUF names are
+ * mapped and an HF Gemma 3 folder is refused at convert, naming the first missing tensor
+ * (arch/gemma3/README.md, Limits). */
+#include <arch/rad_arch.h>
+
+#include <stdlib.h>
+
+#include "../common/rad_attn_parts.h"
+#include "../common/rad_block_mlp.h"
+#include "../common/rad_chat_formats.h"
+
+#ifndef RAD_GEMMA3_QUANTISED
+#define RAD_GEMMA3_QUANTISED 0
+#endif
+#define GEMMA_PN RAD_PLUGIN_NAME_OF("gemma3") /* the plugin's name, in every message */
+#if RAD_GEMMA3_QUANTISED
+#define GEMMA_QUANT "ggml"
+#define GEMMA_DESC "Gemma 3 family (text): GGUF block quantisations"
+#else
+#define GEMMA_QUANT ""
+#define GEMMA_DESC "Gemma 3 family (text): f32/f16/bf16 weights"
+#endif
+
+static const uint64_t gemma_encs =
+    (1ull << RAD_ENC_F32) | (1ull << RAD_ENC_F16) | (1ull << RAD_ENC_BF16)
+#if RAD_GEMMA3_QUANTISED
+    | (1ull << RAD_ENC_Q8_0) | (1ull << RAD_ENC_Q4_0) | (1ull << RAD_ENC_Q4_1) | (1ull << RAD_ENC_Q5_0) |
+    (1ull << RAD_ENC_Q5_1) | (1ull << RAD_ENC_Q4_K) | (1ull << RAD_ENC_Q5_K) | (1ull << RAD_ENC_Q6_K)
+#endif
+    ;
+
+#define GEMMA_MAX_LAYERS 256
+#define GEMMA_NAME 160
+#define GEMMA_LOCAL_THETA 10000.0f /* transformers' rope_local_base_freq; llama.cpp's GGUF has no key */
+#define GEMMA_PATTERN 6            /* sliding_window_pattern: every 6th layer is global */
+
+/* What declare works from, read once (gemma_hparams). */
+typedef struct GemmaHparams {
+    RadBlockGeom gl;          /* local layers: the local rope base, attn_window = the window */
+    RadBlockGeom gg;          /* global layers: rope_theta, full attention */
+    uint32_t n_layers, n_vocab;
+    uint32_t window;          /* attention.sliding_window */
+    uint32_t pattern;         /* attention.sliding_window_pattern: layer l is global when (l+1) % pattern == 0 */
+    uint32_t out_rows;        /* logits rows a step may ask: n_out's bound */
+    RadDType kv_dtype;
+    float embd_scale;         /* √n_embd, rounded once to f32 (transformers' normalizer) */
+    char pfx[64];             /* "" or "<scope>." */
+} GemmaHparams;
+
+/* One layer: the attention block as Gemma composes it (q/k norms before the rope, a norm after
+ * the output projection) and the GeGLU MLP with its post-norm. */
+typedef struct GemmaLayer {
+    int global;               /* full attention over the global group; else the window group */
+    const RadBlockGeom *g;    /* hp.gl or hp.gg */
+    rad_weight w_attn_norm, w_q_norm, w_k_norm, w_o, w_post_attn; /* [n_embd], [hd], [hd], [n_embd, n_head*hd], [n_embd] */
+    RadPreNorm pre_attn;      /* h = rmsnorm(x), settling the previous MLP's output */
+    RadQkv qkv;               /* q, k, v */
+    rad_op qn, kn;            /* head_rmsnorm on q (n_head heads), k (n_head_kv heads) */
+    RadRope rope;
+    rad_op attn;              /* attn_paged */
+    rad_op o;                 /* y = o·Wo^T */
+    RadAllReduce ar;          /* of y, under TP (before the post-norm, which is not linear) */
+    rad_op post_attn;         /* rmsnorm(y -> y), left pending */
+    RadMlpBlock mlp;          /* pre-norm, gate/up, gelu_tanh_mul, down (+ all_reduce), pending */
+    rad_weight w_post_ffw;    /* [n_embd] */
+    rad_op post_ffw;          /* rmsnorm(y -> y) */
+} GemmaLayer;
+
+typedef struct GemmaModel {
+    int ready;                /* a declare completed: step may run */
+    GemmaHparams hp;
+    rad_weight w_tok;         /* [n_vocab, n_embd] the embedding, also the (tied) head */
+    rad_weight w_out_norm;    /* [n_embd] */
+    RadResid r;               /* x, h, y [max_tok, n_embd] */
+    RadAttnScratch as;        /* q, k, v, o */
+    RadMlpScratch ms;         /* gate, up, act */
+    rad_buf head_x;           /* [out_rows, n_embd] */
+    rad_buf logits;           /* [out_rows, n_vocab] */
+    rad_kv kv_local;          /* WINDOW group: the local layers */
+    rad_kv kv_global;         /* FULL group: the global layers */
+    rad_op op_embed, op_scale;
+    GemmaLayer layers[GEMMA_MAX_LAYERS];
+    RadPreNorm final_norm;
+    rad_op op_gather, op_logits;
+} GemmaModel;
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static int gemma_fail(RadBuilder *b, const char *fmt, ...) {
+    char line[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    rad_declare_fail(b, line);
+    return RAD_E_UNSUPPORTED;
+}
+
+/* "<pfx>blk.<l>.<suffix>" (l < 0: "<pfx><suffix>"); 0, or -1 when it does not fit. */
+static int gname(char *dst, size_t cap, const char *pfx, int l, const char *suffix) {
+    int k = l < 0 ? snprintf(dst, cap, "%s%s", pfx, suffix) : snprintf(dst, cap, "%sblk.%d.%s", pfx, l, suffix);
+    return (k < 0 || (size_t)k >= cap) ? -1 : 0;
+}
+
+/* ---- 0. hyperparameters ------------------------------------------------------------------- */
+
+static int gemma_check_meta(RadBuilder *b, const RadModelMeta *m, const RadBuildCtx *ctx) {
+    if (m->struct_size < offsetof(RadModelMeta, rope_theta) + sizeof m->rope_theta)
+        return gemma_fail(b, GEMMA_PN ": RadModelMeta too old (struct_size %u)", (unsigned)m->struct_size);
+#define GEMMA_POS(field)                                                                      \
+    if (m->field <= 0) return gemma_fail(b, GEMMA_PN ": model." #field " is %d (must be positive)", (int)m->field)
+    GEMMA_POS(n_layers);
+    GEMMA_POS(n_embd);
+    GEMMA_POS(n_head);
+    GEMMA_POS(n_head_kv);
+    GEMMA_POS(head_dim);
+    GEMMA_POS(n_ff);
+    GEMMA_POS(n_vocab);
+#undef GEMMA_POS
+    if (m->n_layers > GEMMA_MAX_LAYERS)
+        return gemma_fail(b, GEMMA_PN ": model.n_layers %d exceeds the plugin's %d", (int)m->n_layers, GEMMA_MAX_LAYERS);
+    if (m->n_head % m->n_head_kv != 0)
+        return gemma_fail(b, GEMMA_PN ": model.n_head_kv %d does not divide model.n_head %d", (int)m->n_head_kv,
+                          (int)m->n_head);
+    if (m->head_dim % 2 != 0) return gemma_fail(b, GEMMA_PN ": model.head_dim %d is odd (rope rotates pairs)", (int)m->head_dim);
+    if (m->n_expert > 0) return gemma_fail(b, GEMMA_PN ": model.n_expert is %d: not a Gemma 3 text model", (int)m->n_expert);
+    if (!(m->rms_eps > 0)) return gemma_fail(b, GEMMA_PN ": model.rms_eps is %g (must be positive)", (double)m->rms_eps);
+    if (!(m->rope_theta > 0)) return gemma_fail(b, GEMMA_PN ": model.rope_theta is %g (must be positive)", (double)m->rope_theta);
+    if (ctx->max_tok == 0) return gemma_fail(b, GEMMA_PN ": RadBuildCtx.max_tok is 0");
+    if (ctx->world_size > 1) {
+        uint32_t w = ctx->world_size;
+        if ((uint32_t)m->n_head_kv % w != 0 || (uint32_t)m->n_head % w != 0)
+            return gemma_fail(b, GEMMA_PN ": model.n_head_kv %d does not split over %u ranks", (int)m->n_head_kv, w);
+        if ((uint32_t)m->n_ff % w != 0) return gemma_fail(b, GEMMA_PN ": model.n_ff %d does not split over %u ranks", (int)m->n_ff, w);
+    }
+    /* the deployment switches the probe does not grant (the core refuses them first, by flag) */
+    if (ctx->kv_quant != RAD_KVQ_NONE) return gemma_fail(b, GEMMA_PN ": RadBuildCtx.kv_quant (narrow fp8 KV) is not served");
+    if (ctx->cvec) return gemma_fail(b, GEMMA_PN ": RadBuildCtx.cvec (control vector) is not served");
+    if (ctx->tp_attn_rows) return gemma_fail(b, GEMMA_PN ": RadBuildCtx.tp_attn_rows (row-split attention) is not served");
+    return 0;
+}
+
+/* Newton's square root in double (a plugin links nothing); rounded once by the caller. */
+static double gemma_sqrt(double n) {
+    double r = n > 1 ? n / 2 : 1.0;
+    for (int i = 0; i < 64; i++) r = 0.5 * (r + n / r);
+    return r;
+}
+
+static int gemma_hparams(RadBuilder *b, const RadModelMeta *meta, const RadBuildCtx *ctx, GemmaHparams *hp) {
+    int rc;
+    if ((rc = gemma_check_meta(b, meta, ctx)) != 0) return rc;
+    if (ctx->scope && *ctx->scope && gname(hp->pfx, sizeof hp->pfx, ctx->scope, -1, ".") != 0)
+        return gemma_fail(b, GEMMA_PN ": RadBuildCtx.scope too long");
+    const uint32_t world = ctx->world_size ? ctx->world_size : 1;
+    RadBlockGeom *g = &hp->gg;
+    memset(g, 0, sizeof *g);
+    g->n_embd = (uint32_t)meta->n_embd;
+    g->n_head = (uint32_t)meta->n_head / world;
+    g->n_head_kv = (uint32_t)meta->n_head_kv / world;
+    g->head_dim = (uint32_t)meta->head_dim;
+    g->n_ff = (uint32_t)meta->n_ff / world;
+    g->rms_eps = meta->rms_eps;
+    g->rope_theta = meta->rope_theta;
+    g->n_rot = g->head_dim;
+    g->rope_scaling = RAD_ROPE_SCALING_NONE;
+    g->rope_factor = 1.0f;
+    const char *type;
+    rad_meta_str(meta, "rope.scaling.type", "", &type);
+    if (*type && strcmp(type, "none") && strcmp(type, "default")) {
+        float f;
+        if (strcmp(type, "linear"))
+            return gemma_fail(b, GEMMA_PN ": rope.scaling.type \"%s\" is not served (none, linear)", type);
+        if (rad_meta_f32(meta, "rope.scaling.factor", 0, &f) <= 0 || !(f > 0))
+            return gemma_fail(b, GEMMA_PN ": rope.scaling.factor missing or not positive for rope.scaling.type linear");
+        g->rope_scaling = RAD_ROPE_SCALING_LINEAR; /* the global layers' (Gemma 3 4B+); local ones are unscaled */
+        g->rope_factor = f;
+    }
+    /* query_pre_attn_scalar: head_dim on every size but 27B (where it is n_embd / n_head) */
+    float qpas;
+    if (rad_meta_f32(meta, "attention.query_pre_attn_scalar", (float)g->head_dim, &qpas) < 0 || !(qpas > 0))
+        return gemma_fail(b, GEMMA_PN ": attention.query_pre_attn_scalar is not a positive number");
+    g->attn_scale = rad_block_rsqrt(qpas);
+    g->prefill_fp8 = ctx->attn_prefill_fp8;
+    g->max_tok = ctx->max_tok;
+    g->world_size = world;
+    g->tp_wire_lossy = ctx->tp_wire_lossy;
+    g->tp_wire_min_bytes = ctx->tp_wire_min_bytes;
+    g->linear_dtype = RAD_ANY; /* as stored; checked with rad_weight_encoding */
+    g->norm_dtype = RAD_F32;
+    g->mlp_act = "gelu_tanh_mul";
+    g->attn_window = 0;
+    if (rad_meta_u32(meta, "attention.sliding_window", 0, &hp->window) <= 0 || hp->window == 0)
+        return gemma_fail(b, GEMMA_PN ": attention.sliding_window missing or zero (Gemma 3's local layers need it)");
+    if (rad_meta_u32(meta, "attention.sliding_window_pattern", GEMMA_PATTERN, &hp->pattern) < 0 || hp->pattern == 0)
+        return gemma_fail(b, GEMMA_PN ": attention.sliding_window_pattern is not a positive whole number");
+    float local_theta;
+    if (rad_meta_f32(meta, "rope.local_freq_base", GEMMA_LOCAL_THETA, &local_theta) < 0 || !(local_theta > 0))
+        return gemma_fail(b, GEMMA_PN ": rope.local_freq_base is not a positive number");
+    hp->gl = *g;
+    hp->gl.rope_theta = local_theta;
+    hp->gl.rope_scaling = RAD_ROPE_SCALING_NONE;
+    hp->gl.rope_factor = 1.0f;
+    hp->gl.attn_window = hp->window;
+    hp->n_layers = (uint32_t)meta->n_layers;
+    hp->n_vocab = (uint32_t)meta->n_vocab;
+    uint64_t rows = ctx->max_out_rows ? ctx->max_out_rows : (uint64_t)(ctx->max_seqs ? ctx->max_seqs : 1) * (1u + ctx->max_spec);
+    if (rows > ctx->max_tok) rows = ctx->max_tok;
+    hp->out_rows = (uint32_t)(rows ? rows : 1);
+    hp->kv_dtype = ctx->kv_dtype;
+    hp->embd_scale = (float)gemma_sqrt((double)g->n_embd);
+    return 0;
+}
+
+/* ---- 1. the name map: GGUF names (llama.cpp's gemma3) ------------------------------------ */
+
+static const char *const gemma_layer_tensors[] = {
+    "attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight",
+    "attn_q_norm.weight", "attn_k_norm.weight", "post_attention_norm.weight", "ffn_norm.weight",
+    "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight", "post_ffw_norm.weight",
+};
+enum { G_ATTN_NORM, G_Q, G_K, G_V, G_O, G_QN, G_KN, G_POST_ATTN, G_FFN_NORM, G_GATE, G_UP, G_DOWN, G_POST_FFW, G_COUNT };
+
+static int map_copy1(RadBuilder *b, const char *dst, const char *src) {
+    const char *const s[] = {src, NULL};
+    RadNameMap e;
+    memset(&e, 0, sizeof e);
+    e.kind = RAD_MAP_COPY;
+    e.dst = dst;
+    e.src = s;
+    return rad_decl_name_map(b, &e);
+}
+
+/* GGUF q/k rows are as transformers stores them (NEOX rope: llama.cpp does not permute Gemma's),
+ * so every entry is a plain copy. No head entry: the head is the embedding (tied). */
+static int gemma_declare_map(RadBuilder *b, const GemmaHparams *hp) {
+    char dst[GEMMA_NAME], src[GEMMA_NAME];
+    int rc = 0;
+    static const char *const ends[] = {"token_embd.weight", "output_norm.weight"};
+    static const char *const decl[] = {"tok_embd.weight", "output_norm.weight"};
+    for (int i = 0; i < 2; i++) {
+        if (gname(dst, sizeof dst, hp->pfx, -1, decl[i]) != 0) return gemma_fail(b, GEMMA_PN ": a declared name is too long");
+        rc |= map_copy1(b, dst, ends[i]);
+    }
+    for (uint32_t l = 0; l < hp->n_layers; l++)
+        for (int t = 0; t < G_COUNT; t++) {
+            if (gname(dst, sizeof dst, hp->pfx, (int)l, gemma_layer_tensors[t]) != 0 ||
+                gname(src, sizeof src, "", (int)l, gemma_layer_tensors[t]) != 0)
+                return gemma_fail(b, GEMMA_PN ": a declared name is too long");
+            rc |= map_copy1(b, dst, src);
+        }
+    if (rc) return gemma_fail(b, GEMMA_PN ": a name-map entry was refused");
+    return 0;
+}
+
+/* ---- 2. weights ---------------------------------------------------------------------------- */
+
+static int gemma_check_enc(RadBuilder *b, rad_weight w, const char *name) {
+    RadEnc e = rad_weight_encoding(b, w);
+    if ((unsigned)e >= RAD_ENC_COUNT) return 0; /* not known yet (a plan): the core checks */
+    if (gemma_encs & (1ull << e)) return 0;
+    const RadEncInfo *info = rad_enc_info(e);
+    return gemma_fail(b, GEMMA_PN ": weight %s is stored as %s, which this plugin does not serve%s", name,
+                      info ? info->name : "?", RAD_GEMMA3_QUANTISED ? "" : " (GGUF block quantisations: gemma3_ggml)");
+}
+
+static int gemma_weights_layer(RadBuilder *b, const GemmaHparams *hp, uint32_t l, GemmaLayer *L) {
+    char nm[G_COUNT][GEMMA_NAME];
+    const RadBlockGeom *g = L->g;
+    for (int t = 0; t < G_COUNT; t++)
+        if (gname(nm[t], sizeof nm[t], hp->pfx, (int)l, gemma_layer_tensors[t]) != 0)
+            return gemma_fail(b, GEMMA_PN ": a declared name is too long");
+    const uint64_t qw = (uint64_t)g->n_head * g->head_dim;
+    const RadGroup grp = rad_group_layer(l);
+    memset(&L->qkv, 0, sizeof L->qkv);
+    L->w_attn_norm = rad_block_norm_weight(b, g, nm[G_ATTN_NORM], grp, g->n_embd);
+    int bad = rad_qkv_declare_weights(b, g, l, nm[G_Q], nm[G_K], nm[G_V], &L->qkv) != 0;
+    L->w_q_norm = rad_block_norm_weight(b, g, nm[G_QN], grp, g->head_dim);
+    L->w_k_norm = rad_block_norm_weight(b, g, nm[G_KN], grp, g->head_dim);
+    L->w_o = rad_block_linear(b, g, nm[G_O], l, g->n_embd, qw, RAD_SHARD_COL);
+    L->w_post_attn = rad_block_norm_weight(b, g, nm[G_POST_ATTN], grp, g->n_embd);
+    const RadMlpNames mn = {nm[G_FFN_NORM], nm[G_GATE], nm[G_UP], nm[G_DOWN]};
+    bad |= rad_mlp_declare_weights(b, g, l, &mn, &L->mlp) != 0;
+    L->w_post_ffw = rad_block_norm_weight(b, g, nm[G_POST_FFW], grp, g->n_embd);
+    if (bad || L->w_attn_norm.id < 0 || L->w_q_norm.id < 0 || L->w_k_norm.id < 0 || L->w_o.id < 0 ||
+        L->w_post_attn.id < 0 || L->w_post_ffw.id < 0)
+        return gemma_fail(b, GEMMA_PN ": layer %u: a weight was refused", l);
+    const rad_weight lw[] = {L->qkv.w_q, L->qkv.w_k, L->qkv.w_v, L->w_o, L->mlp.w_gate, L->mlp.w_up, L->mlp.w_down};
+    const int lt[] = {G_Q, G_K, G_V, G_O, G_GATE, G_UP, G_DOWN};
+    for (int i = 0; i < 7; i++) {
+        int rc = gemma_check_enc(b, lw[i], nm[lt[i]]);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+static int gemma_declare_weights(RadBuilder *b, GemmaHparams *hp, GemmaModel *m) {
+    char name[GEMMA_NAME];
+    RadWeightDecl d;
+    memset(&d, 0, sizeof d);
+    d.dtype = RAD_ANY;
+    d.rank = 2;
+    d.shape[0] = hp->n_vocab;
+    d.shape[1] = hp->gg.n_embd;
+    d.access = RAD_ACCESS_VOCAB;
+    d.shard = RAD_SHARD_NONE;
+    if (gname(name, sizeof name, hp->pfx, -1, "tok_embd.weight") != 0) return gemma_fail(b, GEMMA_PN ": name too long");
+    m->w_tok = rad_decl_weight(b, name, &d);
+    if (m->w_tok.id < 0) return gemma_fail(b, GEMMA_PN ": weight %s was refused", name);
+    int rc = gemma_check_enc(b, m->w_tok, name);
+    if (rc) return rc;
+    if (gname(name, sizeof name, hp->pfx, -1, "output_norm.weight") != 0) return gemma_fail(b, GEMMA_PN ": name too long");
+    m->w_out_norm = rad_block_norm_weight(b, &hp->gg, name, (RadGroup){RAD_GROUP_NONE, 0, 0}, hp->gg.n_embd);
+    if (m->w_out_norm.id < 0) return gemma_fail(b, GEMMA_PN ": weight %s was refused", name);
+    for (uint32_t l = 0; l < hp->n_layers; l++) {
+        GemmaLayer *L = &m->layers[l];
+        L->global = (l + 1) % hp->pattern == 0;
+        L->g = L->global ? &hp->gg : &hp->gl;
+        if ((rc = gemma_weights_layer(b, hp, l, L)) != 0) return rc;
+    }
+    return 0;
+}
+
+/* ---- 3. buffers, 4. the two KV groups ------------------------------------------------------ */
+
+static int gemma_declare_buffers(RadBuilder *b, const GemmaHparams *hp, GemmaModel *m) {
+    const RadBlockGeom *g = &hp->gg;
+    if (rad_resid_declare(b, g, hp->pfx, &m->r) != 0 || rad_attn_scratch_declare(b, g, hp->pfx, &m->as) != 0 ||
+        rad_mlp_scratch_declare(b, g, hp->pfx, &m->ms) != 0)
+        return gemma_fail(b, GEMMA_PN ": a buffer was refused");
+    m->head_x = rad_block_buf(b, hp->pfx, "head.x", hp->out_rows, g->n_embd);
+    m->logits = rad_block_buf(b, hp->pfx, "logits", hp->out_rows, hp->n_vocab);
+    if (m->head_x.id < 0 || m->logits.id < 0) return gemma_fail(b, GEMMA_PN ": a head buffer was refused");
+    return 0;
+}
+
+/* Local layers share one WINDOW group (the block manager keeps a sequence's last `window`
+ * tokens), global layers one FULL group. */
+static int gemma_declare_kv(RadBuilder *b, const GemmaHparams *hp, GemmaModel *m) {
+    char name[GEMMA_NAME];
+    if (gname(name, sizeof name, hp->pfx, -1, "kv.local") != 0) return gemma_fail(b, GEMMA_PN ": name too long");
+    m->kv_local = rad_attn_kv_declare(b, &hp->gl, name, RAD_KV_WINDOW, hp->kv_dtype, hp->window);
+    if (gname(name, sizeof name, hp->pfx, -1, "kv.global") != 0) return gemma_fail(b, GEMMA_PN ": name too long");
+    int any_global = 0;
+    for (uint32_t l = 0; l < hp->n_layers; l++) any_global |= m->layers[l].global;
+    m->kv_global = any_global ? rad_attn_kv_declare(b, &hp->gg, name, RAD_KV_FULL, hp->kv_dtype, 0) : (rad_kv){-1};
+    if (m->kv_local.id < 0 || (any_global && m->kv_global.id < 0)) return gemma_fail(b, GEMMA_PN ": a KV group was refused");
+    for (uint32_t l = 0; l < hp->n_layers; l++)
+        if (rad_bind_layer_kv(b, l, m->layers[l].global ? m->kv_global : m->kv_local) != 0)
+            return gemma_fail(b, GEMMA_PN ": layer %u: KV binding refused", l);
+    return 0;
+}
+
+/* ---- 5. ops ---------------------------------------------------------------------------------- */
+
+/* head_rmsnorm over x's n_head heads, in place. */
+static rad_op gemma_head_norm(RadBuilder *b, const RadBlockGeom *g, uint32_t n_head, rad_weight gamma, rad_buf x) {
+    rad_op op = RAD_OP(b, "head_rmsnorm",
+                       RAD_PARAMS(RAD_RANGE("M", 1, g->max_tok), RAD_INT("n_head", n_head), RAD_INT("head_dim", g->head_dim),
+                                  RAD_FLOAT("eps", g->rms_eps)),
+                       RAD_WEIGHTS(gamma));
+    if (op.id >= 0) {
+        rad_op_reads(b, op, RAD_BUFS(x), 1);
+        rad_op_writes(b, op, RAD_BUFS(x), 1);
+    }
+    return op;
+}
+
+/* rmsnorm(y -> y) with gamma: a block's post-norm, before the residual add. */
+static rad_op gemma_post_norm(RadBuilder *b, const RadBlockGeom *g, rad_weight gamma, rad_buf y) {
+    rad_op op = RAD_OP(b, "rmsnorm",
+                       RAD_PARAMS(RAD_RANGE("M", 1, g->max_tok), RAD_INT("N", g->n_embd), RAD_FLOAT("eps", g->rms_eps)),
+                       RAD_WEIGHTS(gamma));
+    if (op.id >= 0) {
+        rad_op_reads(b, op, RAD_BUFS(y), 1);
+        rad_op_writes(b, op, RAD_BUFS(y), 1);
+    }
+    return op;
+}
+
+static int gemma_declare_layer(RadBuilder *b, GemmaModel *m, uint32_t l) {
+    GemmaLayer *L = &m->layers[l];
+    const RadBlockGeom *g = L->g;
+    const RadAttnScratch *s = &m->as;
+    const uint32_t qw = g->n_head * g->head_dim;
+    if (rad_prenorm_declare(b, g, &m->r, L->w_attn_norm, &L->pre_attn) != 0) return -1;
+    if (rad_qkv_declare_ops(b, g, m->r.h, s, &L->qkv) != 0) return -1;
+    L->qn = gemma_head_norm(b, g, g->n_head, L->w_q_norm, s->q);
+    L->kn = gemma_head_norm(b, g, g->n_head_kv, L->w_k_norm, s->k);
+    if (L->qn.id < 0 || L->kn.id < 0 || rad_rope_declare(b, g, s->q, s->k, &L->rope) != 0) return -1;
+    L->attn = rad_attn_paged_declare(b, g, L->global ? m->kv_global : m->kv_local, l, s);
+    L->o = rad_block_gemm(b, g, L->w_o, g->n_embd, qw, s->o, m->r.y);
+    if (L->attn.id < 0 || L->o.id < 0 || rad_allreduce_declare(b, g, &L->ar, m->r.y, g->n_embd) != 0) return -1;
+    L->post_attn = gemma_post_norm(b, g, L->w_post_attn, m->r.y);
+    if (L->post_attn.id < 0) return -1;
+    m->r.pending = 1;
+    if (rad_mlp_declare_ops(b, g, &m->r, &m->ms, &L->mlp) != 0) return -1;
+    L->post_ffw = gemma_post_norm(b, g, L->w_post_ffw, m->r.y);
+    return L->post_ffw.id < 0 ? -1 : 0; /* r.pending stays set: the next pre-norm adds y */
+}
+
+static int gemma_declare_ops(RadBuilder *b, GemmaHparams *hp, GemmaModel *m) {
+    const RadBlockGeom *g = &hp->gg;
+    m->op_embed = RAD_OP(b, "embed_gather",
+                         RAD_PARAMS(RAD_RANGE("M", 1, g->max_tok), RAD_INT("N", g->n_embd), RAD_INT("V", hp->n_vocab)),
+                         RAD_WEIGHTS(m->w_tok));
+    m->op_scale = RAD_OP(b, "scale",
+                         RAD_PARAMS(RAD_RANGE("M", 1, g->max_tok), RAD_INT("N", g->n_embd), RAD_FLOAT("factor", hp->embd_scale)),
+                         RAD_NO_WEIGHTS);
+    if (m->op_embed.id < 0 || m->op_scale.id < 0) return gemma_fail(b, GEMMA_PN ": the embedding was refused");
+    rad_op_writes(b, m->op_embed, RAD_BUFS(m->r.x), 1);
+    rad_op_reads(b, m->op_scale, RAD_BUFS(m->r.x), 1);
+    rad_op_writes(b, m->op_scale, RAD_BUFS(m->r.x), 1);
+    for (uint32_t l = 0; l < hp->n_layers; l++)
+        if (gemma_declare_layer(b, m, l) != 0) return gemma_fail(b, GEMMA_PN ": layer %u: an op was refused", l);
+    if (rad_prenorm_declare(b, g, &m->r, m->w_out_norm, &m->final_norm) != 0)
+        return gemma_fail(b, GEMMA_PN ": the final norm was refused");
+    m->op_gather = RAD_OP(b, "logits_gather", RAD_PARAMS(RAD_RANGE("M", 1, hp->out_rows), RAD_INT("N", g->n_embd)),
+                          RAD_NO_WEIGHTS);
+    m->op_logits = RAD_OP(b, "logits_gemm",
+                          RAD_PARAMS(RAD_RANGE("M", 1, hp->out_rows), RAD_INT("N", hp->n_vocab), RAD_INT("K", g->n_embd)),
+                          RAD_WEIGHTS(m->w_tok));
+    if (m->op_gather.id < 0 || m->op_logits.id < 0) return gemma_fail(b, GEMMA_PN ": the head was refused");
+    rad_op_reads(b, m->op_gather, RAD_BUFS(m->r.h), 1);
+    rad_op_writes(b, m->op_gather, RAD_BUFS(m->head_x), 1);
+    rad_op_reads(b, m->op_logits, RAD_BUFS(m->head_x), 1);
+    rad_op_writes(b, m->op_logits, RAD_BUFS(m->logits), 1);
+    if (rad_declare_logits(b, m->logits) != 0) return gemma_fail(b, GEMMA_PN ": the logits buffer was refused");
+    return 0;
+}
+
+static void gemma_notes(RadBuilder *b, const GemmaHparams *hp) {
+    const RadBlockGeom *g = &hp->gg;
+    uint32_t n_global = 0;
+    for (uint32_t l = 0; l < hp->n_layers; l++) n_global += (l + 1) % hp->pattern == 0;
+    rad_note(b, "%s: %u layers (%u local with a %u-token window, %u global), n_embd %u, GQA %u:%u, head_dim %u, n_ff %u, "
+                "vocab %u, tied lm_head", GEMMA_PN, hp->n_layers, hp->n_layers - n_global, hp->window, n_global, g->n_embd,
+             g->n_head * g->world_size, g->n_head_kv * g->world_size, g->head_dim, g->n_ff * g->world_size, hp->n_vocab);
+    rad_note(b, "rope: local theta %g, global theta %g%s; attention scale %g; embedding scale %g", (double)hp->gl.rope_theta,
+             (double)g->rope_theta, g->rope_scaling == RAD_ROPE_SCALING_LINEAR ? " (linear scaling on global layers)" : "",
+             (double)g->attn_scale, (double)hp->embd_scale);
+    rad_note(b, "KV: kv.local WINDOW %u (the local layers), kv.global FULL (every %u-th layer); %u kv heads x %u", hp->window,
+             hp->pattern, g->n_head_kv, g->head_dim);
+    rad_note(b, "blocks: q/k head_rmsnorm before the rope, post-norms on the attention and MLP outputs, GeGLU (gelu_tanh_mul); "
+                "norm gammas as stored (GGUF: 1 + w)");
+}
+
+static int gemma_declare(RadBuilder *b, const RadModelMeta *meta, const RadBuildCtx *ctx_in) {
+    RadBuildCtx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    memcpy(&ctx, ctx_in, ctx_in->struct_size < sizeof ctx ? ctx_in->struct_size : sizeof ctx);
+    GemmaModel *m = rad_builder_alloc(b, sizeof *m);
+    if (!m) return 1;
+    rad_builder_set_model(b, m);
+    GemmaHparams *hp = &m->hp;
+    int rc;
+    if ((rc = gemma_hparams(b, meta, &ctx, hp)) != 0) return rc;
+    if ((rc = gemma_declare_map(b, hp)) != 0) return rc;
+    if ((rc = gemma_declare_weights(b, hp, m)) != 0) return rc;
+    if ((rc = gemma_declare_buffers(b, hp, m)) != 0) return rc;
+    if ((rc = gemma_declare_kv(b, hp, m)) != 0) return rc;
+    if ((rc = gemma_declare_ops(b, hp, m)) != 0) return rc;
+    gemma_notes(b, hp);
+    m->ready = 1;
+    return 0;
+}
+
+/* ---- step ---------------------------------------------------------------------------------- */
+
+static int gemma_layer_step(RadCtx *c, const GemmaModel *m, const GemmaLayer *L, const RadBatch *bt) {
+    const uint64_t n = bt->n_tok;
+    const RadAttnScratch *s = &m->as;
+    int rc;
+    if ((rc = rad_prenorm_step(c, &L->pre_attn, n)) != 0) return rc;
+    if ((rc = rad_qkv_step(c, &L->qkv, n)) != 0) return rc;
+    if ((rc = RAD_ISSUE_N(c, L->qn, n, RAD_W(L->w_q_norm), brows(s->q, n))) != 0) return rc;
+    if ((rc = RAD_ISSUE_N(c, L->kn, n, RAD_W(L->w_k_norm), brows(s->k, n))) != 0) return rc;
+    if ((rc = rad_rope_step(c, &L->rope, bt->positions, n)) != 0) return rc;
+    if ((rc = rad_attn_paged_step(c, L->attn, s, n)) != 0) return rc;
+    if ((rc = RAD_ISSUE_N(c, L->o, n, RAD_W(L->w_o), brows(s->o, n), brows(m->r.y, n))) != 0) return rc;
+    if ((rc = rad_allreduce_step(c, &L->ar, m->r.y, n)) != 0) return rc;
+    if ((rc = RAD_ISSUE_N(c, L->post_attn, n, RAD_W(L->w_post_attn), brows(m->r.y, n), brows(m->r.y, n))) != 0) return rc;
+    if ((rc = rad_mlp_step(c, &L->mlp, bt)) != 0) return rc;
+    return RAD_ISSUE_N(c, L->post_ffw, n, RAD_W(L->w_post_ffw), brows(m->r.y, n), brows(m->r.y, n));
+}
+
+static void gemma_step(RadCtx *c, const RadBatch *bt) {
+    const GemmaModel *m = rad_ctx_model(c);
+    const uint64_t n = bt->n_tok;
+    if (!m || !m->ready) {
+        rad_step_fail(c, GEMMA_PN ": step before a successful declare");
+        return;
+    }
+    if (bt->struct_size >= offsetof(RadBatch, draft_pass) + sizeof bt->draft_pass && bt->draft_pass != 0) {
+        rad_step_fail(c, GEMMA_PN ": a draft pass, but no drafter is declared");
+        return;
+    }
+    if (n > m->hp.gg.max_tok || bt->n_out > m->hp.out_rows || bt->n_out > n) {
+        rad_step_fail(c, GEMMA_PN ": the step exceeds the declared bounds (n_tok, n_out)");
+        return;
+    }
+    if (n == 0) return; /* zero rows is not a call */
+    if (RAD_ISSUE_N(c, m->op_embed, n, RAD_W(m->w_tok), praw(bt->token_ids, RAD_I32, n), brows(m->r.x, n)) != 0) return;
+    if (RAD_ISSUE_N(c, m->op_scale, n, brows(m->r.x, n)) != 0) return;
+    for (uint32_t l = 0; l < m->hp.n_layers; l++)
+        if (gemma_layer_step(c, m, &m->layers[l], bt) != 0) return;
+    if (bt->n_out == 0) return; /* a chunk that finishes no sequence: no head */
+    if (rad_prenorm_step(c, &m->final_norm, n) != 0) return;
+    const uint64_t k = bt->n_out;
+    if (RAD_ISSUE_N(c, m->op_gather, k, brows(m->r.h, n), praw(bt->out_ids, RAD_I32, k), brows(m->head_x, k)) != 0) return;
+    (void)RAD_ISSUE_N(c, m->op_logits, k, RAD_W(m->w_tok), brows(m->head_x, k), brows(m->logits, k));
+}
+
+/* ---- probe, chat format -------------------------------------------------------------------- */
+
+static int gemma_probe(const RadModelMeta *meta, RadArchProbe *out) {
+    uint32_t s = out->struct_size;
+    (void)meta;
+    memset(out, 0, s < sizeof *out ? s : sizeof *out);
+    out->struct_size = s;
+    if (s >= offsetof(RadArchProbe, shape_probe_ok) + sizeof out->shape_probe_ok) out->shape_probe_ok = 1;
+    return 0;
+}
+
+/* Gemma's turns only when the checkpoint's template shows them: the base models (270M) have no
+ * chat template, and chat on them is refused by the core (no format), completions served. */
+static const RadChatFormat *gemma_chat_format(const RadModelMeta *meta) {
+    const char *t = rad_meta_find(meta, "chat.template"), *kind = rad_meta_find(meta, "chat.kind");
+    if ((kind && !strcmp(kind, "gemma")) || (t && strstr(t, "<start_of_turn>"))) return &rad_chat_gemma;
+    return NULL;
+}
+
+static const RadArchOps gemma_ops = {
+    .declare = gemma_declare,
+    .step = gemma_step,
+    .probe = gemma_probe,
+    .chat_format = gemma_chat_format,
+    .audio_format = NULL,
+    .serves_imports = RAD_GEMMA3_QUANTISED,
+};
+
+RAD_ARCH_PLUGIN(gemma_ops, "gemma3", GEMMA_QUANT, "1.0.0", GEMMA_DESC)
