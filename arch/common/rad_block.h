@@ -49,6 +49,7 @@ typedef struct RadBlockGeom {
     /* attention */
     float attn_scale;         /* softmax scale; 0: 1/sqrt(head_dim) */
     uint32_t prefill_fp8;     /* RadBuildCtx::attn_prefill_fp8 */
+    uint32_t attn_window;     /* attn_paged's sliding window (its KV group's); 0: full attention */
     /* deployment */
     uint32_t max_tok;         /* rows of every transient buffer; the ranged M's upper bound */
     uint32_t world_size;      /* > 1: q/k/v, gate/up SHARD_ROW; o, down SHARD_COL + all_reduce */
