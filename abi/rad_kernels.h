@@ -111,6 +111,11 @@ typedef struct RadKernel {
     /* ABI 1.2: its tunable knobs (NULL, 0: none), stepped by knobs[0].struct_size */
     const RadKnob *knobs;
     uint32_t n_knobs;           /* at most RAD_KNOB_MAX */
+    /* ABI 1.4, attention: 1 when it serves attn_paged's `window` parameter (sliding-window
+     * attention, docs/OPS.md); 0 (and every library built before): full attention only, so the
+     * selector never picks it for an op whose window is not 0. The field sits in what was the
+     * struct's tail padding, which a static table zero-fills. */
+    uint32_t attn_window;
 } RadKernel;
 #define RAD_KNOB_MAX 16
 

@@ -193,17 +193,18 @@ static inline int rad_rope_step(RadCtx *c, const RadRope *r, const int32_t *posi
 /* ---- paged attention ----------------------------------------------------------------------- */
 
 /* o = attn_paged(q, k, v) over `kv` (the group `layer` is bound to), on the scratch's buffers;
- * the softmax scale is the geometry's attn_scale, or 1/sqrt(head_dim) when that is 0. */
+ * the softmax scale is the geometry's attn_scale, or 1/sqrt(head_dim) when that is 0. A
+ * sliding window (attn_window, which must be the group's) is the op's `window`; full
+ * attention leaves it out (docs/OPS.md: omitted means 0). */
 static inline rad_op rad_attn_paged_declare(RadBuilder *b, const RadBlockGeom *g, rad_kv kv, uint32_t layer,
                                             const RadAttnScratch *s) {
     float scale = g->attn_scale > 0 ? g->attn_scale : rad_block_rsqrt(g->head_dim);
-    rad_op op = RAD_OP(b, "attn_paged",
-                       RAD_PARAMS(RAD_RANGE_ROLE("M", 1, g->max_tok, RAD_PROLE_SEQ_CHUNK),
-                                  RAD_INT("n_head", g->n_head), RAD_INT("n_head_kv", g->n_head_kv),
-                                  RAD_INT("head_dim", g->head_dim), RAD_INT("kv", kv.id),
-                                  RAD_INT("layer", layer), RAD_FLOAT("scale", scale),
-                                  RAD_INT("prefill_fp8", g->prefill_fp8)),
-                       RAD_NO_WEIGHTS);
+    const RadParam p[] = {RAD_RANGE_ROLE("M", 1, g->max_tok, RAD_PROLE_SEQ_CHUNK), RAD_INT("n_head", g->n_head),
+                          RAD_INT("n_head_kv", g->n_head_kv), RAD_INT("head_dim", g->head_dim), RAD_INT("kv", kv.id),
+                          RAD_INT("layer", layer), RAD_FLOAT("scale", scale), RAD_INT("prefill_fp8", g->prefill_fp8),
+                          RAD_INT("window", g->attn_window)};
+    const uint32_t np = (uint32_t)(sizeof p / sizeof p[0]) - (g->attn_window ? 0 : 1);
+    rad_op op = RAD_OP(b, "attn_paged", ((RadParamList){p, np}), RAD_NO_WEIGHTS);
     if (op.id >= 0) {
         rad_op_reads(b, op, RAD_BUFS(s->q, s->k, s->v), 3);
         rad_op_writes(b, op, RAD_BUFS(s->o), 1);

@@ -1,4 +1,4 @@
-/* llama.c — the Llama family (Llama 2/3.x, TinyLlama, SmolLM2, Mistral 7B without its sliding
+/* llama.c — the Llama family (Llama 2/3.x, TinyLlama, SmolLM2, Mistral 7B with its sliding
  * window), one source built as two plugins:
  *
  *   RAD_LLAMA_QUANTISED=0  "llama"       quant ""      f32/f16/bf16 weights as stored
@@ -82,7 +82,7 @@ typedef struct LlamaHparams {
     RadDType kv_dtype;        /* the KV cache's element type */
     int tp_wire_lossy;        /* notes only: the all-reduce may be lossy above its floor */
     bool head_optional;       /* model.tie_embeddings is not false: the head may be absent (tied) */
-    uint32_t sliding_window;  /* attention.sliding_window (0: none); served as full attention */
+    uint32_t sliding_window;  /* attention.sliding_window (0: none): the KV group's window, every attn_paged's */
     char pfx[64];             /* "" or "<scope>.": every declared name's prefix */
 } LlamaHparams;
 
@@ -330,6 +330,7 @@ static int llama_hparams(RadBuilder *b, const RadModelMeta *meta, const RadBuild
     hp->tp_wire_lossy = ctx->tp_wire_lossy;
     rad_meta_bool(meta, "model.tie_embeddings", true, &hp->head_optional);
     rad_meta_u32(meta, "attention.sliding_window", 0, &hp->sliding_window);
+    hp->g.attn_window = hp->sliding_window;
     return 0;
 }
 
@@ -492,13 +493,14 @@ static int llama_declare_buffers(RadBuilder *b, const LlamaHparams *hp, LlamaMod
     return 0;
 }
 
-/* ---- 4. the KV group: one full-attention group, every layer bound to it --------------------- */
+/* ---- 4. the KV group: one group, every layer bound to it (a window group for Mistral) -------- */
 
 static int llama_declare_kv(RadBuilder *b, const LlamaHparams *hp, LlamaModel *m) {
     LlamaNames nn = {hp->pfx, 0};
     char name[LLAMA_NAME];
     uint32_t l;
-    m->kv = rad_attn_kv_declare(b, &hp->g, dname(&nn, name, sizeof name, "kv"), RAD_KV_FULL, hp->kv_dtype, 0);
+    m->kv = rad_attn_kv_declare(b, &hp->g, dname(&nn, name, sizeof name, "kv"),
+                                hp->sliding_window ? RAD_KV_WINDOW : RAD_KV_FULL, hp->kv_dtype, hp->sliding_window);
     if (m->kv.id < 0) return llama_fail(b, LLAMA_PN ": the KV group was refused");
     if (rad_attn_kv_bind(b, m->kv, 0, hp->n_layers, &l) != 0) return llama_fail(b, LLAMA_PN ": layer %u: KV binding refused", l);
     return 0;
@@ -572,8 +574,8 @@ static void llama_notes(RadBuilder *b, const LlamaHparams *hp, const LlamaModel 
     llama_note_rope(b, g);
     rad_note(b, "weights: projections and embedding as stored (%s), norms f32; %u of %u norms fuse the residual add",
              RAD_LLAMA_QUANTISED ? "f32/f16/bf16 or GGUF blocks" : "f32/f16/bf16", fused, norms);
-    rad_note(b, "KV: one full group, %u kv heads x %u per rank, every layer bound; max_tok %u", g->n_head_kv,
-             g->head_dim, g->max_tok);
+    rad_note(b, "KV: one %s group, %u kv heads x %u per rank, every layer bound; max_tok %u",
+             hp->sliding_window ? "window" : "full", g->n_head_kv, g->head_dim, g->max_tok);
     rad_note(b, "head: final norm over the step's rows, logits_gather of n_out rows, logits [%u, %u]", hp->out_rows,
              hp->n_vocab);
     if (m->head_tied)
@@ -583,8 +585,8 @@ static void llama_notes(RadBuilder *b, const LlamaHparams *hp, const LlamaModel 
         rad_note(b, "tensor parallel: rank %u of %u, %u heads / %u kv heads / n_ff %u per rank, all_reduce %s", hp->rank,
                  hp->world, g->n_head, g->n_head_kv, g->n_ff, hp->tp_wire_lossy ? "lossy above the floor" : "exact");
     if (hp->sliding_window > 0)
-        rad_note(b, "attention.sliding_window %u ignored: full attention (exact while the context is within it)",
-                 hp->sliding_window);
+        rad_note(b, "attention.sliding_window %u: every layer attends to the last %u keys (a WINDOW KV group; blocks "
+                    "before the window are released)", hp->sliding_window, hp->sliding_window);
 }
 
 /* ---- declare ------------------------------------------------------------------------------- */

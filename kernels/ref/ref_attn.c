@@ -10,6 +10,11 @@
  * The pool is "HND": block b holds B key slots then B value slots, each [n_head_kv][B][hd], so
  * one head's page is contiguous. Query head h reads KV head h / (n_head / n_head_kv) (GQA).
  *
+ * Sliding window (`window` > 0): the row at position i sees the keys at positions j with
+ * j <= i and i - j < window (transformers' sliding_window_overlay; llama.cpp's SWA mask is the
+ * same), so it reads slots [max(0, i + 1 - window), i] and no block before them: the engine
+ * releases the blocks a window has left, and their table entries are never looked at.
+ *
  * Softmax: online over chunks of slots (a running maximum, the sum and the output rescaled by
  * e^(m_old - m_new) when the maximum grows), which needs no buffer the size of the context and
  * is numerically stable; the result is the reference's within rounding: RAD_EXACT_TOLERANCE
@@ -34,6 +39,7 @@ typedef struct AttnCtx {
     const RadKvState *kv;
     const RadKArg *q, *k, *v, *out;
     int64_t M, n_head, n_kv, hd, rep;
+    int64_t window;       /* keys a row sees, its own included (0: every key before it) */
     float scale;
     int isa;
     RadDType dt;
@@ -378,9 +384,13 @@ static int64_t part_size(int64_t n) {
     return sz;
 }
 
-static int64_t row_keys(const AttnCtx *c, int64_t t) {
+/* The slots row t reads, [*lo, *lo + n): its own and the ones before it, within the window.
+ * Returns n. */
+static int64_t row_keys(const AttnCtx *c, int64_t t, int64_t *lo) {
     const int64_t s = seq_of(c, t);
-    return c->b->ctx_lens[s] - c->b->q_lens[s] + (t - c->b->cu_seqlens[s]) + 1;
+    const int64_t hi = c->b->ctx_lens[s] - c->b->q_lens[s] + (t - c->b->cu_seqlens[s]) + 1;
+    *lo = c->window && hi > c->window ? hi - c->window : 0;
+    return hi - *lo;
 }
 
 static void attend_part(const AttnCtx *c, int64_t t, int64_t g, int64_t h0, int64_t nr, int64_t lo, int64_t hi, float *kb,
@@ -414,11 +424,12 @@ static void finish_head(const AttnCtx *c, int64_t t, int64_t h, const float *acc
 
 /* Every part of row t for heads h0 .. h0+nr-1, merged in order, then the output. */
 static void attend_row(const AttnCtx *c, int64_t t, int64_t g, int64_t h0, int64_t nr, float *kb, float *vb) {
-    const int64_t n = row_keys(c, t), sz = part_size(n);
+    int64_t k0;
+    const int64_t n = row_keys(c, t, &k0), sz = part_size(n), hi = k0 + n;
     PartState run, ps;
-    attend_part(c, t, g, h0, nr, 0, sz < n ? sz : n, kb, vb, &run);
-    for (int64_t lo = sz; lo < n; lo += sz) {
-        attend_part(c, t, g, h0, nr, lo, lo + sz < n ? lo + sz : n, kb, vb, &ps);
+    attend_part(c, t, g, h0, nr, k0, sz < n ? k0 + sz : hi, kb, vb, &run);
+    for (int64_t lo = k0 + sz; lo < hi; lo += sz) {
+        attend_part(c, t, g, h0, nr, lo, lo + sz < hi ? lo + sz : hi, kb, vb, &ps);
         for (int64_t r = 0; r < nr; r++) merge_state(&run.m[r], &run.l[r], run.acc[r], ps.m[r], ps.l[r], ps.acc[r], c->hd);
     }
     for (int64_t r = 0; r < nr; r++) finish_head(c, t, h0 + r, run.acc[r], run.l[r]);
@@ -431,7 +442,8 @@ static float *part_slot(const AttnCtx *c, int64_t t, int64_t h, int64_t p) {
 /* Head h of row t: its parts' states merged in order, then the output. */
 static void merge_head(const AttnCtx *c, int64_t t, int64_t h) {
     _Alignas(32) float acc[256];
-    const int64_t n = row_keys(c, t), sz = part_size(n);
+    int64_t k0;
+    const int64_t n = row_keys(c, t, &k0), sz = part_size(n);
     const float *p0 = part_slot(c, t, h, 0);
     float m = p0[0], l = p0[1];
     memcpy(acc, p0 + 2, (size_t)c->hd * sizeof(float));
@@ -482,11 +494,12 @@ static void attend_task(void *ctx, int tid, int nth) {
             attend_row(c, t, g, h0, nr, kb, vb);
             continue;
         }
-        const int64_t n = row_keys(c, t), sz = part_size(n), lo = p * sz;
-        if (lo >= n) continue; /* this row has fewer parts */
-        if (c->fused && lo + sz >= n) append_head(c, t, g); /* the row's own slot is in its last part only */
+        int64_t k0;
+        const int64_t n = row_keys(c, t, &k0), sz = part_size(n), lo = k0 + p * sz, hi = k0 + n;
+        if (lo >= hi) continue; /* this row has fewer parts */
+        if (c->fused && lo + sz >= hi) append_head(c, t, g); /* the row's own slot is in its last part only */
         PartState ps;
-        attend_part(c, t, g, h0, nr, lo, lo + sz < n ? lo + sz : n, kb, vb, &ps);
+        attend_part(c, t, g, h0, nr, lo, lo + sz < hi ? lo + sz : hi, kb, vb, &ps);
         for (int64_t r = 0; r < nr; r++) {
             float *d = part_slot(c, t, h0 + r, p);
             d[0] = ps.m[r];
@@ -516,7 +529,9 @@ static int check_batch(const AttnCtx *c) {
         if (ctx < q) return RAD_E_ARG;
         const int64_t nblk = (ctx + c->B - 1) / c->B;
         if (nblk > (int64_t)kv->max_blocks) return RAD_E_ARG;
-        for (int64_t j = 0; j < nblk; j++) {
+        /* the first block the sequence's first row sees: the ones before it a window has left */
+        const int64_t first = c->window && ctx - q + 1 > c->window ? (ctx - q + 1 - c->window) / c->B : 0;
+        for (int64_t j = first; j < nblk; j++) {
             const int32_t id = kv->block_table[(uint64_t)s * kv->max_blocks + (uint64_t)j];
             /* n_blocks 0: a caller from before the field (the pool's size is then unknown) */
             if (id < 0 || (kv->n_blocks && (uint32_t)id >= kv->n_blocks)) return RAD_E_ARG;
@@ -534,7 +549,8 @@ int ref_run_attn_paged(const RadKernelArgs *a) {
     if (!ref_pint(a, "n_head", &c.n_head) || !ref_pint(a, "n_head_kv", &c.n_kv) || !ref_pint(a, "head_dim", &c.hd) ||
         !ref_pflt(a, "scale", &scale))
         return RAD_E_ARG;
-    if (c.n_head < 1 || c.n_kv < 1 || c.hd < 1 || c.n_head % c.n_kv) return RAD_E_ARG;
+    if (!ref_pint(a, "window", &c.window)) c.window = 0; /* omitted: full attention */
+    if (c.n_head < 1 || c.n_kv < 1 || c.hd < 1 || c.n_head % c.n_kv || c.window < 0) return RAD_E_ARG;
     if (c.hd > 256) return RAD_E_UNSUPPORTED;
     c.M = a->n;
     c.rep = c.n_head / c.n_kv;
@@ -566,7 +582,8 @@ int ref_run_attn_paged(const RadKernelArgs *a) {
 
     /* sizes, and the one allocation, before anything is written */
     double work = 0;
-    for (uint32_t s = 0; s < c.b->n_seq; s++) work += (double)c.b->q_lens[s] * (double)c.b->ctx_lens[s];
+    for (uint32_t s = 0; s < c.b->n_seq; s++)
+        work += (double)c.b->q_lens[s] * (double)(c.window && c.b->ctx_lens[s] > c.window ? c.window : c.b->ctx_lens[s]);
     work *= (double)qw * 2.0;
     const int nth = ref_threads_tuned(a, work, 16384.0); /* a decode row splits past ~28 keys (was ~57: -6% at tg128) */
     if (c.dt != RAD_F32 || c.isa < REF_ISA_AVX2) { /* the portable path copies f32 rows too */
@@ -578,7 +595,8 @@ int ref_run_attn_paged(const RadKernelArgs *a) {
      * thread gets a share of the few (row, KV head) pairs; else whole rows */
     int64_t max_keys = 0;
     for (int64_t t = 0; t < c.M; t++) {
-        const int64_t n = row_keys(&c, t);
+        int64_t k0;
+        const int64_t n = row_keys(&c, t, &k0);
         max_keys = n > max_keys ? n : max_keys;
     }
     c.split = nth > 1 && c.M * c.n_kv * per < 2 * (int64_t)nth && max_keys > part_size(max_keys);
@@ -595,7 +613,8 @@ int ref_run_attn_paged(const RadKernelArgs *a) {
         if (!c.part_buf) return RAD_E_NOMEM;
         c.left = (_Atomic int32_t *)(void *)((uint8_t *)c.part_buf + pb);
         for (int64_t t = 0; c.fused && t < c.M; t++) {
-            const int64_t n = row_keys(&c, t), np = (n + part_size(n) - 1) / part_size(n);
+            int64_t k0;
+            const int64_t n = row_keys(&c, t, &k0), np = (n + part_size(n) - 1) / part_size(n);
             for (int64_t g = 0; g < c.n_kv; g++) atomic_init(&c.left[t * c.n_kv + g], (int32_t)np);
         }
     }

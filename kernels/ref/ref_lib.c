@@ -148,12 +148,14 @@ static const RadKnob gemm_knobs[] = {
 static const RadKnob attn_knobs[] = {KNOB_("threads", threads_v, RAD_KNOB_ARITH, 0, 0)};
 
 #define K3_(OP, VAR, ENCS, EX, TOL, WS, RUN, KVB, KVENC, PACKED, KNOBS, NK) \
-    {sizeof(RadKernel), OP, VAR, ENCS, RAD_F32, 1, 0, KVB, EX, TOL, 1, WS, RUN, KVENC, 0, PACKED, KNOBS, NK}
+    {sizeof(RadKernel), OP, VAR, ENCS, RAD_F32, 1, 0, KVB, EX, TOL, 1, WS, RUN, KVENC, 0, PACKED, KNOBS, NK, 0}
 #define K2_(...) K3_(__VA_ARGS__, NULL, 0)
 #define K_(...) K2_(__VA_ARGS__, 0) /* BITWISE and TOL(t) expand to two arguments first */
 #define KG_(...) K3_(__VA_ARGS__, 0, gemm_knobs, 2)               /* a GEMM with its knobs */
 #define KP_(...) K3_(__VA_ARGS__, REF_ENCS_PACKED, gemm_knobs, 2) /* also reads packed weights (ref_gemm_x8.c) */
-#define KA_(...) K3_(__VA_ARGS__, 0, attn_knobs, 1)                 /* the attention with its knob */
+#define KA3_(OP, VAR, ENCS, EX, TOL, WS, RUN, KVB, KVENC) \
+    {sizeof(RadKernel), OP, VAR, ENCS, RAD_F32, 1, 0, KVB, EX, TOL, 1, WS, RUN, KVENC, 0, 0, attn_knobs, 1, 1}
+#define KA_(...) KA3_(__VA_ARGS__) /* the attention with its knob; it serves a sliding window (attn_window) */
 #define BITWISE RAD_EXACT_BITWISE, 0.0
 #define TOL(t) RAD_EXACT_TOLERANCE, (t)
 #define Q8(t) RAD_EXACT_Q8ACT, (t) /* docs/OPS.md's per-output bound; t its per-row figure without outliers */

@@ -368,6 +368,16 @@ int rad_hf_read_config(RadModelFile *m, const char *name, const char *json, size
         if ((rc = want_pos(name, "rope_parameters.rope_theta", v, 1e12, &d, e))) goto out;
     }
     if ((rc = rad_dict_set_f32(&m->meta, "model.rope_theta", (float)d, e))) goto out;
+    /* sliding_window (Mistral; null: none) unless use_sliding_window turns it off (Qwen2 ships
+     * a window it does not use) */
+    bool use_swa = true;
+    if ((v = jget(root, "use_sliding_window")) && (rc = want_bool(name, "use_sliding_window", v, &use_swa, e))) goto out;
+    if (use_swa && (v = jget(root, "sliding_window"))) {
+        int64_t w;
+        if ((rc = want_int(name, "sliding_window", v, 0, UINT32_MAX, &w, e)) ||
+            (w > 0 && (rc = rad_dict_set_u32(&m->meta, "attention.sliding_window", (uint32_t)w, e))))
+            goto out;
+    }
     bool b = false;
     if ((v = jget(root, "tie_word_embeddings")) &&
         ((rc = want_bool(name, "tie_word_embeddings", v, &b, e)) ||

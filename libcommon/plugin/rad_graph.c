@@ -261,7 +261,7 @@ static rad_kv b_decl_kv_group(RadBuilder *b, const char *name, const RadKvDecl *
     memset(k, 0, sizeof *k);
     k->name = dup_str(name);
     k->d = c;
-    k->block_size = rad_select_kv_block_size(&g->sel, g->ctx ? g->ctx->max_tok : 1);
+    k->block_size = rad_select_kv_block_size(&g->sel, g->ctx ? g->ctx->max_tok : 1, c.kind == RAD_KV_WINDOW ? c.window : 0);
     return (rad_kv){g->n_kvs++};
 }
 
@@ -488,6 +488,24 @@ RadBuildCtx rad_build_ctx_for(const RadModelMeta *m, const RadStepBounds *b) {
                          .scope = "", .max_out_rows = b->max_out_rows};
 }
 
+/* Every attn_paged's `window` (0 when omitted) against the KV group its layer is bound to: a
+ * kernel told another window than the one the group keeps blocks for would read released
+ * blocks, or silently attend to too much. */
+static void check_attn_windows(RadGraph *g) {
+    for (int o = 0; o < g->n_ops && !g->failed; o++) {
+        const RadGOp *op = &g->ops[o];
+        int64_t layer, window = 0;
+        if (strcmp(op->op, "attn_paged") != 0 || !rad_graph_op_int(op, "layer", &layer)) continue;
+        rad_graph_op_int(op, "window", &window);
+        if (layer < 0 || layer >= g->n_layer_kv || g->layer_kv[layer] < 0) continue;
+        const RadGKv *k = &g->kvs[g->layer_kv[layer]];
+        const int64_t want = k->d.kind == RAD_KV_WINDOW ? (int64_t)k->d.window : 0;
+        if (window != want)
+            gfail(g, "op 'attn_paged' (#%d), layer %" PRId64 ": window %" PRId64 " but its KV group '%s' has window %" PRId64
+                     "%s", o, layer, window, k->name, want, want ? "" : " (full attention)");
+    }
+}
+
 int rad_graph_declare(RadGraph *g, const RadPlugin *plugin, const RadModelMeta *meta, const RadBuildCtx *ctx,
                       const RadSelectOpts *sel, RadWeightLookup lookup, void *lookup_user, RadErr *e) {
     memset(g, 0, sizeof *g);
@@ -502,6 +520,7 @@ int rad_graph_declare(RadGraph *g, const RadPlugin *plugin, const RadModelMeta *
     g->lane1_begin = g->lane1_end = -1;
     int rc = plugin->declare(&g->head, meta, ctx);
     if (!g->failed && g->lane1_open) gfail(g, "the lane-1 window was never closed");
+    if (!g->failed && rc == 0) check_attn_windows(g);
     if (g->failed || rc != 0) {
         return rad_err_set(e, RAD_E_ARG, "plugin '%s': %s", plugin->info->name,
                            g->failed ? g->msg : "declare refused this model without saying why");

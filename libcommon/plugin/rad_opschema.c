@@ -16,6 +16,7 @@ typedef struct Schema {
     RadParamKind pkind[MAX_P];
     uint32_t nw_max;                 /* weight operands: optional ones may be absent at the end */
     RadParamRole prole[MAX_P];
+    uint32_t np_opt;                 /* of the np, the last np_opt may be omitted (read as 0) */
 } Schema;
 
 #define R RAD_PARAM_RANGE
@@ -23,26 +24,27 @@ typedef struct Schema {
 #define F RAD_PARAM_FLOAT
 /* docs/OPS.md, "Summary": names and order are the contract kernels rely on */
 static const Schema VOCAB[] = {
-    {"embed_gather", "docs/OPS.md", 3, {"M", "N", "V"}, {R, I, I}, 1, {RAD_PROLE_NONE}},
-    {"rmsnorm", "docs/OPS.md", 3, {"M", "N", "eps"}, {R, I, F}, 1, {RAD_PROLE_NONE}},
-    {"add_rmsnorm", "docs/OPS.md", 3, {"M", "N", "eps"}, {R, I, F}, 1, {RAD_PROLE_NONE}},
-    {"gemm_nt", "docs/OPS.md", 3, {"M", "N", "K"}, {R, I, I}, 1, {RAD_PROLE_NONE}},
-    {"gemm_nt2", "docs/OPS.md", 4, {"M", "N0", "N1", "K"}, {R, I, I, I}, 2, {RAD_PROLE_NONE}},
-    {"gemm_nt3", "docs/OPS.md", 5, {"M", "N0", "N1", "N2", "K"}, {R, I, I, I, I}, 3, {RAD_PROLE_NONE}},
+    {"embed_gather", "docs/OPS.md", 3, {"M", "N", "V"}, {R, I, I}, 1, {RAD_PROLE_NONE}, 0},
+    {"rmsnorm", "docs/OPS.md", 3, {"M", "N", "eps"}, {R, I, F}, 1, {RAD_PROLE_NONE}, 0},
+    {"add_rmsnorm", "docs/OPS.md", 3, {"M", "N", "eps"}, {R, I, F}, 1, {RAD_PROLE_NONE}, 0},
+    {"gemm_nt", "docs/OPS.md", 3, {"M", "N", "K"}, {R, I, I}, 1, {RAD_PROLE_NONE}, 0},
+    {"gemm_nt2", "docs/OPS.md", 4, {"M", "N0", "N1", "K"}, {R, I, I, I}, 2, {RAD_PROLE_NONE}, 0},
+    {"gemm_nt3", "docs/OPS.md", 5, {"M", "N0", "N1", "N2", "K"}, {R, I, I, I, I}, 3, {RAD_PROLE_NONE}, 0},
     {"rope", "docs/OPS.md", 10,
      {"M", "n_head", "head_dim", "n_rot", "theta", "scaling", "factor", "low_freq_factor", "high_freq_factor", "orig_ctx"},
-     {R, I, I, I, F, I, F, F, F, I}, 1, {RAD_PROLE_NONE}},
-    {"attn_paged", "docs/OPS.md", 8, {"M", "n_head", "n_head_kv", "head_dim", "kv", "layer", "scale", "prefill_fp8"},
-     {R, I, I, I, I, I, F, I}, 0, {RAD_PROLE_SEQ_CHUNK}},
-    {"silu_mul", "docs/OPS.md", 2, {"M", "N"}, {R, I}, 0, {RAD_PROLE_NONE}},
-    {"add", "docs/OPS.md", 2, {"M", "N"}, {R, I}, 0, {RAD_PROLE_NONE}},
-    {"add_bias", "docs/OPS.md", 2, {"M", "N"}, {R, I}, 1, {RAD_PROLE_NONE}},
-    {"gelu_tanh_mul", "docs/OPS.md", 2, {"M", "N"}, {R, I}, 0, {RAD_PROLE_NONE}},
-    {"head_rmsnorm", "docs/OPS.md", 4, {"M", "n_head", "head_dim", "eps"}, {R, I, I, F}, 1, {RAD_PROLE_NONE}},
-    {"scale", "docs/OPS.md", 3, {"M", "N", "factor"}, {R, I, F}, 0, {RAD_PROLE_NONE}},
-    {"all_reduce", "docs/OPS.md", 3, {"M", "N", "exact"}, {R, I, I}, 0, {RAD_PROLE_NONE}},
-    {"logits_gather", "docs/OPS.md", 2, {"M", "N"}, {R, I}, 0, {RAD_PROLE_NONE}},
-    {"logits_gemm", "docs/OPS.md", 3, {"M", "N", "K"}, {R, I, I}, 1, {RAD_PROLE_NONE}},
+     {R, I, I, I, F, I, F, F, F, I}, 1, {RAD_PROLE_NONE}, 0},
+    /* `window` came after the first plugins: one that omits it asks full attention */
+    {"attn_paged", "docs/OPS.md", 9, {"M", "n_head", "n_head_kv", "head_dim", "kv", "layer", "scale", "prefill_fp8", "window"},
+     {R, I, I, I, I, I, F, I, I}, 0, {RAD_PROLE_SEQ_CHUNK}, 1},
+    {"silu_mul", "docs/OPS.md", 2, {"M", "N"}, {R, I}, 0, {RAD_PROLE_NONE}, 0},
+    {"add", "docs/OPS.md", 2, {"M", "N"}, {R, I}, 0, {RAD_PROLE_NONE}, 0},
+    {"add_bias", "docs/OPS.md", 2, {"M", "N"}, {R, I}, 1, {RAD_PROLE_NONE}, 0},
+    {"gelu_tanh_mul", "docs/OPS.md", 2, {"M", "N"}, {R, I}, 0, {RAD_PROLE_NONE}, 0},
+    {"head_rmsnorm", "docs/OPS.md", 4, {"M", "n_head", "head_dim", "eps"}, {R, I, I, F}, 1, {RAD_PROLE_NONE}, 0},
+    {"scale", "docs/OPS.md", 3, {"M", "N", "factor"}, {R, I, F}, 0, {RAD_PROLE_NONE}, 0},
+    {"all_reduce", "docs/OPS.md", 3, {"M", "N", "exact"}, {R, I, I}, 0, {RAD_PROLE_NONE}, 0},
+    {"logits_gather", "docs/OPS.md", 2, {"M", "N"}, {R, I}, 0, {RAD_PROLE_NONE}, 0},
+    {"logits_gemm", "docs/OPS.md", 3, {"M", "N", "K"}, {R, I, I}, 1, {RAD_PROLE_NONE}, 0},
 };
 #undef R
 #undef I
@@ -78,6 +80,7 @@ static int compare(const Schema *s, const char *op, const RadParam *p, uint32_t 
             return RAD_E_ARG;
         }
         if (i >= np) {
+            if (i >= s->np - s->np_opt) break; /* an optional trailing parameter left out */
             snprintf(msg, cap, "op '%s': parameter %u '%s' is missing (schema fixed by %s)", op, i, s->pname[i], s->who);
             return RAD_E_ARG;
         }

@@ -363,6 +363,8 @@ static int kernel_check(Probe *pr, const RadKernel *k, uint32_t i, uint32_t size
         return rad_err_set(e, RAD_E_FORMAT, "%s: RadKernel.tolerance %g is not a finite bound >= 0", who, k->tolerance);
     if (k->batch_invariant > 1)
         return rad_err_set(e, RAD_E_FORMAT, "%s: RadKernel.batch_invariant %u is not 0 or 1", who, k->batch_invariant);
+    if (size >= offsetof(RadKernel, attn_window) + sizeof k->attn_window && k->attn_window > 1)
+        return rad_err_set(e, RAD_E_FORMAT, "%s: RadKernel.attn_window %u is not 0 or 1", who, k->attn_window);
     if (FN_NULL(k->run)) return rad_err_set(e, RAD_E_FORMAT, "%s: RadKernel.run is NULL", who);
     if (!FN_OK(pr, k->run)) return rad_err_set(e, RAD_E_FORMAT, "%s: RadKernel.run points at unmapped memory", who);
     if (!FN_NULL(k->workspace) && !FN_OK(pr, k->workspace))

@@ -21,15 +21,30 @@ static int covers(const RadKernel *k, int64_t n) { return n >= k->n_min && (!k->
 
 static const char *enc_name(RadEnc e) { return rad_enc_info(e) ? rad_enc_info(e)->name : "?"; }
 
-enum { FIT = 0, NO_ENC = 1, TOO_LOOSE = 2 };
+enum { FIT = 0, NO_ENC = 1, TOO_LOOSE = 2, NO_WINDOW = 3 };
+
+/* attn_paged's `window` (0: full attention; a plugin that omits it asks 0). */
+static int64_t op_window(const RadSelectOp *op) {
+    if (strcmp(op->op, "attn_paged") != 0) return 0;
+    for (uint32_t p = 0; p < op->n_params; p++)
+        if (op->params[p].kind == RAD_PARAM_INT && strcmp(op->params[p].name, "window") == 0) return op->params[p].lo;
+    return 0;
+}
+
+/* Whether the kernel serves a sliding window (RadKernel.attn_window, ABI 1.4; 0 before). */
+static int serves_window(const RadKernel *k) {
+    return k->struct_size >= offsetof(RadKernel, attn_window) + sizeof k->attn_window && k->attn_window == 1;
+}
 
 /* Whether k (named op->op) can serve op at all: its layout takes every present weight's
- * encoding, and its stated tolerance is within the options'. *bad: the first refused encoding. */
+ * encoding, its stated tolerance is within the options', and an attention with a window is
+ * one it serves. *bad: the first refused encoding. */
 static int fits(const RadSelectOpts *o, const RadSelectOp *op, const RadKernel *k, RadEnc *bad) {
     for (uint32_t j = 0; j < op->n_w; j++) {
         RadEnc e = op->w_enc[j];
         if (e != RAD_ENC_COUNT && !(k->weight_encs & RAD_ENC_BIT(e))) return *bad = e, NO_ENC;
     }
+    if (op_window(op) != 0 && !serves_window(k)) return NO_WINDOW;
     if (k->exactness != RAD_EXACT_BITWISE && k->tolerance > max_tol(o)) return TOO_LOOSE;
     return FIT;
 }
@@ -74,6 +89,7 @@ static const RadKernel *tuned(const RadSelectOpts *o, const RadSelectOp *op, int
     const int f = fits(o, op, k, &bad);
     if (f == NO_ENC) return snprintf(nb, (size_t)n, "it does not take weight encoding %s", enc_name(bad)), NULL;
     if (f == TOO_LOOSE) return snprintf(nb, (size_t)n, "its tolerance %g is looser than the max tolerance %g", k->tolerance, max_tol(o)), NULL;
+    if (f == NO_WINDOW) return snprintf(nb, (size_t)n, "it does not serve a sliding window"), NULL;
     if (!covers(k, lo) || !covers(k, hi)) return snprintf(nb, (size_t)n, "it does not cover rows %" PRId64 "..%" PRId64, lo, hi), NULL;
     if (o->deterministic && !k->batch_invariant) return snprintf(nb, (size_t)n, "it is not batch-invariant (--deterministic)"), NULL;
     const uint32_t nk = rad_kernel_n_knobs(k);
@@ -114,7 +130,7 @@ const RadKernel *rad_select_kernel_tuned(const RadSelectOpts *o, const RadSelect
     if (lib) *lib = -1;
     if (!why_buf || !why_n) return NULL;
     /* the reason: the first filter that left nothing */
-    int named = 0, enc_ok = 0, tol_ok = 0, loose_lib = -1;
+    int named = 0, enc_ok = 0, win_ok = 0, tol_ok = 0, loose_lib = -1;
     const RadKernel *loose = NULL;
     RadEnc first_bad = RAD_ENC_COUNT;
     for (int li = 0; o->libs && li < o->libs->n; li++) {
@@ -127,12 +143,14 @@ const RadKernel *rad_select_kernel_tuned(const RadSelectOpts *o, const RadSelect
             int f = fits(o, op, k, &bad);
             if (f == NO_ENC && first_bad == RAD_ENC_COUNT) first_bad = bad;
             enc_ok += f != NO_ENC;
+            win_ok += f != NO_ENC && f != NO_WINDOW;
             tol_ok += f == FIT;
             if (f == TOO_LOOSE && !loose) loose = k, loose_lib = li;
         }
     }
     if (!named) snprintf(why_buf, why_n, "no library defines this op");
     else if (!enc_ok) snprintf(why_buf, why_n, "no kernel accepts weight encoding %s", enc_name(first_bad));
+    else if (!win_ok) snprintf(why_buf, why_n, "no kernel serves a sliding window (window %" PRId64 ")", op_window(op));
     else if (!tol_ok)
         snprintf(why_buf, why_n, "every kernel that takes its weights states a tolerance looser than the max tolerance %g (%s:%s: %g)",
                  max_tol(o), lib_name(o, loose_lib), loose->variant, loose->tolerance);
@@ -260,9 +278,9 @@ int rad_select_enc_refusers(const RadSelectOpts *o, const char *op, RadEnc enc, 
     return count;
 }
 
-uint32_t rad_select_kv_block_size(const RadSelectOpts *o, uint32_t max_tok) {
-    const RadParam range = RAD_RANGE("M", 1, max_tok ? max_tok : 1);
-    const RadSelectOp attn = {.op = "attn_paged", .params = &range, .n_params = 1};
+uint32_t rad_select_kv_block_size(const RadSelectOpts *o, uint32_t max_tok, uint32_t window) {
+    const RadParam p[2] = {RAD_RANGE("M", 1, max_tok ? max_tok : 1), RAD_INT("window", window)};
+    const RadSelectOp attn = {.op = "attn_paged", .params = p, .n_params = 2};
     const RadKernel *k = o ? rad_select_kernel(o, &attn, 1, 1, NULL, NULL, 0) : NULL;
     return k && k->kv_block_size ? k->kv_block_size : RAD_SELECT_DEFAULT_KV_BLOCK;
 }

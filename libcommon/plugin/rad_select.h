@@ -114,9 +114,10 @@ int rad_select_declared(const RadSelectOpts *o, const char *op);
 int rad_select_enc_refusers(const RadSelectOpts *o, const char *op, RadEnc enc, char *buf, size_t n);
 
 /* The KV block size a group gets: the kv_block_size of the attention kernel (attn_paged)
- * selection picks for one row (decode), or RAD_SELECT_DEFAULT_KV_BLOCK when it asks none or
- * none is picked. max_tok is the step's row bound (the op's range). */
-uint32_t rad_select_kv_block_size(const RadSelectOpts *o, uint32_t max_tok);
+ * selection picks for one row (decode) over the group's window (0: full; a WINDOW group's
+ * kernel must serve it), or RAD_SELECT_DEFAULT_KV_BLOCK when it asks none or none is picked.
+ * max_tok is the step's row bound (the op's range). */
+uint32_t rad_select_kv_block_size(const RadSelectOpts *o, uint32_t max_tok, uint32_t window);
 
 /* A picked attention kernel against the KV group it reads: its kv_block_size (0: any), its KV
  * encodings (kv_encs; 0: f32/f16/bf16) and kvq_ok (when kv_quant is narrow). RAD_OK, or

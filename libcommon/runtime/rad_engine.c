@@ -351,6 +351,15 @@ static int check_kv_kernels(const RadEngine *en, RadErr *e) {
 
 /* ---- KV ---------------------------------------------------------------------------------- */
 
+/* The most blocks one sequence of group gi holds at once: its whole context, or, in a window
+ * group, the blocks a step of max_tok tokens reads (its first query's window and the step). */
+static uint32_t seq_blocks(const RadEngine *en, const RadGKv *k, uint32_t chunk) {
+    const uint32_t B = k->block_size, full = (en->ctx.max_ctx + B - 1) / B;
+    if (k->d.kind != RAD_KV_WINDOW) return full;
+    const uint64_t win = ((uint64_t)k->d.window - 1 + chunk + B - 1) / B + 1;
+    return win < full ? (uint32_t)win : full;
+}
+
 static int build_kv(RadEngine *en, RadErr *e) {
     en->kv = calloc((size_t)(en->g.n_kvs ? en->g.n_kvs : 1), sizeof *en->kv);
     en->kv_state = calloc((size_t)(en->g.n_layer_kv ? en->g.n_layer_kv : 1), sizeof *en->kv_state);
@@ -359,13 +368,17 @@ static int build_kv(RadEngine *en, RadErr *e) {
     if (!en->kv || !en->kv_state || !en->step_table || !en->step_i32) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
     for (int gi = 0; gi < en->g.n_kvs; gi++) {
         const RadGKv *k = &en->g.kvs[gi];
-        if (k->d.kind != RAD_KV_FULL)
-            return rad_err_set(e, RAD_E_UNSUPPORTED, "KV group '%s': only FULL groups are served by this engine yet", k->name);
+        if (k->d.kind != RAD_KV_FULL && k->d.kind != RAD_KV_WINDOW)
+            return rad_err_set(e, RAD_E_UNSUPPORTED, "KV group '%s': only FULL and WINDOW groups are served by this engine yet",
+                               k->name);
+        if (en->g.n_kvs > RAD_ENGINE_KV_GROUPS_MAX)
+            return rad_err_set(e, RAD_E_UNSUPPORTED, "KV group '%s': the model declares %d groups, the engine serves %d", k->name,
+                               en->g.n_kvs, RAD_ENGINE_KV_GROUPS_MAX);
         uint32_t layers = 0;
         for (int l = 0; l < en->g.n_layer_kv; l++) layers += en->g.layer_kv[l] == gi;
         const RadEncInfo *ei = rad_enc_info((RadEnc)k->d.dtype);
         uint64_t bb = 2ull * k->d.n_head_kv * k->block_size * k->d.head_dim * ei->block_bytes;
-        uint32_t per_seq = (en->ctx.max_ctx + k->block_size - 1) / k->block_size;
+        uint32_t per_seq = seq_blocks(en, k, en->ctx.max_tok); /* a window group: bounded, whatever the context */
         uint32_t blocks = en->o.kv_blocks;
         if (!blocks) { /* max_seqs full contexts, within a quarter of the machine's memory (at least one
                         * full context): past it, the scheduler preempts rather than the pool failing */
@@ -376,8 +389,8 @@ static int build_kv(RadEngine *en, RadErr *e) {
             if (fit < per_seq) fit = per_seq;
             blocks = (uint32_t)(want < fit ? want : fit);
         }
-        int rc = rad_kvcache_init(&en->kv[gi], k->block_size, blocks, en->ctx.max_ctx, en->ctx.max_seqs,
-                                  layers ? layers : 1, bb, e);
+        int rc = rad_kvcache_init(&en->kv[gi], k->block_size, k->d.kind == RAD_KV_WINDOW ? k->d.window : 0, blocks,
+                                  en->ctx.max_ctx, en->ctx.max_seqs, layers ? layers : 1, bb, e);
         if (rc) return rc;
         if (!(en->step_table[gi] = calloc((size_t)en->ctx.max_seqs * en->kv[gi].max_blocks, sizeof(int32_t))))
             return rad_err_set(e, RAD_E_NOMEM, "out of memory");
@@ -788,17 +801,62 @@ const float *rad_engine_logits(const RadEngine *en, uint32_t *n_vocab) {
     return (const float *)(void *)((b->d.kind == RAD_BUF_TRANSIENT ? en->arena : en->persist) + b->offset);
 }
 
-int rad_engine_reserve(RadEngine *en, int32_t seq_id, uint32_t len, RadErr *e) {
+/* A slot for seq_id in every group, or -1 (the slots this call took given back). */
+static int take_slots(RadEngine *en, int32_t seq_id, int *slot, RadErr *e) {
     for (int gi = 0; gi < en->g.n_kvs; gi++) {
-        RadKvCache *c = &en->kv[gi];
-        int slot = rad_kvcache_seq(c, seq_id);
-        if (slot < 0) return rad_err_set(e, RAD_E_LIMIT, "no free sequence slot (max_seqs %u)", en->ctx.max_seqs);
-        int fresh = c->seqs[slot].len == 0;
-        int rc = rad_kvcache_reserve(c, slot, len, e);
+        if ((slot[gi] = rad_kvcache_seq(&en->kv[gi], seq_id)) >= 0) continue;
+        for (int j = 0; j < gi; j++)
+            if (en->kv[j].seqs[slot[j]].len == 0) rad_kvcache_release(&en->kv[j], slot[j]);
+        return rad_err_set(e, RAD_E_LIMIT, "no free sequence slot (max_seqs %u)", en->ctx.max_seqs), -1;
+    }
+    return 0;
+}
+
+/* Blocks a reservation of group gi can count on for seq_id growing from its length: the free
+ * ones and those its window slide releases first. */
+static uint32_t kv_avail(const RadEngine *en, int gi, int32_t seq_id) {
+    const RadKvCache *c = &en->kv[gi];
+    int slot = rad_kvcache_find(c, seq_id);
+    return c->n_free + (slot >= 0 ? rad_kvcache_freeable(c, seq_id, c->seqs[slot].len) : 0);
+}
+
+int rad_engine_reserve(RadEngine *en, int32_t seq_id, uint32_t len, RadErr *e) {
+    int slot[RAD_ENGINE_KV_GROUPS_MAX];
+    if (take_slots(en, seq_id, slot, e)) return RAD_E_LIMIT;
+    /* all or nothing: every group is checked before any takes a block */
+    for (int gi = 0; gi < en->g.n_kvs; gi++) {
+        const RadKvCache *c = &en->kv[gi];
+        uint32_t need = rad_kvcache_need(c, seq_id, len), avail = kv_avail(en, gi, seq_id);
+        int rc = RAD_OK;
+        if ((uint64_t)(len + c->block_size - 1) / c->block_size > c->max_blocks)
+            rc = rad_err_set(e, RAD_E_LIMIT, "sequence of %u tokens exceeds the context served (%u)", len,
+                             c->max_blocks * c->block_size);
+        else if (need > avail)
+            rc = rad_err_set(e, RAD_E_LIMIT, "KV cache full: %u more blocks needed in group '%s', %u free", need,
+                             en->g.kvs[gi].name, avail);
         if (rc) {
-            if (fresh) rad_kvcache_release(c, slot);
+            for (int j = 0; j < en->g.n_kvs; j++)
+                if (en->kv[j].seqs[slot[j]].len == 0) rad_kvcache_release(&en->kv[j], slot[j]);
             return rc;
         }
+    }
+    for (int gi = 0; gi < en->g.n_kvs; gi++) {
+        int rc = rad_kvcache_reserve(&en->kv[gi], slot[gi], len, e);
+        if (rc) return rc; /* cannot happen: counted above */
+    }
+    return RAD_OK;
+}
+
+/* A step's tokens from pos on must find what their window reads still held: a sequence
+ * rewound to before what a window group released cannot be served (drop it and recompute). */
+static int check_rewind(const RadEngine *en, int32_t seq_id, uint32_t pos, RadErr *e) {
+    for (int gi = 0; gi < en->g.n_kvs; gi++) {
+        const RadKvCache *c = &en->kv[gi];
+        int slot = rad_kvcache_find(c, seq_id);
+        if (slot >= 0 && c->seqs[slot].first > rad_kvcache_first(c, pos))
+            return rad_err_set(e, RAD_E_ARG, "sequence %d: a step at position %u, but KV group '%s' (window %u) has released "
+                               "the blocks before position %u", seq_id, pos, en->g.kvs[gi].name, c->window,
+                               c->seqs[slot].first * c->block_size);
     }
     return RAD_OK;
 }
@@ -824,13 +882,21 @@ int rad_engine_step_seqs(RadEngine *en, const RadEngineSeq *seqs, uint32_t n_seq
     }
     if (n_tok > en->ctx.max_tok)
         return rad_err_set(e, RAD_E_LIMIT, "a step of %" PRIu64 " tokens exceeds max_tok %u", n_tok, en->ctx.max_tok);
-    /* all or nothing: the blocks every sequence needs are counted before any is taken */
+    for (uint32_t i = 0; i < n_seq; i++) {
+        int rc = check_rewind(en, seqs[i].seq_id, seqs[i].pos, e);
+        if (rc) return rc;
+    }
+    /* all or nothing: the blocks every sequence needs, in every group, are counted before any
+     * is taken (what a window slide would release counted as free) */
     for (int gi = 0; gi < en->g.n_kvs; gi++) {
-        uint64_t need = 0;
-        for (uint32_t i = 0; i < n_seq; i++) need += rad_kvcache_need(&en->kv[gi], seqs[i].seq_id, seqs[i].pos + seqs[i].n);
-        if (need > en->kv[gi].n_free)
-            return rad_err_set(e, RAD_E_LIMIT, "KV cache full: the step needs %" PRIu64 " more blocks, %u free", need,
-                               en->kv[gi].n_free);
+        uint64_t need = 0, avail = en->kv[gi].n_free;
+        for (uint32_t i = 0; i < n_seq; i++) {
+            need += rad_kvcache_need(&en->kv[gi], seqs[i].seq_id, seqs[i].pos + seqs[i].n);
+            avail += kv_avail(en, gi, seqs[i].seq_id) - en->kv[gi].n_free;
+        }
+        if (need > avail)
+            return rad_err_set(e, RAD_E_LIMIT, "KV cache full: the step needs %" PRIu64 " more blocks in group '%s', %" PRIu64
+                               " free", need, en->g.kvs[gi].name, avail);
     }
     for (uint32_t i = 0; i < n_seq; i++) {
         int rc = rad_engine_reserve(en, seqs[i].seq_id, seqs[i].pos + seqs[i].n, e);
@@ -864,8 +930,8 @@ int rad_engine_step_seqs(RadEngine *en, const RadEngineSeq *seqs, uint32_t n_seq
             memcpy(en->step_table[gi] + (size_t)b * c->max_blocks, c->seqs[slot].blocks, c->max_blocks * sizeof(int32_t));
         }
     }
-    RadKvState gstate[8];
-    uint32_t n_kv = en->g.n_kvs < 8 ? (uint32_t)en->g.n_kvs : 8;
+    RadKvState gstate[RAD_ENGINE_KV_GROUPS_MAX];
+    uint32_t n_kv = (uint32_t)en->g.n_kvs; /* build_kv refused more than RAD_ENGINE_KV_GROUPS_MAX */
     for (uint32_t gi = 0; gi < n_kv; gi++)
         gstate[gi] = (RadKvState){.group = {(int32_t)gi}, .block_table = en->step_table[gi],
                                   .max_blocks = en->kv[gi].max_blocks, .block_size = en->kv[gi].block_size,
@@ -883,24 +949,22 @@ int rad_engine_step_seqs(RadEngine *en, const RadEngineSeq *seqs, uint32_t n_seq
 static int forward(RadEngine *en, int32_t seq_id, const int32_t *tokens, uint32_t n, uint32_t pos, int want,
                    float *all_out, RadErr *e) {
     if (!n) return rad_err_set(e, RAD_E_SHAPE, "a forward of zero tokens");
-    int slot = -1;
-    for (int gi = 0; gi < en->g.n_kvs; gi++) {
-        slot = rad_kvcache_seq(&en->kv[gi], seq_id);
-        if (slot < 0) return rad_err_set(e, RAD_E_LIMIT, "no free sequence slot (max_seqs %u)", en->ctx.max_seqs);
-        int rc = rad_kvcache_reserve(&en->kv[gi], slot, pos + n, e);
-        if (rc) return rc;
-    }
-    RadKvState gstate[8];
-    uint32_t n_kv = en->g.n_kvs < 8 ? (uint32_t)en->g.n_kvs : 8;
+    int rc = check_rewind(en, seq_id, pos, e);
+    if (rc) return rc;
+    int slot[RAD_ENGINE_KV_GROUPS_MAX];
+    if (take_slots(en, seq_id, slot, e)) return RAD_E_LIMIT;
+    RadKvState gstate[RAD_ENGINE_KV_GROUPS_MAX];
+    uint32_t n_kv = (uint32_t)en->g.n_kvs; /* build_kv refused more than RAD_ENGINE_KV_GROUPS_MAX */
     for (uint32_t gi = 0; gi < n_kv; gi++)
-        gstate[gi] = (RadKvState){.group = {(int32_t)gi}, .block_table = en->kv[gi].seqs[slot].blocks,
+        gstate[gi] = (RadKvState){.group = {(int32_t)gi}, .block_table = en->kv[gi].seqs[slot[gi]].blocks,
                                   .max_blocks = en->kv[gi].max_blocks, .block_size = en->kv[gi].block_size,
                                   .n_blocks = en->kv[gi].n_blocks};
     int32_t *positions = malloc(en->ctx.max_tok * sizeof *positions), *out = malloc(en->ctx.max_tok * sizeof *out);
-    int rc = RAD_OK;
     if (!positions || !out) rc = rad_err_set(e, RAD_E_NOMEM, "out of memory");
     for (uint32_t done = 0; done < n && !rc;) {
         uint32_t c = n - done < en->ctx.max_tok ? n - done : en->ctx.max_tok;
+        /* chunk by chunk, so a window group releases what each chunk's window has left */
+        if ((rc = rad_engine_reserve(en, seq_id, pos + done + c, e))) break;
         for (uint32_t i = 0; i < c; i++) positions[i] = (int32_t)(pos + done + i), out[i] = (int32_t)i;
         int last = done + c == n;
         uint32_t n_out = want == 2 ? c : (want == 1 && last) ? 1 : 0;
@@ -939,31 +1003,98 @@ void rad_engine_drop_seq(RadEngine *en, int32_t seq_id) {
     }
 }
 
-/* ---- the KV cache, for a scheduler: the first group ------------------------------------------ */
+/* ---- the KV cache, for a scheduler: every group ---------------------------------------------- */
+
+/* The block size every group shares (what the prefix cache hashes by), or 0 when they differ. */
+static uint32_t common_block(const RadEngine *en) {
+    for (int gi = 1; gi < en->g.n_kvs; gi++)
+        if (en->kv[gi].block_size != en->kv[0].block_size) return 0;
+    return en->g.n_kvs ? en->kv[0].block_size : 0;
+}
 
 void rad_engine_kv_stats(const RadEngine *en, RadEngineKvStats *st) {
     memset(st, 0, sizeof *st);
-    if (en->g.n_kvs < 1) return;
-    const RadKvCache *c = &en->kv[0];
-    *st = (RadEngineKvStats){.n_groups = (uint32_t)en->g.n_kvs, .block_size = c->block_size, .n_blocks = c->n_blocks,
-                             .n_free = c->n_free, .n_cached_free = c->n_cached_free};
+    st->n_groups = (uint32_t)en->g.n_kvs;
+    st->block_size = en->g.n_kvs ? (common_block(en) ? common_block(en) : en->kv[0].block_size) : 0;
+    for (int gi = 0; gi < en->g.n_kvs; gi++) {
+        const RadKvCache *c = &en->kv[gi];
+        const RadGKv *k = &en->g.kvs[gi];
+        st->n_blocks += c->n_blocks, st->n_free += c->n_free, st->n_cached_free += c->n_cached_free;
+        if (gi < RAD_ENGINE_KV_GROUPS_MAX)
+            st->group[gi] = (RadEngineKvGroup){.name = k->name, .kind = k->d.kind, .window = c->window,
+                                               .block_size = c->block_size, .n_blocks = c->n_blocks, .n_free = c->n_free,
+                                               .n_cached_free = c->n_cached_free, .seq_blocks = seq_blocks(en, k, en->ctx.max_tok),
+                                               .n_layers = c->n_layers};
+    }
 }
 
-uint32_t rad_engine_kv_free_blocks(const RadEngine *en) { return en->g.n_kvs < 1 ? 0 : en->kv[0].n_free; }
+uint32_t rad_engine_kv_free_blocks(const RadEngine *en) {
+    uint32_t n = 0;
+    for (int gi = 0; gi < en->g.n_kvs; gi++) n += en->kv[gi].n_free;
+    return n;
+}
 
 uint32_t rad_engine_kv_need(const RadEngine *en, int32_t seq_id, uint32_t len) {
-    return en->g.n_kvs < 1 ? 0 : rad_kvcache_need(&en->kv[0], seq_id, len);
+    uint32_t n = 0;
+    for (int gi = 0; gi < en->g.n_kvs; gi++) n += rad_kvcache_need(&en->kv[gi], seq_id, len);
+    return n;
+}
+
+int rad_engine_kv_fits(const RadEngine *en, int32_t seq_id, uint32_t len) {
+    for (int gi = 0; gi < en->g.n_kvs; gi++)
+        if (rad_kvcache_need(&en->kv[gi], seq_id, len) > kv_avail(en, gi, seq_id)) return 0;
+    return 1;
+}
+
+uint32_t rad_engine_kv_room(const RadEngine *en, int32_t seq_id) {
+    uint64_t room = UINT32_MAX;
+    for (int gi = 0; gi < en->g.n_kvs; gi++) {
+        const RadKvCache *c = &en->kv[gi];
+        int slot = rad_kvcache_find(c, seq_id);
+        const uint32_t len = slot >= 0 ? c->seqs[slot].len : 0, B = c->block_size;
+        const uint64_t r = (uint64_t)(len + B - 1) / B * B - len + (uint64_t)kv_avail(en, gi, seq_id) * B;
+        if (r < room) room = r;
+    }
+    return (uint32_t)room;
+}
+
+int rad_engine_kv_fits_pool(const RadEngine *en, uint32_t len, uint32_t chunk, char *why, size_t n) {
+    for (int gi = 0; gi < en->g.n_kvs; gi++) {
+        const RadKvCache *c = &en->kv[gi];
+        uint64_t need = ((uint64_t)len + c->block_size - 1) / c->block_size;
+        const uint32_t most = seq_blocks(en, &en->g.kvs[gi], chunk ? chunk : en->ctx.max_tok);
+        if (need > most) need = most;
+        if (need > c->n_blocks) {
+            if (why && n) snprintf(why, n, "the request needs %" PRIu64 " KV blocks of group '%s'; its whole pool has %u", need,
+                                   en->g.kvs[gi].name, c->n_blocks);
+            return 0;
+        }
+    }
+    return 1;
 }
 
 int rad_engine_kv_adopt_prefix(RadEngine *en, int32_t seq_id, const int32_t *tokens, uint32_t n_blocks, int share,
                                uint64_t *hashes) {
-    if (en->g.n_kvs < 1) return -1;
-    RadKvCache *c = &en->kv[0];
-    int slot = rad_kvcache_seq(c, seq_id);
-    if (slot < 0) return -1;
-    rad_kvcache_hash_chain(tokens, 0, n_blocks, c->block_size, hashes);
-    uint32_t hit = share ? rad_kvcache_lookup(c, hashes, n_blocks) : 0;
-    rad_kvcache_adopt(c, slot, hashes, hit);
+    int slot[RAD_ENGINE_KV_GROUPS_MAX];
+    RadErr e = {0};
+    if (en->g.n_kvs < 1 || take_slots(en, seq_id, slot, &e)) return -1;
+    const uint32_t B = common_block(en);
+    if (!B) return 0; /* groups of different block sizes hash differently: no prefix is shared */
+    rad_kvcache_hash_chain(tokens, 0, n_blocks, B, hashes);
+    if (!share) return 0;
+    /* the longest prefix every group still holds: a full group every block of it, a window
+     * group what the next query (at hit·B) reads */
+    uint32_t hit = n_blocks;
+    for (int gi = 0; gi < en->g.n_kvs; gi++)
+        if (!en->kv[gi].window) {
+            uint32_t h = rad_kvcache_lookup(&en->kv[gi], hashes, n_blocks);
+            if (h < hit) hit = h;
+        }
+    for (int gi = 0; gi < en->g.n_kvs; gi++) {
+        const RadKvCache *c = &en->kv[gi];
+        while (c->window && hit && !rad_kvcache_cached(c, hashes, rad_kvcache_first(c, hit * B), hit)) hit--;
+    }
+    for (int gi = 0; gi < en->g.n_kvs && hit; gi++) rad_kvcache_adopt(&en->kv[gi], slot[gi], hashes, hit);
     return (int)hit;
 }
 
@@ -971,9 +1102,14 @@ int rad_engine_kv_publish(RadEngine *en, int32_t seq_id, const int32_t *tokens, 
                           uint64_t *hashes) {
     int slot = en->g.n_kvs < 1 ? -1 : rad_kvcache_find(&en->kv[0], seq_id);
     if (slot < 0) return RAD_E_NOTFOUND;
-    RadKvCache *c = &en->kv[0];
-    rad_kvcache_hash_chain(tokens, from, to, c->block_size, hashes); /* the new blocks only, chained on */
-    for (uint32_t b = from; b < to; b++) rad_kvcache_publish(c, slot, b, hashes[b]);
+    const uint32_t B = common_block(en);
+    if (!B) return RAD_OK; /* nothing is shared across block sizes */
+    rad_kvcache_hash_chain(tokens, from, to, B, hashes); /* the new blocks only, chained on */
+    for (int gi = 0; gi < en->g.n_kvs; gi++) {
+        RadKvCache *c = &en->kv[gi];
+        int sg = rad_kvcache_find(c, seq_id);
+        for (uint32_t b = from; sg >= 0 && b < to; b++) rad_kvcache_publish(c, sg, b, hashes[b]);
+    }
     return RAD_OK;
 }
 
@@ -1104,8 +1240,13 @@ void rad_engine_dump_placement(const RadEngine *en, FILE *f) {
     }
     for (int gi = 0; gi < en->g.n_kvs; gi++) {
         const RadKvCache *c = &en->kv[gi];
-        fprintf(f, "kv group '%s': %u blocks of %u tokens, %" PRIu64 " bytes per block per layer, %u layers: %" PRIu64 " bytes\n",
-                en->g.kvs[gi].name, c->n_blocks, c->block_size, c->block_bytes, c->n_layers,
+        const RadGKv *k = &en->g.kvs[gi];
+        char kind[48];
+        if (c->window) snprintf(kind, sizeof kind, "window %u", c->window);
+        else snprintf(kind, sizeof kind, "full");
+        fprintf(f, "kv group '%s' (%s): %u blocks of %u tokens, at most %u per sequence, %" PRIu64 " bytes per block per layer, "
+                   "%u layers: %" PRIu64 " bytes\n",
+                k->name, kind, c->n_blocks, c->block_size, seq_blocks(en, k, en->ctx.max_tok), c->block_bytes, c->n_layers,
                 (uint64_t)c->n_blocks * c->block_bytes * c->n_layers);
     }
     fprintf(f, "workspace: %zu bytes\n", en->workspace_bytes);

@@ -123,38 +123,72 @@ int rad_engine_reserve(RadEngine *en, int32_t seq_id, uint32_t len, RadErr *e);
 
 /* ---- the KV cache, for a scheduler ----
  * The engine is the only code that changes its KV cache. A scheduler plans against it with
- * these calls; they act on the model's first KV group (rad_sched_open refuses a model with
- * more than one). */
+ * these calls. A model may declare several KV groups (Gemma 3: a full one and a window one),
+ * each its own pool at its own block size; every call here covers all of them: a sequence fits
+ * when it fits in every group, and a reservation takes blocks in every group or in none. */
 
-/* The pool at a glance: its geometry (fixed at open) and what is free now. */
-typedef struct RadEngineKvStats {
-    uint32_t n_groups;             /* KV groups the model binds (the rest describe the first; 0: none) */
-    uint32_t block_size;           /* tokens per block */
+#define RAD_ENGINE_KV_GROUPS_MAX 8
+
+/* One group's pool: its geometry (fixed at open) and what is free now. */
+typedef struct RadEngineKvGroup {
+    const char *name;              /* as the plugin declared it (valid until close) */
+    RadKvKind kind;                /* RAD_KV_FULL or RAD_KV_WINDOW */
+    uint32_t window;               /* WINDOW: keys a query sees (blocks before them released); 0: FULL */
+    uint32_t block_size;           /* tokens per block (the attention kernel's) */
     uint32_t n_blocks;             /* blocks in the pool */
     uint32_t n_free;               /* blocks a reservation can take: clean ones and free cached ones */
     uint32_t n_cached_free;        /* of the free ones, those holding a published prefix (evicted
                                       least recently freed first) */
+    uint32_t seq_blocks;           /* the most blocks one sequence holds at once: ceil(max_ctx/B);
+                                      a window, min(that, ceil((window - 1 + max_tok)/B) + 1) */
+    uint32_t n_layers;             /* layers bound to it */
+} RadEngineKvGroup;
+
+/* Every pool at a glance. */
+typedef struct RadEngineKvStats {
+    uint32_t n_groups;             /* KV groups the model binds (0: none); group[] holds the first
+                                      RAD_ENGINE_KV_GROUPS_MAX */
+    uint32_t block_size;           /* the groups' block size when they share one (what the prefix
+                                      cache hashes by), else the first group's */
+    uint32_t n_blocks;             /* blocks in the pools, every group summed */
+    uint32_t n_free;               /* of which a reservation can take, summed */
+    uint32_t n_cached_free;        /* of the free ones, those holding a published prefix, summed */
+    RadEngineKvGroup group[RAD_ENGINE_KV_GROUPS_MAX];
 } RadEngineKvStats;
 void rad_engine_kv_stats(const RadEngine *en, RadEngineKvStats *st);
 
-/* Blocks a reservation can take now (RadEngineKvStats.n_free). */
+/* Blocks a reservation can take now, every group summed (RadEngineKvStats.n_free). */
 uint32_t rad_engine_kv_free_blocks(const RadEngine *en);
-/* Blocks that growing sequence seq_id (holding a slot or not) to len tokens would take. */
+/* Blocks that growing sequence seq_id (holding a slot or not) to len tokens would take, every
+ * group summed (a window group's released blocks are not counted back). */
 uint32_t rad_engine_kv_need(const RadEngine *en, int32_t seq_id, uint32_t len);
+/* Whether growing seq_id to len tokens (the new ones from what it holds on) gets its blocks in
+ * every group now, counting the blocks a window group releases first. */
+int rad_engine_kv_fits(const RadEngine *en, int32_t seq_id, uint32_t len);
+/* The most tokens seq_id can grow by now (from what it holds), the least over the groups. */
+uint32_t rad_engine_kv_room(const RadEngine *en, int32_t seq_id);
+/* Whether a sequence of len tokens, computed in steps of at most chunk tokens, fits each whole
+ * pool alone (a window group holds at most ceil((window - 1 + chunk)/B) + 1 of its blocks at
+ * once); 0 with why = "the request needs 9 KV blocks of group 'kv'; its whole pool has 8". */
+int rad_engine_kv_fits_pool(const RadEngine *en, uint32_t len, uint32_t chunk, char *why, size_t n);
 
 /* The prefix cache: a full block is named by a hash chained over its tokens and every block
- * before it; a published block outlives its sequence (free but cached) until evicted.
+ * before it; a published block outlives its sequence (free but cached) until evicted. It is
+ * served when every group has one block size (the hashes are the same in each), else no prefix
+ * is ever found.
  *
- * A newly admitted sequence takes a KV slot, the chain hashes of the first n_blocks full blocks
- * of tokens into hashes[0..n_blocks), and, when share, the longest run of them that names
- * cached blocks, shared (only a sequence holding no tokens starts on shared blocks). Returns
- * the blocks found cached (0 when !share), or -1 when every slot is taken (nothing done). */
+ * A newly admitted sequence takes a KV slot in every group, the chain hashes of the first
+ * n_blocks full blocks of tokens into hashes[0..n_blocks), and, when share, the longest prefix
+ * of k blocks that every group still holds: a full group all k blocks cached, a window group
+ * the ones its next query (at position k·B) reads. Those are shared (only a sequence holding no
+ * tokens starts on shared blocks). Returns k (0 when !share), or -1 when every slot is taken
+ * (nothing done). */
 int rad_engine_kv_adopt_prefix(RadEngine *en, int32_t seq_id, const int32_t *tokens, uint32_t n_blocks, int share,
                                uint64_t *hashes);
-/* Publishes a sequence's full blocks [from, to), written, so later sequences can share them:
- * their hashes into hashes[from..to), chained on hashes[from-1] when from > 0. A hash already
- * naming another block is left as it is. RAD_E_NOTFOUND (nothing done) when seq_id holds no
- * slot. */
+/* Publishes a sequence's full blocks [from, to), written, so later sequences can share them,
+ * in every group that still holds them (a window group has released the older ones): their
+ * hashes into hashes[from..to), chained on hashes[from-1] when from > 0. A hash already naming
+ * another block is left as it is. RAD_E_NOTFOUND (nothing done) when seq_id holds no slot. */
 int rad_engine_kv_publish(RadEngine *en, int32_t seq_id, const int32_t *tokens, uint32_t from, uint32_t to,
                           uint64_t *hashes);
 

@@ -428,7 +428,10 @@ static int build_attn(Kb *c, const RadGOp *op, Case *cs, int which, RadErr *e) {
     RadKbenchAttnSeq rs[MAX_SEQ];
     for (uint32_t s = 0; s < sp->n_seq; s++)
         rs[s] = (RadKbenchAttnSeq){cs->seqK[s], cs->seqV[s], cs->cu[s], cs->ql[s], cs->cl[s]};
-    rad_kbench_ref_attn(q->init, out->ref, rs, sp->n_seq, (uint32_t)n_head, (uint32_t)n_kv, (uint32_t)hd, scale, c->nt);
+    int64_t window = 0; /* omitted: full attention */
+    rad_graph_op_int(op, "window", &window);
+    rad_kbench_ref_attn(q->init, out->ref, rs, sp->n_seq, (uint32_t)n_head, (uint32_t)n_kv, (uint32_t)hd, scale,
+                        window > 0 ? (uint32_t)window : 0, c->nt);
     return RAD_OK;
 }
 

@@ -245,6 +245,7 @@ typedef struct AttnCtx {
     const RadKbenchAttnSeq *seqs;
     uint32_t n_seq, n_head, n_head_kv, hd;
     float scale;
+    int32_t window;   /* keys a row sees, its own included (0: all before it) */
     int32_t *row_seq; /* [n_tok] the sequence of each row */
 } AttnCtx;
 
@@ -259,10 +260,11 @@ static void attn_rows(void *c_, uint64_t r0, uint64_t r1) {
     for (uint64_t t = r0; t < r1; t++) {
         const RadKbenchAttnSeq *s = &c->seqs[c->row_seq[t]];
         const int32_t jt = s->ctx_len - s->q_len + ((int32_t)t - s->row0);
+        const int32_t lo = c->window && jt + 1 > c->window ? jt + 1 - c->window : 0; /* i <= jt, jt - i < window */
         for (uint32_t h = 0; h < c->n_head; h++) {
             const uint32_t g = h / per;
             const float *qh = c->q + t * qw + h * hd;
-            for (int32_t i = 0; i <= jt; i++) {
+            for (int32_t i = lo; i <= jt; i++) {
                 const float *k = s->K + (uint64_t)i * gw + g * hd;
                 float dot = 0.0f;
                 for (uint32_t d = 0; d < hd; d++) {
@@ -271,18 +273,18 @@ static void attn_rows(void *c_, uint64_t r0, uint64_t r1) {
                 }
                 sc[i] = dot * c->scale;
             }
-            float m = sc[0];
-            for (int32_t i = 1; i <= jt; i++)
+            float m = sc[lo];
+            for (int32_t i = lo + 1; i <= jt; i++)
                 if (sc[i] > m) m = sc[i];
             float l = 0.0f;
-            for (int32_t i = 0; i <= jt; i++) {
+            for (int32_t i = lo; i <= jt; i++) {
                 sc[i] = (float)exp((double)(sc[i] - m));
                 l = l + sc[i];
             }
             float *o = c->out + t * qw + h * hd;
             for (uint32_t d = 0; d < hd; d++) {
                 float acc = 0.0f;
-                for (int32_t i = 0; i <= jt; i++) {
+                for (int32_t i = lo; i <= jt; i++) {
                     float pv = sc[i] * s->V[(uint64_t)i * gw + g * hd + d];
                     acc = acc + pv;
                 }
@@ -294,14 +296,14 @@ static void attn_rows(void *c_, uint64_t r0, uint64_t r1) {
 }
 
 void rad_kbench_ref_attn(const float *q, float *out, const RadKbenchAttnSeq *seqs, uint32_t n_seq, uint32_t n_head,
-                         uint32_t n_head_kv, uint32_t head_dim, double scale, uint32_t n_threads) {
+                         uint32_t n_head_kv, uint32_t head_dim, double scale, uint32_t window, uint32_t n_threads) {
     uint32_t n_tok = 0;
     for (uint32_t s = 0; s < n_seq; s++) n_tok += (uint32_t)seqs[s].q_len;
     int32_t *row_seq = malloc((size_t)(n_tok ? n_tok : 1) * sizeof *row_seq);
     if (!row_seq) return;
     for (uint32_t s = 0; s < n_seq; s++)
         for (int32_t r = 0; r < seqs[s].q_len; r++) row_seq[seqs[s].row0 + r] = (int32_t)s;
-    AttnCtx c = {q, out, seqs, n_seq, n_head, n_head_kv, head_dim, (float)scale, row_seq};
+    AttnCtx c = {q, out, seqs, n_seq, n_head, n_head_kv, head_dim, (float)scale, (int32_t)window, row_seq};
     par_rows(n_tok, n_threads, attn_rows, &c);
     free(row_seq);
 }

@@ -43,10 +43,10 @@ typedef struct RadKbenchAttnSeq {
     const float *K, *V;               /* [ctx_len][n_head_kv * head_dim] */
     int32_t row0, q_len, ctx_len;     /* its rows of q/out: [row0, row0 + q_len) */
 } RadKbenchAttnSeq;
-/* Causal GQA attention of docs/OPS.md for every row of every sequence. q [n_tok, n_head*hd],
- * out [n_tok, n_head*hd], both dense. */
+/* Causal GQA attention of docs/OPS.md for every row of every sequence, within `window` keys
+ * (0: every key before the row). q [n_tok, n_head*hd], out [n_tok, n_head*hd], both dense. */
 void rad_kbench_ref_attn(const float *q, float *out, const RadKbenchAttnSeq *seqs, uint32_t n_seq, uint32_t n_head,
-                         uint32_t n_head_kv, uint32_t head_dim, double scale, uint32_t n_threads);
+                         uint32_t n_head_kv, uint32_t head_dim, double scale, uint32_t window, uint32_t n_threads);
 
 /* v rounded to a cache element type (f32: itself; f16, bf16: to nearest even) and back. */
 float rad_kbench_ref_round(float v, RadDType t);

@@ -8,12 +8,13 @@
 #define MAP_EMPTY (-1)
 #define MAP_GONE (-2)
 
-int rad_kvcache_init(RadKvCache *c, uint32_t block_size, uint32_t n_blocks, uint32_t max_ctx, uint32_t max_seqs,
-                     uint32_t n_layers, uint64_t block_bytes, RadErr *e) {
+int rad_kvcache_init(RadKvCache *c, uint32_t block_size, uint32_t window, uint32_t n_blocks, uint32_t max_ctx,
+                     uint32_t max_seqs, uint32_t n_layers, uint64_t block_bytes, RadErr *e) {
     memset(c, 0, sizeof *c);
     if (!block_size || !n_blocks || !max_seqs || !n_layers)
         return rad_err_set(e, RAD_E_ARG, "KV cache: block size, blocks, sequences and layers must be non-zero");
     c->block_size = block_size;
+    c->window = window;
     c->n_blocks = n_blocks;
     c->max_blocks = (max_ctx + block_size - 1) / block_size;
     c->block_bytes = block_bytes;
@@ -159,12 +160,50 @@ int rad_kvcache_seq(RadKvCache *c, int32_t seq_id) {
     if (free_slot >= 0) {
         c->seqs[free_slot].id = seq_id;
         c->seqs[free_slot].len = 0;
+        c->seqs[free_slot].first = 0;
     }
     return free_slot;
 }
 
+uint32_t rad_kvcache_first(const RadKvCache *c, uint32_t pos) {
+    return c->window && pos + 1 > c->window ? (pos + 1 - c->window) / c->block_size : 0;
+}
+
+/* The blocks [s->first, to) a slide to pos gives up: never past what the slot holds. */
+static uint32_t slide_to(const RadKvCache *c, const RadKvSeq *s, uint32_t pos) {
+    uint32_t have = (s->len + c->block_size - 1) / c->block_size, to = rad_kvcache_first(c, pos);
+    return to < have ? to : have;
+}
+
+void rad_kvcache_slide(RadKvCache *c, int slot, uint32_t pos) {
+    RadKvSeq *s = &c->seqs[slot];
+    const uint32_t to = slide_to(c, s, pos);
+    for (uint32_t b = s->first; b < to; b++) {
+        drop_block(c, s->blocks[b]);
+        s->blocks[b] = -1;
+    }
+    if (to > s->first) s->first = to;
+}
+
+uint32_t rad_kvcache_freeable(const RadKvCache *c, int32_t seq_id, uint32_t pos) {
+    int slot = rad_kvcache_find(c, seq_id);
+    if (slot < 0) return 0;
+    const RadKvSeq *s = &c->seqs[slot];
+    uint32_t n = 0;
+    for (uint32_t b = s->first, to = slide_to(c, s, pos); b < to; b++) n += c->ref[s->blocks[b]] == 1;
+    return n;
+}
+
+uint32_t rad_kvcache_held(const RadKvCache *c, int32_t seq_id) {
+    int slot = rad_kvcache_find(c, seq_id);
+    if (slot < 0) return 0;
+    const RadKvSeq *s = &c->seqs[slot];
+    return (s->len + c->block_size - 1) / c->block_size - s->first;
+}
+
 int rad_kvcache_reserve(RadKvCache *c, int slot, uint32_t len, RadErr *e) {
     RadKvSeq *s = &c->seqs[slot];
+    if (len > s->len) rad_kvcache_slide(c, slot, s->len); /* the new tokens' first query is at s->len */
     uint32_t have = (s->len + c->block_size - 1) / c->block_size;
     uint32_t need = (len + c->block_size - 1) / c->block_size;
     if (need > c->max_blocks)
@@ -187,8 +226,9 @@ uint32_t rad_kvcache_need(const RadKvCache *c, int32_t seq_id, uint32_t len) {
 void rad_kvcache_release(RadKvCache *c, int slot) {
     RadKvSeq *s = &c->seqs[slot];
     uint32_t have = (s->len + c->block_size - 1) / c->block_size;
-    for (uint32_t b = have; b-- > 0;) drop_block(c, s->blocks[b]);
+    for (uint32_t b = have; b-- > s->first;) drop_block(c, s->blocks[b]);
     s->len = 0;
+    s->first = 0;
     s->id = -1;
 }
 
@@ -208,22 +248,29 @@ uint32_t rad_kvcache_lookup(const RadKvCache *c, const uint64_t *hashes, uint32_
     return k;
 }
 
+int rad_kvcache_cached(const RadKvCache *c, const uint64_t *hashes, uint32_t from, uint32_t to) {
+    for (uint32_t k = from; k < to; k++)
+        if (map_find(c, hashes[k]) >= c->map_cap) return 0;
+    return 1;
+}
+
 void rad_kvcache_adopt(RadKvCache *c, int slot, const uint64_t *hashes, uint32_t n) {
     RadKvSeq *s = &c->seqs[slot];
-    if (s->len) return; /* only a fresh sequence starts on shared blocks */
-    for (uint32_t k = 0; k < n; k++) {
-        uint32_t i = map_find(c, hashes[k]);
-        if (i >= c->map_cap) break;
-        int32_t b = c->map[i];
+    if (s->len || !n || !rad_kvcache_cached(c, hashes, rad_kvcache_first(c, n * c->block_size), n))
+        return; /* only a fresh sequence starts on shared blocks, and on every one its next query reads */
+    s->first = rad_kvcache_first(c, n * c->block_size);
+    for (uint32_t k = 0; k < s->first; k++) s->blocks[k] = -1;
+    for (uint32_t k = s->first; k < n; k++) {
+        int32_t b = c->map[map_find(c, hashes[k])];
         if (c->ref[b]++ == 0) lru_unlink(c, b), c->n_free--;
         s->blocks[k] = b;
-        s->len = (k + 1) * c->block_size;
     }
+    s->len = n * c->block_size;
 }
 
 void rad_kvcache_publish(RadKvCache *c, int slot, uint32_t b, uint64_t hash) {
     RadKvSeq *s = &c->seqs[slot];
-    if ((b + 1) * c->block_size > s->len || !hash) return;
+    if ((b + 1) * c->block_size > s->len || b < s->first || !hash) return;
     int32_t blk = s->blocks[b];
     if (c->hash[blk] || map_find(c, hash) < c->map_cap) return;
     c->hash[blk] = hash;

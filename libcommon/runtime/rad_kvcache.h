@@ -2,7 +2,13 @@
  * the resolved attention kernel requires, a free list, and each sequence's block table. Every
  * layer bound to a group has its own pool memory, indexed by the same block ids (docs/OPS.md,
  * "the pool layout"). The engine owns its caches: only rad_engine.c calls these (make walls
- * refuses a tool that includes this header). */
+ * refuses a tool that includes this header).
+ *
+ * A window group (window W > 0) keeps for each sequence only the blocks its next query can
+ * see: the query at position p reads keys [p + 1 - W, p], so the blocks wholly before that are
+ * released (their table entries -1) as the sequence grows. A sequence then holds at most
+ * ceil(W/B) + 1 blocks between steps (a prefill chunk of q tokens, ceil((W - 1 + q)/B) + 1
+ * while it runs), whatever its length. */
 #ifndef RAD_KVCACHE_H
 #define RAD_KVCACHE_H
 
@@ -12,12 +18,14 @@
 
 typedef struct RadKvSeq {
     int32_t id;             /* the engine's sequence id; -1: slot free */
-    uint32_t len;           /* tokens held */
-    int32_t *blocks;        /* [max_blocks] block ids, first ceil(len/B) valid */
+    uint32_t len;           /* tokens held (positions [0, len) written, those before first*B released) */
+    uint32_t first;         /* blocks before this one were released (a window left them); 0 in a full group */
+    int32_t *blocks;        /* [max_blocks] block ids, [first, ceil(len/B)) valid, -1 before first */
 } RadKvSeq;
 
 typedef struct RadKvCache {
     uint32_t block_size;    /* B: tokens per block */
+    uint32_t window;        /* W: keys a query sees (a WINDOW group); 0: every key (FULL) */
     uint32_t n_blocks;      /* blocks in the pool */
     uint32_t max_blocks;    /* per sequence: ceil(max_ctx / B) */
     uint64_t block_bytes;   /* one block of one layer (K and V) */
@@ -43,19 +51,29 @@ typedef struct RadKvCache {
     int32_t *table;         /* [max_seqs][max_blocks]: block tables of the step's sequences */
 } RadKvCache;
 
-int rad_kvcache_init(RadKvCache *c, uint32_t block_size, uint32_t n_blocks, uint32_t max_ctx, uint32_t max_seqs,
-                     uint32_t n_layers, uint64_t block_bytes, RadErr *e);
+int rad_kvcache_init(RadKvCache *c, uint32_t block_size, uint32_t window, uint32_t n_blocks, uint32_t max_ctx,
+                     uint32_t max_seqs, uint32_t n_layers, uint64_t block_bytes, RadErr *e);
 void rad_kvcache_free(RadKvCache *c);
 
 /* The slot holding a sequence, or -1 (nothing is allocated). */
 int rad_kvcache_find(const RadKvCache *c, int32_t seq_id);
 /* The slot of a sequence (allocated on first use), or -1 when every slot is taken. */
 int rad_kvcache_seq(RadKvCache *c, int32_t seq_id);
-/* Grows a sequence to hold `len` tokens; RAD_E_LIMIT naming the need when blocks run out
- * (nothing is allocated then). */
+/* The first block the query at position pos reads (0 in a full group). */
+uint32_t rad_kvcache_first(const RadKvCache *c, uint32_t pos);
+/* A window group: releases the blocks of the slot that the query at position pos (its next
+ * one, pos >= len) no longer sees. Nothing in a full group. */
+void rad_kvcache_slide(RadKvCache *c, int slot, uint32_t pos);
+/* Blocks rad_kvcache_slide(pos) would return to the pool (those no other sequence holds). */
+uint32_t rad_kvcache_freeable(const RadKvCache *c, int32_t seq_id, uint32_t pos);
+/* Grows a sequence to hold `len` tokens, the new ones from its len on (a window group first
+ * slides to that position); RAD_E_LIMIT naming the need when blocks run out (nothing is
+ * allocated then). */
 int rad_kvcache_reserve(RadKvCache *c, int slot, uint32_t len, RadErr *e);
 /* Blocks that growing sequence seq_id (a slot or not) to `len` tokens would take. */
 uint32_t rad_kvcache_need(const RadKvCache *c, int32_t seq_id, uint32_t len);
+/* Blocks the sequence holds now. */
+uint32_t rad_kvcache_held(const RadKvCache *c, int32_t seq_id);
 /* Drops a sequence; blocks no other sequence holds become free (published ones stay cached,
  * least recently freed evicted first, until a reservation needs them). */
 void rad_kvcache_release(RadKvCache *c, int slot);
@@ -65,11 +83,14 @@ void rad_kvcache_release(RadKvCache *c, int slot);
 void rad_kvcache_hash_chain(const int32_t *tokens, uint32_t from, uint32_t n_blocks, uint32_t block_size, uint64_t *out);
 /* How many leading hashes name cached blocks. */
 uint32_t rad_kvcache_lookup(const RadKvCache *c, const uint64_t *hashes, uint32_t n);
-/* A fresh sequence (slot holding nothing) takes the first n cached blocks named by hashes
- * (n <= rad_kvcache_lookup), sharing them: it then holds n * block_size tokens. */
+/* Whether blocks [from, to) are all cached under hashes[from..to). */
+int rad_kvcache_cached(const RadKvCache *c, const uint64_t *hashes, uint32_t from, uint32_t to);
+/* A fresh sequence (slot holding nothing) takes the cached blocks named by hashes[first..n)
+ * (first = rad_kvcache_first(n * block_size): a window group takes only what its next query
+ * sees; each must be cached), sharing them: it then holds n * block_size tokens. */
 void rad_kvcache_adopt(RadKvCache *c, int slot, const uint64_t *hashes, uint32_t n);
-/* Names the sequence's block b (full, written) by hash, so later sequences can share it. A
- * hash already naming another block is left as it is. */
+/* Names the sequence's block b (full, written, still held) by hash, so later sequences can
+ * share it. A hash already naming another block is left as it is. */
 void rad_kvcache_publish(RadKvCache *c, int slot, uint32_t b, uint64_t hash);
 
 #endif

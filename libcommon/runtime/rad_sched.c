@@ -46,7 +46,7 @@ struct RadSched {
     RadEngine *en;
     const RadTok *tok;
     RadSchedOpts o;
-    uint32_t block_size, n_blocks; /* the engine's one KV group (fixed at open) */
+    uint32_t block_size;           /* what the prefix cache hashes by (RadEngineKvStats.block_size) */
     uint32_t max_ctx, n_vocab;
     int32_t eos, eot;
     pthread_mutex_t mu;
@@ -162,9 +162,9 @@ int rad_sched_submit(RadSched *s, const RadGenReq *r, RadGenSink sink, void *use
         return rad_err_set(e, RAD_E_LIMIT, "max_tokens: %u prompt + %u generated tokens exceed the context of %u", r->n_prompt,
                            r->max_tokens, s->max_ctx);
     uint32_t total = r->max_tokens ? r->n_prompt + r->max_tokens : s->max_ctx;
-    uint32_t blocks = (total + s->block_size - 1) / s->block_size;
-    if (blocks > s->n_blocks)
-        return rad_err_set(e, RAD_E_LIMIT, "the request needs %u KV blocks; the whole cache has %u", blocks, s->n_blocks);
+    char why[200];
+    if (!rad_engine_kv_fits_pool(s->en, total, s->o.max_mixed_tok, why, sizeof why))
+        return rad_err_set(e, RAD_E_LIMIT, "%s", why);
     Seq *q = calloc(1, sizeof *q);
     if (!q) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
     q->cap = total;
@@ -228,7 +228,7 @@ int rad_sched_open(RadSched **out, RadEngine *en, const RadTok *tok, const RadSc
     RadEngineKvStats kv;
     rad_engine_kv_stats(en, &kv);
     const RadEngineLimits lim = rad_engine_limits(en);
-    if (kv.n_groups != 1) return rad_err_set(e, RAD_E_UNSUPPORTED, "the scheduler serves models with one KV group (this has %u)", kv.n_groups);
+    if (kv.n_groups < 1) return rad_err_set(e, RAD_E_UNSUPPORTED, "the scheduler serves models with a KV cache (this has no group)");
     uint32_t nv = 0;
     if (!rad_engine_logits(en, &nv) || !nv) return rad_err_set(e, RAD_E_UNSUPPORTED, "the model has no logits head to sample from");
     if (o->max_seqs > lim.max_seqs || o->max_mixed_tok > lim.max_tok)
@@ -242,7 +242,7 @@ int rad_sched_open(RadSched **out, RadEngine *en, const RadTok *tok, const RadSc
     if (!s->o.max_seqs) s->o.max_seqs = lim.max_seqs;
     if (!s->o.max_mixed_tok) s->o.max_mixed_tok = lim.max_tok;
     if (!s->o.max_queue) s->o.max_queue = 1024;
-    s->block_size = kv.block_size, s->n_blocks = kv.n_blocks;
+    s->block_size = kv.block_size;
     s->max_ctx = lim.max_ctx;
     s->n_vocab = nv;
     s->eos = rad_tok_eos(tok);
@@ -408,8 +408,6 @@ static Seq *preempt(RadSched *s) {
     return q;
 }
 
-/* KV blocks sequence q needs to hold len tokens. */
-static uint32_t need(const RadSched *s, const Seq *q, uint32_t len) { return rad_engine_kv_need(s->en, q->eid, len); }
 
 /* A newly admitted sequence takes the longest cached prefix of its tokens (full blocks only,
  * and never the last token, whose logits the step must produce). */
@@ -500,7 +498,7 @@ static int step(RadSched *s) {
         /* short of a block: the youngest goes (rows before i are older, so never one already
          * in the step); when that is q itself, the loop ends with it */
         RadErr e = {0};
-        if (need(s, q, q->n_tok) > rad_engine_kv_free_blocks(s->en) || rad_engine_reserve(s->en, q->eid, q->n_tok, &e)) {
+        if (!rad_engine_kv_fits(s->en, q->eid, q->n_tok) || rad_engine_reserve(s->en, q->eid, q->n_tok, &e)) {
             preempt(s);
             continue;
         }
@@ -509,7 +507,6 @@ static int step(RadSched *s) {
         i++;
     }
     /* 2. prefill chunks of running sequences, then admissions, while tokens and blocks last */
-    uint32_t B = s->block_size;
     for (uint32_t pass = 0; pass < 2 && budget; pass++) {
         for (uint32_t i = 0; budget && n < s->o.max_seqs; i++) {
             Seq *q;
@@ -531,8 +528,8 @@ static int step(RadSched *s) {
                 i = 0;
             }
             uint32_t left = q->n_tok - q->n_done, c = left < budget ? left : budget;
-            /* as many tokens as the free blocks (and the slack of the last held block) allow */
-            uint32_t held = (q->n_done + B - 1) / B * B, room = held - q->n_done + rad_engine_kv_free_blocks(s->en) * B;
+            /* as many tokens as the free blocks of every group (and the slack of the last held block) allow */
+            uint32_t room = rad_engine_kv_room(s->en, q->eid);
             if (c > room) c = room;
             if (!c) {
                 if (pass == 1) { /* admitted but no room: back to the head of the queue */

@@ -462,7 +462,7 @@ static int run_attn_paged(const RadKernelArgs *a) {
 #endif
 
 #define K_(OP, VAR, ENCS, NMIN, NMAX, KVB, EX, TOL, WS, RUN) \
-    {sizeof(RadKernel), OP, VAR, ENCS, RAD_F32, NMIN, NMAX, KVB, EX, TOL, 1, WS, RUN, 0, 0, 0, NULL, 0}
+    {sizeof(RadKernel), OP, VAR, ENCS, RAD_F32, NMIN, NMAX, KVB, EX, TOL, 1, WS, RUN, 0, 0, 0, NULL, 0, 0}
 
 #define KX_(...) K_(__VA_ARGS__) /* KERN_TEST_FUSED_EXACT expands to two arguments first */
 
