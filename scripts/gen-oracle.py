@@ -300,9 +300,11 @@ def gen_family(name):
             "rest_mass": {"mean": float(rest.mean()), "median": float(np.median(rest)), "max": float(rest.max())}})
         rows.append(f"{fn} {name} {n} {GEN} 0\n")
         print(f"  {case:11s} {n:4d} tokens  margin {min(margins):6.3f} -> {cont!r}  ({time.time() - t0:.0f}s)")
-        if case in ("fib", "capital", "long"):  # the CLI acceptance texts, exact bytes, no newline added
+        if case in ("fib", "capital", "long"):  # the CLI acceptance: prompt and text, exact bytes, no newline added
             with open(os.path.join(OUT, f"{name}-{case}.txt"), "wb") as f:
                 f.write(cont.encode("utf-8"))
+            with open(os.path.join(OUT, f"{name}-{case}.prompt"), "wb") as f:
+                f.write(text.encode("utf-8"))
     with open(os.path.join(OUT, "MANIFEST"), "w", encoding="utf-8") as f:
         f.writelines(rows)
     with open(os.path.join(OUT, "meta.json"), "w", encoding="utf-8") as f:

@@ -218,6 +218,49 @@ Test(oracle, radiance_cli_prints_qwen_greedy_text) {
     cr_assert_eq(system(cmd), 0, "radiance's greedy text differs from transformers' (see %s/got)", dir);
 }
 
+/* Gemma 3 270M (plugin gemma3_ggml: two KV groups, the local one a 512-token window), its
+ * Q4_K_M GGUF as imported: the exact path against transformers, prompts to 753 tokens (past the
+ * window: the local layers' oldest blocks are released while the global ones keep everything;
+ * prefilled in 128-token chunks, so the window's edge falls inside a chunk). */
+#define GEMMA3 "models/gemma-3-270m-q4_k_m.gguf"
+Test(oracle, gemma3_q4_k_m_exact_matches_transformers) {
+    char cmd[1024], model[300];
+    if (access(GEMMA3, R_OK) != 0) cr_skip_test("Gemma 3 270M not fetched (make model)");
+    snprintf(model, sizeof model, "%s/gemma3.rad", dir);
+    snprintf(cmd, sizeof cmd, "%s " GEMMA3 " -o %s", conv, model);
+    cr_assert_eq(system(cmd), 0);
+    Score s = {0};
+    run_model(model, "gemma3-", 0, 1, &s);
+    cr_assert_gt(s.gen_cases, 0);
+    double agree = (double)s.agree / (double)s.positions, kl = s.kl_sum / (double)s.positions;
+    printf("oracle gemma3 q4_k_m exact: %" PRIu64 " positions, top-1 agreement %.4f, mean KL %.2e (max %.2e), greedy %" PRIu64
+           "/%" PRIu64 "\n",
+           s.positions, agree, kl, s.kl_max, s.gen_exact, s.gen_cases);
+    cr_assert_eq(s.loose_ops, 0, "%" PRIu64 " ops chose a kernel looser than 1e-3 at the default tolerance", s.loose_ops);
+    cr_assert_geq(agree, 0.99, "top-1 agreement %.4f", agree);
+    cr_assert_leq(kl, 1e-3, "mean KL %.3e", kl);
+    cr_assert_eq(s.gen_exact, s.gen_cases);
+}
+
+/* The issue's acceptance on Gemma 3: greedy text equal to transformers' on a factual prompt and
+ * on one longer than the window (radiance -p, the engine's own tokenizer and BOS). */
+Test(oracle, radiance_cli_prints_gemma3_greedy_text) {
+    const char *b = getenv("RAD_BUILD");
+    char cmd[4096];
+    if (access(GEMMA3, R_OK) != 0) cr_skip_test("Gemma 3 270M not fetched (make model)");
+    snprintf(cmd, sizeof cmd, "%s/rad-convert " GEMMA3 " -o %s/g.rad", b ? b : "build", dir);
+    cr_assert_eq(system(cmd), 0);
+    static const char *cases[] = {"capital", "long"}; /* 6 and 753 prompt tokens; the window is 512 */
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *c = cases[i];
+        snprintf(cmd, sizeof cmd,
+                 "P=tests/fixtures/oracle/gemma3-%s; %s/radiance --model %s/g.rad -p \"$(cat $P.prompt)\" -n 32 --temp 0 > %s/got "
+                 "2>%s/err && { cat $P.prompt $P.txt; echo; } > %s/want && cmp %s/got %s/want",
+                 c, b ? b : "build", dir, dir, dir, dir, dir, dir);
+        cr_assert_eq(system(cmd), 0, "%s: radiance's greedy text differs from transformers' (see %s/got)", c, dir);
+    }
+}
+
 /* The README's acceptance: the q4_1 container, greedy, prints transformers' text on the same
  * (dequantised) weights, up to the end-of-turn token where a generator stops. */
 Test(oracle, radiance_cli_prints_transformers_greedy_text) {
