@@ -295,7 +295,14 @@ typedef struct RadChatFormat {
 enum {
     RAD_CHAT_SYSTEM_IN_FIRST_USER = 1u << 0, /* Llama 2: <<SYS>> sits inside the first [INST] */
     RAD_CHAT_NO_AUTO_BOS = 1u << 1,          /* `bos` text is the BOS: the core adds no BOS token */
+    RAD_CHAT_TRIM_CONTENT = 1u << 2,         /* ABI 1.4: user/assistant/tool content is stripped of surrounding
+                                                whitespace (Jinja's `| trim`, Python's str.strip()) */
+    RAD_CHAT_ALTERNATE = 1u << 3,            /* ABI 1.4 (Gemma): after an optional first system message, a user turn
+                                                at every even place and none at odd ones (the template raises
+                                                otherwise); a later system message is a turn of its own, user_start
+                                                with "system" for "user" */
 };
+#define RAD_CHAT_FLAGS_KNOWN 0xfu /* a format with another bit set is refused: the core cannot honour it */
 
 typedef struct RadAudioFormat {
     uint32_t struct_size;

@@ -12,7 +12,13 @@ import os
 from transformers import AutoTokenizer
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-MODELS = {"qwen25": "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"}
+# name: (GGUF under models/ for the tokenizer, a template file replacing the GGUF's, or None)
+MODELS = {
+    "qwen25": ("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", None),
+    # Gemma 3's instruction-tuned template (google/gemma-3-*-it tokenizer_config.json's chat_template),
+    # on the 270M base's tokenizer (the same vocabulary; the base GGUF has no template)
+    "gemma3-it": ("gemma-3-270m-q4_k_m.gguf", "tests/fixtures/chat/gemma3-it.jinja"),
+}
 CASES = [
     ([{"role": "user", "content": "Hi"}], True),
     ([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}], True),
@@ -23,18 +29,26 @@ CASES = [
       {"role": "user", "content": "Écris une fonction qui inverse une chaîne. 日本語も"}], True),
     ([{"role": "user", "content": "First"}, {"role": "system", "content": "A later system turn."},
       {"role": "user", "content": "Second"}], True),
+    ([{"role": "system", "content": "  Padded system.\n"}, {"role": "user", "content": "\n\t  Padded user.  \u3000\n"},
+      {"role": "assistant", "content": " Padded reply. "}, {"role": "user", "content": "x"}], True),
 ]
 
 
 def main():
     out = os.path.join(ROOT, "tests", "fixtures", "chat")
     os.makedirs(out, exist_ok=True)
-    for name, fname in MODELS.items():
+    for name, (fname, tmpl) in MODELS.items():
         tok = AutoTokenizer.from_pretrained(os.path.join(ROOT, "models"), gguf_file=fname)
+        if tmpl:
+            tok.chat_template = open(os.path.join(ROOT, tmpl), encoding="utf-8").read()
         cases = []
         for msgs, gen in CASES:
-            text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=gen)
-            ids = tok(text, add_special_tokens=False)["input_ids"]
+            try:
+                text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=gen)
+            except Exception as ex:  # the template refuses it (Gemma: roles must alternate)
+                cases.append({"messages": msgs, "add_generation_prompt": gen, "refused": str(ex)})
+                continue
+            ids = tok(text, add_special_tokens=False)["input_ids"]  # the template writes any BOS itself
             cases.append({"messages": msgs, "add_generation_prompt": gen, "text": text, "ids": ids})
         with open(os.path.join(out, name + ".json"), "w", encoding="utf-8") as f:
             json.dump({"model": fname, "cases": cases}, f, indent=1, ensure_ascii=False)

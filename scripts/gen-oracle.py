@@ -150,8 +150,8 @@ def topk_record(logits):
 
 
 @torch.no_grad()
-def run_case(model, prompt_ids):
-    """Prefill the prompt (one forward), then GEN greedy steps through the KV cache.
+def run_case(model, prompt_ids, n_gen=GEN):
+    """Prefill the prompt (one forward), then n_gen (GEN) greedy steps through the KV cache.
 
     Returns (gen ids, logits [n_prompt + GEN - 1, V] f32: the prefill's rows, then each decode
     step's row, margins [GEN]: top-1 minus top-2 logit at each greedy choice)."""
@@ -161,12 +161,12 @@ def run_case(model, prompt_ids):
     past = out.past_key_values
     last = out.logits[0, -1].float()
     gen, margins = [], []
-    for step in range(GEN):
+    for step in range(n_gen):
         t2 = torch.topk(last, 2)
         margins.append(float(t2.values[0] - t2.values[1]))
         nxt = int(torch.argmax(last))  # first maximum on ties
         gen.append(nxt)
-        if step == GEN - 1:
+        if step == n_gen - 1:
             break
         out = model(input_ids=torch.tensor([[nxt]]), past_key_values=past, use_cache=True)
         past = out.past_key_values
@@ -251,13 +251,17 @@ FAMILIES = {
                (151643, 151645), False),
     "gemma3": ("gemma-3-270m-q4_k_m.gguf", ("Gemma3RMSNorm", "Gemma3TextScaledWordEmbedding"), GEMMA_PROMPTS,
                (1, 106), True),
+    # the 1.5B: the issue's acceptance prompt alone, 64 tokens (make models fetches it; make test does not)
+    "qwen15": ("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", ("Qwen2RMSNorm", "Embedding"), [("fib", "text", "def fibonacci(n):")],
+               (151643, 151645), False, 64),
 }
 
 
 def gen_family(name):
     """Writes <name>-<case>.bin (no whole logits rows: a 150k vocabulary makes them 600 kB each;
     the top-K and the rest mass are what the tests score) and splices MANIFEST and meta.json."""
-    fname, (norm, emb), prompts, eos_ids, add_bos = FAMILIES[name]
+    fname, (norm, emb), prompts, eos_ids, add_bos = FAMILIES[name][:5]
+    n_gen = FAMILIES[name][5] if len(FAMILIES[name]) > 5 else GEN
     path = os.path.join(ROOT, "models", fname)
     torch.manual_seed(0)
     torch.set_num_threads(THREADS)
@@ -287,7 +291,7 @@ def gen_family(name):
             text = tok.apply_chat_template(text, tokenize=False, add_generation_prompt=True)
         prompt_ids = tok(text, add_special_tokens=add_bos)["input_ids"]
         assert tok.decode(prompt_ids, skip_special_tokens=add_bos) == text, case
-        gen, logits, margins = run_case(model, prompt_ids)
+        gen, logits, margins = run_case(model, prompt_ids, n_gen)
         n = len(prompt_ids)
         fn = f"{name}-{case}.bin"
         rest = write_case(os.path.join(OUT, fn), vocab, prompt_ids, gen, logits, [])
@@ -295,10 +299,10 @@ def gen_family(name):
         eos = [i for i, t in enumerate(gen) if t in eos_ids]
         meta["cases"].append({
             "file": fn, "model": name, "case": case, "kind": kind, "prompt": text,
-            "n_prompt": n, "n_gen": GEN, "continuation": cont, "first_eos": eos[0] if eos else None,
+            "n_prompt": n, "n_gen": n_gen, "continuation": cont, "first_eos": eos[0] if eos else None,
             "min_greedy_margin": min(margins),
             "rest_mass": {"mean": float(rest.mean()), "median": float(np.median(rest)), "max": float(rest.max())}})
-        rows.append(f"{fn} {name} {n} {GEN} 0\n")
+        rows.append(f"{fn} {name} {n} {n_gen} 0\n")
         print(f"  {case:11s} {n:4d} tokens  margin {min(margins):6.3f} -> {cont!r}  ({time.time() - t0:.0f}s)")
         if case in ("fib", "capital", "long"):  # the CLI acceptance: prompt and text, exact bytes, no newline added
             with open(os.path.join(OUT, f"{name}-{case}.txt"), "wb") as f:

@@ -74,7 +74,8 @@ static const RadChatFormat rad_chat_zephyr = {
 
 /* Gemma's turns, as the instruction-tuned Gemma 3 templates write them: "<bos>" once, then
  * "<start_of_turn>user\n{system}\n\n{user}<end_of_turn>\n" (a system message goes inside the
- * first user turn), the model's turns as "<start_of_turn>model\n...<end_of_turn>\n". */
+ * first user turn), the model's turns as "<start_of_turn>model\n...<end_of_turn>\n"; each turn's
+ * content `| trim`med, and user/model turns must alternate (the template raises otherwise). */
 static const char *const rad_chat_stop_gemma[] = {"<end_of_turn>", "<eos>", NULL};
 static const RadChatFormat rad_chat_gemma = {
     .struct_size = sizeof(RadChatFormat), .kind = "gemma", .bos = "<bos>",
@@ -82,7 +83,7 @@ static const RadChatFormat rad_chat_gemma = {
     .user_start = "<start_of_turn>user\n", .user_end = "<end_of_turn>\n",
     .assistant_start = "<start_of_turn>model\n", .assistant_end = "<end_of_turn>\n",
     .default_system = NULL, .stop = rad_chat_stop_gemma,
-    .flags = RAD_CHAT_SYSTEM_IN_FIRST_USER | RAD_CHAT_NO_AUTO_BOS,
+    .flags = RAD_CHAT_SYSTEM_IN_FIRST_USER | RAD_CHAT_NO_AUTO_BOS | RAD_CHAT_TRIM_CONTENT | RAD_CHAT_ALTERNATE,
 };
 
 /* Which variant of a kind the template (or, without one, the checkpoint's name) asks for. */

@@ -105,10 +105,10 @@ void rad_chat_msgs_free(RadChatMsgs *m) {
 
 /* The tool turn's opening: user_start with its role name replaced, or NULL when the format
  * does not name the role in text. */
-static char *tool_start(const RadChatFormat *f) {
+/* user_start with `name` in place of "user" (a turn of another role), or NULL. */
+static char *role_start(const RadChatFormat *f, const char *name) {
     const char *u = f->user_start ? strstr(f->user_start, "user") : NULL;
     if (!u) return NULL;
-    const char *name = (f->kind && !strcmp(f->kind, "llama3")) ? "ipython" : "tool";
     size_t pre = (size_t)(u - f->user_start), nl = strlen(name), post = strlen(u + 4);
     char *s = malloc(pre + nl + post + 1);
     if (!s) return NULL;
@@ -116,6 +116,10 @@ static char *tool_start(const RadChatFormat *f) {
     memcpy(s + pre, name, nl);
     memcpy(s + pre + nl, u + 4, post + 1);
     return s;
+}
+
+static char *tool_start(const RadChatFormat *f) {
+    return role_start(f, (f->kind && !strcmp(f->kind, "llama3")) ? "ipython" : "tool");
 }
 
 static const char *role_name(RadChatRole r) {
@@ -144,6 +148,49 @@ static int add_content(RadBuf *b, const char *s, Spans *sp, RadErr *e) {
     return RAD_OK;
 }
 
+/* Python's str.isspace() for the code point at s (UTF-8), its length in *n; 0 when not a space. */
+static int py_space(const unsigned char *s, size_t left, size_t *n) {
+    uint32_t c;
+    if (s[0] < 0x80) c = s[0], *n = 1;
+    else if ((s[0] & 0xe0) == 0xc0 && left >= 2) c = ((uint32_t)(s[0] & 0x1f) << 6) | (s[1] & 0x3f), *n = 2;
+    else if ((s[0] & 0xf0) == 0xe0 && left >= 3)
+        c = ((uint32_t)(s[0] & 0x0f) << 12) | ((uint32_t)(s[1] & 0x3f) << 6) | (s[2] & 0x3f), *n = 3;
+    else return 0;
+    return (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 || c == 0x1680 ||
+           (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f || c == 0x3000;
+}
+
+/* s without the leading and trailing white space Jinja's trim (str.strip()) removes: [*b, *b + *n). */
+static void py_strip(const char *s, const char **b, size_t *n) {
+    const unsigned char *p = (const unsigned char *)s, *end = p + strlen(s);
+    size_t k;
+    while (p < end && py_space(p, (size_t)(end - p), &k)) p += k;
+    const unsigned char *q = end;
+    for (;;) { /* the last code point: back over continuation bytes */
+        const unsigned char *c = q;
+        while (c > p && (c[-1] & 0xc0) == 0x80) c--;
+        if (c <= p) break;
+        c--;
+        if (!py_space(c, (size_t)(q - c), &k) || c + k != q) break;
+        q = c;
+    }
+    *b = (const char *)p;
+    *n = (size_t)(q - p);
+}
+
+/* Content of a user/assistant/tool turn: as given, or stripped under RAD_CHAT_TRIM_CONTENT. */
+static int add_turn_content(const RadChatFormat *f, RadBuf *b, const char *s, Spans *sp, RadErr *e) {
+    if (!(f->flags & RAD_CHAT_TRIM_CONTENT)) return add_content(b, s, sp, e);
+    const char *t;
+    size_t n;
+    py_strip(s, &t, &n);
+    char *c = strndup(t, n);
+    if (!c) return rad_err_set(e, RAD_E_NOMEM, "out of memory (a chat message of %zu bytes)", n);
+    int rc = add_content(b, c, sp, e);
+    free(c);
+    return rc;
+}
+
 static int render(const RadChatFormat *f, const RadChatMsg *msgs, size_t n, unsigned flags, char **text, size_t *len,
                   int *add_special, Spans *sp, RadErr *e) {
     *text = NULL;
@@ -165,14 +212,29 @@ static int render(const RadChatFormat *f, const RadChatMsg *msgs, size_t n, unsi
         sys = NULL;
     }
     char *tstart = NULL;
+    const size_t first_turn = i;
     for (; !rc && i < n; i++) {
         const RadChatMsg *m = &msgs[i];
         if (!m->content) {
             rc = rad_err_set(e, RAD_E_ARG, "messages[%zu]: no content", i);
             break;
         }
+        if ((f->flags & RAD_CHAT_ALTERNATE) && (m->role == RAD_ROLE_USER) != ((i - first_turn) % 2 == 0)) {
+            rc = rad_err_set(e, RAD_E_ARG, "messages[%zu]: the %s chat format needs user turns at even places and others "
+                             "between them (user, assistant, user, ...; after an optional first system message); this one "
+                             "is %s", i, f->kind ? f->kind : "model's", role_name(m->role));
+            break;
+        }
         switch (m->role) {
         case RAD_ROLE_SYSTEM:
+            if (in_first_user && (f->flags & RAD_CHAT_ALTERNATE)) { /* Gemma: a turn named "system" */
+                char *st = role_start(f, "system");
+                if (!st) rc = rad_err_set(e, RAD_E_NOMEM, "out of memory");
+                else if (!(rc = add_str(&b, st, e)) && !(rc = add_turn_content(f, &b, m->content, sp, e)))
+                    rc = add_str(&b, f->user_end, e);
+                free(st);
+                break;
+            }
             if (in_first_user) {
                 rc = rad_err_set(e, RAD_E_ARG, "messages[%zu]: the %s chat format takes a system message only first", i,
                                  f->kind ? f->kind : "model's");
@@ -186,10 +248,10 @@ static int render(const RadChatFormat *f, const RadChatMsg *msgs, size_t n, unsi
                 if (!(rc = add_str(&b, f->system_start, e)) && !(rc = add_content(&b, sys, sys_sp, e))) rc = add_str(&b, f->system_end, e);
                 sys = NULL;
             }
-            if (!rc && !(rc = add_content(&b, m->content, sp, e))) rc = add_str(&b, f->user_end, e);
+            if (!rc && !(rc = add_turn_content(f, &b, m->content, sp, e))) rc = add_str(&b, f->user_end, e);
             break;
         case RAD_ROLE_ASSISTANT:
-            if (!(rc = add_str(&b, f->assistant_start, e)) && !(rc = add_content(&b, m->content, sp, e)))
+            if (!(rc = add_str(&b, f->assistant_start, e)) && !(rc = add_turn_content(f, &b, m->content, sp, e)))
                 rc = add_str(&b, f->assistant_end, e);
             break;
         case RAD_ROLE_TOOL:
@@ -198,7 +260,7 @@ static int render(const RadChatFormat *f, const RadChatMsg *msgs, size_t n, unsi
                                  role_name(m->role));
                 break;
             }
-            if (!(rc = add_str(&b, tstart, e)) && !(rc = add_content(&b, m->content, sp, e))) rc = add_str(&b, f->user_end, e);
+            if (!(rc = add_str(&b, tstart, e)) && !(rc = add_turn_content(f, &b, m->content, sp, e))) rc = add_str(&b, f->user_end, e);
             break;
         }
     }
@@ -388,6 +450,9 @@ int rad_chat_format_check(const RadChatFormat *f, const char *plugin, RadErr *e)
         (rc = chat_str(f->tool_call_end, 1, plugin, "tool_call_end", e)))
         return rc;
     if (!f->kind[0]) return rad_err_set(e, RAD_E_FORMAT, "plugin '%s': RadChatFormat.kind is empty", plugin);
+    if (f->flags & ~RAD_CHAT_FLAGS_KNOWN)
+        return rad_err_set(e, RAD_E_FORMAT, "plugin '%s': RadChatFormat.flags 0x%x has bits this core does not know (0x%x)", plugin,
+                           f->flags, f->flags & ~RAD_CHAT_FLAGS_KNOWN);
     if (!f->reasoning_start != !f->reasoning_end)
         return rad_err_set(e, RAD_E_FORMAT, "plugin '%s': RadChatFormat.reasoning_start and reasoning_end: both or neither", plugin);
     for (int i = 0; f->stop && f->stop[i]; i++) {

@@ -380,10 +380,56 @@ Test(chat_render, plugin_chat_format_checked) {
     }
 }
 
+/* A golden of transformers' apply_chat_template (scripts/gen-chat-render-goldens.py): each case's
+ * text byte for byte and the token ids of render-then-encode; a case the template raised on must
+ * be refused here too. */
+static void check_golden(const RadChatFormat *f, RadTok *tok, const char *file) {
+    json_error_t je;
+    RadErr e = {0};
+    json_t *g = json_load_file(file, 0, &je);
+    cr_assert_not_null(g, "%s: %s", file, je.text);
+    json_t *cases = json_object_get(g, "cases");
+    cr_assert_gt(json_array_size(cases), 0);
+    for (size_t i = 0; i < json_array_size(cases); i++) {
+        json_t *c = json_array_get(cases, i);
+        char *msgs = json_dumps(json_object_get(c, "messages"), 0);
+        unsigned flags = (json_is_true(json_object_get(c, "add_generation_prompt")) ? RAD_CHAT_GEN_PROMPT : 0) |
+                         (rad_tok_bos(tok) >= 0 ? RAD_CHAT_TOK_HAS_BOS : 0);
+        if (json_object_get(c, "refused")) {
+            json_t *j = json_loads(msgs, 0, &je);
+            RadChatMsgs m;
+            cr_assert_eq(rad_chat_msgs_from_json(j, &m, NULL, 0, &e), RAD_OK);
+            char *text;
+            size_t len;
+            int as;
+            cr_expect_eq(rad_chat_render(f, m.m, m.n, flags, &text, &len, &as, &e), RAD_E_ARG,
+                         "%s case %zu: the template refuses it (%s)", file, i,
+                         json_string_value(json_object_get(c, "refused")));
+            rad_chat_msgs_free(&m);
+            json_decref(j);
+            free(msgs);
+            continue;
+        }
+        int as;
+        char *text = render(f, msgs, flags, &as);
+        cr_expect_str_eq(text, json_string_value(json_object_get(c, "text")), "%s case %zu", file, i);
+        int32_t *ids;
+        size_t n;
+        cr_assert_eq(rad_tok_encode(tok, text, strlen(text), as, &ids, &n, &e), RAD_OK, "%s", e.msg);
+        json_t *want = json_object_get(c, "ids");
+        cr_expect_eq(n, json_array_size(want), "%s case %zu: %zu tokens, transformers %zu", file, i, n, json_array_size(want));
+        for (size_t k = 0; k < n && k < json_array_size(want); k++)
+            cr_expect_eq(ids[k], json_integer_value(json_array_get(want, k)), "%s case %zu token %zu", file, i, k);
+        free(ids);
+        free(text);
+        free(msgs);
+    }
+    json_decref(g);
+}
+
 /* Qwen2.5's chat, as the qwen2_ggml plugin picks it for the real Qwen2.5-Coder-0.5B container
  * (its template's markup and default system turn), against transformers' apply_chat_template
- * with that template (tests/fixtures/chat/qwen25.json, scripts/gen-chat-render-goldens.py): the
- * text byte for byte, and the token ids of the whole render-then-encode path. */
+ * with that template (tests/fixtures/chat/qwen25.json). */
 Test(chat_render, qwen25_equals_transformers_template) {
     const char *gguf = "models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
     if (access(gguf, R_OK) != 0) cr_skip_test("Qwen2.5-Coder-0.5B not fetched (make model)");
@@ -407,33 +453,23 @@ Test(chat_render, qwen25_equals_transformers_template) {
     cr_assert_str_eq(rad_engine_arch(en)->info->name, "qwen2_ggml");
     RadTok *tok;
     cr_assert_eq(rad_tok_init(&tok, rad_engine_tok_data(en), &e), RAD_OK, "%s", e.msg);
-    json_error_t je;
-    json_t *g = json_load_file("tests/fixtures/chat/qwen25.json", 0, &je);
-    cr_assert_not_null(g, "%s", je.text);
-    json_t *cases = json_object_get(g, "cases");
-    cr_assert_gt(json_array_size(cases), 0);
-    for (size_t i = 0; i < json_array_size(cases); i++) {
-        json_t *c = json_array_get(cases, i);
-        char *msgs = json_dumps(json_object_get(c, "messages"), 0);
-        int as;
-        unsigned flags = (json_is_true(json_object_get(c, "add_generation_prompt")) ? RAD_CHAT_GEN_PROMPT : 0) |
-                         (rad_tok_bos(tok) >= 0 ? RAD_CHAT_TOK_HAS_BOS : 0);
-        char *text = render(f, msgs, flags, &as);
-        cr_expect_str_eq(text, json_string_value(json_object_get(c, "text")), "case %zu", i);
-        int32_t *ids;
-        size_t n;
-        cr_assert_eq(rad_tok_encode(tok, text, strlen(text), as, &ids, &n, &e), RAD_OK, "%s", e.msg);
-        json_t *want = json_object_get(c, "ids");
-        cr_expect_eq(n, json_array_size(want), "case %zu: %zu tokens, transformers %zu", i, n, json_array_size(want));
-        for (size_t k = 0; k < n && k < json_array_size(want); k++)
-            cr_expect_eq(ids[k], json_integer_value(json_array_get(want, k)), "case %zu token %zu", i, k);
-        free(ids);
-        free(text);
-        free(msgs);
-    }
-    json_decref(g);
+    check_golden(f, tok, "tests/fixtures/chat/qwen25.json");
     rad_tok_free(tok);
     rad_engine_close(en);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     cr_assert_eq(system(cmd), 0);
+}
+
+/* Gemma 3's instruction-tuned template (tests/fixtures/chat/gemma3-it.jinja, google/gemma-3-*-it's),
+ * rendered by transformers on the 270M's tokenizer: the system text inside the first user turn,
+ * trimmed turns, user turns at even places (a later system message is a "system" turn). */
+Test(chat_render, gemma3_it_equals_transformers_template) {
+    RadModelFile m;
+    RadErr e = {0};
+    if (rad_model_open("models/gemma-3-270m-q4_k_m.gguf", &m, &e)) cr_skip_test("Gemma 3 270M not fetched (make model): %s", e.msg);
+    RadTok *tok;
+    cr_assert_eq(rad_tok_init(&tok, &m.tok, &e), RAD_OK, "%s", e.msg);
+    check_golden(&rad_chat_gemma, tok, "tests/fixtures/chat/gemma3-it.json");
+    rad_tok_free(tok);
+    rad_model_free(&m);
 }

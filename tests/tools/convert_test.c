@@ -388,7 +388,7 @@ Test(convert, tied_head_stored_once_untied_keeps_both) {
 
 Test(convert, refusals_are_one_line_and_leave_nothing) {
     write_hf("unknown", NULL, FF, "FrobnicatorForCausalLM");
-    refused("$CONV $NT $D/unknown -o $D/u.rad", "unknown architecture 'FrobnicatorForCausalLM'; installed: llama", "u.rad");
+    refused("$CONV $NT $D/unknown -o $D/u.rad", "unknown architecture 'FrobnicatorForCausalLM'; installed: ", "u.rad");
     write_hf("missing", "model.layers.1.mlp.up_proj.weight", FF, "LlamaForCausalLM");
     refused("$CONV $NT $D/missing -o $D/m.rad", "missing tensor: the plugin's 'blk.1.ffn_up.weight' needs one of 'model.layers.1.mlp.up_proj.weight'", "m.rad");
     refused("$CONV $NT $D/missing --plan-only", "missing tensor", NULL);
