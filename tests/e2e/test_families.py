@@ -95,11 +95,21 @@ class QwenChat(unittest.TestCase):
 
 
 class GemmaCompletions(unittest.TestCase):
+    """Two KV groups behind continuous batching: the local layers' window group (512 tokens)
+    releases blocks as a sequence grows past it, the global group keeps them; prefix-cache hits
+    and concurrent sequences must not change a token."""
+
     @classmethod
     def setUpClass(cls):
         cls.model = container("gemma-3-270m-q4_k_m.gguf", "gemma3")
-        cls.srv = Server("gemma3", "--kernels", "ref", model=cls.model).ready()
+        cls.srv = Server("gemma3", "--kernels", "ref", "--ctx", "1024", model=cls.model).ready()
         cls.c = client(cls.srv.url)
+        cls.mid = cls.c.models.list().data[0].id
+
+    def complete(self, file, n=N):
+        want = case(file)
+        r = self.c.completions.create(model=self.mid, prompt=want["prompt"], max_tokens=n, temperature=0)
+        return r, want
 
     @classmethod
     def tearDownClass(cls):
@@ -115,6 +125,29 @@ class GemmaCompletions(unittest.TestCase):
             self.assertEqual(got, want["continuation"])
         else:
             self.assertTrue(want["continuation"].startswith(got), (got, want["continuation"]))
+
+    def test_past_the_window_twice_and_a_cached_prefix(self):
+        for _ in range(2):  # the second finds what the first left (the window group released its start)
+            r, want = self.complete("gemma3-long.bin")
+            self.assertEqual(r.usage.prompt_tokens, want["n_prompt"])
+            self.assertTrue(want["continuation"].startswith(r.choices[0].text), (r.choices[0].text, want["continuation"]))
+            self.assertGreater(len(r.choices[0].text), 0)
+        for i in range(2):  # a short prompt: every group holds its blocks, so the second is a cache hit
+            r, want = self.complete("gemma3-list.bin")
+            self.assertTrue(want["continuation"].startswith(r.choices[0].text), (r.choices[0].text, want["continuation"]))
+            d = r.usage.prompt_tokens_details
+            self.assertIsNotNone(d, "usage.prompt_tokens_details is missing")
+            if i == 1:
+                self.assertGreater(d.cached_tokens or 0, 0, "the repeated short prompt was not served from the prefix cache")
+
+    def test_concurrent_sequences_each_get_their_own_text(self):
+        import concurrent.futures
+        files = ["gemma3-long.bin", "gemma3-capital.bin", "gemma3-fib.bin", "gemma3-french.bin"]
+        with concurrent.futures.ThreadPoolExecutor(len(files)) as ex:
+            got = list(ex.map(lambda f: self.complete(f), files))
+        for (r, want), f in zip(got, files):
+            self.assertTrue(want["continuation"].startswith(r.choices[0].text), (f, r.choices[0].text, want["continuation"]))
+            self.assertGreater(len(r.choices[0].text), 0, f)
 
     def test_chat_on_a_base_model_is_refused_by_name(self):
         with self.assertRaises(openai.BadRequestError) as cm:
