@@ -686,8 +686,13 @@ static const RadChatFormat *llama_chat_format(const RadModelMeta *meta) {
         if (meta->n_vocab == 32000) fallback = &rad_chat_llama2;
         else if (meta->n_vocab == 128256) fallback = &rad_chat_llama3;
     }
-    if (RAD_LLAMA_FAMILY >= 1) fallback = &rad_chat_chatml; /* the Qwens' own template, less its default */
-    return rad_chat_format_pick(meta, fallback);
+    if (RAD_LLAMA_FAMILY == 1) fallback = &rad_chat_chatml; /* Qwen2's own template, less its default */
+    if (RAD_LLAMA_FAMILY == 2) fallback = &rad_chat_chatml_qwen3;
+    const RadChatFormat *f = rad_chat_format_pick(meta, fallback);
+    /* a Qwen3 without a template still opens its replies with <think>: ChatML found in its
+     * tokenizer's tokens is Qwen3's; a template without <think> keeps plain ChatML */
+    if (RAD_LLAMA_FAMILY == 2 && f == &rad_chat_chatml && !rad_meta_find(meta, "chat.template")) f = &rad_chat_chatml_qwen3;
+    return f;
 }
 
 static const RadArchOps llama_ops = {
