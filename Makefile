@@ -49,7 +49,8 @@ tools: $(TOOLS:%=$(B)/%) plugins
 PLUGIN_CFLAGS = $(CSTD) $(WARN) $(OPT) -I. -fPIC -shared -fvisibility=hidden
 PLUGIN_LDLIBS = -lm
 ARCH_SO = $(if $(wildcard arch/llama/llama.c),$(B)/plugins/arch_llama.so $(B)/plugins/arch_llama_ggml.so \
-                                              $(B)/plugins/arch_qwen2.so $(B)/plugins/arch_qwen2_ggml.so) \
+                                              $(B)/plugins/arch_qwen2.so $(B)/plugins/arch_qwen2_ggml.so \
+                                              $(B)/plugins/arch_qwen3.so $(B)/plugins/arch_qwen3_ggml.so) \
           $(if $(wildcard arch/gemma3/gemma3.c),$(B)/plugins/arch_gemma3.so $(B)/plugins/arch_gemma3_ggml.so)
 REF_SRC = $(wildcard kernels/ref/*.c)
 KERN_SO = $(if $(REF_SRC),$(B)/plugins/kern_ref.so)
@@ -69,6 +70,13 @@ $(B)/plugins/arch_qwen2.so: arch/llama/llama.c $(ARCH_HDR)
 $(B)/plugins/arch_qwen2_ggml.so: arch/llama/llama.c $(ARCH_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(PLUGIN_CFLAGS) -DRAD_PLUGIN_NAME='"qwen2_ggml"' -DRAD_LLAMA_FAMILY=1 -DRAD_LLAMA_QUANTISED=1 -o $@ $< $(PLUGIN_LDLIBS)
+# Qwen3 is the Llama layer with per-head q/k RMSNorms: the same source, RAD_LLAMA_FAMILY=2
+$(B)/plugins/arch_qwen3.so: arch/llama/llama.c $(ARCH_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(PLUGIN_CFLAGS) -DRAD_PLUGIN_NAME='"qwen3"' -DRAD_LLAMA_FAMILY=2 -DRAD_LLAMA_QUANTISED=0 -o $@ $< $(PLUGIN_LDLIBS)
+$(B)/plugins/arch_qwen3_ggml.so: arch/llama/llama.c $(ARCH_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(PLUGIN_CFLAGS) -DRAD_PLUGIN_NAME='"qwen3_ggml"' -DRAD_LLAMA_FAMILY=2 -DRAD_LLAMA_QUANTISED=1 -o $@ $< $(PLUGIN_LDLIBS)
 $(B)/plugins/arch_gemma3.so: arch/gemma3/gemma3.c $(ARCH_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(PLUGIN_CFLAGS) -DRAD_PLUGIN_NAME='"gemma3"' -DRAD_GEMMA3_QUANTISED=0 -o $@ $< $(PLUGIN_LDLIBS)

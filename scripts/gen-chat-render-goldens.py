@@ -5,7 +5,12 @@ model's own template (its GGUF's tokenizer.chat_template), for tests/text/chat_r
     /work/venv-hf/bin/python scripts/gen-chat-render-goldens.py
 
 Each case: the OpenAI-style messages, add_generation_prompt, the rendered text, and the token
-ids of tokenize=True (the whole path the server takes: render, then encode)."""
+ids of tokenize=True (the whole path the server takes: render, then encode).
+
+TEMPLATES: a model with no checkpoint here, only its template committed beside the goldens
+(Qwen3: tests/fixtures/chat/qwen3-0.6b.jinja, Qwen/Qwen3-0.6B's chat_template as llama.cpp keeps
+it in models/templates/Qwen-Qwen3-0.6B.jinja). Rendered with that template (chat_template=...),
+text only: no Qwen3 tokenizer is on PyPI, so no ids."""
 import json
 import os
 
@@ -34,6 +39,14 @@ CASES = [
 ]
 
 
+TEMPLATES = {
+    # name: (template under tests/fixtures/chat, the tokenizer apply_chat_template runs on, cases)
+    # Qwen3's template writes a final assistant turn after the last user turn with an empty
+    # <think> block before it, which Radiance's ChatML does not: that case is left out
+    "qwen3": ("qwen3-0.6b.jinja", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", [c for c in CASES if c[1]]),
+}
+
+
 def main():
     out = os.path.join(ROOT, "tests", "fixtures", "chat")
     os.makedirs(out, exist_ok=True)
@@ -54,6 +67,17 @@ def main():
             json.dump({"model": fname, "cases": cases}, f, indent=1, ensure_ascii=False)
             f.write("\n")
         print(name, len(cases), "cases")
+    for name, (tmpl, carrier, case_list) in TEMPLATES.items():
+        tok = AutoTokenizer.from_pretrained(os.path.join(ROOT, "models"), gguf_file=carrier)
+        with open(os.path.join(out, tmpl), encoding="utf-8") as f:
+            template = f.read()
+        cases = [{"messages": msgs, "add_generation_prompt": gen,
+                  "text": tok.apply_chat_template(msgs, chat_template=template, tokenize=False, add_generation_prompt=gen)}
+                 for msgs, gen in case_list]
+        with open(os.path.join(out, name + ".json"), "w", encoding="utf-8") as f:
+            json.dump({"template": tmpl, "cases": cases}, f, indent=1, ensure_ascii=False)
+            f.write("\n")
+        print(name, len(cases), "cases (template", tmpl + ")")
 
 
 if __name__ == "__main__":

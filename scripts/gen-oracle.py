@@ -7,12 +7,16 @@ tests compare against, computed by Hugging Face transformers on the CPU in f32.
     /work/venv/bin/python scripts/gen-oracle.py --verify      # only read the fixtures back and check them
     /work/venv/bin/python scripts/gen-oracle.py --calibrate-q8act  # ~5 min: score q8-quantised activations
                                                                     # against the committed files (meta.json only)
+    /work/venv-hf/bin/python scripts/gen-oracle.py --family qwen05   # a real checkpoint's cases, spliced in
+    /work/venv-hf/bin/python scripts/gen-oracle.py --tiny-qwen3      # ~10 s: the random Qwen3's cases, spliced in
 
 Two models:
   smollm2          models/SmolLM2-135M-Instruct.Q4_1.gguf, dequantised to f32 by transformers'
                    GGUF loader (the same values Radiance's GGUF import holds), f32 compute;
   tiny-llama-bf16  tests/fixtures/tiny-llama-bf16 (scripts/make-tiny-llama.py), its bf16 weights
                    widened to f32, f32 compute; prompts are seeded random token ids.
+and, spliced into MANIFEST and meta.json by their own modes, --family (a real checkpoint under
+models/) and --tiny-qwen3 (tests/fixtures/tiny-qwen3-bf16 and its GGUF twin, as tiny-llama's).
 
 For each case (model, prompt) one binary file <model>-<case>.bin holds the prompt's token ids,
 the greedy continuation (GEN tokens, EOS not special), the top-K log-probabilities (+ the
@@ -257,6 +261,75 @@ FAMILIES = {
 }
 
 
+TINY_QWEN3 = os.path.join(ROOT, "tests", "fixtures", "tiny-qwen3-bf16")
+TINY_QWEN3_GGUF = os.path.join(ROOT, "tests", "fixtures", "tiny-qwen3.gguf")
+TINY_QWEN3_SEED = 11
+TINY_QWEN3_PROMPTS = [("len1", 1), ("len7", 7), ("len40", 40), ("len150", 150)]
+
+
+def gen_tiny_qwen3():
+    """Writes qwen3-tiny-<case>.bin for scripts/make-tiny-qwen3.py's random Qwen3 (transformers'
+    Qwen3ForCausalLM on the bf16 folder, widened to f32, f32 compute; full logits rows at every
+    position) with tiny-llama's rule: seeded random prompts, redrawn until the greedy continuation
+    has no near-tie. The GGUF twin is loaded by transformers too (its GGUF reader has no qwen3
+    key_length, so with the folder's config) and must give the same logits bit for bit, so these
+    goldens are both files'. Splices MANIFEST and meta.json."""
+    from transformers import AutoConfig, Qwen3ForCausalLM
+    name = "tiny-qwen3"
+    torch.manual_seed(0)
+    torch.set_num_threads(THREADS)
+    torch.use_deterministic_algorithms(True)
+    model = plain(Qwen3ForCausalLM.from_pretrained(TINY_QWEN3, dtype=torch.float32, attn_implementation="eager"),
+                  torch.float32, "Qwen3RMSNorm")
+    folder, fname = os.path.split(TINY_QWEN3_GGUF)
+    twin = plain(AutoModelForCausalLM.from_pretrained(
+        folder, gguf_file=fname, config=AutoConfig.from_pretrained(TINY_QWEN3), dtype=torch.float32,
+        attn_implementation="eager"), torch.float32, "Qwen3RMSNorm")
+    vocab = model.config.vocab_size
+    assert model.config.head_dim * model.config.num_attention_heads != model.config.hidden_size
+    for f in os.listdir(OUT):
+        if f.startswith("qwen3-tiny-"):
+            os.remove(os.path.join(OUT, f))
+    meta = json.load(open(os.path.join(OUT, "meta.json"), encoding="utf-8"))
+    meta["models"][name] = {
+        "source": [os.path.relpath(TINY_QWEN3, ROOT), os.path.relpath(TINY_QWEN3_GGUF, ROOT)],
+        "sha256": {**{f: sha256(os.path.join(TINY_QWEN3, f)) for f in sorted(os.listdir(TINY_QWEN3))},
+                   fname: sha256(TINY_QWEN3_GGUF)},
+        "load": "Qwen3ForCausalLM.from_pretrained(folder, dtype=float32, attn_implementation='eager'); the GGUF "
+                "with AutoModelForCausalLM.from_pretrained(gguf_file=..., config=the folder's) gives equal logits",
+        "weights": "bf16, widened to f32 exactly (the GGUF holds the same values in f32)", "compute": "f32",
+        "vocab": vocab, "versions": {"torch": torch.__version__, "transformers": transformers.__version__}}
+    meta["cases"] = [c for c in meta["cases"] if c["model"] != name]
+    rows = [l for l in open(os.path.join(OUT, "MANIFEST"), encoding="utf-8") if l.split()[1:2] != [name]]
+    rng = np.random.default_rng(TINY_QWEN3_SEED)
+    for case, n in TINY_QWEN3_PROMPTS:
+        for draws in range(1, 1001):
+            prompt_ids = [int(t) for t in rng.integers(0, vocab, n)]
+            gen, logits, margins = run_case(model, prompt_ids)
+            if min(margins) >= TINY_MIN_MARGIN:
+                break
+        else:
+            raise SystemExit(f"tiny-qwen3 {case}: no prompt with greedy margins >= {TINY_MIN_MARGIN}")
+        with torch.no_grad():
+            seq = torch.tensor([prompt_ids + gen[:-1]])
+            a, b = model(input_ids=seq).logits[0], twin(input_ids=seq).logits[0]
+        assert torch.equal(a, b), f"{case}: the GGUF twin's logits differ by {float((a - b).abs().max())}"
+        fn = f"qwen3-tiny-{case}.bin"
+        n_pos = n + GEN - 1
+        rest = write_case(os.path.join(OUT, fn), vocab, prompt_ids, gen, logits, list(range(n_pos)))
+        meta["cases"].append({
+            "file": fn, "model": name, "case": case, "kind": "ids", "n_prompt": n, "n_gen": GEN, "draws": draws,
+            "min_greedy_margin": min(margins), "rest_mass": {"mean": float(rest.mean()), "max": float(rest.max())}})
+        rows.append(f"{fn} {name} {n} {GEN} {n_pos}\n")
+        print(f"  tiny-qwen3 {case:7s} {n:4d} tokens  margin {min(margins):6.3f} ({draws} draws) -> {gen}")
+    with open(os.path.join(OUT, "MANIFEST"), "w", encoding="utf-8") as f:
+        f.writelines(rows)
+    with open(os.path.join(OUT, "meta.json"), "w", encoding="utf-8") as f:
+        json.dump(meta, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+    verify()
+
+
 def gen_family(name):
     """Writes <name>-<case>.bin (no whole logits rows: a 150k vocabulary makes them 600 kB each;
     the top-K and the rest mass are what the tests score) and splices MANIFEST and meta.json."""
@@ -353,7 +426,11 @@ def main():
                          "the committed smollm2 files; records the result in meta.json's calibration")
     ap.add_argument("--family", choices=sorted(FAMILIES),
                     help="only (re)write this model's cases, splicing them into MANIFEST and meta.json")
+    ap.add_argument("--tiny-qwen3", action="store_true",
+                    help="only (re)write the random Qwen3's cases (scripts/make-tiny-qwen3.py), splicing them in")
     args = ap.parse_args()
+    if args.tiny_qwen3:
+        return gen_tiny_qwen3()
     if args.family:
         return gen_family(args.family)
     if args.verify:

@@ -2,6 +2,7 @@
  *
  *     q, k, v = h·Wq^T, h·Wk^T, h·Wv^T        RadQkv      (one gemm_nt3 when resolved)
  *     (+ bq, bk, bv)                           add_bias    (Qwen2: when the names are given)
+ *     q = qnorm(q), k = knorm(k) per head       RadQkNorm   (Qwen3, Gemma 3: head_rmsnorm)
  *     rope(q), rope(k)                         RadRope     (positions as a raw operand)
  *     o = attn_paged(q, k, v) over a KV group  rad_attn_paged_*
  *     the KV group and its layers              rad_attn_kv_*
@@ -141,6 +142,59 @@ static inline int rad_qkv_step(RadCtx *c, const RadQkv *p, uint64_t n) {
     if ((rc = RAD_ISSUE_N(c, p->k, n, RAD_W(p->w_k), brows(p->h, n), brows(p->yk, n))) != 0) return rc;
     if ((rc = RAD_ISSUE_N(c, p->v, n, RAD_W(p->w_v), brows(p->h, n), brows(p->yv, n))) != 0) return rc;
     return rad_qkv_bias_step(c, p, n);
+}
+
+/* ---- per-head q/k norms -------------------------------------------------------------------- */
+
+/* RMSNorm over each head of q and of k, one gamma [head_dim] per projection shared by its heads,
+ * after the projections (and any bias) and before the rope: Qwen3's and Gemma 3's q_norm /
+ * k_norm (docs/OPS.md, head_rmsnorm). Under TP each rank norms its own whole heads with the
+ * same gamma, so the gammas are replicated. Declare order: rad_qk_norm_declare_weights with the
+ * layer's other weights, rad_qk_norm_declare with its ops, rad_qk_norm_step after rad_qkv_step. */
+typedef struct RadQkNorm {
+    int on;                   /* the block norms q and k (rad_qk_norm_declare_weights ran) */
+    rad_weight w_q, w_k;      /* [head_dim] f32 gammas (replicated under TP) */
+    rad_op q, k;              /* head_rmsnorm over n_head / n_head_kv heads, in place */
+    rad_buf bq, bk;           /* the normed buffers: the scratch's q, k */
+} RadQkNorm;
+
+/* The two gammas, named q and k. Returns -1 when the core refused one (it has named it). */
+static inline int rad_qk_norm_declare_weights(RadBuilder *b, const RadBlockGeom *g, uint32_t layer, const char *q,
+                                              const char *k, RadQkNorm *p) {
+    p->on = 1;
+    p->w_q = rad_block_norm_weight(b, g, q, rad_group_layer(layer), g->head_dim);
+    p->w_k = rad_block_norm_weight(b, g, k, rad_group_layer(layer), g->head_dim);
+    return (p->w_q.id < 0 || p->w_k.id < 0) ? -1 : 0;
+}
+
+/* One head_rmsnorm over x [max_tok, n_head*head_dim], in place, eps the geometry's rms_eps. */
+static inline rad_op rad_head_norm_op(RadBuilder *b, const RadBlockGeom *g, rad_weight gamma, uint32_t n_head,
+                                      rad_buf x) {
+    rad_op op = RAD_OP(b, "head_rmsnorm",
+                       RAD_PARAMS(RAD_RANGE("M", 1, g->max_tok), RAD_INT("n_head", n_head),
+                                  RAD_INT("head_dim", g->head_dim), RAD_FLOAT("eps", g->rms_eps)),
+                       RAD_WEIGHTS(gamma));
+    if (op.id >= 0) {
+        rad_op_reads(b, op, RAD_BUFS(x), 1);
+        rad_op_writes(b, op, RAD_BUFS(x), 1);
+    }
+    return op;
+}
+
+/* The ops on q and k (nothing when the weights were not declared). */
+static inline int rad_qk_norm_declare(RadBuilder *b, const RadBlockGeom *g, rad_buf q, rad_buf k, RadQkNorm *p) {
+    if (!p->on) return 0;
+    p->bq = q, p->bk = k;
+    p->q = rad_head_norm_op(b, g, p->w_q, g->n_head, q);
+    p->k = rad_head_norm_op(b, g, p->w_k, g->n_head_kv, k);
+    return (p->q.id < 0 || p->k.id < 0) ? -1 : 0;
+}
+
+static inline int rad_qk_norm_step(RadCtx *c, const RadQkNorm *p, uint64_t n) {
+    int rc;
+    if (!p->on) return 0;
+    if ((rc = RAD_ISSUE_N(c, p->q, n, RAD_W(p->w_q), brows(p->bq, n))) != 0) return rc;
+    return RAD_ISSUE_N(c, p->k, n, RAD_W(p->w_k), brows(p->bk, n));
 }
 
 /* ---- rope on q and k ----------------------------------------------------------------------- */

@@ -2,10 +2,10 @@
  * structs), for every family whose layer is
  *
  *     h = rmsnorm(x); q,k,v = h·Wq^T, h·Wk^T, h·Wv^T; rope(q), rope(k);   (gemm_nt3 when resolved)
- *     (Qwen2: + bq, bk, bv before the rope)
+ *     (Qwen2: + bq, bk, bv before the rope; Qwen3: q, k = head_rmsnorm(q), head_rmsnorm(k) before it)
  *     o = attn_paged(q, k, v); x = x + o·Wo^T
  *
- * (Llama, Mistral, SmolLM2, TinyLlama, Qwen2). It is the parts of rad_attn_parts.h (projections, rope,
+ * (Llama, Mistral, SmolLM2, TinyLlama, Qwen2, Qwen3). It is the parts of rad_attn_parts.h (projections, rope,
  * paged attention) between the pre-norm and the output GEMM of rad_block.h; the output is left
  * pending in the residual stream for the next pre-norm to add (see rad_block.h).
  *
@@ -19,10 +19,12 @@
 #include "rad_attn_parts.h"
 
 /* Declared weight names of one layer (the caller formats them: "blk.3.attn_q.weight"); bq, bk,
- * bv name the projections' biases (Qwen2), all three or none (NULL). */
+ * bv name the projections' biases (Qwen2), all three or none (NULL); qn, kn the per-head q/k
+ * norm gammas (Qwen3), both or none. */
 typedef struct RadAttnNames {
     const char *norm, *q, *k, *v, *o;
     const char *bq, *bk, *bv;
+    const char *qn, *kn;
 } RadAttnNames;
 
 typedef struct RadAttnBlock {
@@ -31,6 +33,7 @@ typedef struct RadAttnBlock {
     rad_weight w_o;           /* [n_embd, n_head*head_dim] (SHARD_COL under TP, then all_reduce) */
     RadPreNorm pre;           /* h = rmsnorm(x), settling the previous block's output */
     RadQkv qkv;               /* q, k, v = h·W^T */
+    RadQkNorm qkn;            /* q, k = head_rmsnorm(q), head_rmsnorm(k) (qkn.on: Qwen3) */
     RadRope rope;             /* rope(q), rope(k) */
     rad_op op_attn;           /* attn_paged */
     rad_op op_o;              /* y = o·Wo^T, left pending */
@@ -39,7 +42,7 @@ typedef struct RadAttnBlock {
     rad_buf h, y;             /* the residual stream's */
 } RadAttnBlock;
 
-/* Weights: norm gamma, q, k, v, o (shapes above). Returns -1 when the core refused one (it has
+/* Weights: norm gamma, q, k, v (+ biases, + q/k norm gammas [head_dim]), o (shapes above). Returns -1 when the core refused one (it has
  * named it). */
 static inline int rad_attn_declare_weights(RadBuilder *b, const RadBlockGeom *g, uint32_t layer,
                                            const RadAttnNames *nm, RadAttnBlock *a) {
@@ -49,12 +52,13 @@ static inline int rad_attn_declare_weights(RadBuilder *b, const RadBlockGeom *g,
     a->w_norm = rad_block_norm_weight(b, g, nm->norm, rad_group_layer(layer), g->n_embd);
     int rc = rad_qkv_declare_weights(b, g, layer, nm->q, nm->k, nm->v, &a->qkv);
     if (rc == 0 && nm->bq) rc = rad_qkv_declare_bias(b, g, layer, nm->bq, nm->bk, nm->bv, &a->qkv);
+    if (rc == 0 && nm->qn) rc = rad_qk_norm_declare_weights(b, g, layer, nm->qn, nm->kn, &a->qkn);
     a->w_o = rad_block_linear(b, g, nm->o, layer, g->n_embd, qw, RAD_SHARD_COL);
     return (a->w_norm.id < 0 || rc != 0 || a->w_o.id < 0) ? -1 : 0;
 }
 
 /* Ops of one layer: the pre-norm (settling the previous block's pending output), q/k/v GEMMs,
- * rope on q and k, attn_paged over `kv` (the group the layer is bound to), the output GEMM into
+ * the per-head q/k norms when declared, rope on q and k, attn_paged over `kv` (the group the layer is bound to), the output GEMM into
  * r->y (+ all_reduce under TP), left pending in r. */
 static inline int rad_attn_declare_ops(RadBuilder *b, const RadBlockGeom *g, rad_kv kv, RadResid *r,
                                        const RadAttnScratch *s, RadAttnBlock *a) {
@@ -64,6 +68,7 @@ static inline int rad_attn_declare_ops(RadBuilder *b, const RadBlockGeom *g, rad
     a->y = r->y;
     if (rad_prenorm_declare(b, g, r, a->w_norm, &a->pre) != 0) return -1;
     int bad = rad_qkv_declare_ops(b, g, r->h, s, &a->qkv) != 0;
+    bad |= rad_qk_norm_declare(b, g, s->q, s->k, &a->qkn) != 0;
     bad |= rad_rope_declare(b, g, s->q, s->k, &a->rope) != 0;
     a->op_attn = rad_attn_paged_declare(b, g, kv, a->layer, s);
     a->op_o = rad_block_gemm(b, g, a->w_o, g->n_embd, qw, s->o, r->y);
@@ -86,6 +91,7 @@ static inline int rad_attn_step(RadCtx *c, const RadAttnBlock *a, const struct R
     if (n == 0) return 0;
     if ((rc = rad_prenorm_step(c, &a->pre, n)) != 0) return rc;
     if ((rc = rad_qkv_step(c, &a->qkv, n)) != 0) return rc;
+    if ((rc = rad_qk_norm_step(c, &a->qkn, n)) != 0) return rc;
     if ((rc = rad_rope_step(c, &a->rope, batch->positions, n)) != 0) return rc;
     if ((rc = rad_attn_paged_step(c, a->op_attn, &a->s, n)) != 0) return rc;
     if ((rc = RAD_ISSUE_N(c, a->op_o, n, RAD_W(a->w_o), brows(a->s.o, n), brows(a->y, n))) != 0) return rc;

@@ -1,5 +1,5 @@
 /* rad_chat_formats.h — chat formats as data (RadChatFormat), header-only, and the choice of
- * one from a model's metadata. Families share them: ChatML (SmolLM2, Qwen2.5), Llama 3 headers,
+ * one from a model's metadata. Families share them: ChatML (SmolLM2, Qwen2.5, Qwen3), Llama 3 headers,
  * Llama 2 [INST], Zephyr (TinyLlama-Chat).
  *
  * Choice (rad_chat_format_pick): the kv table's "chat.kind" when it names a known kind; else
@@ -33,6 +33,16 @@ static const RadChatFormat rad_chat_chatml_smollm = {
 static const RadChatFormat rad_chat_chatml_qwen = {
     RAD_CHAT_CHATML_FIELDS,
     .default_system = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
+    .tool_call_start = "<tool_call>", .tool_call_end = "</tool_call>"};
+
+/* Qwen3's template: ChatML with no default system turn, a reply that opens with its reasoning
+ * inside <think>...</think> (split out as reasoning_content), and Qwen2.5's tool-call markup. The
+ * generation prompt is the plain "<|im_start|>assistant\n" (thinking on: the model writes the
+ * <think> itself). Not rendered as the template does: a final assistant turn after the last user
+ * turn, which the template prefixes with an empty "<think>\n\n</think>\n\n" block, and tool
+ * results, which it wraps as <tool_response> inside a user turn. */
+static const RadChatFormat rad_chat_chatml_qwen3 = {
+    RAD_CHAT_CHATML_FIELDS, .default_system = NULL, .reasoning_start = "<think>", .reasoning_end = "</think>",
     .tool_call_start = "<tool_call>", .tool_call_end = "</tool_call>"};
 
 /* Llama 3 headers. The BOS is in the template; every turn ends with <|eot_id|>. */
@@ -91,13 +101,17 @@ typedef struct RadChatHints {
     int smollm;   /* ChatML with SmolLM2's default system turn */
     int llama31;  /* Llama 3 with the 3.1+ knowledge-cutoff system turn */
     int qwen;     /* ChatML with Qwen2.5's default system turn and tool-call markup */
+    int think;    /* ChatML whose replies open with <think> reasoning (Qwen3) */
 } RadChatHints;
 
 /* The markup a text shows, or NULL. */
 static inline const RadChatFormat *rad_chat_from_markup(const char *t, RadChatHints h) {
     if (!t) return NULL;
     if (strstr(t, "<|im_start|>"))
-        return h.smollm ? &rad_chat_chatml_smollm : h.qwen ? &rad_chat_chatml_qwen : &rad_chat_chatml;
+        return h.smollm ? &rad_chat_chatml_smollm
+               : h.qwen ? &rad_chat_chatml_qwen
+               : h.think ? &rad_chat_chatml_qwen3
+                         : &rad_chat_chatml;
     if (strstr(t, "<|start_header_id|>")) return h.llama31 ? &rad_chat_llama31 : &rad_chat_llama3;
     if (strstr(t, "<|user|>") && strstr(t, "<|assistant|>")) return &rad_chat_zephyr;
     if (strstr(t, "[INST]")) return &rad_chat_llama2;
@@ -114,6 +128,8 @@ static inline const RadChatFormat *rad_chat_format_pick(const RadModelMeta *m, c
     h.smollm = tmpl ? strstr(tmpl, "named SmolLM") != NULL : strstr(name, "SmolLM") != NULL;
     h.llama31 = tmpl != NULL && strstr(tmpl, "Cutting Knowledge Date") != NULL;
     h.qwen = tmpl != NULL && strstr(tmpl, "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.") != NULL;
+    /* Qwen3's template splits <think>...</think> out of past replies; Qwen2.5's has no <think> */
+    h.think = tmpl != NULL && strstr(tmpl, "<think>") != NULL;
     if (kind) {
         if (strcmp(kind, "chatml") == 0) return rad_chat_from_markup("<|im_start|>", h);
         if (strcmp(kind, "llama3") == 0) return rad_chat_from_markup("<|start_header_id|>", h);

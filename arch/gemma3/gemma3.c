@@ -75,10 +75,10 @@ typedef struct GemmaHparams {
 typedef struct GemmaLayer {
     int global;               /* full attention over the global group; else the window group */
     const RadBlockGeom *g;    /* hp.gl or hp.gg */
-    rad_weight w_attn_norm, w_q_norm, w_k_norm, w_o, w_post_attn; /* [n_embd], [hd], [hd], [n_embd, n_head*hd], [n_embd] */
+    rad_weight w_attn_norm, w_o, w_post_attn; /* [n_embd], [n_embd, n_head*hd], [n_embd] */
     RadPreNorm pre_attn;      /* h = rmsnorm(x), settling the previous MLP's output */
     RadQkv qkv;               /* q, k, v */
-    rad_op qn, kn;            /* head_rmsnorm on q (n_head heads), k (n_head_kv heads) */
+    RadQkNorm qkn;            /* head_rmsnorm on q (n_head heads), k (n_head_kv heads) */
     RadRope rope;
     rad_op attn;              /* attn_paged */
     rad_op o;                 /* y = o·Wo^T */
@@ -299,14 +299,14 @@ static int gemma_weights_layer(RadBuilder *b, const GemmaHparams *hp, uint32_t l
     memset(&L->qkv, 0, sizeof L->qkv);
     L->w_attn_norm = rad_block_norm_weight(b, g, nm[G_ATTN_NORM], grp, g->n_embd);
     int bad = rad_qkv_declare_weights(b, g, l, nm[G_Q], nm[G_K], nm[G_V], &L->qkv) != 0;
-    L->w_q_norm = rad_block_norm_weight(b, g, nm[G_QN], grp, g->head_dim);
-    L->w_k_norm = rad_block_norm_weight(b, g, nm[G_KN], grp, g->head_dim);
+    memset(&L->qkn, 0, sizeof L->qkn);
+    bad |= rad_qk_norm_declare_weights(b, g, l, nm[G_QN], nm[G_KN], &L->qkn) != 0;
     L->w_o = rad_block_linear(b, g, nm[G_O], l, g->n_embd, qw, RAD_SHARD_COL);
     L->w_post_attn = rad_block_norm_weight(b, g, nm[G_POST_ATTN], grp, g->n_embd);
     const RadMlpNames mn = {nm[G_FFN_NORM], nm[G_GATE], nm[G_UP], nm[G_DOWN]};
     bad |= rad_mlp_declare_weights(b, g, l, &mn, &L->mlp) != 0;
     L->w_post_ffw = rad_block_norm_weight(b, g, nm[G_POST_FFW], grp, g->n_embd);
-    if (bad || L->w_attn_norm.id < 0 || L->w_q_norm.id < 0 || L->w_k_norm.id < 0 || L->w_o.id < 0 ||
+    if (bad || L->w_attn_norm.id < 0 || L->w_o.id < 0 ||
         L->w_post_attn.id < 0 || L->w_post_ffw.id < 0)
         return gemma_fail(b, GEMMA_PN ": layer %u: a weight was refused", l);
     const rad_weight lw[] = {L->qkv.w_q, L->qkv.w_k, L->qkv.w_v, L->w_o, L->mlp.w_gate, L->mlp.w_up, L->mlp.w_down};
@@ -377,19 +377,6 @@ static int gemma_declare_kv(RadBuilder *b, const GemmaHparams *hp, GemmaModel *m
 
 /* ---- 5. ops ---------------------------------------------------------------------------------- */
 
-/* head_rmsnorm over x's n_head heads, in place. */
-static rad_op gemma_head_norm(RadBuilder *b, const RadBlockGeom *g, uint32_t n_head, rad_weight gamma, rad_buf x) {
-    rad_op op = RAD_OP(b, "head_rmsnorm",
-                       RAD_PARAMS(RAD_RANGE("M", 1, g->max_tok), RAD_INT("n_head", n_head), RAD_INT("head_dim", g->head_dim),
-                                  RAD_FLOAT("eps", g->rms_eps)),
-                       RAD_WEIGHTS(gamma));
-    if (op.id >= 0) {
-        rad_op_reads(b, op, RAD_BUFS(x), 1);
-        rad_op_writes(b, op, RAD_BUFS(x), 1);
-    }
-    return op;
-}
-
 /* rmsnorm(y -> y) with gamma: a block's post-norm, before the residual add. */
 static rad_op gemma_post_norm(RadBuilder *b, const RadBlockGeom *g, rad_weight gamma, rad_buf y) {
     rad_op op = RAD_OP(b, "rmsnorm",
@@ -409,9 +396,7 @@ static int gemma_declare_layer(RadBuilder *b, GemmaModel *m, uint32_t l) {
     const uint32_t qw = g->n_head * g->head_dim;
     if (rad_prenorm_declare(b, g, &m->r, L->w_attn_norm, &L->pre_attn) != 0) return -1;
     if (rad_qkv_declare_ops(b, g, m->r.h, s, &L->qkv) != 0) return -1;
-    L->qn = gemma_head_norm(b, g, g->n_head, L->w_q_norm, s->q);
-    L->kn = gemma_head_norm(b, g, g->n_head_kv, L->w_k_norm, s->k);
-    if (L->qn.id < 0 || L->kn.id < 0 || rad_rope_declare(b, g, s->q, s->k, &L->rope) != 0) return -1;
+    if (rad_qk_norm_declare(b, g, s->q, s->k, &L->qkn) != 0 || rad_rope_declare(b, g, s->q, s->k, &L->rope) != 0) return -1;
     L->attn = rad_attn_paged_declare(b, g, L->global ? m->kv_global : m->kv_local, l, s);
     L->o = rad_block_gemm(b, g, L->w_o, g->n_embd, qw, s->o, m->r.y);
     if (L->attn.id < 0 || L->o.id < 0 || rad_allreduce_declare(b, g, &L->ar, m->r.y, g->n_embd) != 0) return -1;
@@ -497,8 +482,7 @@ static int gemma_layer_step(RadCtx *c, const GemmaModel *m, const GemmaLayer *L,
     int rc;
     if ((rc = rad_prenorm_step(c, &L->pre_attn, n)) != 0) return rc;
     if ((rc = rad_qkv_step(c, &L->qkv, n)) != 0) return rc;
-    if ((rc = RAD_ISSUE_N(c, L->qn, n, RAD_W(L->w_q_norm), brows(s->q, n))) != 0) return rc;
-    if ((rc = RAD_ISSUE_N(c, L->kn, n, RAD_W(L->w_k_norm), brows(s->k, n))) != 0) return rc;
+    if ((rc = rad_qk_norm_step(c, &L->qkn, n)) != 0) return rc;
     if ((rc = rad_rope_step(c, &L->rope, bt->positions, n)) != 0) return rc;
     if ((rc = rad_attn_paged_step(c, L->attn, s, n)) != 0) return rc;
     if ((rc = RAD_ISSUE_N(c, L->o, n, RAD_W(L->w_o), brows(s->o, n), brows(m->r.y, n))) != 0) return rc;

@@ -1,5 +1,6 @@
 /* llama.c — the Llama family (Llama 2/3.x, TinyLlama, SmolLM2, Mistral 7B with its sliding
- * window), one source built as two plugins:
+ * window), one source built as two plugins per family (Llama; Qwen2, with q/k/v biases; Qwen3,
+ * with per-head q/k norms: RAD_LLAMA_FAMILY below):
  *
  *   RAD_LLAMA_QUANTISED=0  "llama"       quant ""      f32/f16/bf16 weights as stored
  *   RAD_LLAMA_QUANTISED=1  "llama_ggml"  quant "ggml"  GGUF block quantisations (q8_0, q4_0, q4_1,
@@ -33,7 +34,9 @@
 #endif
 
 /* The family the source is built for: 0 Llama, 1 Qwen2 (Qwen2/2.5: the Llama layer with q/k/v
- * biases; llama.cpp writes its q/k rows as Hugging Face does, NEOX rope, so no un-interleave). */
+ * biases), 2 Qwen3 (the Llama layer with a per-head RMSNorm on q and on k before the rope, no
+ * biases, head_dim from the metadata and not n_embd/n_head). llama.cpp writes both Qwens' q/k
+ * rows as Hugging Face does (NEOX rope), so no un-interleave. */
 #ifndef RAD_LLAMA_FAMILY
 #define RAD_LLAMA_FAMILY 0
 #endif
@@ -41,11 +44,19 @@
 #define LLAMA_ID "qwen2"
 #define LLAMA_FAMILY_DESC "Qwen2 family (Qwen2, Qwen2.5, Qwen2.5-Coder)"
 #define LLAMA_QKV_BIAS 1      /* blk.N.attn_{q,k,v}.bias */
+#define LLAMA_QK_NORM 0
+#define LLAMA_GGUF_UNPERMUTE 0 /* GGUF q/k rows as Hugging Face's */
+#elif RAD_LLAMA_FAMILY == 2
+#define LLAMA_ID "qwen3"
+#define LLAMA_FAMILY_DESC "Qwen3 family (dense Qwen3)"
+#define LLAMA_QKV_BIAS 0
+#define LLAMA_QK_NORM 1       /* blk.N.attn_{q,k}_norm.weight [head_dim] */
 #define LLAMA_GGUF_UNPERMUTE 0 /* GGUF q/k rows as Hugging Face's */
 #else
 #define LLAMA_ID "llama"
 #define LLAMA_FAMILY_DESC "Llama family (Llama 2/3.x, TinyLlama, SmolLM2, Mistral)"
 #define LLAMA_QKV_BIAS 0
+#define LLAMA_QK_NORM 0
 #define LLAMA_GGUF_UNPERMUTE 1 /* llama.cpp interleaves Llama's q/k rows for its rope */
 #endif
 #define LLAMA_PN RAD_PLUGIN_NAME_OF(LLAMA_ID) /* the plugin's name, in every message */
@@ -194,9 +205,15 @@ static const struct {
     {"attn_k.bias", "self_attn.k_proj.bias", "attn_k.bias", HEADS_NONE},
     {"attn_v.bias", "self_attn.v_proj.bias", "attn_v.bias", HEADS_NONE},
 #endif
+#if LLAMA_QK_NORM
+    {"attn_q_norm.weight", "self_attn.q_norm.weight", "attn_q_norm.weight", HEADS_NONE},
+    {"attn_k_norm.weight", "self_attn.k_norm.weight", "attn_k_norm.weight", HEADS_NONE},
+#endif
 };
+/* the rows after T_DOWN are the family's: T_BQ..T_BV (Qwen2) or T_QN, T_KN (Qwen3) */
 enum { T_ATTN_NORM, T_Q, T_K, T_V, T_O, T_FFN_NORM, T_GATE, T_UP, T_DOWN, T_BQ, T_BK, T_BV };
-#define T_COUNT ((int)(sizeof llama_layer_tensors / sizeof llama_layer_tensors[0])) /* T_BQ.. with biases */
+enum { T_QN = T_DOWN + 1, T_KN };
+#define T_COUNT ((int)(sizeof llama_layer_tensors / sizeof llama_layer_tensors[0]))
 
 /* ---- 0. hyperparameters ------------------------------------------------------------------- */
 
@@ -447,16 +464,19 @@ static int llama_weights_rope(RadBuilder *b, LlamaHparams *hp, LlamaModel *m) {
     return 0;
 }
 
-/* One layer's nine weights, the projections' encodings checked. */
+/* One layer's nine weights (+ the family's biases or q/k norms), the projections' encodings checked. */
 static int llama_weights_layer(RadBuilder *b, const LlamaHparams *hp, uint32_t l, LlamaLayer *L) {
     LlamaNames nn = {hp->pfx, 0};
     char nmv[T_COUNT][LLAMA_NAME];
     int rc;
     for (int t = 0; t < T_COUNT; t++) dname(&nn, nmv[t], sizeof nmv[t], "blk.%u.%s", l, llama_layer_tensors[t].decl);
     if (nn.overflow) return llama_fail(b, LLAMA_PN ": a declared name is too long");
-    RadAttnNames an = {nmv[T_ATTN_NORM], nmv[T_Q], nmv[T_K], nmv[T_V], nmv[T_O], NULL, NULL, NULL};
+    RadAttnNames an = {.norm = nmv[T_ATTN_NORM], .q = nmv[T_Q], .k = nmv[T_K], .v = nmv[T_V], .o = nmv[T_O]};
 #if LLAMA_QKV_BIAS
     an.bq = nmv[T_BQ], an.bk = nmv[T_BK], an.bv = nmv[T_BV];
+#endif
+#if LLAMA_QK_NORM
+    an.qn = nmv[T_QN], an.kn = nmv[T_KN];
 #endif
     RadMlpNames mn = {nmv[T_FFN_NORM], nmv[T_GATE], nmv[T_UP], nmv[T_DOWN]};
     if (rad_attn_declare_weights(b, &hp->g, l, &an, &L->attn) != 0)
@@ -574,6 +594,9 @@ static void llama_notes(RadBuilder *b, const LlamaHparams *hp, const LlamaModel 
     llama_note_rope(b, g);
     rad_note(b, "weights: projections and embedding as stored (%s), norms f32; %u of %u norms fuse the residual add",
              RAD_LLAMA_QUANTISED ? "f32/f16/bf16 or GGUF blocks" : "f32/f16/bf16", fused, norms);
+    if (LLAMA_QK_NORM)
+        rad_note(b, "attention: head_rmsnorm on q (%u heads) and k (%u heads) over head_dim %u before the rope "
+                    "(attn_q_norm / attn_k_norm)", g->n_head, g->n_head_kv, g->head_dim);
     rad_note(b, "KV: one %s group, %u kv heads x %u per rank, every layer bound; max_tok %u",
              hp->sliding_window ? "window" : "full", g->n_head_kv, g->head_dim, g->max_tok);
     rad_note(b, "head: final norm over the step's rows, logits_gather of n_out rows, logits [%u, %u]", hp->out_rows,
@@ -666,7 +689,12 @@ static const RadChatFormat *llama_chat_format(const RadModelMeta *meta) {
         else if (meta->n_vocab == 128256) fallback = &rad_chat_llama3;
     }
     if (RAD_LLAMA_FAMILY == 1) fallback = &rad_chat_chatml; /* Qwen2's own template, less its default */
-    return rad_chat_format_pick(meta, fallback);
+    if (RAD_LLAMA_FAMILY == 2) fallback = &rad_chat_chatml_qwen3;
+    const RadChatFormat *f = rad_chat_format_pick(meta, fallback);
+    /* a Qwen3 without a template still opens its replies with <think>: ChatML found in its
+     * tokenizer's tokens is Qwen3's; a template without <think> keeps plain ChatML */
+    if (RAD_LLAMA_FAMILY == 2 && f == &rad_chat_chatml && !rad_meta_find(meta, "chat.template")) f = &rad_chat_chatml_qwen3;
+    return f;
 }
 
 static const RadArchOps llama_ops = {

@@ -711,3 +711,42 @@ Test(llama, smollm2_graph_with_libref_pinned_fused, .init = setup) {
     rad_graph_free(&g), rad_graph_free(&chain);
     rad_plugins_free(&s);
 }
+
+/* Qwen3-0.6B's shape under the qwen3 plugin (28 layers, 1024 wide, 16:8 heads of head_dim 128,
+ * which is not 1024/16, tied): per layer the nine Llama weights plus the q/k norm gammas
+ * [head_dim], and a head_rmsnorm on q (16 heads) and on k (8) between the q/k/v GEMMs and the
+ * ropes; the graph pinned as the Llama ones are. */
+Test(llama, qwen3_06b_graph_pinned, .init = setup) {
+    RadPluginSet s = {0};
+    load(&s, "plugins/arch_qwen3.so");
+    RadModelMeta m = {.struct_size = sizeof(RadModelMeta), .arch_id = "qwen3", .name = "Qwen3-0.6B", .quant = "",
+                      .n_layers = 28, .n_embd = 1024, .n_head = 16, .n_head_kv = 8, .head_dim = 128, .n_ff = 3072,
+                      .n_vocab = 151936, .n_ctx_train = 40960, .rms_eps = 1e-6f, .rope_theta = 1000000.0f};
+    RadGraph g;
+    RadErr e = {0};
+    cr_assert_eq(declare(&s.p[0], &m, &SERVE, NULL, RAD_ENC_BF16, &g, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(g.n_w - (rad_graph_weight(&g, "rope_freqs.weight") >= 0), 3 + 11 * 28);
+    cr_assert_eq(g.kvs[0].d.head_dim, 128);
+    int qn = rad_graph_weight(&g, "blk.27.attn_q_norm.weight"), q = rad_graph_weight(&g, "blk.27.attn_q.weight");
+    cr_assert(qn >= 0 && g.w[qn].d.rank == 1 && g.w[qn].d.shape[0] == 128);
+    cr_assert(q >= 0 && g.w[q].d.shape[0] == 2048 && g.w[q].d.shape[1] == 1024);
+    int norms = 0, heads_q = 0, heads_k = 0;
+    for (int i = 0; i < g.n_ops; i++) {
+        if (strcmp(g.ops[i].op, "head_rmsnorm") != 0) continue;
+        norms++;
+        for (uint32_t j = 0; j < g.ops[i].n_params; j++)
+            if (!strcmp(g.ops[i].params[j].name, "n_head")) heads_q += g.ops[i].params[j].lo == 16, heads_k += g.ops[i].params[j].lo == 8;
+        cr_assert(!strcmp(g.ops[i - 1].op, "head_rmsnorm") || !strncmp(g.ops[i - 1].op, "gemm_nt", 7), "op %d before a q/k norm: %s", i - 1,
+                  g.ops[i - 1].op);
+        cr_assert(!strcmp(g.ops[i + 1].op, "head_rmsnorm") || !strcmp(g.ops[i + 1].op, "rope"), "op %d after a q/k norm: %s", i + 1,
+                  g.ops[i + 1].op);
+    }
+    cr_assert_eq(norms, 56);
+    cr_assert_eq(heads_q, 28);
+    cr_assert_eq(heads_k, 28);
+    cr_assert_eq(rad_graph_plan(&g, &e), RAD_OK, "%s", e.msg);
+    assert_plan_sound(&g);
+    pin(&g, "qwen3-0.6b.graph");
+    rad_graph_free(&g);
+    rad_plugins_free(&s);
+}

@@ -473,3 +473,94 @@ Test(chat_render, gemma3_it_equals_transformers_template) {
     rad_tok_free(tok);
     rad_model_free(&m);
 }
+
+/* Qwen3's chat (plugin qwen3): its real template (tests/fixtures/chat/qwen3-0.6b.jinja,
+ * Qwen/Qwen3-0.6B's) shows <think>, which picks ChatML with <think>/</think> as the reasoning
+ * markers; rendering equals transformers' apply_chat_template with that template
+ * (tests/fixtures/chat/qwen3.json, scripts/gen-chat-render-goldens.py), and a reply's reasoning
+ * is split out. Without a template the qwen3 plugin still answers Qwen3's ChatML; Qwen2.5's
+ * template (no <think>) keeps its own. */
+static const RadChatFormat *plugin_format(const char *so, const char *arch, const char *tmpl, RadPluginSet *s) {
+    const char *b = getenv("RAD_BUILD");
+    char path[512];
+    snprintf(path, sizeof path, "%s/plugins/%s", b ? b : "build", so);
+    RadErr e = {0};
+    memset(s, 0, sizeof *s);
+    cr_assert_eq(rad_plugins_load_file(s, path, &e), RAD_OK, "%s", e.msg);
+    static const char *keys[1] = {"chat.template"};
+    const char *vals[1] = {tmpl};
+    RadModelMeta m = {.struct_size = sizeof(RadModelMeta), .arch_id = arch, .name = "", .quant = "", .n_vocab = 151936,
+                      .n_kv = tmpl ? 1 : 0, .kv_key = keys, .kv_val = vals};
+    const RadChatFormat *f = NULL;
+    cr_assert_eq(rad_chat_format_get(&s->p[0], &m, &f, &e), RAD_OK, "%s", e.msg);
+    cr_assert_not_null(f);
+    return f;
+}
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s", path);
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    cr_assert(n > 0 && n < sizeof buf - 1);
+    buf[n] = 0;
+    return strdup(buf);
+}
+
+Test(chat_render, qwen3_template_picks_think_and_equals_transformers) {
+    char *tmpl = slurp("tests/fixtures/chat/qwen3-0.6b.jinja");
+    RadPluginSet s;
+    const RadChatFormat *f = plugin_format("arch_qwen3.so", "qwen3", tmpl, &s);
+    cr_assert_str_eq(f->kind, "chatml");
+    cr_assert(f->reasoning_start && !strcmp(f->reasoning_start, "<think>"), "no <think> reasoning marker");
+    cr_assert(f->reasoning_end && !strcmp(f->reasoning_end, "</think>"));
+    cr_assert_null(f->default_system, "Qwen3's template has no default system turn");
+    json_error_t je;
+    json_t *g = json_load_file("tests/fixtures/chat/qwen3.json", 0, &je);
+    cr_assert_not_null(g, "%s", je.text);
+    json_t *cases = json_object_get(g, "cases");
+    cr_assert_gt(json_array_size(cases), 0);
+    for (size_t i = 0; i < json_array_size(cases); i++) {
+        json_t *c = json_array_get(cases, i);
+        char *msgs = json_dumps(json_object_get(c, "messages"), 0);
+        unsigned flags = json_is_true(json_object_get(c, "add_generation_prompt")) ? RAD_CHAT_GEN_PROMPT : 0;
+        char *text = render(f, msgs, flags, NULL);
+        cr_expect_str_eq(text, json_string_value(json_object_get(c, "text")), "case %zu", i);
+        cr_expect(!rad_chat_prompt_opens_reasoning(f, text, strlen(text)), "case %zu: thinking is the model's to open", i);
+        free(text);
+        free(msgs);
+    }
+    json_decref(g);
+    RadBuf c, r;
+    split(f, 0, "<think>\nThe user greets.\n</think>\n\nHello!", 3, &c, &r);
+    cr_expect(strstr(r.p, "The user greets.") != NULL, "reasoning '%s'", r.p);
+    cr_expect_str_eq(c.p, "Hello!");
+    rad_buf_free(&c);
+    rad_buf_free(&r);
+    rad_plugins_free(&s);
+    /* no template: the qwen3 plugin's own fallback; qwen2's stays plain ChatML */
+    f = plugin_format("arch_qwen3.so", "qwen3", NULL, &s);
+    cr_expect(f->reasoning_start && !strcmp(f->reasoning_start, "<think>"), "qwen3 without a template: no <think>");
+    rad_plugins_free(&s);
+    f = plugin_format("arch_qwen2.so", "qwen2", NULL, &s);
+    cr_expect(f->reasoning_start == NULL, "qwen2 without a template splits <think>");
+    rad_plugins_free(&s);
+    /* Qwen2.5's template (its default system turn, no <think>) under the qwen3 plugin keeps its format */
+    f = plugin_format("arch_qwen3.so", "qwen3",
+                      "{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}", &s);
+    cr_expect(f->reasoning_start == NULL && f->default_system != NULL, "a template without <think> picked Qwen3's");
+    rad_plugins_free(&s);
+    free(tmpl);
+}
+
+/* The gemma3 plugins pick Gemma's turns from a template that shows <start_of_turn>. */
+Test(chat_render, gemma3_plugin_picks_gemma_turns_from_the_template) {
+    char *tmpl = slurp("tests/fixtures/chat/gemma3-it.jinja");
+    RadPluginSet s;
+    const RadChatFormat *f = plugin_format("arch_gemma3_ggml.so", "gemma3", tmpl, &s);
+    cr_assert_str_eq(f->kind, "gemma");
+    cr_assert(f->flags & RAD_CHAT_TRIM_CONTENT);
+    rad_plugins_free(&s);
+    free(tmpl);
+}
