@@ -152,7 +152,8 @@ static inline const uint8_t *ref_wrow(const RadKArg *w, uint64_t r) {
 #define REF_ENCS_ALL (RAD_ENC_PLAIN_FLOATS | RAD_ENC_GGML_BLOCKS)
 /* The encodings with an integer dot product against q8 activations. */
 #define REF_ENCS_Q8ACT (RAD_ENC_BIT(RAD_ENC_Q8_0) | RAD_ENC_BIT(RAD_ENC_Q4_0) | RAD_ENC_BIT(RAD_ENC_Q4_1) | \
-                        RAD_ENC_BIT(RAD_ENC_Q4_K) | RAD_ENC_BIT(RAD_ENC_Q6_K))
+                        RAD_ENC_BIT(RAD_ENC_Q5_0) | RAD_ENC_BIT(RAD_ENC_Q5_1) | RAD_ENC_BIT(RAD_ENC_Q4_K) | \
+                        RAD_ENC_BIT(RAD_ENC_Q5_K) | RAD_ENC_BIT(RAD_ENC_Q6_K))
 
 /* ---- SIMD helpers ------------------------------------------------------------------------------ */
 #if REF_X86

@@ -38,15 +38,16 @@ static inline void ref_prefetch(const char *p) {
 }
 
 /* One quantised row: codes q[K] (64-byte aligned), then per 32-element block b the scale d_b and
- * s_b = d_b * Σq_b (q4_0: -8 d_b Σq_b, its codes' offset folded in): for the 32-element weight
- * formats as pairs (d_b, s_b), for the K-quants as d[nb] then s[nb] then the i16 sums of q per
- * 16 elements (q6_k's offset). On AVX2, for q4_0 and q4_1, each pair of blocks' codes is stored
- * "paired" — [b lo 16 | b+1 lo 16 | b hi 16 | b+1 hi 16] — to meet the weights' nibbles of two
- * blocks in one register (an odd last block stays as it is). */
+ * s_b = d_b * Σq_b in the layouts the row's readers need: for the 32-element weight formats as
+ * pairs (d_b, s_b), for the K-quants as d[nb] then s[nb] then the i16 sums of q per 16 elements
+ * (q6_k's offset); a row read by both (gemm_nt2/3 with q5_0 beside q4_k) carries both, the
+ * pairs first. On AVX2, for q4_0 and q4_1, each pair of blocks' codes is stored "paired" —
+ * [b lo 16 | b+1 lo 16 | b hi 16 | b+1 hi 16] — to meet the weights' nibbles of two blocks in one
+ * register (an odd last block stays as it is); every other reader takes the natural order. */
 typedef struct QRow {
     const int8_t *q;
-    const float *ds;      /* 32-element weight formats: [2 * nb] */
-    const float *d, *s;   /* K-quants: [nb] each */
+    const float *ds;      /* 32-element weight formats: [2 * nb] (NULL: not in this row) */
+    const float *d, *s;   /* K-quants: [nb] each (NULL: not in this row) */
     const int16_t *bsums; /* K-quants: [K / 16] */
 } QRow;
 
@@ -57,11 +58,12 @@ typedef struct Q8Ctx Q8Ctx;
 struct Q8Ctx {
     RefGemmArgs g;
     int isa;
-    int kq;               /* K-quant weights (q4_k, q6_k): d, s apart, and 16-element sums */
+    int kq;               /* K-quant weights (q4_k, q5_k, q6_k): the dot reads d, s apart and the 16-element sums */
     int paired;           /* codes stored in pairs of blocks (AVX2, q4_0 / q4_1) */
+    int row_pairs;        /* the quantised rows in buf carry (d, s) pairs (a 32-element part reads them) */
+    int row_kq;           /* ... and d[], s[], bsums[] (a K-quant part reads them) */
     int x8;               /* packed q4_1 weights (ref_gemm_x8.c): rows in groups of eight */
     int64_t align;        /* column splits fall on multiples of this (x8: a group) */
-    float s_mul;          /* s_b = s_mul * d_b * Σq_b: -8 for q4_0, else 1 */
     size_t row_bytes;     /* one quantised row in buf */
     uint64_t wrb;         /* bytes of one weight row */
     int64_t pf_bytes;     /* one-row path: weights are prefetched about this far ahead (the prefetch knob) */
@@ -72,10 +74,10 @@ struct Q8Ctx {
     void (*range1)(const struct Q8Ctx *c, int64_t c0, int64_t c1); /* M = 1 over columns [c0, c1) (NULL: dot) */
 };
 
-static size_t q8_row_bytes(int64_t K, int kq) {
+static size_t q8_row_bytes(int64_t K, int pairs, int kq) {
     size_t q = ((size_t)K + 63) & ~(size_t)63;
     size_t nb = (size_t)K / 32;
-    size_t extra = nb * 8 + (kq ? (size_t)K / 16 * 2 : 0);
+    size_t extra = (pairs ? nb * 8 : 0) + (kq ? nb * 8 + (size_t)K / 16 * 2 : 0);
     return (q + extra + 16 + 63) & ~(size_t)63; /* +16: a 16-byte load of the last (d, s) pair */
 }
 
@@ -84,12 +86,13 @@ static QRow q8_row(const Q8Ctx *c, int64_t i) {
     const size_t q = ((size_t)c->g.K + 63) & ~(size_t)63;
     const size_t nb = (size_t)c->g.K / 32;
     const float *f = (const float *)(const void *)(base + q);
+    const float *k = c->row_pairs ? f + 2 * nb : f;
     QRow r;
     r.q = (const int8_t *)base;
-    r.ds = c->kq ? NULL : f;
-    r.d = c->kq ? f : NULL;
-    r.s = c->kq ? f + nb : NULL;
-    r.bsums = c->kq ? (const int16_t *)(const void *)(f + 2 * nb) : NULL;
+    r.ds = c->row_pairs ? f : NULL;
+    r.d = c->row_kq ? k : NULL;
+    r.s = c->row_kq ? k + nb : NULL;
+    r.bsums = c->row_kq ? (const int16_t *)(const void *)(k + 2 * nb) : NULL;
     return r;
 }
 
@@ -111,9 +114,26 @@ static float quant_block_generic(const float *x, int n, int8_t *q) {
     return d;
 }
 
-/* dd: the (d, s) pairs, or for kq d[nb] then s[nb] (and bsums the 16-element sums). */
-static void quant_row_generic(const float *x, int64_t K, int kq, float s_mul, int8_t *q, float *dd, int16_t *bsums) {
+/* Stores block b's scale d and sum of codes into the row's layouts (r's NULL arrays are skipped). */
+static void put_block(const QRow *r, int64_t b, float d, int sum, int s16) {
+    const float ds = d * (float)sum;
+    if (r->ds) {
+        float *p = (float *)r->ds;
+        p[2 * b] = d;
+        p[2 * b + 1] = ds;
+    }
+    if (r->d) {
+        ((float *)r->d)[b] = d;
+        ((float *)r->s)[b] = ds;
+        int16_t *bs = (int16_t *)r->bsums;
+        bs[2 * b] = (int16_t)s16;
+        bs[2 * b + 1] = (int16_t)(sum - s16);
+    }
+}
+
+static void quant_row_generic(const float *x, int64_t K, const QRow *r) {
     const int64_t nb = K / 32;
+    int8_t *q = (int8_t *)r->q;
     for (int64_t b = 0; b < nb; b++) {
         const float d = quant_block_generic(x + b * 32, 32, q + b * 32);
         int sum = 0, s16 = 0;
@@ -121,16 +141,7 @@ static void quant_row_generic(const float *x, int64_t K, int kq, float s_mul, in
             sum += q[b * 32 + j];
             if (j == 15) s16 = sum;
         }
-        const float ds = d * (float)sum;
-        if (kq) {
-            dd[b] = d;
-            dd[nb + b] = ds;
-            bsums[2 * b] = (int16_t)s16;
-            bsums[2 * b + 1] = (int16_t)(sum - s16);
-        } else {
-            dd[2 * b] = d;
-            dd[2 * b + 1] = s_mul * ds;
-        }
+        put_block(r, b, d, sum, s16);
     }
 }
 
@@ -142,9 +153,9 @@ REF_AVX2 REF_INLINE int hsum_i32(__m256i v) {
     return _mm_cvtsi128_si32(s);
 }
 
-/* 32 elements at x: codes into q (32 bytes), returns d; *sum gets Σq and s16 (if not NULL) the
- * two 16-element sums. The same f32 operations as quant_block_generic. */
-REF_AVX2 REF_INLINE float quant32_avx2(const float *x, int8_t *q, float amax, int *sum, int16_t *s16) {
+/* 32 elements at x: codes into q (32 bytes), returns d; *sum gets Σq and *s16 the first 16
+ * elements' sum. The same f32 operations as quant_block_generic. */
+REF_AVX2 REF_INLINE float quant32_avx2(const float *x, int8_t *q, float amax, int *sum, int *s16) {
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     const __m256 vid = _mm256_set1_ps(id);
@@ -153,11 +164,9 @@ REF_AVX2 REF_INLINE float quant32_avx2(const float *x, int8_t *q, float amax, in
     __m256i i1 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8), vid), rm));
     __m256i i2 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 16), vid), rm));
     __m256i i3 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 24), vid), rm));
-    if (s16) {
-        s16[0] = (int16_t)hsum_i32(_mm256_add_epi32(i0, i1));
-        s16[1] = (int16_t)hsum_i32(_mm256_add_epi32(i2, i3));
-    }
-    if (sum) *sum = hsum_i32(_mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3)));
+    const __m256i a = _mm256_add_epi32(i0, i1), b = _mm256_add_epi32(i2, i3);
+    *s16 = hsum_i32(a);
+    *sum = *s16 + hsum_i32(b);
     i0 = _mm256_packs_epi32(i0, i1);
     i2 = _mm256_packs_epi32(i2, i3);
     i0 = _mm256_packs_epi16(i0, i2);
@@ -177,24 +186,13 @@ REF_AVX2 REF_INLINE float amax_avx2(const float *x, int n) {
     return _mm_cvtss_f32(h);
 }
 
-REF_AVX2 static void quant_row_avx2(const float *x, int64_t K, int kq, float s_mul, int paired, int8_t *q, float *dd,
-                                    int16_t *bsums) {
+REF_AVX2 static void quant_row_avx2(const float *x, int64_t K, int paired, const QRow *r) {
     const int64_t nb = K / 32;
-    if (kq) {
-        for (int64_t b = 0; b < nb; b++) {
-            int sum;
-            const float d = quant32_avx2(x + b * 32, q + b * 32, amax_avx2(x + b * 32, 32), &sum, bsums + 2 * b);
-            dd[b] = d;
-            dd[nb + b] = d * (float)sum;
-        }
-        return;
-    }
+    int8_t *q = (int8_t *)r->q;
     for (int64_t b = 0; b < nb; b++) {
-        int sum;
-        const float d = quant32_avx2(x + b * 32, q + b * 32, amax_avx2(x + b * 32, 32), &sum, NULL);
-        const float ds = d * (float)sum;
-        dd[2 * b] = d;
-        dd[2 * b + 1] = s_mul * ds;
+        int sum, s16;
+        const float d = quant32_avx2(x + b * 32, q + b * 32, amax_avx2(x + b * 32, 32), &sum, &s16);
+        put_block(r, b, d, sum, s16);
     }
     if (paired)
         for (int64_t b = 0; b + 2 <= nb; b += 2) { /* [A lo|A hi|B lo|B hi] -> [A lo|B lo|A hi|B hi] */
@@ -211,16 +209,15 @@ static void quant_task(void *ctx, int tid, int nth) {
     int64_t r0, r1;
     ref_split(c->g.M, tid, nth, 1, &r0, &r1);
     for (int64_t i = r0; i < r1; i++) {
-        QRow r = q8_row(c, i);
+        const QRow r = q8_row(c, i);
         const float *x = ref_frow(c->g.x, (uint64_t)i);
-        float *dd = (float *)(c->kq ? r.d : r.ds);
 #if REF_X86
         if (c->isa >= REF_ISA_AVX2) {
-            quant_row_avx2(x, c->g.K, c->kq, c->s_mul, c->paired, (int8_t *)r.q, dd, (int16_t *)r.bsums);
+            quant_row_avx2(x, c->g.K, c->paired, &r);
             continue;
         }
 #endif
-        quant_row_generic(x, c->g.K, c->kq, c->s_mul, (int8_t *)r.q, dd, (int16_t *)r.bsums);
+        quant_row_generic(x, c->g.K, &r);
     }
 }
 
@@ -269,6 +266,46 @@ static float dot_q4_1_generic(const uint8_t *w, const QRow *x, int64_t K) {
     return acc + accm;
 }
 
+/* q5_0: the code with its fifth bit from qh, less 16, in the integer sum (as q8_0's signed codes). */
+static float dot_q5_0_generic(const uint8_t *w, const QRow *x, int64_t K) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < K / 32; b++, w += 22) {
+        const uint32_t qh = ref_rd32(w + 2);
+        const uint8_t *qs = w + 6;
+        const int8_t *xq = x->q + 32 * b;
+        int sum = 0;
+        for (int j = 0; j < 16; j++) {
+            const int c0 = (qs[j] & 15) | (int)(((qh >> j) & 1) << 4), c1 = (qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4);
+            sum += (c0 - 16) * xq[j] + (c1 - 16) * xq[j + 16];
+        }
+        const float s = ref_f16_f32(ref_rd16(w)) * x->ds[2 * b];
+        const float p = s * (float)sum;
+        acc = acc + p;
+    }
+    return acc;
+}
+
+/* q5_1: as q4_1 with the fifth bit; m times s_b. */
+static float dot_q5_1_generic(const uint8_t *w, const QRow *x, int64_t K) {
+    float acc = 0.0f, accm = 0.0f;
+    for (int64_t b = 0; b < K / 32; b++, w += 24) {
+        const uint32_t qh = ref_rd32(w + 4);
+        const uint8_t *qs = w + 8;
+        const int8_t *xq = x->q + 32 * b;
+        int sum = 0;
+        for (int j = 0; j < 16; j++) {
+            const int c0 = (qs[j] & 15) | (int)(((qh >> j) & 1) << 4), c1 = (qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4);
+            sum += c0 * xq[j] + c1 * xq[j + 16];
+        }
+        const float s = ref_f16_f32(ref_rd16(w)) * x->ds[2 * b];
+        const float p = s * (float)sum;
+        acc = acc + p;
+        const float pm = ref_f16_f32(ref_rd16(w + 2)) * x->ds[2 * b + 1];
+        accm = accm + pm;
+    }
+    return acc + accm;
+}
+
 /* Per 32-element sub-block j of super-block b: d·dx_j·sc_j·Σ(code·q) − dmin·m_j·s_j. */
 static float dot_q4_k_generic(const uint8_t *w, const QRow *x, int64_t K) {
     float acc = 0.0f;
@@ -282,6 +319,33 @@ static float dot_q4_k_generic(const uint8_t *w, const QRow *x, int64_t K) {
         for (int j = 0; j < 8; j++) {
             int s = 0;
             for (int l = 0; l < 32; l++) s += (j & 1 ? qs[32 * (j / 2) + l] >> 4 : qs[32 * (j / 2) + l] & 15) * xq[32 * j + l];
+            const float p = x->d[8 * b + j] * (float)(sc[j] * s), pm = (float)mn[j] * x->s[8 * b + j];
+            sp = sp + p;
+            sm = sm + pm;
+        }
+        const float t = d * sp, tm = dmin * sm;
+        acc = acc + t;
+        acc = acc - tm;
+    }
+    return acc;
+}
+
+/* q5_k: q4_k's sum with the fifth bit of sub-block j from bit j of qh[l]. */
+static float dot_q5_k_generic(const uint8_t *w, const QRow *x, int64_t K) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < K / 256; b++, w += 176) {
+        uint8_t sc[8], mn[8];
+        ref_scales_k4(w + 4, sc, mn);
+        const uint8_t *qh = w + 16, *qs = w + 48;
+        const int8_t *xq = x->q + 256 * b;
+        const float d = ref_f16_f32(ref_rd16(w)), dmin = ref_f16_f32(ref_rd16(w + 2));
+        float sp = 0.0f, sm = 0.0f;
+        for (int j = 0; j < 8; j++) {
+            int s = 0;
+            for (int l = 0; l < 32; l++) {
+                const int lo = j & 1 ? qs[32 * (j / 2) + l] >> 4 : qs[32 * (j / 2) + l] & 15;
+                s += (lo | (((qh[l] >> j) & 1) << 4)) * xq[32 * j + l];
+            }
             const float p = x->d[8 * b + j] * (float)(sc[j] * s), pm = (float)mn[j] * x->s[8 * b + j];
             sp = sp + p;
             sm = sm + pm;
@@ -353,12 +417,13 @@ REF_AVX2 REF_INLINE float lanes13(__m128 v) { /* v[1] + v[3] */
     return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehl_ps(h, h)));
 }
 /* q4_0 / q4_1 (BB bytes a block, codes at QO, scales at 0 (and m at 2 for q4_1)): two blocks a step.
- * Per pair the scale lanes are [d0·dx0, m0·s0, d1·dx1, m1·s1] (q4_0: m = d, s carries the -8). */
+ * Per pair the scale lanes are [d0·dx0, m0·s0, d1·dx1, m1·s1] (q4_0: m = -8·d, exact in f32). */
 REF_AVX2 REF_INLINE void q4x_rows(const int RM, const int BB, const int QO, const uint8_t *w, const QRow *x, int64_t K,
                                   float *out) {
     const int64_t nb = K / 32;
     const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
     const __m256i pidx = _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2);
+    const __m128 m8 = _mm_setr_ps(1.0f, -8.0f, 1.0f, -8.0f); /* q4_0's offset: m = -8·d */
     __m256 acc[4];
     __m128 accm[4];
 #pragma GCC unroll 4
@@ -370,7 +435,7 @@ REF_AVX2 REF_INLINE void q4x_rows(const int RM, const int BB, const int QO, cons
         const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
         const uint32_t s0 = BB == 20 ? ld_u32(w) : ref_rd16(w) * 0x10001u;
         const uint32_t s1 = BB == 20 ? ld_u32(w + BB) : ref_rd16(w + BB) * 0x10001u;
-        const __m128 dm = f16x4(s0, s1);
+        const __m128 dm = BB == 20 ? f16x4(s0, s1) : _mm_mul_ps(f16x4(s0, s1), m8);
 #pragma GCC unroll 4
         for (int r = 0; r < RM; r++) {
             const int8_t *xq = x[r].q + 32 * b;
@@ -384,7 +449,7 @@ REF_AVX2 REF_INLINE void q4x_rows(const int RM, const int BB, const int QO, cons
     if (b < nb) { /* an odd last block, codes in natural order */
         const __m256i nib = nibbles32(w + QO);
         const uint32_t s0 = BB == 20 ? ld_u32(w) : ref_rd16(w) * 0x10001u;
-        const __m128 dm = f16x4(s0, 0);
+        const __m128 dm = BB == 20 ? f16x4(s0, 0) : _mm_mul_ps(f16x4(s0, 0), m8);
 #pragma GCC unroll 4
         for (int r = 0; r < RM; r++) {
             const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(nib, ld32(x[r].q + 32 * b)), ones));
@@ -434,6 +499,100 @@ REF_AVX2 REF_INLINE void q8_0_rows(const int RM, const uint8_t *w, const QRow *x
     for (int r = 0; r < RM; r++) out[r] = ref_hsum8(acc[r]);
 }
 
+/* 32 bits -> 32 bytes, byte i 0xff where bit i is set (byte i takes byte i / 8 of v, then every
+ * bit but bit i % 8 is set). */
+REF_AVX2 REF_INLINE __m256i bits32(uint32_t v) {
+    const __m256i shuf = _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
+    const __m256i r = _mm256_or_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)v), shuf), _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+    return _mm256_cmpeq_epi8(r, _mm256_set1_epi64x(-1));
+}
+/* A q5 block's 32 codes (qh at p, the nibbles at p + 4) in natural order, unsigned 0..31. */
+REF_AVX2 REF_INLINE __m256i q5_codes(const uint8_t *p) {
+    return _mm256_or_si256(nibbles32(p + 4), _mm256_and_si256(bits32(ld_u32(p)), _mm256_set1_epi8(0x10)));
+}
+/* The same less 16, signed -16..15: a clear fifth bit sets the byte's high nibble. */
+REF_AVX2 REF_INLINE __m256i q5_0_codes(const uint8_t *p) {
+    return _mm256_or_si256(nibbles32(p + 4), _mm256_andnot_si256(bits32(ld_u32(p)), _mm256_set1_epi8((char)0xf0)));
+}
+
+/* q5_0: q8_0's kernel on the signed 5-bit codes (the offset inside the exact integer sum). */
+REF_AVX2 REF_INLINE void q5_0_rows(const int RM, const uint8_t *w, const QRow *x, int64_t K, float *out) {
+    const int64_t nb = K / 32;
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i i0 = _mm256_setzero_si256(), i2 = _mm256_set1_epi32(2);
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < RM; r++) acc[r] = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2, w += 44) {
+        const __m256i w0 = q5_0_codes(w + 2), w1 = q5_0_codes(w + 24);
+        const __m256i a0 = _mm256_sign_epi8(w0, w0), a1 = _mm256_sign_epi8(w1, w1);
+        const __m128 dd = f16x4(ref_rd16(w), ref_rd16(w + 22));
+#pragma GCC unroll 4
+        for (int r = 0; r < RM; r++) {
+            const int8_t *xq = x[r].q + 32 * b;
+            const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(ld32(xq), w0)), ones);
+            const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(ld32(xq + 32), w1)), ones);
+            const __m256 sc = _mm256_castps128_ps256(_mm_mul_ps(dd, _mm_loadu_ps(x[r].ds + 2 * b)));
+            acc[r] = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(sc, i0), _mm256_cvtepi32_ps(p0), acc[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(sc, i2), _mm256_cvtepi32_ps(p1), acc[r]);
+        }
+    }
+    if (b < nb) {
+        const __m256i w0 = q5_0_codes(w + 2), a0 = _mm256_sign_epi8(w0, w0);
+        const __m128 dd = f16x4(ref_rd16(w), 0);
+#pragma GCC unroll 4
+        for (int r = 0; r < RM; r++) {
+            const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(ld32(x[r].q + 32 * b), w0)), ones);
+            const __m256 sc = _mm256_castps128_ps256(_mm_mul_ps(dd, _mm_loadu_ps(x[r].ds + 2 * b)));
+            acc[r] = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(sc, i0), _mm256_cvtepi32_ps(p0), acc[r]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < RM; r++) out[r] = ref_hsum8(acc[r]);
+}
+
+/* q5_1: two blocks a step, codes 0..31 in natural order; the scale lanes as q4_1's,
+ * [d0·dx0, m0·s0, d1·dx1, m1·s1]. */
+REF_AVX2 REF_INLINE void q5_1_rows(const int RM, const uint8_t *w, const QRow *x, int64_t K, float *out) {
+    const int64_t nb = K / 32;
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i i0 = _mm256_setzero_si256(), i2 = _mm256_set1_epi32(2);
+    __m256 acc[4];
+    __m128 accm[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < RM; r++) acc[r] = _mm256_setzero_ps(), accm[r] = _mm_setzero_ps();
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2, w += 48) {
+        const __m256i c0 = q5_codes(w + 4), c1 = q5_codes(w + 28);
+        const __m128 dm = f16x4(ld_u32(w), ld_u32(w + 24));
+#pragma GCC unroll 4
+        for (int r = 0; r < RM; r++) {
+            const int8_t *xq = x[r].q + 32 * b;
+            const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(c0, ld32(xq)), ones);
+            const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(c1, ld32(xq + 32)), ones);
+            const __m128 sc = _mm_mul_ps(dm, _mm_loadu_ps(x[r].ds + 2 * b));
+            accm[r] = _mm_add_ps(accm[r], sc);
+            const __m256 s8 = _mm256_castps128_ps256(sc);
+            acc[r] = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(s8, i0), _mm256_cvtepi32_ps(p0), acc[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(s8, i2), _mm256_cvtepi32_ps(p1), acc[r]);
+        }
+    }
+    if (b < nb) {
+        const __m256i c0 = q5_codes(w + 4);
+        const __m128 dm = f16x4(ld_u32(w), 0);
+#pragma GCC unroll 4
+        for (int r = 0; r < RM; r++) {
+            const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(c0, ld32(x[r].q + 32 * b)), ones));
+            const __m128 sc = _mm_mul_ps(dm, _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(const void *)(x[r].ds + 2 * b))));
+            accm[r] = _mm_add_ps(accm[r], sc);
+            acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(sc), f, acc[r]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < RM; r++) out[r] = ref_hsum8(acc[r]) + lanes13(accm[r]);
+}
+
 /* q4_k's 12 scale bytes -> [sc0..sc7, m0..m7] as u8 (GGML's 32-bit unpacking). */
 REF_INLINE __m128i k4_scales(const uint8_t *p) {
     uint32_t u[4];
@@ -467,6 +626,45 @@ REF_AVX2 REF_INLINE void q4_k_rows(const int RM, const uint8_t *w, const QRow *x
         for (int j = 0; j < 4; j++) {
             const __m256i q4 = ld32(qs + 32 * j);
             const __m256i lo = _mm256_and_si256(q4, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+            const __m256i sl = _mm256_shuffle_epi8(scales, bcast16(2 * j, 2 * j));
+            const __m256i sh = _mm256_shuffle_epi8(scales, bcast16(2 * j + 1, 2 * j + 1));
+#pragma GCC unroll 4
+            for (int r = 0; r < RM; r++) {
+                const int8_t *xq = x[r].q + 256 * b + 64 * j;
+                const __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ld32(xq)), sl);
+                const __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, ld32(xq + 32)), sh);
+                const float *dx = x[r].d + 8 * b + 2 * j;
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * dx[0]), _mm256_cvtepi32_ps(pl), acc[r]);
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * dx[1]), _mm256_cvtepi32_ps(ph), acc[r]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < RM; r++)
+            accm[r] = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_mul_ps(mins, _mm256_loadu_ps(x[r].s + 8 * b)), accm[r]);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < RM; r++) out[r] = ref_hsum8(acc[r]) - ref_hsum8(accm[r]);
+}
+
+/* q5_k: q4_k's kernel with the fifth bits: sub-block j's from bit j of each qh byte (both
+ * sub-blocks of a step from bits 0 and 1, then the bytes shift down by two). */
+REF_AVX2 REF_INLINE void q5_k_rows(const int RM, const uint8_t *w, const QRow *x, int64_t K, float *out) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), b0 = _mm256_set1_epi8(1), b1 = _mm256_set1_epi8(2);
+    __m256 acc[4], accm[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < RM; r++) acc[r] = _mm256_setzero_ps(), accm[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < K / 256; b++, w += 176) {
+        const __m256i ms = _mm256_cvtepu8_epi16(k4_scales(w + 4)); /* [sc0..7 | m0..7] */
+        const __m256 mins = _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(ms, 1)));
+        const __m256i scales = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(ms));
+        const float d = _cvtsh_ss(ref_rd16(w)), dmin = _cvtsh_ss(ref_rd16(w + 2));
+        const uint8_t *qs = w + 48;
+        __m256i hb = ld32(w + 16);
+        for (int j = 0; j < 4; j++) {
+            const __m256i q4 = ld32(qs + 32 * j);
+            const __m256i lo = _mm256_or_si256(_mm256_and_si256(q4, m4), _mm256_slli_epi16(_mm256_and_si256(hb, b0), 4));
+            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4, 4), m4), _mm256_slli_epi16(_mm256_and_si256(hb, b1), 3));
+            hb = _mm256_srli_epi16(hb, 2);
             const __m256i sl = _mm256_shuffle_epi8(scales, bcast16(2 * j, 2 * j));
             const __m256i sh = _mm256_shuffle_epi8(scales, bcast16(2 * j + 1, 2 * j + 1));
 #pragma GCC unroll 4
@@ -546,6 +744,9 @@ DOT_PAIR(dot_q4_1_avx2, Q4_1_CALL)
 DOT_PAIR(dot_q8_0_avx2, q8_0_rows)
 DOT_PAIR(dot_q4_k_avx2, q4_k_rows)
 DOT_PAIR(dot_q6_k_avx2, q6_k_rows)
+DOT_PAIR(dot_q5_0_avx2, q5_0_rows)
+DOT_PAIR(dot_q5_1_avx2, q5_1_rows)
+DOT_PAIR(dot_q5_k_avx2, q5_k_rows)
 
 /* Decode (M = 1) over weight rows [c0, c1) with the dot inlined: one prefetch per cache line,
  * kept about pf_bytes ahead of the row being read (the range's first pf_bytes at once), instead
@@ -572,6 +773,9 @@ RANGE1(range1_q4_1_avx2, Q4_1_CALL)
 RANGE1(range1_q8_0_avx2, q8_0_rows)
 RANGE1(range1_q4_k_avx2, q4_k_rows)
 RANGE1(range1_q6_k_avx2, q6_k_rows)
+RANGE1(range1_q5_0_avx2, q5_0_rows)
+RANGE1(range1_q5_1_avx2, q5_1_rows)
+RANGE1(range1_q5_k_avx2, q5_k_rows)
 #endif
 
 /* ---- the run -------------------------------------------------------------------------------------- */
@@ -751,15 +955,15 @@ static int two_ends_run(const RadKernelArgs *a, int nth, const Q8Ctx *parts, int
     return 1;
 }
 
-/* The dot functions and sizes for c->g's weight encoding (c->buf is left to the caller). */
+/* The dot functions and sizes for c->g's weight encoding, the quantised rows in the layout that
+ * dot reads (c->buf is left to the caller). */
 static void q8_prepare(Q8Ctx *c, int isa, int64_t pf_bytes) {
     c->isa = isa;
     c->pf_bytes = pf_bytes;
     c->x8 = (c->g.w->dtype & RAD_PACKED) != 0; /* ref_weight_ok let only packed q4_1 through */
     c->align = c->x8 ? 8 : 4;
     const RadDType e = (RadDType)(c->g.w->dtype & ~RAD_PACKED);
-    c->kq = e == RAD_Q4_K || e == RAD_Q6_K;
-    c->s_mul = e == RAD_Q4_0 ? -8.0f : 1.0f;
+    c->kq = e == RAD_Q4_K || e == RAD_Q5_K || e == RAD_Q6_K;
     c->paired = 0;
     c->dot4 = NULL;
     c->range1 = NULL;
@@ -767,7 +971,10 @@ static void q8_prepare(Q8Ctx *c, int isa, int64_t pf_bytes) {
     case RAD_Q8_0: c->dot = dot_q8_0_generic; break;
     case RAD_Q4_0: c->dot = dot_q4_0_generic; break;
     case RAD_Q4_1: c->dot = dot_q4_1_generic; break;
+    case RAD_Q5_0: c->dot = dot_q5_0_generic; break;
+    case RAD_Q5_1: c->dot = dot_q5_1_generic; break;
     case RAD_Q4_K: c->dot = dot_q4_k_generic; break;
+    case RAD_Q5_K: c->dot = dot_q5_k_generic; break;
     default: c->dot = dot_q6_k_generic; break;
     }
 #if REF_X86
@@ -776,12 +983,17 @@ static void q8_prepare(Q8Ctx *c, int isa, int64_t pf_bytes) {
         case RAD_Q8_0: c->dot = dot_q8_0_avx2_1, c->dot4 = dot_q8_0_avx2_4, c->range1 = range1_q8_0_avx2; break;
         case RAD_Q4_0: c->dot = dot_q4_0_avx2_1, c->dot4 = dot_q4_0_avx2_4, c->range1 = range1_q4_0_avx2, c->paired = 1; break;
         case RAD_Q4_1: c->dot = dot_q4_1_avx2_1, c->dot4 = dot_q4_1_avx2_4, c->range1 = range1_q4_1_avx2, c->paired = 1; break;
+        case RAD_Q5_0: c->dot = dot_q5_0_avx2_1, c->dot4 = dot_q5_0_avx2_4, c->range1 = range1_q5_0_avx2; break;
+        case RAD_Q5_1: c->dot = dot_q5_1_avx2_1, c->dot4 = dot_q5_1_avx2_4, c->range1 = range1_q5_1_avx2; break;
         case RAD_Q4_K: c->dot = dot_q4_k_avx2_1, c->dot4 = dot_q4_k_avx2_4, c->range1 = range1_q4_k_avx2; break;
+        case RAD_Q5_K: c->dot = dot_q5_k_avx2_1, c->dot4 = dot_q5_k_avx2_4, c->range1 = range1_q5_k_avx2; break;
         default: c->dot = dot_q6_k_avx2_1, c->dot4 = dot_q6_k_avx2_4, c->range1 = range1_q6_k_avx2; break;
         }
     }
 #endif
-    c->row_bytes = q8_row_bytes(c->g.K, c->kq);
+    c->row_pairs = !c->kq;
+    c->row_kq = c->kq;
+    c->row_bytes = q8_row_bytes(c->g.K, c->row_pairs, c->row_kq);
     c->wrb = ref_row_bytes(e, (uint64_t)c->g.K);
     c->pf_rows = (int64_t)((uint64_t)c->pf_bytes / c->wrb);
     c->pf_rows = c->pf_rows < 1 ? 1 : c->pf_rows > 16 ? 16 : c->pf_rows;
@@ -822,23 +1034,35 @@ static void multi_range(const void *ctx, int i, int64_t c0, int64_t c1) { dot_ra
 
 static void multi_task(void *ctx, int tid, int nth) { ref_gemm_units_run(&((Q8Multi *)ctx)->u, tid, nth, multi_range, ctx); }
 
-/* x is quantised once per quantised-row layout (parts of one encoding share it), and the parts'
- * columns run as one job: the point is decode, where each GEMM is a few microseconds and every
- * job costs a hand-over between threads. Every output equals gemm_nt's for its part. */
+/* x is quantised once per order of codes (paired or not; parts of one encoding always share),
+ * into rows carrying every scale layout the sharing parts read (32-element parts the (d, s)
+ * pairs, K-quant parts d[], s[] and the 16-element sums: a q8_0 v beside q4_k q and k, or q5_0
+ * gate beside q4_k up, quantise once), and the parts' columns run as one job: the point is
+ * decode, where each GEMM is a few microseconds and every job costs a hand-over between threads.
+ * A part's codes and scales are those its gemm_nt computes, so every output equals gemm_nt's. */
 int ref_run_gemm_multi_q8act(const RadKernelArgs *a) {
     Q8Multi m;
     RefGemmArgs g[REF_GEMM_MAX_PARTS];
     int np, rc = ref_gemm_multi_args(a, REF_ENCS_Q8ACT | REF_TAKES_PACKED, g, &np);
     if (rc) return rc;
     const int isa = ref_isa(a);
-    size_t bytes = 0;
     int owner[REF_GEMM_MAX_PARTS];
     for (int i = 0; i < np; i++) {
         m.part[i].g = g[i];
         q8_prepare(&m.part[i], isa, rad_knob_value(a, REF_KNOB_PREFETCH, REF_PF_BYTES));
         owner[i] = i;
         for (int j = 0; j < i && owner[i] == i; j++)
-            if (m.part[j].kq == m.part[i].kq && m.part[j].paired == m.part[i].paired && m.part[j].s_mul == m.part[i].s_mul) owner[i] = j;
+            if (owner[j] == j && m.part[j].paired == m.part[i].paired) owner[i] = j;
+        Q8Ctx *o = &m.part[owner[i]];
+        o->row_pairs |= m.part[i].row_pairs;
+        o->row_kq |= m.part[i].row_kq;
+    }
+    size_t bytes = 0;
+    for (int i = 0; i < np; i++) {
+        const Q8Ctx *o = &m.part[owner[i]];
+        m.part[i].row_pairs = o->row_pairs;
+        m.part[i].row_kq = o->row_kq;
+        m.part[i].row_bytes = q8_row_bytes(g[i].K, o->row_pairs, o->row_kq);
         if (owner[i] == i) bytes += m.part[i].row_bytes * (size_t)g[i].M;
     }
     uint8_t *buf = ref_scratch(1, bytes);

@@ -162,7 +162,7 @@ static uint16_t rand_f16_scale(void) {
 
 static const RadDType ALL_ENCS[] = {RAD_F32, RAD_F16, RAD_BF16, RAD_Q8_0, RAD_Q4_0, RAD_Q4_1,
                                     RAD_Q5_0, RAD_Q5_1, RAD_Q4_K, RAD_Q5_K, RAD_Q6_K};
-static const RadDType Q8ACT_ENCS[] = {RAD_Q8_0, RAD_Q4_0, RAD_Q4_1, RAD_Q4_K, RAD_Q6_K};
+static const RadDType Q8ACT_ENCS[] = {RAD_Q8_0, RAD_Q4_0, RAD_Q4_1, RAD_Q5_0, RAD_Q5_1, RAD_Q4_K, RAD_Q5_K, RAD_Q6_K};
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))
 
 static uint16_t f16_of(double v) { return rad_f32_to_f16((float)v); }
@@ -322,7 +322,12 @@ Test(ref, plugin_info_and_table) {
         cr_assert(find("embed_gather", NULL)->weight_encs & RAD_ENC_BIT(ALL_ENCS[i]));
     }
     cr_assert_eq(find("gemm_nt", "q8act")->weight_encs & RAD_ENC_PLAIN_FLOATS, 0);
-    cr_assert_eq(find("gemm_nt", "q8act")->weight_encs & RAD_ENC_BIT(RAD_ENC_Q5_K), 0);
+    for (size_t i = 0; i < N_OF(Q8ACT_ENCS); i++)
+        for (int v = 0; v < 4; v++) {
+            static const char *const ops[4] = {"gemm_nt", "gemm_nt2", "gemm_nt3", "logits_gemm"};
+            cr_assert(find(ops[v], "q8act")->weight_encs & RAD_ENC_BIT(Q8ACT_ENCS[i]), "%s:q8act takes %s", ops[v],
+                      rad_enc_info((RadEnc)Q8ACT_ENCS[i])->name);
+        }
 }
 
 /* Zero rows is not a call: every kernel returns RAD_E_SHAPE and writes nothing. */
@@ -565,6 +570,23 @@ Test(ref, gemm_exact_q6_k) { check_gemm_cases("gemm_nt", "exact", RAD_Q6_K); }
 Test(ref, gemm_q8act) {
     for (size_t e = 0; e < N_OF(Q8ACT_ENCS); e++) check_gemm_cases("gemm_nt", "q8act", Q8ACT_ENCS[e]);
 }
+
+/* The 5-bit encodings at the row counts that take each path: M = 1 (decode, the one-row range),
+ * 4 (one four-row step), 5 and 17 (four-row steps and a one-row tail), K a multiple of 256 and
+ * (the 32-element ones) an odd number of blocks that is not (the kernels' two-block steps leave
+ * one over). */
+Test(ref, gemm_q8act_q5) {
+    static const RadDType t[] = {RAD_Q5_0, RAD_Q5_1, RAD_Q5_K};
+    static const int Ms[] = {1, 4, 5, 17};
+    for (size_t e = 0; e < N_OF(t); e++)
+        for (size_t i = 0; i < N_OF(Ms); i++) {
+            check_gemm("gemm_nt", "q8act", t[e], Ms[i], 37, 512);
+            if (block_of(t[e]) == 32) check_gemm("gemm_nt", "q8act", t[e], Ms[i], 21, 864);
+        }
+    check_gemm("logits_gemm", "q8act", RAD_Q5_0, 3, 301, 96);
+    check_gemm("gemm_nt", "q8act", RAD_Q5_K, 1, 301, 768);
+    check_gemm("gemm_nt", "q8act", RAD_Q5_1, 7, 130, 576);
+}
 Test(ref, logits_gemm) {
     check_gemm("logits_gemm", "exact", RAD_Q8_0, 2, 301, 64);
     check_gemm("logits_gemm", "exact", RAD_F16, 1, 97, 40);
@@ -694,6 +716,16 @@ Test(ref, gemm_nt2_nt3_equal_the_chain) {
         {"q8act", 3, 6, 512, {RAD_Q4_K, RAD_Q4_K, RAD_Q6_K}, {40, 24, 21}},
         {"q8act", 2, 1, 96, {RAD_Q4_1, RAD_Q4_1}, {301, 301}},
         {"q8act", 2, 7, 96, {RAD_Q8_0, RAD_Q4_0}, {50, 77}},
+        /* what llama.cpp's Q4_K_M / Q5_K_M files fuse: q5_0 / q5_1 q and k beside a q8_0 v (one
+         * quantisation), q5_0 gate beside q4_k up (32-element and K-quant scales in one row),
+         * q4_0 beside q5_0 (paired and natural codes: two quantisations) */
+        {"q8act", 3, 1, 576, {RAD_Q5_0, RAD_Q5_0, RAD_Q8_0}, {64, 32, 32}},
+        {"q8act", 3, 5, 96, {RAD_Q5_1, RAD_Q5_1, RAD_Q8_0}, {37, 13, 13}},
+        {"q8act", 2, 1, 512, {RAD_Q5_0, RAD_Q4_K}, {77, 77}},
+        {"q8act", 2, 17, 512, {RAD_Q5_0, RAD_Q4_K}, {41, 41}},
+        {"q8act", 3, 4, 768, {RAD_Q4_K, RAD_Q5_K, RAD_Q6_K}, {40, 24, 24}},
+        {"q8act", 3, 5, 512, {RAD_Q5_1, RAD_Q5_K, RAD_Q4_0}, {19, 23, 29}},
+        {"q8act", 3, 1, 256, {RAD_Q8_0, RAD_Q6_K, RAD_Q5_0}, {33, 11, 11}},
         {"exact", 3, 1, 96, {RAD_F32, RAD_F32, RAD_F32}, {33, 11, 11}},
         {"exact", 3, 4, 256, {RAD_Q4_1, RAD_Q4_1, RAD_Q4_K}, {29, 9, 9}},
         {"exact", 2, 1, 128, {RAD_Q8_0, RAD_F16}, {257, 257}},
