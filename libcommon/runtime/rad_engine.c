@@ -532,14 +532,29 @@ int rad_engine_kv_type(const char *name, RadDType *out) {
     return 0;
 }
 
+/* A KV width flag's value into *dtype, *quant; RAD_E_ARG naming the flag when it is not one it takes. */
+static int kv_flag_value(int kv_type, const char *value, RadDType *dtype, RadKvQuant *quant, RadErr *e) {
+    static const struct { const char *name; RadKvQuant q; } fp8[] = {{"fp8_v4", RAD_KVQ_V4}, {"fp8_k6v4", RAD_KVQ_K6V4}};
+    *quant = RAD_KVQ_NONE;
+    if (rad_engine_kv_type(value, dtype)) return RAD_OK;
+    if (kv_type) return rad_err_set(e, RAD_E_ARG, "--kv-type: '%s' is not f32, f16 or bf16", value);
+    for (size_t i = 0; i < sizeof fp8 / sizeof fp8[0]; i++)
+        if (!strcmp(value, fp8[i].name)) return *dtype = RAD_F8_E4M3, *quant = fp8[i].q, RAD_OK;
+    return rad_err_set(e, RAD_E_ARG, "--kv-cache-dtype: '%s' is not f32, f16, bf16, fp8_v4 or fp8_k6v4", value);
+}
+
 int rad_engine_deploy_flag(RadEngineOpts *o, const char *flag, const char *value, RadErr *e) {
-    if (!strcmp(flag, "--kv-cache-dtype")) {
-        static const struct { const char *name; RadKvQuant q; } fp8[] = {{"fp8_v4", RAD_KVQ_V4}, {"fp8_k6v4", RAD_KVQ_K6V4}};
-        o->kv_quant = RAD_KVQ_NONE;
-        if (rad_engine_kv_type(value, &o->kv_dtype)) return RAD_OK;
-        for (size_t i = 0; i < sizeof fp8 / sizeof fp8[0]; i++)
-            if (!strcmp(value, fp8[i].name)) return o->kv_dtype = RAD_F8_E4M3, o->kv_quant = fp8[i].q, RAD_OK;
-        return rad_err_set(e, RAD_E_ARG, "--kv-cache-dtype: '%s' is not f32, f16, bf16, fp8_v4 or fp8_k6v4", value);
+    const int kv_type = !strcmp(flag, "--kv-type");
+    if (kv_type || !strcmp(flag, "--kv-cache-dtype")) { /* one setting, two spellings: the value first, then the pair */
+        RadDType dt;
+        RadKvQuant q;
+        int rc = kv_flag_value(kv_type, value, &dt, &q, e);
+        if (rc) return rc;
+        if (o->kv_flag && strcmp(o->kv_flag, flag))
+            return rad_err_set(e, RAD_E_ARG, "--kv-type and --kv-cache-dtype: give one of them");
+        o->kv_flag = kv_type ? "--kv-type" : "--kv-cache-dtype";
+        o->kv_dtype = dt, o->kv_quant = q;
+        return RAD_OK;
     }
     if (!strcmp(flag, "--control-vector")) {
         if (!*value) return rad_err_set(e, RAD_E_ARG, "--control-vector: expected a file name");
@@ -564,6 +579,15 @@ int rad_engine_deploy_flag(RadEngineOpts *o, const char *flag, const char *value
         return rc;
     }
     return rad_err_set(e, RAD_E_ARG, "%s: not a deployment switch", flag);
+}
+
+void rad_engine_deploy_apply(RadEngineOpts *o, const RadEngineOpts *d) {
+    if (d->kv_flag) o->kv_dtype = d->kv_dtype;
+    o->kv_quant = d->kv_quant;
+    o->control_vector = d->control_vector;
+    o->tp_attn_rows = d->tp_attn_rows;
+    o->state_dtype = d->state_dtype;
+    o->kv_resident = d->kv_resident;
 }
 
 void rad_engine_tune_key(const RadEngine *en, RadTuneKey *k) {

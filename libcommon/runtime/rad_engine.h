@@ -49,6 +49,8 @@ typedef struct RadEngineOpts {
     int tp_attn_rows;              /* --tp-attn-split rows: row-split prefill attention */
     RadDType state_dtype;          /* --state-cache-dtype: RAD_F16, or 0 (RAD_F32) */
     uint32_t kv_resident;          /* --kv-resident N: KV blocks kept resident, the rest streamed; 0: all resident */
+    const char *kv_flag;           /* rad_engine_deploy_flag's parse state: "--kv-type" or "--kv-cache-dtype", the
+                                      one given (the two are one setting), or NULL */
 } RadEngineOpts;
 
 /* Opaque: tools see the engine through these functions only; its state, the KV cache among it,
@@ -67,12 +69,15 @@ typedef struct RadEngineLimits {
 int rad_engine_open(RadEngine **en, const RadEngineOpts *o, RadErr *e);
 /* A --kv-type name: "f32", "f16" or "bf16" -> 1 with *out set; else 0 (every tool's flag). */
 int rad_engine_kv_type(const char *name, RadDType *out);
-/* One deployment switch, as every tool takes it (docs/TOOLS.md): flag "--kv-cache-dtype"
- * (f32|f16|bf16 as --kv-type; fp8_v4|fp8_k6v4 set kv_dtype RAD_F8_E4M3 and kv_quant),
+/* One deployment switch, as every tool takes it (docs/TOOLS.md): flag "--kv-type" (f32|f16|bf16)
+ * or "--kv-cache-dtype" (those, or fp8_v4|fp8_k6v4: kv_dtype RAD_F8_E4M3 and kv_quant), not both,
  * "--control-vector" (a file name; read when the engine opens), "--tp-attn-split" (rows),
  * "--state-cache-dtype" (f32|f16) or "--kv-resident" (a whole number of blocks >= 1) with its value,
  * into o's fields. RAD_E_ARG naming the flag and the value when the value is not one it takes. */
 int rad_engine_deploy_flag(RadEngineOpts *o, const char *flag, const char *value, RadErr *e);
+/* Copies what rad_engine_deploy_flag parsed into d (kv_dtype when a KV flag was given, kv_quant,
+ * control_vector, tp_attn_rows, state_dtype, kv_resident) into o; o's other fields stay. */
+void rad_engine_deploy_apply(RadEngineOpts *o, const RadEngineOpts *d);
 /* Frees the engine; NULL is ignored. */
 void rad_engine_close(RadEngine *en);
 

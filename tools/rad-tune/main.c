@@ -32,7 +32,6 @@ typedef struct Opts {
     const char *model, *kernels, *out, *ops;
     int quick, fast, deterministic, no_repack, no_knobs, json, restart;
     double tolerance;              /* --tolerance, --fast or the default (rad_select_tolerance) */
-    RadDType kv_dtype;
     RadEngineOpts deploy;          /* the deployment switches only (rad_engine_deploy_flag) */
     uint32_t max_tok, max_seqs, ctx, threads;
     const char *plugin_dirs[16];
@@ -102,7 +101,6 @@ static int parse(int argc, char **argv, Opts *o) {
         {"kv-resident", required_argument, 0, KVRES},
         {0, 0, 0, 0}};
     int c, li = 0;
-    const char *kv_flag = NULL; /* --kv-type or --kv-cache-dtype, whichever was given */
     opterr = 0;
     while ((c = getopt_long(argc, argv, "m:o:h", lo, &li)) != -1) {
         switch (c) {
@@ -116,23 +114,11 @@ static int parse(int argc, char **argv, Opts *o) {
         case MAXSEQS: if (!num("--max-seqs", optarg, 1, 4096, &o->max_seqs)) return 2; break;
         case CTX: if (!num("--ctx", optarg, 16, 1 << 20, &o->ctx)) return 2; break;
         case THREADS: if (!num("--threads", optarg, 1, 1024, &o->threads)) return 2; break;
-        case KVTYPE:
-            if (!rad_engine_kv_type(optarg, &o->kv_dtype))
-                return fprintf(stderr, "rad-tune: --kv-type: '%s' is not f32, f16 or bf16\n", optarg), 2;
-            if (kv_flag && strcmp(kv_flag, "--kv-type"))
-                return fprintf(stderr, "rad-tune: --kv-type and --kv-cache-dtype: give one of them\n"), 2;
-            kv_flag = "--kv-type";
-            break;
-        case KVCDT: case CVEC: case TPSPLIT: case STATEDT: case KVRES: { /* radiance's deployment switches */
+        case KVTYPE: case KVCDT: case CVEC: case TPSPLIT: case STATEDT: case KVRES: { /* radiance's deployment switches */
             RadErr e = {0};
             char flag[32];
             snprintf(flag, sizeof flag, "--%s", lo[li].name);
             if (rad_engine_deploy_flag(&o->deploy, flag, optarg, &e)) return fprintf(stderr, "rad-tune: %s\n", e.msg), 2;
-            if (c != KVCDT) break;
-            if (kv_flag && strcmp(kv_flag, "--kv-cache-dtype"))
-                return fprintf(stderr, "rad-tune: --kv-type and --kv-cache-dtype: give one of them\n"), 2;
-            o->kv_dtype = o->deploy.kv_dtype;
-            kv_flag = "--kv-cache-dtype";
             break;
         }
         case TOL: {
@@ -492,11 +478,9 @@ int main(int argc, char **argv) {
     const double t0 = now_s();
     RadEngineOpts eo = {.model = o.model, .plugin_dirs = o.plugin_dirs, .n_plugin_dirs = o.n_plugin_dirs,
                         .kernels = o.kernels, .n_threads = o.threads, .max_tok = o.max_tok ? o.max_tok : RAD_SERVE_MAX_TOK,
-                        .max_seqs = o.max_seqs ? o.max_seqs : RAD_SERVE_MAX_SEQS, .max_ctx = o.ctx, .kv_dtype = o.kv_dtype,
-                        .deterministic = o.deterministic, .max_tolerance = o.tolerance,
-                        .no_repack = o.no_repack, .kv_quant = o.deploy.kv_quant, .control_vector = o.deploy.control_vector,
-                        .tp_attn_rows = o.deploy.tp_attn_rows, .state_dtype = o.deploy.state_dtype,
-                        .kv_resident = o.deploy.kv_resident};
+                        .max_seqs = o.max_seqs ? o.max_seqs : RAD_SERVE_MAX_SEQS, .max_ctx = o.ctx,
+                        .deterministic = o.deterministic, .max_tolerance = o.tolerance, .no_repack = o.no_repack};
+    rad_engine_deploy_apply(&eo, &o.deploy);
     RadErr e = {0};
     RadEngine *en = NULL;
     if ((rc = rad_engine_open(&en, &eo, &e))) return fprintf(stderr, "rad-tune: %s\n", e.msg), 1;

@@ -147,7 +147,6 @@ static int parse_args(int argc, char **argv, Opts *o) {
     o->max_queue = 1024;
     int c;
     double v;
-    const char *kv_flag = NULL; /* --kv-type or --kv-cache-dtype, whichever was given */
     opterr = 0;
     int li = 0;
     while ((c = getopt_long(argc, argv, "m:p:n:h", lo, &li)) != -1) {
@@ -204,27 +203,11 @@ static int parse_args(int argc, char **argv, Opts *o) {
         case MMAPW: o->mmap_weights = 1; break;
         case NOREPACK: o->no_repack = 1; break;
         case NOVERIFY: o->no_verify = 1; break;
-        case KVTYPE:
-            {
-                RadDType t;
-                if (!rad_engine_kv_type(optarg, &t))
-                    return fprintf(stderr, "radiance: --kv-type: '%s' is not f32, f16 or bf16\n", optarg), 2;
-                if (kv_flag && strcmp(kv_flag, "--kv-type"))
-                    return fprintf(stderr, "radiance: --kv-type and --kv-cache-dtype: give one of them\n"), 2;
-                o->kv_dtype = (int)t;
-                kv_flag = "--kv-type";
-            }
-            break;
-        case KVCDT: case CVEC: case TPSPLIT: case STATEDT: case KVRES: { /* the deployment switches (docs/PLUGINS.md) */
+        case KVTYPE: case KVCDT: case CVEC: case TPSPLIT: case STATEDT: case KVRES: { /* the deployment switches (docs/PLUGINS.md) */
             RadErr e = {0};
             char flag[32];
             snprintf(flag, sizeof flag, "--%s", lo[li].name);
             if (rad_engine_deploy_flag(&o->deploy, flag, optarg, &e)) return fprintf(stderr, "radiance: %s\n", e.msg), 2;
-            if (c != KVCDT) break;
-            if (kv_flag && strcmp(kv_flag, "--kv-cache-dtype"))
-                return fprintf(stderr, "radiance: --kv-type and --kv-cache-dtype: give one of them\n"), 2;
-            o->kv_dtype = (int)o->deploy.kv_dtype;
-            kv_flag = "--kv-cache-dtype";
             break;
         }
         case HOST: o->host = optarg; break;
@@ -545,10 +528,9 @@ int main(int argc, char **argv) {
     RadEngineOpts eo = {.model = o.model, .plugin_dirs = o.plugin_dirs, .n_plugin_dirs = o.n_plugin_dirs, .kernels = o.kernels,
                         .n_threads = o.threads, .max_tok = o.batch ? o.batch : 512, .max_seqs = 1, .max_ctx = o.ctx,
                         .deterministic = o.deterministic, .max_tolerance = o.max_tolerance, .profile = o.profile,
-                        .mmap_weights = o.mmap_weights, .no_repack = o.no_repack, .no_verify = o.no_verify, .kv_dtype = (RadDType)o.kv_dtype,
-                        .tune = o.tune, .tune_ignore_mismatch = o.tune_ignore_mismatch, .kv_quant = o.deploy.kv_quant,
-                        .control_vector = o.deploy.control_vector, .tp_attn_rows = o.deploy.tp_attn_rows,
-                        .state_dtype = o.deploy.state_dtype, .kv_resident = o.deploy.kv_resident};
+                        .mmap_weights = o.mmap_weights, .no_repack = o.no_repack, .no_verify = o.no_verify,
+                        .tune = o.tune, .tune_ignore_mismatch = o.tune_ignore_mismatch};
+    rad_engine_deploy_apply(&eo, &o.deploy);
     if (!o.chat && !o.prompt && !o.ids && !o.tokenize && !o.detokenize && o.bounds_given) /* the server's plan, shown */
         eo.max_seqs = o.max_seqs, eo.max_tok = o.max_mixed_tok;
     rc = rad_engine_open(&en, &eo, &e);

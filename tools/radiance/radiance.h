@@ -15,9 +15,9 @@ typedef struct Opts {
     const char *plugin_dirs[16];
     int n_plugin_dirs;
     int n_predict, tokenize, detokenize, chat, debug_graph, debug_placement, print_ids, deterministic, fast, profile, mmap_weights, no_repack, no_verify;
-    int kv_dtype;           /* RadDType of the KV cache (0: the engine's default, f32) */
-    RadEngineOpts deploy;   /* the deployment switches only (rad_engine_deploy_flag): kv_quant, control_vector,
-                               tp_attn_rows, state_dtype, kv_resident; --kv-cache-dtype's width is in kv_dtype */
+    RadEngineOpts deploy;   /* the deployment switches only (rad_engine_deploy_flag, rad_engine_deploy_apply): the
+                               KV cache's type and layout (--kv-type / --kv-cache-dtype), control_vector,
+                               tp_attn_rows, state_dtype, kv_resident */
     double max_tolerance;   /* --max-tolerance (--fast: RAD_SELECT_FAST_TOLERANCE); resolved by the parser */
     uint32_t threads, ctx, batch;
     RadSamplerParams sp;

@@ -1288,10 +1288,9 @@ int serve(const Opts *o) {
     RadEngineOpts eo = {.model = o->model, .plugin_dirs = o->plugin_dirs, .n_plugin_dirs = o->n_plugin_dirs, .kernels = o->kernels,
                         .n_threads = o->threads, .max_tok = o->max_mixed_tok, .max_seqs = o->max_seqs, .max_ctx = o->ctx,
                         .kv_blocks = o->kv_blocks, .deterministic = o->deterministic, .max_tolerance = o->max_tolerance,
-                        .mmap_weights = o->mmap_weights, .no_repack = o->no_repack, .no_verify = o->no_verify, .kv_dtype = (RadDType)o->kv_dtype,
-                        .tune = o->tune, .tune_ignore_mismatch = o->tune_ignore_mismatch, .kv_quant = o->deploy.kv_quant,
-                        .control_vector = o->deploy.control_vector, .tp_attn_rows = o->deploy.tp_attn_rows,
-                        .state_dtype = o->deploy.state_dtype, .kv_resident = o->deploy.kv_resident};
+                        .mmap_weights = o->mmap_weights, .no_repack = o->no_repack, .no_verify = o->no_verify,
+                        .tune = o->tune, .tune_ignore_mismatch = o->tune_ignore_mismatch};
+    rad_engine_deploy_apply(&eo, &o->deploy);
     double t0 = now();
     int rc = rad_engine_open(&s->en, &eo, &e);
     if (!rc && rad_engine_tune_warning(s->en)) fprintf(stderr, "radiance: warning: %s\n", rad_engine_tune_warning(s->en));
