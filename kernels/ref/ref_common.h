@@ -203,6 +203,14 @@ int ref_run_all_reduce(const RadKernelArgs *a);
 /* Decodes one row of `cols` elements of encoding e (ref_row_bytes(e, cols) bytes) into dst,
  * bit-identical to libcommon's rad_dequant, with the ISA's path (ref_dequant.c). */
 void ref_dequant_row(int isa, RadDType e, const uint8_t *src, float *dst, uint64_t cols);
+/* A rank-1 float weight (a norm's gamma, a bias) as n f32 values: its own bytes when stored f32,
+ * else widened exactly into scratch slot 2 (rmsnorm, head_rmsnorm, add_bias). NULL: out of memory. */
+static inline const float *ref_weight_f32(int isa, const RadKArg *w, uint64_t n) {
+    if (w->dtype == RAD_F32) return w->data;
+    float *f = ref_scratch(2, (size_t)n * sizeof(float));
+    if (f) ref_dequant_row(isa, w->dtype, w->data, f, n);
+    return f;
+}
 /* Elements [k0, k0 + n) of a row (k0 and n whole blocks). */
 void ref_dequant_range(int isa, RadDType e, const uint8_t *row, int64_t k0, int64_t n, float *dst);
 

@@ -230,14 +230,7 @@ int ref_run_add_bias(const RadKernelArgs *a) {
     if (!ref_weight_ok(w, RAD_ENC_PLAIN_FLOATS, 1, (uint64_t)N) || !ref_buf_ok(c.a, (uint64_t)c.M, (uint64_t)N))
         return RAD_E_SHAPE;
     c.isa = ref_isa(a);
-    if (w->dtype == RAD_F32) {
-        c.bias = w->data;
-    } else {
-        float *wb = ref_scratch(2, (size_t)N * sizeof(float));
-        if (!wb) return RAD_E_NOMEM;
-        ref_dequant_row(c.isa, w->dtype, w->data, wb, (uint64_t)N);
-        c.bias = wb;
-    }
+    if (!(c.bias = ref_weight_f32(c.isa, w, (uint64_t)N))) return RAD_E_NOMEM;
     c.row = add_generic;
 #if REF_X86
     if (c.isa >= REF_ISA_AVX2) c.row = add_avx2;

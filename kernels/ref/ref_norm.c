@@ -165,14 +165,7 @@ static int run_norm(const RadKernelArgs *a, int fused, int simd) {
     if (!ref_weight_ok(g, RAD_ENC_PLAIN_FLOATS, 1, (uint64_t)N)) return RAD_E_SHAPE;
     if (!ref_buf_ok(c.x, (uint64_t)c.M, (uint64_t)N) || !ref_buf_ok(c.out, (uint64_t)c.M, (uint64_t)N)) return RAD_E_SHAPE;
     if (fused && !ref_buf_ok(c.res, (uint64_t)c.M, (uint64_t)N)) return RAD_E_SHAPE;
-    if (g->dtype == RAD_F32) {
-        c.gamma = g->data;
-    } else {
-        float *gb = ref_scratch(2, (size_t)N * sizeof(float));
-        if (!gb) return RAD_E_NOMEM;
-        ref_dequant_row(c.isa, g->dtype, g->data, gb, (uint64_t)N);
-        c.gamma = gb;
-    }
+    if (!(c.gamma = ref_weight_f32(c.isa, g, (uint64_t)N))) return RAD_E_NOMEM;
     int nth = ref_threads(a, (double)c.M * (double)N, 32768.0);
     ref_parallel(a, nth, norm_task, &c);
     return RAD_OK;
@@ -200,14 +193,7 @@ static int run_head_norm(const RadKernelArgs *a, int simd) {
     c.fused = 0;
     if (!ref_weight_ok(g, RAD_ENC_PLAIN_FLOATS, 1, (uint64_t)hd)) return RAD_E_SHAPE;
     if (!ref_buf_ok(c.x, (uint64_t)a->n, (uint64_t)(nh * hd))) return RAD_E_SHAPE;
-    if (g->dtype == RAD_F32) {
-        c.gamma = g->data;
-    } else {
-        float *gb = ref_scratch(2, (size_t)hd * sizeof(float));
-        if (!gb) return RAD_E_NOMEM;
-        ref_dequant_row(c.isa, g->dtype, g->data, gb, (uint64_t)hd);
-        c.gamma = gb;
-    }
+    if (!(c.gamma = ref_weight_f32(c.isa, g, (uint64_t)hd))) return RAD_E_NOMEM;
     int nth = ref_threads(a, (double)c.M * (double)hd, 32768.0);
     ref_parallel(a, nth, norm_task, &c);
     return RAD_OK;
