@@ -147,6 +147,26 @@ static void run_model(const char *model, const char *prefix, double max_toleranc
     rad_engine_close(en);
 }
 
+/* A GGUF as rad-convert imports it, on the exact path: the issue's bounds (top-1 >= 0.99, mean KL
+ * <= 1e-3, every greedy continuation the oracle's, no op on a kernel looser than 1e-3). The
+ * score is left in *s for a tighter bound of the caller's; `label` names the run in the log. */
+static void exact_gguf_matches(const char *gguf, const char *prefix, const char *label, Score *s) {
+    char cmd[1024], model[300];
+    snprintf(model, sizeof model, "%s/%s.rad", dir, label);
+    snprintf(cmd, sizeof cmd, "%s %s -o %s", conv, gguf, model);
+    cr_assert_eq(system(cmd), 0);
+    run_model(model, prefix, 0, 1, s);
+    cr_assert_gt(s->gen_cases, 0);
+    double agree = (double)s->agree / (double)s->positions, kl = s->kl_sum / (double)s->positions;
+    printf("oracle %s exact: %" PRIu64 " positions, top-1 agreement %.4f, mean KL %.2e (max %.2e), greedy %" PRIu64
+           "/%" PRIu64 "\n",
+           label, s->positions, agree, kl, s->kl_max, s->gen_exact, s->gen_cases);
+    cr_assert_eq(s->loose_ops, 0, "%" PRIu64 " ops chose a kernel looser than 1e-3 at the default tolerance", s->loose_ops);
+    cr_assert_geq(agree, 0.99, "top-1 agreement %.4f", agree);
+    cr_assert_leq(kl, 1e-3, "mean KL %.3e", kl);
+    cr_assert_eq(s->gen_exact, s->gen_cases);
+}
+
 TestSuite(oracle, .init = setup, .fini = teardown);
 
 Test(oracle, smollm2_f32_matches_transformers) {
@@ -186,22 +206,9 @@ Test(oracle, tiny_bf16_llama_matches_transformers) {
  * transformers on the same dequantised weights. */
 #define QWEN05 "models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 Test(oracle, qwen05_q4_k_m_exact_matches_transformers) {
-    char cmd[1024], model[300];
     if (access(QWEN05, R_OK) != 0) cr_skip_test("Qwen2.5-Coder-0.5B not fetched (make model)");
-    snprintf(model, sizeof model, "%s/qwen05.rad", dir);
-    snprintf(cmd, sizeof cmd, "%s " QWEN05 " -o %s", conv, model);
-    cr_assert_eq(system(cmd), 0);
     Score s = {0};
-    run_model(model, "qwen05-", 0, 1, &s);
-    cr_assert_gt(s.gen_cases, 0);
-    double agree = (double)s.agree / (double)s.positions, kl = s.kl_sum / (double)s.positions;
-    printf("oracle qwen05 q4_k_m exact: %" PRIu64 " positions, top-1 agreement %.4f, mean KL %.2e (max %.2e), greedy %" PRIu64
-           "/%" PRIu64 "\n",
-           s.positions, agree, kl, s.kl_max, s.gen_exact, s.gen_cases);
-    cr_assert_eq(s.loose_ops, 0, "%" PRIu64 " ops chose a kernel looser than 1e-3 at the default tolerance", s.loose_ops);
-    cr_assert_geq(agree, 0.99, "top-1 agreement %.4f", agree);
-    cr_assert_leq(kl, 1e-3, "mean KL %.3e", kl);
-    cr_assert_eq(s.gen_exact, s.gen_cases);
+    exact_gguf_matches(QWEN05, "qwen05-", "qwen05-q4_k_m", &s);
 }
 
 /* Qwen3 (plugins qwen3, qwen3_ggml: the Llama layer with per-head q/k RMSNorms before the rope)
@@ -330,22 +337,9 @@ Test(oracle, radiance_cli_prints_qwen15_greedy_text) {
  * prefilled in 128-token chunks, so the window's edge falls inside a chunk). */
 #define GEMMA3 "models/gemma-3-270m-q4_k_m.gguf"
 Test(oracle, gemma3_q4_k_m_exact_matches_transformers) {
-    char cmd[1024], model[300];
     if (access(GEMMA3, R_OK) != 0) cr_skip_test("Gemma 3 270M not fetched (make model)");
-    snprintf(model, sizeof model, "%s/gemma3.rad", dir);
-    snprintf(cmd, sizeof cmd, "%s " GEMMA3 " -o %s", conv, model);
-    cr_assert_eq(system(cmd), 0);
     Score s = {0};
-    run_model(model, "gemma3-", 0, 1, &s);
-    cr_assert_gt(s.gen_cases, 0);
-    double agree = (double)s.agree / (double)s.positions, kl = s.kl_sum / (double)s.positions;
-    printf("oracle gemma3 q4_k_m exact: %" PRIu64 " positions, top-1 agreement %.4f, mean KL %.2e (max %.2e), greedy %" PRIu64
-           "/%" PRIu64 "\n",
-           s.positions, agree, kl, s.kl_max, s.gen_exact, s.gen_cases);
-    cr_assert_eq(s.loose_ops, 0, "%" PRIu64 " ops chose a kernel looser than 1e-3 at the default tolerance", s.loose_ops);
-    cr_assert_geq(agree, 0.99, "top-1 agreement %.4f", agree);
-    cr_assert_leq(kl, 1e-3, "mean KL %.3e", kl);
-    cr_assert_eq(s.gen_exact, s.gen_cases);
+    exact_gguf_matches(GEMMA3, "gemma3-", "gemma3-q4_k_m", &s);
 }
 
 /* The issue's acceptance on Gemma 3: greedy text equal to transformers' on a factual prompt and
@@ -405,24 +399,12 @@ Test(oracle, radiance_cli_packs_under_fast_unless_no_repack) {
  * q8_0 embedding that is also the tied head, plugin llama_ggml) holds exactly the weights the oracle dequantised, so
  * the exact path (default tolerance 1e-3) must match it as tightly as the f32 container. */
 Test(oracle, smollm2_q4_1_exact_matches_transformers) {
-    char cmd[1024], model[300];
-    snprintf(model, sizeof model, "%s/smollm2-q4_1.rad", dir);
-    snprintf(cmd, sizeof cmd, "%s models/SmolLM2-135M-Instruct.Q4_1.gguf -o %s", conv, model);
-    cr_assert_eq(system(cmd), 0);
     Score s = {0};
-    run_model(model, "smollm2-", 0, 1, &s);
-    cr_assert_gt(s.gen_cases, 0);
-    double agree = (double)s.agree / (double)s.positions, kl = s.kl_sum / (double)s.positions;
-    printf("oracle smollm2 q4_1 exact: %" PRIu64 " positions, top-1 agreement %.4f, mean KL %.2e (max %.2e), greedy %" PRIu64
-           "/%" PRIu64 "\n",
-           s.positions, agree, kl, s.kl_max, s.gen_exact, s.gen_cases);
-    cr_assert_eq(s.loose_ops, 0, "%" PRIu64 " ops chose a kernel looser than 1e-3 at the default tolerance", s.loose_ops);
-    cr_assert_geq(agree, 0.99, "top-1 agreement %.4f", agree);
-    cr_assert_leq(kl, 1e-3, "mean KL %.3e", kl);
+    exact_gguf_matches("models/SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2-", "smollm2-q4_1", &s);
     /* tighter than the issue's bound: the exact path lands where the f32 container does
      * (7.5e-10); rounding weights to bf16 scores 6e-5 and q8 activations 2.6e-3 */
+    double kl = s.kl_sum / (double)s.positions;
     cr_assert_leq(kl, 1e-6, "mean KL %.3e: the exact path is not as close as the f32 container", kl);
-    cr_assert_eq(s.gen_exact, s.gen_cases);
 }
 
 /* radiance --fast (max_tolerance 2e-2): the quantised GEMMs quantise activations to q8 as
