@@ -24,9 +24,10 @@
 
 #define REF_INLINE static inline __attribute__((always_inline))
 
-/* Instruction-set levels, lowest first. RAD_REF_ISA=generic|avx2 (read at init) caps the
- * level; the default is the best the CPU supports. */
-typedef enum RefIsa { REF_ISA_GENERIC = 0, REF_ISA_AVX2 = 1 } RefIsa;
+/* Instruction-set levels, lowest first. RAD_REF_ISA=generic|avx2|avx512 (read at init) caps
+ * the level; the default is the best the CPU supports. avx512 is AVX2 plus AVX-512 F, BW, VL and
+ * VNNI: only the q8tile GEMMs (ref_gemm_tile.c) use it; every other kernel runs its AVX2 code. */
+typedef enum RefIsa { REF_ISA_GENERIC = 0, REF_ISA_AVX2 = 1, REF_ISA_AVX512 = 2 } RefIsa;
 
 int ref_isa_detect(void);          /* the best level this CPU supports */
 const char *ref_isa_name(int isa);
@@ -182,6 +183,9 @@ int ref_run_gemm_exact(const RadKernelArgs *a);
 int ref_run_gemm_q8act(const RadKernelArgs *a);
 int ref_run_gemm_multi_exact(const RadKernelArgs *a); /* gemm_nt2, gemm_nt3 */
 int ref_run_gemm_multi_q8act(const RadKernelArgs *a);
+int ref_run_gemm_q8tile(const RadKernelArgs *a);
+#define REF_TILE_MIN_ROWS 16 /* q8tile's n_min: below it a tile's unpacking is not paid back */
+int ref_run_gemm_multi_q8tile(const RadKernelArgs *a);
 int ref_run_rmsnorm(const RadKernelArgs *a);
 int ref_run_rmsnorm_simd(const RadKernelArgs *a);
 int ref_run_add_rmsnorm(const RadKernelArgs *a);

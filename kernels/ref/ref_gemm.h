@@ -1,5 +1,6 @@
-/* ref_gemm.h — what ref_gemm.c (the "exact" variant) and ref_gemm_q8.c (the "q8act" variant)
- * share: the operand checks of gemm_nt / logits_gemm. */
+/* ref_gemm.h — what ref_gemm.c (the "exact" variant), ref_gemm_q8.c (the "q8act" and "q8tile"
+ * variants) and ref_gemm_tile.c share: the operand checks of gemm_nt / logits_gemm, the
+ * quantised rows, and the tiled many-row path. */
 #ifndef REF_GEMM_H
 #define REF_GEMM_H
 
@@ -104,5 +105,27 @@ static inline void ref_gemm_units_run(const RefGemmUnits *u, int tid, int nth, r
  * (or NULL): the group's bytes are prefetched that far ahead as they are read. */
 void ref_x8_dot(int isa, const uint8_t *wg, int rm, const int8_t *const *xq, const float *const *ds, int64_t K, float *out,
                 const uint8_t *pf);
+
+/* One row of x quantised to 8 bits (ref_gemm_q8.c): codes q[K] (64-byte aligned), then per
+ * 32-element block b the scale layouts the row's readers need (NULL: not in this row). */
+typedef struct RefQRow {
+    const int8_t *q;
+    const float *ds;      /* 32-element weight formats: [2 * nb] pairs (d_b, d_b · Σq_b) */
+    const float *d, *s;   /* K-quants: [nb] each */
+    const int16_t *bsums; /* K-quants: [K / 16] Σq per 16 elements */
+    const int32_t *isum;  /* the tiled path: [nb] Σq_b as an integer (offset codes' correction) */
+} RefQRow;
+
+/* The tiled many-row path (ref_gemm_tile.c): rows [0, M) of x (row(rows, i)) against weight
+ * columns [c0, c1) of w (unpacked, one of REF_ENCS_Q8ACT), into y. Each output is the portable
+ * q8act dot's, bit for bit. 0 when it cannot run here (no AVX-512 VNNI build, no scratch): the
+ * caller computes those columns itself. */
+typedef struct RefTileArgs {
+    const RadKArg *w, *y;
+    int64_t M, K;
+    const void *rows;
+    RefQRow (*row)(const void *rows, int64_t i);
+} RefTileArgs;
+int ref_tile_range(const RefTileArgs *g, int64_t c0, int64_t c1);
 
 #endif

@@ -44,12 +44,7 @@ static inline void ref_prefetch(const char *p) {
  * pairs first. On AVX2, for q4_0 and q4_1, each pair of blocks' codes is stored "paired" —
  * [b lo 16 | b+1 lo 16 | b hi 16 | b+1 hi 16] — to meet the weights' nibbles of two blocks in one
  * register (an odd last block stays as it is); every other reader takes the natural order. */
-typedef struct QRow {
-    const int8_t *q;
-    const float *ds;      /* 32-element weight formats: [2 * nb] (NULL: not in this row) */
-    const float *d, *s;   /* K-quants: [nb] each (NULL: not in this row) */
-    const int16_t *bsums; /* K-quants: [K / 16] */
-} QRow;
+typedef RefQRow QRow; /* ref_gemm.h */
 
 typedef float (*dot_fn)(const uint8_t *w, const QRow *x, int64_t K);
 typedef void (*dot4_fn)(const uint8_t *w, const QRow *x, int64_t K, float *out);
@@ -62,6 +57,8 @@ struct Q8Ctx {
     int paired;           /* codes stored in pairs of blocks (AVX2, q4_0 / q4_1) */
     int row_pairs;        /* the quantised rows in buf carry (d, s) pairs (a 32-element part reads them) */
     int row_kq;           /* ... and d[], s[], bsums[] (a K-quant part reads them) */
+    int row_isum;         /* ... and Σq_b as integers (the tiled path reads them) */
+    int tile;             /* many rows take the tiled path (ref_gemm_tile.c; "q8tile" on AVX-512 VNNI) */
     int x8;               /* packed q4_1 weights (ref_gemm_x8.c): rows in groups of eight */
     int64_t align;        /* column splits fall on multiples of this (x8: a group) */
     size_t row_bytes;     /* one quantised row in buf */
@@ -74,10 +71,10 @@ struct Q8Ctx {
     void (*range1)(const struct Q8Ctx *c, int64_t c0, int64_t c1); /* M = 1 over columns [c0, c1) (NULL: dot) */
 };
 
-static size_t q8_row_bytes(int64_t K, int pairs, int kq) {
+static size_t q8_row_bytes(int64_t K, int pairs, int kq, int isum) {
     size_t q = ((size_t)K + 63) & ~(size_t)63;
     size_t nb = (size_t)K / 32;
-    size_t extra = (pairs ? nb * 8 : 0) + (kq ? nb * 8 + (size_t)K / 16 * 2 : 0);
+    size_t extra = (pairs ? nb * 8 : 0) + (kq ? nb * 8 + (size_t)K / 16 * 2 : 0) + (isum ? nb * 4 + 4 : 0);
     return (q + extra + 16 + 63) & ~(size_t)63; /* +16: a 16-byte load of the last (d, s) pair */
 }
 
@@ -93,6 +90,8 @@ static QRow q8_row(const Q8Ctx *c, int64_t i) {
     r.d = c->row_kq ? k : NULL;
     r.s = c->row_kq ? k + nb : NULL;
     r.bsums = c->row_kq ? (const int16_t *)(const void *)(k + 2 * nb) : NULL;
+    const uint8_t *e = (const uint8_t *)(k + (c->row_kq ? 2 * nb : 0)) + (c->row_kq ? (size_t)c->g.K / 16 * 2 : 0);
+    r.isum = c->row_isum ? (const int32_t *)(const void *)(((uintptr_t)e + 3) & ~(uintptr_t)3) : NULL;
     return r;
 }
 
@@ -129,6 +128,7 @@ static void put_block(const QRow *r, int64_t b, float d, int sum, int s16) {
         bs[2 * b] = (int16_t)s16;
         bs[2 * b + 1] = (int16_t)(sum - s16);
     }
+    if (r->isum) ((int32_t *)r->isum)[b] = sum;
 }
 
 static void quant_row_generic(const float *x, int64_t K, const QRow *r) {
@@ -823,8 +823,19 @@ static void x8_range(const Q8Ctx *c, int64_t c0, int64_t c1) {
     }
 }
 
+static RefQRow tile_row(const void *c, int64_t i) { return q8_row(c, i); }
+
 /* Every row of x against weight columns [c0, c1). */
 static void dot_range(const Q8Ctx *c, int64_t c0, int64_t c1) {
+    if (c->tile) {
+        const RefTileArgs t = {c->g.w, c->g.y, c->g.M, c->g.K, c, tile_row};
+        if (ref_tile_range(&t, c0, c1)) return;
+        for (int64_t i = 0; i < c->g.M; i++) { /* no tile scratch: the portable dot, the same bits */
+            const QRow r = q8_row(c, i);
+            for (int64_t n = c0; n < c1; n++) ref_frow(c->g.y, (uint64_t)i)[n] = c->dot(ref_wrow(c->g.w, (uint64_t)n), &r, c->g.K);
+        }
+        return;
+    }
     if (c->x8) {
         x8_range(c, c0, c1);
         return;
@@ -956,12 +967,15 @@ static int two_ends_run(const RadKernelArgs *a, int nth, const Q8Ctx *parts, int
 }
 
 /* The dot functions and sizes for c->g's weight encoding, the quantised rows in the layout that
- * dot reads (c->buf is left to the caller). */
-static void q8_prepare(Q8Ctx *c, int isa, int64_t pf_bytes) {
+ * dot reads (c->buf is left to the caller). tile: the "q8tile" variant, which takes the tiled
+ * path on AVX-512 VNNI (with the portable dot's arithmetic: its dot is the portable one) and
+ * is q8act below that level. */
+static void q8_prepare(Q8Ctx *c, int isa, int64_t pf_bytes, int tile) {
     c->isa = isa;
     c->pf_bytes = pf_bytes;
     c->x8 = (c->g.w->dtype & RAD_PACKED) != 0; /* ref_weight_ok let only packed q4_1 through */
-    c->align = c->x8 ? 8 : 4;
+    c->tile = tile && isa >= REF_ISA_AVX512 && !c->x8;
+    c->align = c->x8 ? 8 : c->tile ? 16 : 4;
     const RadDType e = (RadDType)(c->g.w->dtype & ~RAD_PACKED);
     c->kq = e == RAD_Q4_K || e == RAD_Q5_K || e == RAD_Q6_K;
     c->paired = 0;
@@ -978,7 +992,7 @@ static void q8_prepare(Q8Ctx *c, int isa, int64_t pf_bytes) {
     default: c->dot = dot_q6_k_generic; break;
     }
 #if REF_X86
-    if (c->isa >= REF_ISA_AVX2 && !c->x8) {
+    if (c->isa >= REF_ISA_AVX2 && !c->x8 && !c->tile) {
         switch ((int)e) {
         case RAD_Q8_0: c->dot = dot_q8_0_avx2_1, c->dot4 = dot_q8_0_avx2_4, c->range1 = range1_q8_0_avx2; break;
         case RAD_Q4_0: c->dot = dot_q4_0_avx2_1, c->dot4 = dot_q4_0_avx2_4, c->range1 = range1_q4_0_avx2, c->paired = 1; break;
@@ -993,7 +1007,8 @@ static void q8_prepare(Q8Ctx *c, int isa, int64_t pf_bytes) {
 #endif
     c->row_pairs = !c->kq;
     c->row_kq = c->kq;
-    c->row_bytes = q8_row_bytes(c->g.K, c->row_pairs, c->row_kq);
+    c->row_isum = c->tile;
+    c->row_bytes = q8_row_bytes(c->g.K, c->row_pairs, c->row_kq, c->row_isum);
     c->wrb = ref_row_bytes(e, (uint64_t)c->g.K);
     c->pf_rows = (int64_t)((uint64_t)c->pf_bytes / c->wrb);
     c->pf_rows = c->pf_rows < 1 ? 1 : c->pf_rows > 16 ? 16 : c->pf_rows;
@@ -1005,11 +1020,11 @@ static void quantize(const RadKernelArgs *a, Q8Ctx *c) {
     ref_parallel(a, nq, quant_task, c);
 }
 
-int ref_run_gemm_q8act(const RadKernelArgs *a) {
+static int run_gemm(const RadKernelArgs *a, int tile) {
     Q8Ctx c;
-    int rc = ref_gemm_args(a, REF_ENCS_Q8ACT | REF_TAKES_PACKED, &c.g);
+    int rc = ref_gemm_args(a, REF_ENCS_Q8ACT | (tile ? 0 : REF_TAKES_PACKED), &c.g);
     if (rc) return rc;
-    q8_prepare(&c, ref_isa(a), rad_knob_value(a, REF_KNOB_PREFETCH, REF_PF_BYTES));
+    q8_prepare(&c, ref_isa(a), rad_knob_value(a, REF_KNOB_PREFETCH, REF_PF_BYTES), tile);
     c.buf = ref_scratch(1, c.row_bytes * (size_t)c.g.M);
     if (!c.buf) return RAD_E_NOMEM;
     /* quantise x (nothing is written to y yet), then the dots */
@@ -1022,6 +1037,9 @@ int ref_run_gemm_q8act(const RadKernelArgs *a) {
     ref_parallel(a, nth, dot_task, &c);
     return RAD_OK;
 }
+
+int ref_run_gemm_q8act(const RadKernelArgs *a) { return run_gemm(a, 0); }
+int ref_run_gemm_q8tile(const RadKernelArgs *a) { return run_gemm(a, 1); }
 
 /* ---- gemm_nt2 / gemm_nt3: several weights against one x, one job ------------------------------- */
 
@@ -1040,29 +1058,31 @@ static void multi_task(void *ctx, int tid, int nth) { ref_gemm_units_run(&((Q8Mu
  * gate beside q4_k up, quantise once), and the parts' columns run as one job: the point is
  * decode, where each GEMM is a few microseconds and every job costs a hand-over between threads.
  * A part's codes and scales are those its gemm_nt computes, so every output equals gemm_nt's. */
-int ref_run_gemm_multi_q8act(const RadKernelArgs *a) {
+static int run_gemm_multi(const RadKernelArgs *a, int tile) {
     Q8Multi m;
     RefGemmArgs g[REF_GEMM_MAX_PARTS];
-    int np, rc = ref_gemm_multi_args(a, REF_ENCS_Q8ACT | REF_TAKES_PACKED, g, &np);
+    int np, rc = ref_gemm_multi_args(a, REF_ENCS_Q8ACT | (tile ? 0 : REF_TAKES_PACKED), g, &np);
     if (rc) return rc;
     const int isa = ref_isa(a);
     int owner[REF_GEMM_MAX_PARTS];
     for (int i = 0; i < np; i++) {
         m.part[i].g = g[i];
-        q8_prepare(&m.part[i], isa, rad_knob_value(a, REF_KNOB_PREFETCH, REF_PF_BYTES));
+        q8_prepare(&m.part[i], isa, rad_knob_value(a, REF_KNOB_PREFETCH, REF_PF_BYTES), tile);
         owner[i] = i;
         for (int j = 0; j < i && owner[i] == i; j++)
             if (owner[j] == j && m.part[j].paired == m.part[i].paired) owner[i] = j;
         Q8Ctx *o = &m.part[owner[i]];
         o->row_pairs |= m.part[i].row_pairs;
         o->row_kq |= m.part[i].row_kq;
+        o->row_isum |= m.part[i].row_isum;
     }
     size_t bytes = 0;
     for (int i = 0; i < np; i++) {
         const Q8Ctx *o = &m.part[owner[i]];
         m.part[i].row_pairs = o->row_pairs;
         m.part[i].row_kq = o->row_kq;
-        m.part[i].row_bytes = q8_row_bytes(g[i].K, o->row_pairs, o->row_kq);
+        m.part[i].row_isum = o->row_isum;
+        m.part[i].row_bytes = q8_row_bytes(g[i].K, o->row_pairs, o->row_kq, o->row_isum);
         if (owner[i] == i) bytes += m.part[i].row_bytes * (size_t)g[i].M;
     }
     uint8_t *buf = ref_scratch(1, bytes);
@@ -1086,3 +1106,6 @@ int ref_run_gemm_multi_q8act(const RadKernelArgs *a) {
     ref_parallel(a, nth, multi_task, &m);
     return RAD_OK;
 }
+
+int ref_run_gemm_multi_q8act(const RadKernelArgs *a) { return run_gemm_multi(a, 0); }
+int ref_run_gemm_multi_q8tile(const RadKernelArgs *a) { return run_gemm_multi(a, 1); }

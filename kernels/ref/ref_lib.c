@@ -3,7 +3,7 @@
  * Every op of the Llama vocabulary (docs/OPS.md), f32 activations, on any x86-64 (AVX2 + FMA
  * paths chosen at run time, portable C otherwise) or other CPU (portable C). kernels/README.md
  * describes the kernels, their variants and exactness, and the environment knobs:
- *   RAD_REF_ISA=generic|avx2   cap the instruction set (read at init; default: the best)
+ *   RAD_REF_ISA=generic|avx2|avx512   cap the instruction set (read at init; default: the best)
  *   RAD_REF_SPIN_US=N          how long idle pool threads spin before sleeping (default 1000)
  *   RAD_REF_TWO_ENDS=0         decode GEMMs on two threads in fixed halves, not from both ends */
 #include <pthread.h>
@@ -18,13 +18,17 @@
 int ref_isa_detect(void) {
 #if REF_X86
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+            __builtin_cpu_supports("avx512vnni"))
+            return REF_ISA_AVX512;
         return REF_ISA_AVX2;
+    }
 #endif
     return REF_ISA_GENERIC;
 }
 
-const char *ref_isa_name(int isa) { return isa >= REF_ISA_AVX2 ? "avx2" : "generic"; }
+const char *ref_isa_name(int isa) { return isa >= REF_ISA_AVX512 ? "avx512" : isa >= REF_ISA_AVX2 ? "avx2" : "generic"; }
 
 static int isa_from_env(void) {
     const int best = ref_isa_detect();
@@ -32,6 +36,7 @@ static int isa_from_env(void) {
     if (!v || !*v) return best;
     if (strcmp(v, "generic") == 0) return REF_ISA_GENERIC;
     if (strcmp(v, "avx2") == 0) return best < REF_ISA_AVX2 ? best : REF_ISA_AVX2;
+    if (strcmp(v, "avx512") == 0) return best < REF_ISA_AVX512 ? best : REF_ISA_AVX512;
     return best; /* unknown names: the default */
 }
 
@@ -151,6 +156,10 @@ static const RadKnob attn_knobs[] = {KNOB_("threads", threads_v, RAD_KNOB_ARITH,
     {sizeof(RadKernel), OP, VAR, ENCS, RAD_F32, 1, 0, KVB, EX, TOL, 1, WS, RUN, KVENC, 0, PACKED, KNOBS, NK, 0}
 #define K2_(...) K3_(__VA_ARGS__, NULL, 0)
 #define K_(...) K2_(__VA_ARGS__, 0) /* BITWISE and TOL(t) expand to two arguments first */
+/* q8tile (ref_gemm_tile.c): 16 rows or more, unpacked weights only (packed q4_1 stays on q8act's
+ * x8 kernels). Not batch-invariant as the engine needs it: its rows carry the portable dot's
+ * bits while fewer rows get q8act's AVX2 ones, so --deterministic keeps q8act. */
+#define KT_(OP, RUN) {sizeof(RadKernel), OP, "q8tile", REF_ENCS_Q8ACT, RAD_F32, REF_TILE_MIN_ROWS, 0, 0, Q8(2e-2), 0, NULL, RUN, 0, 0, 0, gemm_knobs, 2, 0}
 #define KG_(...) K3_(__VA_ARGS__, 0, gemm_knobs, 2)               /* a GEMM with its knobs */
 #define KP_(...) K3_(__VA_ARGS__, REF_ENCS_PACKED, gemm_knobs, 2) /* also reads packed weights (ref_gemm_x8.c) */
 #define KA3_(OP, VAR, ENCS, EX, TOL, WS, RUN, KVB, KVENC) \
@@ -171,12 +180,16 @@ static const RadKernel kernels[] = {
     K_("add_rmsnorm", "exact", RAD_ENC_PLAIN_FLOATS, BITWISE, NULL, ref_run_add_rmsnorm, 0, 0),
     /* q8act before exact: first fit gives GGML weights llama.cpp's arithmetic (and speed);
      * a tune table naming ref:exact, or plain-float weights, get exact */
+    KT_("gemm_nt", ref_run_gemm_q8tile),
     KP_("gemm_nt", "q8act", REF_ENCS_Q8ACT, Q8(2e-2), NULL, ref_run_gemm_q8act, 0, 0),
     KG_("gemm_nt", "exact", REF_ENCS_ALL, TOL(1e-4), NULL, ref_run_gemm_exact, 0, 0),
+    KT_("gemm_nt2", ref_run_gemm_multi_q8tile),
     KP_("gemm_nt2", "q8act", REF_ENCS_Q8ACT, Q8(2e-2), NULL, ref_run_gemm_multi_q8act, 0, 0),
     KG_("gemm_nt2", "exact", REF_ENCS_ALL, TOL(1e-4), NULL, ref_run_gemm_multi_exact, 0, 0),
+    KT_("gemm_nt3", ref_run_gemm_multi_q8tile),
     KP_("gemm_nt3", "q8act", REF_ENCS_Q8ACT, Q8(2e-2), NULL, ref_run_gemm_multi_q8act, 0, 0),
     KG_("gemm_nt3", "exact", REF_ENCS_ALL, TOL(1e-4), NULL, ref_run_gemm_multi_exact, 0, 0),
+    KT_("logits_gemm", ref_run_gemm_q8tile),
     KP_("logits_gemm", "q8act", REF_ENCS_Q8ACT, Q8(2e-2), NULL, ref_run_gemm_q8act, 0, 0),
     KG_("logits_gemm", "exact", REF_ENCS_ALL, TOL(1e-4), NULL, ref_run_gemm_exact, 0, 0),
     K_("rope", "generic", RAD_ENC_PLAIN_FLOATS, TOL(1e-5), ref_rope_workspace, ref_run_rope, 0, 0), /* weight: the optional freq_factors */

@@ -303,9 +303,13 @@ static int pick_libs(RadEngine *en, RadErr *e) {
 static int build_candidates(RadEngine *en, RadErr *e) {
     en->cand = calloc((size_t)(en->g.n_ops ? en->g.n_ops : 1), sizeof *en->cand);
     if (!en->cand) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
-    if (en->o.profile) {
-        en->prof_ns = calloc((size_t)(en->g.n_ops ? en->g.n_ops : 1), sizeof *en->prof_ns);
-        en->prof_calls = calloc((size_t)(en->g.n_ops ? en->g.n_ops : 1), sizeof *en->prof_calls);
+    if (en->o.profile) { /* per bucket: a prefill and a decode may run different kernels of one op */
+        en->prof_at = calloc((size_t)(en->g.n_ops ? en->g.n_ops : 1), sizeof *en->prof_at);
+        if (!en->prof_at) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+        size_t nb = 0;
+        for (int o = 0; o < en->g.n_ops; o++) en->prof_at[o] = (int)nb, nb += (size_t)en->g.ops[o].sel.n_buckets;
+        en->prof_ns = calloc(nb ? nb : 1, sizeof *en->prof_ns);
+        en->prof_calls = calloc(nb ? nb : 1, sizeof *en->prof_calls);
         if (!en->prof_ns || !en->prof_calls) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
     }
     for (int o = 0; o < en->g.n_ops; o++) {
@@ -509,7 +513,7 @@ static int c_issue(RadCtx *c, rad_op h, const RadOperand *ops, uint32_t n_ops, u
     en->n_issues++;
     const uint64_t t0 = en->prof_ns ? now_ns() : 0;
     int rc = k->run(&ka);
-    if (en->prof_ns) en->prof_ns[h.id] += now_ns() - t0, en->prof_calls[h.id]++;
+    if (en->prof_ns) en->prof_ns[en->prof_at[h.id] + bucket] += now_ns() - t0, en->prof_calls[en->prof_at[h.id] + bucket]++;
     if (h.id + 1 < en->g.n_ops) /* a step issues ops mostly in declaration order */
         __builtin_prefetch(&en->g.ops[h.id + 1]), __builtin_prefetch(&en->cand[h.id + 1]);
     if (rc != RAD_OK)
@@ -733,6 +737,7 @@ void rad_engine_close(RadEngine *en) {
     free(en->cand); /* the tables themselves are the graph's */
     free(en->prof_ns);
     free(en->prof_calls);
+    free(en->prof_at);
     for (int i = 0; en->kv && i < en->g.n_kvs; i++) rad_kvcache_free(&en->kv[i]);
     for (int i = 0; en->step_table && i < en->g.n_kvs; i++) free(en->step_table[i]);
     free(en->step_table);
@@ -1143,20 +1148,28 @@ void rad_engine_dump_profile(const RadEngine *en, FILE *f) {
     if (!en->prof_ns || !en->prof_steps) return;
     /* one line per (op name, kernel): the layers' copies of an op summed */
     typedef struct Row { const char *op; const RadKernel *k; int lib; uint64_t ns, calls; } Row;
-    Row *rows = calloc((size_t)en->g.n_ops + 1, sizeof *rows);
+    int cap = en->g.n_ops + 1;
+    Row *rows = calloc((size_t)cap, sizeof *rows);
     if (!rows) return;
     int n = 0;
     uint64_t in_ops = 0;
     for (int o = 0; o < en->g.n_ops; o++) {
-        if (!en->prof_calls[o]) continue;
         const RadSelectTable *t = &en->g.ops[o].sel;
-        const RadKernel *k = t->n_buckets ? t->pick[0] : NULL;
-        const int lib = t->n_buckets ? t->pick_lib[0] : -1;
-        int r = 0;
-        while (r < n && !(strcmp(rows[r].op, en->g.ops[o].op) == 0 && rows[r].k == k)) r++;
-        if (r == n) rows[n++] = (Row){en->g.ops[o].op, k, lib, 0, 0};
-        rows[r].ns += en->prof_ns[o], rows[r].calls += en->prof_calls[o];
-        in_ops += en->prof_ns[o];
+        for (int b = 0; b < t->n_buckets; b++) {
+            const int at = en->prof_at[o] + b;
+            if (!en->prof_calls[at]) continue;
+            const RadKernel *k = t->pick[b];
+            int r = 0;
+            while (r < n && !(strcmp(rows[r].op, en->g.ops[o].op) == 0 && rows[r].k == k)) r++;
+            if (r == n) {
+                Row *nr = r + 1 > cap ? realloc(rows, (size_t)(cap *= 2) * sizeof *rows) : rows;
+                if (!nr) break;
+                rows = nr;
+                rows[n++] = (Row){en->g.ops[o].op, k, t->pick_lib[b], 0, 0};
+            }
+            rows[r].ns += en->prof_ns[at], rows[r].calls += en->prof_calls[at];
+            in_ops += en->prof_ns[at];
+        }
     }
     for (int i = 1; i < n; i++) /* most time first */
         for (int j = i; j > 0 && rows[j].ns > rows[j - 1].ns; j--) {
@@ -1164,7 +1177,7 @@ void rad_engine_dump_profile(const RadEngine *en, FILE *f) {
             rows[j] = rows[j - 1], rows[j - 1] = t;
         }
     const double steps = (double)en->prof_steps, total = (double)en->prof_step_ns;
-    fprintf(f, "profile: %" PRIu64 " steps, %.3f ms a step (the kernel of each op's first bucket named)\n", en->prof_steps,
+    fprintf(f, "profile: %" PRIu64 " steps, %.3f ms a step (a line per op and kernel run)\n", en->prof_steps,
             total / steps * 1e-6);
     fprintf(f, "%-16s %-22s %9s %7s %10s %9s\n", "op", "kernel", "ms/step", "share", "calls/step", "us/call");
     for (int i = 0; i < n; i++) {

@@ -300,8 +300,10 @@ Test(ref, plugin_info_and_table) {
         cr_assert_eq(k->struct_size, sizeof(RadKernel));
         cr_assert(k->variant && *k->variant && k->run);
         cr_assert_eq(k->act_dtype, RAD_F32);
-        cr_assert_eq(k->n_min, 1);
-        cr_assert_eq(k->batch_invariant, 1, "%s/%s", k->op, k->variant);
+        /* q8tile alone serves many rows only, and its rows' bits are not q8act's (kernels/README.md) */
+        const int tile = strcmp(k->variant, "q8tile") == 0;
+        cr_assert_eq(k->n_min, tile ? 16 : 1, "%s/%s", k->op, k->variant);
+        cr_assert_eq(k->batch_invariant, !tile, "%s/%s", k->op, k->variant);
         cr_assert(k->exactness == RAD_EXACT_BITWISE || k->tolerance > 0);
         cr_assert_eq(k->kv_block_size, strcmp(k->op, "attn_paged") == 0 ? 16u : 0u);
     }
@@ -502,7 +504,7 @@ static int gemm_run(const char *op, const char *var, void *st, const GemmData *g
  * ones too, against the per-output bound alone (which holds for any data). */
 static void check_gemm_x(const char *op, const char *var, RadDType t, int M, int N, int K, int real, int row_tol);
 static void check_gemm(const char *op, const char *var, RadDType t, int M, int N, int K) {
-    if (strcmp(var, "q8act") == 0) { /* a row of a few outputs may cancel to near 0: its max is no scale */
+    if (strncmp(var, "q8", 2) == 0) { /* a row of a few outputs may cancel to near 0: its max is no scale */
         check_gemm_x(op, var, t, M, N, K, 1, N >= 16);
         check_gemm_x(op, var, t, M, N, K, 0, 0);
     } else {
@@ -513,7 +515,7 @@ static void check_gemm_x(const char *op, const char *var, RadDType t, int M, int
     GemmData g;
     gemm_make(&g, t, M, N, K, real);
     const RadKernel *k = find(op, var);
-    const int q8 = strcmp(var, "q8act") == 0;
+    const int q8 = strncmp(var, "q8", 2) == 0;
     float *y[N_ST];
     char what[160];
     for (int s = 0; s < N_ST; s++) {
@@ -569,6 +571,47 @@ Test(ref, gemm_exact_q4_k) { check_gemm_cases("gemm_nt", "exact", RAD_Q4_K); }
 Test(ref, gemm_exact_q6_k) { check_gemm_cases("gemm_nt", "exact", RAD_Q6_K); }
 Test(ref, gemm_q8act) {
     for (size_t e = 0; e < N_OF(Q8ACT_ENCS); e++) check_gemm_cases("gemm_nt", "q8act", Q8ACT_ENCS[e]);
+}
+
+/* q8tile (ref_gemm_tile.c) on every encoding, at row counts with a short last group of four and
+ * column counts with a short last tile of 16: OPS.md's bound, thread counts, a row alone; and on
+ * a CPU with AVX-512 VNNI, where it takes the tiled path, every output the portable q8act dot's
+ * bits (q8act at RAD_REF_ISA=generic). Below that level it is q8act's code. */
+static int cpu_has_vnni(void) {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
+           __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512vnni");
+#else
+    return 0;
+#endif
+}
+static void check_tile_bits(const char *op, RadDType t, int M, int N, int K) {
+    check_gemm(op, "q8tile", t, M, N, K);
+    if (!cpu_has_vnni()) return;
+    GemmData g;
+    gemm_make(&g, t, M, N, K, 1);
+    float *a = xmalloc(sizeof(float) * (size_t)M * N), *b = xmalloc(sizeof(float) * (size_t)M * N);
+    cr_assert_eq(gemm_run(op, "q8tile", g_st[ST_BEST3], &g, 0, M, a, 0), RAD_OK);
+    cr_assert_eq(gemm_run(op, "q8act", g_st[ST_GEN1], &g, 0, M, b, 0), RAD_OK);
+    char what[128];
+    snprintf(what, sizeof what, "%s q8tile vs portable q8act, %s M=%d N=%d K=%d", op, rad_enc_info((RadEnc)t)->name, M, N, K);
+    assert_bitwise(a, b, (size_t)M * N, what);
+    free(a), free(b);
+    gemm_free(&g);
+}
+Test(ref, gemm_q8tile) {
+    for (size_t e = 0; e < N_OF(Q8ACT_ENCS); e++) {
+        const RadDType t = Q8ACT_ENCS[e];
+        const int K = block_of(t) == 32 ? 864 : 768;
+        check_tile_bits("gemm_nt", t, 17, 37, K);
+        check_tile_bits("gemm_nt", t, 16, 16, block_of(t) == 32 ? 96 : 256);
+        check_tile_bits("gemm_nt", t, 1, 5, K);
+        check_tile_bits("gemm_nt", t, 35, 131, 512);
+    }
+    check_tile_bits("logits_gemm", RAD_Q8_0, 19, 301, 64);
+    check_tile_bits("logits_gemm", RAD_Q6_K, 18, 33, 256);
 }
 
 /* The 5-bit encodings at the row counts that take each path: M = 1 (decode, the one-row range),
@@ -726,6 +769,10 @@ Test(ref, gemm_nt2_nt3_equal_the_chain) {
         {"q8act", 3, 4, 768, {RAD_Q4_K, RAD_Q5_K, RAD_Q6_K}, {40, 24, 24}},
         {"q8act", 3, 5, 512, {RAD_Q5_1, RAD_Q5_K, RAD_Q4_0}, {19, 23, 29}},
         {"q8act", 3, 1, 256, {RAD_Q8_0, RAD_Q6_K, RAD_Q5_0}, {33, 11, 11}},
+        {"q8tile", 3, 17, 576, {RAD_Q5_0, RAD_Q5_0, RAD_Q8_0}, {64, 32, 32}},
+        {"q8tile", 2, 20, 512, {RAD_Q5_0, RAD_Q4_K}, {41, 41}},
+        {"q8tile", 3, 16, 768, {RAD_Q4_K, RAD_Q5_K, RAD_Q6_K}, {40, 24, 24}},
+        {"q8tile", 3, 21, 512, {RAD_Q5_1, RAD_Q4_1, RAD_Q4_0}, {19, 23, 29}},
         {"exact", 3, 1, 96, {RAD_F32, RAD_F32, RAD_F32}, {33, 11, 11}},
         {"exact", 3, 4, 256, {RAD_Q4_1, RAD_Q4_1, RAD_Q4_K}, {29, 9, 9}},
         {"exact", 2, 1, 128, {RAD_Q8_0, RAD_F16}, {257, 257}},

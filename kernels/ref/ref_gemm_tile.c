@@ -1,0 +1,287 @@
+/* ref_gemm_tile.c — the "q8tile" GEMMs' many-row path: GGML block weights against activations
+ * quantised as q8act quantises them (ref_gemm_q8.c), on AVX-512 VNNI.
+ *
+ * Why: prefill multiplies every weight by hundreds of rows, so the weights' unpacking should be
+ * paid once per weight, not once per four rows as q8act's AVX2 dots pay it, and the integer
+ * products should be VNNI's 64 a instruction. A thread takes 16 weight columns at a time,
+ * unpacks them into a tile (below) and runs every row of x against it, 4 rows at once.
+ *
+ * Tile, per 32-element block b of K: codes u8 [8 chunks][16 columns][4] (chunk c holds the
+ * column's elements 4c..4c+3, as vpdpbusd reads them: lane j sums column j's four products),
+ * then the block's per-column scales. Codes are unsigned: the stored codes, or for q8_0 the
+ * signed code + 128; an offset z (q4_0 8, q5_0 16, q8_0 128, q6_k 32) comes back in the integer
+ * sum as z·Σq (the row's block sums, exact), so each block's integer is the very integer the
+ * portable dot computes. The f32 operations that follow are the portable dot's, in its order
+ * (blocks ascending; no fused multiply-add), one column a lane: every output is the portable
+ * q8act dot's, bit for bit, whatever the rows, threads or tiles (tests/kernels/ref_test.c). */
+#include <stdlib.h>
+
+#include "ref_gemm.h"
+#include "ref_quant.h"
+
+#define TC 16  /* columns a tile */
+#define TB 512 /* code bytes a block of a tile */
+
+/* One tile's scales, each [nb][TC] (or [nsb][TC]): what the encoding's dot reads. */
+typedef struct Tile {
+    uint8_t *codes; /* [nb][8][TC][4] */
+    float *a;       /* 32-element formats: d; q4_k/q5_k: unused */
+    float *m;       /* q4_1/q5_1: m; q4_k/q5_k: (float)mn of the sub-block */
+    int32_t *sc;    /* q4_k/q5_k: sc of the sub-block; q6_k: [nb][2][TC] the two 16-element scales */
+    float *D, *Dm;  /* K-quants: [nb / 8][TC] the super-block's d and dmin */
+} Tile;
+
+static size_t tile_bytes(int64_t nb) {
+    const size_t n = (size_t)nb;
+    return n * TB + n * TC * 4 * 4 + n * 2 * TC * 4 + 2 * (n / 8 + 1) * TC * 4 + 64 * 6;
+}
+
+static Tile tile_at(uint8_t *p, int64_t nb) {
+    const size_t n = (size_t)nb;
+    Tile t;
+    t.codes = p;
+    p += n * TB;
+    t.a = (float *)(void *)p, p += n * TC * 4;
+    t.m = (float *)(void *)p, p += n * TC * 4;
+    t.sc = (int32_t *)(void *)p, p += n * 2 * TC * 4;
+    t.D = (float *)(void *)p, p += (n / 8 + 1) * TC * 4;
+    t.Dm = (float *)(void *)p;
+    return t;
+}
+
+/* Column j's block b: its 32 codes into the tile's chunks. */
+static inline void put_codes(const Tile *t, int64_t b, int j, const uint8_t c[32]) {
+    uint8_t *o = t->codes + (size_t)b * TB + 4 * (size_t)j;
+    for (int k = 0; k < 8; k++) memcpy(o + 64 * k, c + 4 * k, 4);
+}
+
+/* Weight row w (one column of y) into tile column j. */
+static void unpack_col(RadDType e, const uint8_t *w, int64_t K, const Tile *t, int j) {
+    const int64_t nb = K / 32;
+    uint8_t c[32];
+    switch ((int)e) {
+    case RAD_Q8_0:
+        for (int64_t b = 0; b < nb; b++, w += 34) {
+            for (int l = 0; l < 32; l++) c[l] = (uint8_t)(w[2 + l] ^ 0x80);
+            t->a[b * TC + j] = ref_f16_f32(ref_rd16(w));
+            put_codes(t, b, j, c);
+        }
+        break;
+    case RAD_Q4_0:
+    case RAD_Q4_1: {
+        const int bb = e == RAD_Q4_0 ? 18 : 20, qo = e == RAD_Q4_0 ? 2 : 4;
+        for (int64_t b = 0; b < nb; b++, w += bb) {
+            for (int l = 0; l < 16; l++) c[l] = w[qo + l] & 15, c[l + 16] = w[qo + l] >> 4;
+            t->a[b * TC + j] = ref_f16_f32(ref_rd16(w));
+            if (e == RAD_Q4_1) t->m[b * TC + j] = ref_f16_f32(ref_rd16(w + 2));
+            put_codes(t, b, j, c);
+        }
+        break;
+    }
+    case RAD_Q5_0:
+    case RAD_Q5_1: {
+        const int bb = e == RAD_Q5_0 ? 22 : 24, ho = e == RAD_Q5_0 ? 2 : 4;
+        for (int64_t b = 0; b < nb; b++, w += bb) {
+            const uint32_t qh = ref_rd32(w + ho);
+            const uint8_t *qs = w + ho + 4;
+            for (int l = 0; l < 16; l++) {
+                c[l] = (uint8_t)((qs[l] & 15) | (((qh >> l) & 1) << 4));
+                c[l + 16] = (uint8_t)((qs[l] >> 4) | (((qh >> (l + 16)) & 1) << 4));
+            }
+            t->a[b * TC + j] = ref_f16_f32(ref_rd16(w));
+            if (e == RAD_Q5_1) t->m[b * TC + j] = ref_f16_f32(ref_rd16(w + 2));
+            put_codes(t, b, j, c);
+        }
+        break;
+    }
+    case RAD_Q4_K:
+    case RAD_Q5_K: {
+        const int bb = e == RAD_Q4_K ? 144 : 176;
+        for (int64_t s = 0; s < K / 256; s++, w += bb) {
+            uint8_t sc[8], mn[8];
+            ref_scales_k4(w + 4, sc, mn);
+            const uint8_t *qh = w + 16, *qs = e == RAD_Q4_K ? w + 16 : w + 48;
+            for (int i = 0; i < 8; i++) {
+                const int64_t b = 8 * s + i;
+                for (int l = 0; l < 32; l++) {
+                    const uint8_t v = qs[32 * (i / 2) + l];
+                    c[l] = (uint8_t)(i & 1 ? v >> 4 : v & 15);
+                    if (e == RAD_Q5_K) c[l] = (uint8_t)(c[l] | (((qh[l] >> i) & 1) << 4));
+                }
+                t->sc[b * TC + j] = sc[i];
+                t->m[b * TC + j] = (float)mn[i];
+                put_codes(t, b, j, c);
+            }
+            t->D[s * TC + j] = ref_f16_f32(ref_rd16(w));
+            t->Dm[s * TC + j] = ref_f16_f32(ref_rd16(w + 2));
+        }
+        break;
+    }
+    default: /* q6_k */
+        for (int64_t s = 0; s < K / 256; s++, w += 210) {
+            const int8_t *sc = (const int8_t *)(w + 192);
+            for (int n = 0; n < 2; n++) {
+                const uint8_t *ql = w + 64 * n, *qh = w + 128 + 32 * n;
+                for (int i = 0; i < 4; i++) {
+                    const int64_t b = 8 * s + 4 * n + i;
+                    for (int l = 0; l < 32; l++) {
+                        const uint8_t lo = i & 1 ? ql[l + 32] : ql[l];
+                        c[l] = (uint8_t)((i & 2 ? lo >> 4 : lo & 15) | (((qh[l] >> (2 * i)) & 3) << 4));
+                    }
+                    t->sc[(2 * b) * TC + j] = sc[8 * n + 2 * i];
+                    t->sc[(2 * b + 1) * TC + j] = sc[8 * n + 2 * i + 1];
+                    put_codes(t, b, j, c);
+                }
+            }
+            t->D[s * TC + j] = ref_f16_f32(ref_rd16(w + 208));
+        }
+        break;
+    }
+}
+
+/* The tile of weight rows [n0, n0 + nc) (nc <= TC; the other columns' codes are zero). */
+static void tile_fill(const RefTileArgs *g, RadDType e, int64_t n0, int nc, const Tile *t) {
+    const int64_t nb = g->K / 32;
+    if (nc < TC) {
+        memset(t->codes, 0, (size_t)nb * TB);
+        memset(t->a, 0, (size_t)nb * TC * 4 * 2); /* a and m */
+        memset(t->sc, 0, (size_t)nb * 2 * TC * 4 + 2 * (size_t)(nb / 8 + 1) * TC * 4);
+    }
+    for (int j = 0; j < nc; j++) unpack_col(e, ref_wrow(g->w, (uint64_t)(n0 + j)), g->K, t, j);
+}
+
+#if REF_X86
+#define REF_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+
+/* The encodings' arithmetic after the block's integer sums (the portable dots' of ref_gemm_q8.c). */
+enum { CL_OFF, CL_MIN, CL_K4, CL_K6 };
+
+/* RM rows (x[0 .. RM)) against the tile: out[r][0 .. TC). */
+REF_VNNI REF_INLINE void tile_rows(const int RM, const int CL, const int z, const Tile *t, const RefQRow *x, int64_t nb,
+                                   float (*out)[TC]) {
+    __m512 acc[4], accm[4], sp[4], sm[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < RM; r++) acc[r] = accm[r] = sp[r] = sm[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *cb = t->codes + (size_t)b * TB;
+        __m512i s0[4], s1[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < RM; r++) s0[r] = s1[r] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            const __m512i wv = _mm512_loadu_si512((const void *)(cb + 64 * k));
+#pragma GCC unroll 4
+            for (int r = 0; r < RM; r++) {
+                int32_t xv;
+                memcpy(&xv, x[r].q + 32 * b + 4 * k, 4);
+                if (CL == CL_K6 && k >= 4) s1[r] = _mm512_dpbusd_epi32(s1[r], wv, _mm512_set1_epi32(xv));
+                else s0[r] = _mm512_dpbusd_epi32(s0[r], wv, _mm512_set1_epi32(xv));
+            }
+        }
+        if (CL == CL_OFF || CL == CL_MIN) {
+            const __m512 a = _mm512_loadu_ps(t->a + b * TC);
+#pragma GCC unroll 4
+            for (int r = 0; r < RM; r++) {
+                __m512i i = s0[r];
+                if (CL == CL_OFF) i = _mm512_sub_epi32(i, _mm512_set1_epi32(z * x[r].isum[b]));
+                const __m512 s = _mm512_mul_ps(a, _mm512_set1_ps(x[r].ds[2 * b]));
+                acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(s, _mm512_cvtepi32_ps(i)));
+                if (CL == CL_MIN)
+                    accm[r] = _mm512_add_ps(accm[r], _mm512_mul_ps(_mm512_loadu_ps(t->m + b * TC), _mm512_set1_ps(x[r].ds[2 * b + 1])));
+            }
+        } else {
+            if (CL == CL_K4) {
+                const __m512i sc = _mm512_loadu_si512((const void *)(t->sc + b * TC));
+                const __m512 mn = _mm512_loadu_ps(t->m + b * TC);
+#pragma GCC unroll 4
+                for (int r = 0; r < RM; r++) {
+                    const __m512 p = _mm512_mul_ps(_mm512_set1_ps(x[r].d[b]), _mm512_cvtepi32_ps(_mm512_mullo_epi32(sc, s0[r])));
+                    sp[r] = _mm512_add_ps(sp[r], p);
+                    sm[r] = _mm512_add_ps(sm[r], _mm512_mul_ps(mn, _mm512_set1_ps(x[r].s[b])));
+                }
+            } else {
+                const __m512i sa = _mm512_loadu_si512((const void *)(t->sc + 2 * b * TC));
+                const __m512i sb = _mm512_loadu_si512((const void *)(t->sc + (2 * b + 1) * TC));
+#pragma GCC unroll 4
+                for (int r = 0; r < RM; r++) {
+                    const __m512i ga = _mm512_sub_epi32(s0[r], _mm512_set1_epi32(32 * x[r].bsums[2 * b]));
+                    const __m512i gb = _mm512_sub_epi32(s1[r], _mm512_set1_epi32(32 * x[r].bsums[2 * b + 1]));
+                    const __m512i i = _mm512_add_epi32(_mm512_mullo_epi32(sa, ga), _mm512_mullo_epi32(sb, gb));
+                    sp[r] = _mm512_add_ps(sp[r], _mm512_mul_ps(_mm512_set1_ps(x[r].d[b]), _mm512_cvtepi32_ps(i)));
+                }
+            }
+            if (b % 8 == 7) { /* the super-block's end: acc + d·sp (− dmin·sm) */
+                const __m512 D = _mm512_loadu_ps(t->D + b / 8 * TC);
+                const __m512 Dm = _mm512_loadu_ps(t->Dm + b / 8 * TC);
+#pragma GCC unroll 4
+                for (int r = 0; r < RM; r++) {
+                    acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(D, sp[r]));
+                    if (CL == CL_K4) acc[r] = _mm512_sub_ps(acc[r], _mm512_mul_ps(Dm, sm[r]));
+                    sp[r] = sm[r] = _mm512_setzero_ps();
+                }
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < RM; r++) _mm512_storeu_ps(out[r], CL == CL_MIN ? _mm512_add_ps(acc[r], accm[r]) : acc[r]);
+}
+
+#define TILE_FNS(CL, Z, NAME)                                                                                            \
+    REF_VNNI static void NAME(int rm, const Tile *t, const RefQRow *x, int64_t nb, float (*out)[TC]) {                   \
+        switch (rm) {                                                                                                    \
+        case 4: tile_rows(4, CL, Z, t, x, nb, out); break;                                                               \
+        case 3: tile_rows(3, CL, Z, t, x, nb, out); break;                                                               \
+        case 2: tile_rows(2, CL, Z, t, x, nb, out); break;                                                               \
+        default: tile_rows(1, CL, Z, t, x, nb, out); break;                                                              \
+        }                                                                                                                \
+    }
+TILE_FNS(CL_OFF, 128, tile_q8_0)
+TILE_FNS(CL_OFF, 8, tile_q4_0)
+TILE_FNS(CL_OFF, 16, tile_q5_0)
+TILE_FNS(CL_MIN, 0, tile_min)
+TILE_FNS(CL_K4, 0, tile_k4)
+TILE_FNS(CL_K6, 0, tile_k6)
+
+typedef void (*tile_fn)(int rm, const Tile *t, const RefQRow *x, int64_t nb, float (*out)[TC]);
+
+static tile_fn tile_kernel(RadDType e) {
+    switch ((int)e) {
+    case RAD_Q8_0: return tile_q8_0;
+    case RAD_Q4_0: return tile_q4_0;
+    case RAD_Q5_0: return tile_q5_0;
+    case RAD_Q4_1:
+    case RAD_Q5_1: return tile_min;
+    case RAD_Q4_K:
+    case RAD_Q5_K: return tile_k4;
+    case RAD_Q6_K: return tile_k6;
+    default: return NULL;
+    }
+}
+
+int ref_tile_range(const RefTileArgs *g, int64_t c0, int64_t c1) {
+    const RadDType e = g->w->dtype;
+    const tile_fn fn = tile_kernel(e);
+    const int64_t nb = g->K / 32;
+    uint8_t *mem = fn ? ref_scratch(0, tile_bytes(nb)) : NULL;
+    if (!mem) return 0;
+    const Tile t = tile_at(mem, nb);
+    for (int64_t n0 = c0; n0 < c1; n0 += TC) {
+        const int nc = c1 - n0 < TC ? (int)(c1 - n0) : TC;
+        tile_fill(g, e, n0, nc, &t);
+        for (int64_t i = 0; i < g->M; i += 4) {
+            const int rm = g->M - i < 4 ? (int)(g->M - i) : 4;
+            RefQRow x[4];
+            float out[4][TC];
+            for (int r = 0; r < rm; r++) x[r] = g->row(g->rows, i + r);
+            fn(rm, &t, x, nb, out);
+            for (int r = 0; r < rm; r++) memcpy(ref_frow(g->y, (uint64_t)(i + r)) + n0, out[r], (size_t)nc * sizeof(float));
+        }
+    }
+    return 1;
+}
+#else
+int ref_tile_range(const RefTileArgs *g, int64_t c0, int64_t c1) {
+    (void)g, (void)c0, (void)c1;
+    return 0;
+}
+#endif
