@@ -184,6 +184,8 @@ int ref_run_gemm_q8act(const RadKernelArgs *a);
 int ref_run_gemm_multi_exact(const RadKernelArgs *a); /* gemm_nt2, gemm_nt3 */
 int ref_run_gemm_multi_q8act(const RadKernelArgs *a);
 int ref_run_gemm_q8tile(const RadKernelArgs *a);
+int ref_run_gemm_bf16(const RadKernelArgs *a);
+int ref_run_gemm_multi_bf16(const RadKernelArgs *a);
 #define REF_TILE_MIN_ROWS 16 /* q8tile's n_min: below it a tile's unpacking is not paid back */
 int ref_run_gemm_multi_q8tile(const RadKernelArgs *a);
 int ref_run_rmsnorm(const RadKernelArgs *a);

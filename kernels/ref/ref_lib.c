@@ -159,6 +159,8 @@ static const RadKnob attn_knobs[] = {KNOB_("threads", threads_v, RAD_KNOB_ARITH,
 /* q8tile (ref_gemm_tile.c): 16 rows or more, unpacked weights only (packed q4_1 stays on q8act's
  * x8 kernels). Not batch-invariant as the engine needs it: its rows carry the portable dot's
  * bits while fewer rows get q8act's AVX2 ones, so --deterministic keeps q8act. */
+/* bf16dot (ref_gemm_bf16.c): bf16 weights, activations rounded to bf16 (OPS.md's 1e-2 class) */
+#define KB_(OP, RUN) KG_(OP, "bf16dot", RAD_ENC_BIT(RAD_ENC_BF16), TOL(1e-2), NULL, RUN, 0, 0)
 #define KT_(OP, RUN) {sizeof(RadKernel), OP, "q8tile", REF_ENCS_Q8ACT, RAD_F32, REF_TILE_MIN_ROWS, 0, 0, Q8(2e-2), 0, NULL, RUN, 0, 0, 0, gemm_knobs, 2, 0}
 #define KG_(...) K3_(__VA_ARGS__, 0, gemm_knobs, 2)               /* a GEMM with its knobs */
 #define KP_(...) K3_(__VA_ARGS__, REF_ENCS_PACKED, gemm_knobs, 2) /* also reads packed weights (ref_gemm_x8.c) */
@@ -182,15 +184,19 @@ static const RadKernel kernels[] = {
      * a tune table naming ref:exact, or plain-float weights, get exact */
     KT_("gemm_nt", ref_run_gemm_q8tile),
     KP_("gemm_nt", "q8act", REF_ENCS_Q8ACT, Q8(2e-2), NULL, ref_run_gemm_q8act, 0, 0),
+    KB_("gemm_nt", ref_run_gemm_bf16),
     KG_("gemm_nt", "exact", REF_ENCS_ALL, TOL(1e-4), NULL, ref_run_gemm_exact, 0, 0),
     KT_("gemm_nt2", ref_run_gemm_multi_q8tile),
     KP_("gemm_nt2", "q8act", REF_ENCS_Q8ACT, Q8(2e-2), NULL, ref_run_gemm_multi_q8act, 0, 0),
+    KB_("gemm_nt2", ref_run_gemm_multi_bf16),
     KG_("gemm_nt2", "exact", REF_ENCS_ALL, TOL(1e-4), NULL, ref_run_gemm_multi_exact, 0, 0),
     KT_("gemm_nt3", ref_run_gemm_multi_q8tile),
     KP_("gemm_nt3", "q8act", REF_ENCS_Q8ACT, Q8(2e-2), NULL, ref_run_gemm_multi_q8act, 0, 0),
+    KB_("gemm_nt3", ref_run_gemm_multi_bf16),
     KG_("gemm_nt3", "exact", REF_ENCS_ALL, TOL(1e-4), NULL, ref_run_gemm_multi_exact, 0, 0),
     KT_("logits_gemm", ref_run_gemm_q8tile),
     KP_("logits_gemm", "q8act", REF_ENCS_Q8ACT, Q8(2e-2), NULL, ref_run_gemm_q8act, 0, 0),
+    KB_("logits_gemm", ref_run_gemm_bf16),
     KG_("logits_gemm", "exact", REF_ENCS_ALL, TOL(1e-4), NULL, ref_run_gemm_exact, 0, 0),
     K_("rope", "generic", RAD_ENC_PLAIN_FLOATS, TOL(1e-5), ref_rope_workspace, ref_run_rope, 0, 0), /* weight: the optional freq_factors */
     KA_("attn_paged", "generic", 0, TOL(1e-5), NULL, ref_run_attn_paged, 16, KV_ENCS),

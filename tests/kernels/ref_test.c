@@ -614,6 +614,17 @@ Test(ref, gemm_q8tile) {
     check_tile_bits("logits_gemm", RAD_Q6_K, 18, 33, 256);
 }
 
+/* bf16dot (ref_gemm_bf16.c): bf16 weights against activations rounded to bf16, within OPS.md's
+ * 1e-2; the same bits at any thread count and for a row alone (tiles of 4 x 4 with short edges,
+ * K with a short last 32-element step); the fused ops equal the chain (gemm_nt2_nt3 below). */
+Test(ref, gemm_bf16dot) {
+    static const GemmCase cases[] = {{1, 1, 32}, {1, 37, 64}, {3, 19, 96}, {5, 53, 250}, {17, 13, 160}, {2, 50, 33}, {35, 131, 576}};
+    for (size_t i = 0; i < N_OF(cases); i++) check_gemm("gemm_nt", "bf16dot", RAD_BF16, cases[i].M, cases[i].N, cases[i].K);
+    check_gemm("logits_gemm", "bf16dot", RAD_BF16, 3, 301, 64);
+    cr_assert_eq(find("gemm_nt", "bf16dot")->weight_encs, RAD_ENC_BIT(RAD_ENC_BF16));
+    cr_assert(find("gemm_nt", "bf16dot")->tolerance <= 1e-2);
+}
+
 /* The 5-bit encodings at the row counts that take each path: M = 1 (decode, the one-row range),
  * 4 (one four-row step), 5 and 17 (four-row steps and a one-row tail), K a multiple of 256 and
  * (the 32-element ones) an odd number of blocks that is not (the kernels' two-block steps leave
@@ -773,6 +784,8 @@ Test(ref, gemm_nt2_nt3_equal_the_chain) {
         {"q8tile", 2, 20, 512, {RAD_Q5_0, RAD_Q4_K}, {41, 41}},
         {"q8tile", 3, 16, 768, {RAD_Q4_K, RAD_Q5_K, RAD_Q6_K}, {40, 24, 24}},
         {"q8tile", 3, 21, 512, {RAD_Q5_1, RAD_Q4_1, RAD_Q4_0}, {19, 23, 29}},
+        {"bf16dot", 3, 1, 96, {RAD_BF16, RAD_BF16, RAD_BF16}, {33, 11, 11}},
+        {"bf16dot", 2, 9, 200, {RAD_BF16, RAD_BF16}, {37, 70}},
         {"exact", 3, 1, 96, {RAD_F32, RAD_F32, RAD_F32}, {33, 11, 11}},
         {"exact", 3, 4, 256, {RAD_Q4_1, RAD_Q4_1, RAD_Q4_K}, {29, 9, 9}},
         {"exact", 2, 1, 128, {RAD_Q8_0, RAD_F16}, {257, 257}},

@@ -1,0 +1,192 @@
+/* ref_gemm_bf16.c — gemm_nt, gemm_nt2/3 and logits_gemm, variant "bf16dot": bf16 weights
+ * against activations rounded to bf16, with AVX-512 BF16's pair products (vdpbf16ps).
+ *
+ * docs/OPS.md's tolerance table allows it: "activations rounded to bf16 before the product",
+ * bound 1e-2 (RAD_EXACT_TOLERANCE). x is rounded to bf16 to nearest even (vcvtne2ps2bf16) once
+ * per call into a zero-padded copy; the weights are read as stored. Per output: 16 f32 lanes,
+ * lane l summing the products of elements 2l and 2l + 1 of every 32-element step, steps in
+ * ascending k (the instruction's arithmetic: products exact, denormals flushed), the tail step
+ * zero-filled, then one fixed reduction of the 16 lanes. So every output is the same whatever the
+ * rows, columns or threads it is computed with (batch-invariant). Tiles: 4 rows × 4 columns, 16
+ * accumulators, each weight load used by four rows, each x load by four columns.
+ *
+ * Why: on this CPU class (AMD Zen 4) an f32 FMA does 16 multiply-adds a 512-bit instruction and
+ * vdpbf16ps 32, so the exact GEMM of a BF16 file runs at half the bf16 rate (llama.cpp takes
+ * the same route for BF16 weights). Without AVX-512 BF16 (or under RAD_REF_ISA below avx512)
+ * the variant runs the exact variant's code, which is within this tolerance too. */
+#include "ref_gemm.h"
+
+typedef struct BfCtx {
+    RefGemmArgs g;
+    const uint16_t *xb; /* [M][kp] x rounded to bf16, zero past K */
+    int64_t kp;         /* K rounded up to 32 */
+} BfCtx;
+
+typedef struct BfMulti {
+    BfCtx part[REF_GEMM_MAX_PARTS];
+    RefGemmUnits u;
+} BfMulti;
+
+#if REF_X86
+#define REF_BF16 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512bf16")))
+
+static int cpu_bf16(void) {
+    static _Atomic int v = -1;
+    int r = v;
+    if (r < 0) {
+        __builtin_cpu_init();
+        r = __builtin_cpu_supports("avx512bf16") != 0;
+        v = r;
+    }
+    return r;
+}
+
+/* Row i of x to bf16, zero-padded to kp. */
+REF_BF16 static void round_row(const float *x, int64_t K, int64_t kp, uint16_t *o) {
+    int64_t k = 0;
+    for (; k + 32 <= K; k += 32) {
+        const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + k + 16), _mm512_loadu_ps(x + k));
+        _mm512_storeu_si512((void *)(o + k), (__m512i)v);
+    }
+    if (k < kp) {
+        const int64_t t = K - k;
+        const __mmask16 m0 = (__mmask16)(t >= 16 ? 0xffff : (1u << t) - 1);
+        const __mmask16 m1 = (__mmask16)(t >= 32 ? 0xffff : t > 16 ? (1u << (t - 16)) - 1 : 0);
+        const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m1, x + k + 16), _mm512_maskz_loadu_ps(m0, x + k));
+        _mm512_storeu_si512((void *)(o + k), (__m512i)v);
+    }
+}
+
+/* RM rows × RN columns: out[r * RN + n]. */
+REF_BF16 REF_INLINE void bf_tile(const int RM, const int RN, const uint16_t *const *xr, const uint8_t *const *wr, int64_t K,
+                                 float *out) {
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < RM; r++)
+#pragma GCC unroll 4
+        for (int n = 0; n < RN; n++) acc[r][n] = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 32 <= K; k += 32) {
+        __m512i w[4];
+#pragma GCC unroll 4
+        for (int n = 0; n < RN; n++) w[n] = _mm512_loadu_si512((const void *)(wr[n] + 2 * k));
+#pragma GCC unroll 4
+        for (int r = 0; r < RM; r++) {
+            const __m512i x = _mm512_loadu_si512((const void *)(xr[r] + k));
+#pragma GCC unroll 4
+            for (int n = 0; n < RN; n++) acc[r][n] = _mm512_dpbf16_ps(acc[r][n], (__m512bh)x, (__m512bh)w[n]);
+        }
+    }
+    if (k < K) { /* the tail: weights zero-filled past K (x is zero there too) */
+        const __mmask32 m = (__mmask32)((1ull << (K - k)) - 1);
+        __m512i w[4];
+#pragma GCC unroll 4
+        for (int n = 0; n < RN; n++) w[n] = _mm512_maskz_loadu_epi16(m, (const void *)(wr[n] + 2 * k));
+#pragma GCC unroll 4
+        for (int r = 0; r < RM; r++) {
+            const __m512i x = _mm512_loadu_si512((const void *)(xr[r] + k));
+#pragma GCC unroll 4
+            for (int n = 0; n < RN; n++) acc[r][n] = _mm512_dpbf16_ps(acc[r][n], (__m512bh)x, (__m512bh)w[n]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < RM; r++)
+#pragma GCC unroll 4
+        for (int n = 0; n < RN; n++) { /* one fixed tree: halves, then 8 lanes as ref_hsum8 */
+            const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(acc[r][n]), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][n]), 1)));
+            out[r * RN + n] = ref_hsum8(h);
+        }
+}
+
+#define BF_TILE(RM, RN)                                                                                           \
+    REF_BF16 static void bf_##RM##x##RN(const uint16_t *const *xr, const uint8_t *const *wr, int64_t K, float *o) { \
+        bf_tile(RM, RN, xr, wr, K, o);                                                                            \
+    }
+BF_TILE(1, 1) BF_TILE(1, 2) BF_TILE(1, 3) BF_TILE(1, 4)
+BF_TILE(2, 1) BF_TILE(2, 2) BF_TILE(2, 3) BF_TILE(2, 4)
+BF_TILE(3, 1) BF_TILE(3, 2) BF_TILE(3, 3) BF_TILE(3, 4)
+BF_TILE(4, 1) BF_TILE(4, 2) BF_TILE(4, 3) BF_TILE(4, 4)
+typedef void (*bf_fn)(const uint16_t *const *xr, const uint8_t *const *wr, int64_t K, float *o);
+static const bf_fn bf_tab[4][4] = {{bf_1x1, bf_1x2, bf_1x3, bf_1x4},
+                                   {bf_2x1, bf_2x2, bf_2x3, bf_2x4},
+                                   {bf_3x1, bf_3x2, bf_3x3, bf_3x4},
+                                   {bf_4x1, bf_4x2, bf_4x3, bf_4x4}};
+
+/* Every row against columns [c0, c1), 4 columns by 4 rows at a time; the columns of a block of
+ * 64 stay in L1/L2 while every row passes them. */
+static void bf_range(const BfCtx *c, int64_t c0, int64_t c1) {
+    for (int64_t b0 = c0; b0 < c1; b0 += 64) {
+        const int64_t b1 = c1 - b0 < 64 ? c1 : b0 + 64;
+        for (int64_t i = 0; i < c->g.M; i += 4) {
+            const int rm = c->g.M - i < 4 ? (int)(c->g.M - i) : 4;
+            const uint16_t *xr[4];
+            for (int r = 0; r < rm; r++) xr[r] = c->xb + (size_t)(i + r) * (size_t)c->kp;
+            for (int64_t n = b0; n < b1; n += 4) {
+                const int rn = b1 - n < 4 ? (int)(b1 - n) : 4;
+                const uint8_t *wr[4];
+                for (int j = 0; j < rn; j++) wr[j] = ref_wrow(c->g.w, (uint64_t)(n + j));
+                float o[16];
+                bf_tab[rm - 1][rn - 1](xr, wr, c->g.K, o);
+                for (int r = 0; r < rm; r++)
+                    for (int j = 0; j < rn; j++) ref_frow(c->g.y, (uint64_t)(i + r))[n + j] = o[r * rn + j];
+            }
+        }
+    }
+}
+
+static void round_task(void *ctx, int tid, int nth) {
+    const BfCtx *c = ctx;
+    int64_t r0, r1;
+    ref_split(c->g.M, tid, nth, 1, &r0, &r1);
+    for (int64_t i = r0; i < r1; i++)
+        round_row(ref_frow(c->g.x, (uint64_t)i), c->g.K, c->kp, (uint16_t *)(uintptr_t)c->xb + (size_t)i * (size_t)c->kp);
+}
+
+static void bf_multi_range(const void *ctx, int i, int64_t c0, int64_t c1) { bf_range(&((const BfMulti *)ctx)->part[i], c0, c1); }
+static void bf_multi_task(void *ctx, int tid, int nth) { ref_gemm_units_run(&((BfMulti *)ctx)->u, tid, nth, bf_multi_range, ctx); }
+
+/* The parts g[0 .. np) (one x): x rounded once, then the parts' columns as one job. */
+static int bf_run(const RadKernelArgs *a, const RefGemmArgs *g, int np) {
+    BfMulti m;
+    const int64_t kp = (g[0].K + 31) & ~(int64_t)31;
+    uint16_t *xb = ref_scratch(1, (size_t)g[0].M * (size_t)kp * 2);
+    if (!xb) return RAD_E_NOMEM;
+    int64_t N[REF_GEMM_MAX_PARTS];
+    for (int i = 0; i < np; i++) m.part[i] = (BfCtx){g[i], xb, kp}, N[i] = g[i].N;
+    int nq = ref_threads(a, (double)g[0].M * (double)g[0].K, 16384.0);
+    if (nq > g[0].M) nq = (int)g[0].M;
+    ref_parallel(a, nq, round_task, &m.part[0]);
+    ref_gemm_units_init(&m.u, N, np, 4);
+    int nth = ref_threads_tuned(a, (double)g[0].M * (double)m.u.cols * (double)g[0].K, 32768.0);
+    if (nth > m.u.u0[np]) nth = (int)m.u.u0[np];
+    ref_parallel(a, nth, bf_multi_task, &m);
+    return RAD_OK;
+}
+
+static int bf_here(const RadKernelArgs *a) { return ref_isa(a) >= REF_ISA_AVX512 && cpu_bf16(); }
+#else
+static int bf_here(const RadKernelArgs *a) {
+    (void)a;
+    return 0;
+}
+static int bf_run(const RadKernelArgs *a, const RefGemmArgs *g, int np) {
+    (void)a, (void)g, (void)np;
+    return RAD_E_UNSUPPORTED;
+}
+#endif
+
+#define BF16_ENCS RAD_ENC_BIT(RAD_ENC_BF16)
+
+int ref_run_gemm_bf16(const RadKernelArgs *a) {
+    RefGemmArgs g;
+    int rc = ref_gemm_args(a, BF16_ENCS, &g);
+    if (rc) return rc;
+    return bf_here(a) ? bf_run(a, &g, 1) : ref_run_gemm_exact(a);
+}
+
+int ref_run_gemm_multi_bf16(const RadKernelArgs *a) {
+    RefGemmArgs g[REF_GEMM_MAX_PARTS];
+    int np, rc = ref_gemm_multi_args(a, BF16_ENCS, g, &np);
+    if (rc) return rc;
+    return bf_here(a) ? bf_run(a, g, np) : ref_run_gemm_multi_exact(a);
+}
