@@ -1,13 +1,15 @@
 # bench/common.sh — what run.sh and serve.sh share; sourced (POSIX sh), after `set -eu`.
 #
-# bench_container: the tools built, the model fetched, and $RAD converted from $GGUF, again when
-# rad-convert is newer than it (a container from an older converter may differ).
+# bench_container: the tools built, the model fetched, and $RAD (build/bench/<GGUF's name>.rad)
+# converted from $GGUF, again when rad-convert is newer than it (a container from an older
+# converter may differ). GGUF=models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf (make models) runs
+# run.sh or serve.sh on another model.
 # llama_cpp_tool NAME: prints the path of llama.cpp's NAME (llama-bench, llama-server), built
 # once into build/llama.cpp from the llama-cpp-python source package on PyPI (its vendored
 # llama.cpp, GGML_NATIVE=ON).
 GGUF=${GGUF:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
-RAD=build/bench-smollm2.rad
 B=build/bench
+RAD=$B/$(basename "$GGUF" .gguf).rad
 
 bench_container() {
     mkdir -p "$B"

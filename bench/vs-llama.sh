@@ -2,7 +2,9 @@
 # bench/vs-llama.sh — radiance against llama.cpp on one GGUF, paired: ROUNDS rounds, each one
 # radiance pp512 and tg128 (as run.sh measures them, --fast) and one llama-bench run (-r 1) of
 # the same, the order alternating between rounds; then each side's median and range and the
-# median and range of the per-round ratio radiance / llama.cpp. For a VM whose bandwidth moves
+# median and range of the per-round ratio radiance / llama.cpp; then the generation bound: the
+# read bandwidth (bench/membw.c, before and after the rounds, the higher) over the bytes a token
+# reads, and each side's tg128 median as a share of it. For a VM whose bandwidth moves
 # from one minute to the next: a ratio of runs seconds apart, never one run. Not a test.
 #
 #   sh bench/vs-llama.sh GGUF [ROUNDS] [THREADS]     (default 6 rounds, 2 threads)
@@ -30,6 +32,8 @@ llama() {
 }
 out=$B/vs-llama.tsv
 : > "$out"
+[ -x "$B/membw" ] && [ ! bench/membw.c -nt "$B/membw" ] || cc -O2 -march=native -pthread -o "$B/membw" bench/membw.c
+BW0=$("$B/membw" "$T" 1024 2>/dev/null)
 load0=$(cut -d' ' -f1 /proc/loadavg)
 for r in $(seq 1 "$N"); do
     if [ $((r % 2)) -eq 1 ]; then sides="R L"; else sides="L R"; fi
@@ -39,6 +43,12 @@ for r in $(seq 1 "$N"); do
     done
 done
 load1=$(cut -d' ' -f1 /proc/loadavg)
+BW1=$("$B/membw" "$T" 1024 2>/dev/null)
+BW=$(echo "$BW0 $BW1" | awk '{ print ($2 > $1) ? $2 : $1 }')
+# bytes a generated token reads: every weight but the embedding table (one row is gathered),
+# which a tied head (no output.weight) reads whole
+read_bytes=$(build/rad-info --json --tensors "$RADF" | jq '([.tensors[].name] | index("output.weight")) as $head
+    | [.tensors[] | select(.name != "tok_embd.weight" or $head == null) | .bytes] | add')
 echo "vs-llama: $(basename "$G"), $N rounds, $T threads, ${FASTF:-(no --fast)} ${ARGS:-} ($(date -u +%F), $(nproc) cores, load average $load0 before, $load1 after)"
 awk '
 function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
@@ -57,3 +67,10 @@ END {
                ma, lo(a, n), hi(a, n), mb, lo(b, n), hi(b, n), mq, lo(q, n), hi(q, n)
     }
 }' "$out"
+awk -v bw="$BW" -v bw0="$BW0" -v bw1="$BW1" -v rb="$read_bytes" '
+function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+                                return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+$2 == "R" { r[++nr] = $4 } $2 == "L" { l[++nl] = $4 }
+END { bound = bw * 1e9 / rb
+      printf "bound  %.2f GB/s (membw %s before, %s after; the higher) / %d bytes a token = %.1f tok/s; tg128 radiance %.0f%%, llama.cpp %.0f%%\n",
+             bw, bw0, bw1, rb, bound, 100 * med(r, nr) / bound, 100 * med(l, nl) / bound }' "$out"
