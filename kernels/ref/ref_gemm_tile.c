@@ -14,6 +14,7 @@
  * portable dot computes. The f32 operations that follow are the portable dot's, in its order
  * (blocks ascending; no fused multiply-add), one column a lane: every output is the portable
  * q8act dot's, bit for bit, whatever the rows, threads or tiles (tests/kernels/ref_test.c). */
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "ref_gemm.h"
@@ -55,15 +56,17 @@ static inline void put_codes(const Tile *t, int64_t b, int j, const uint8_t c[32
     for (int k = 0; k < 8; k++) memcpy(o + 64 * k, c + 4 * k, 4);
 }
 
-/* Weight row w (one column of y) into tile column j. */
-static void unpack_col(RadDType e, const uint8_t *w, int64_t K, const Tile *t, int j) {
+/* Weight row w (one column of y) into tile column j: its scales, and its codes unless the
+ * caller unpacks them itself (codes 0: tile_codes below). */
+static void unpack_col(RadDType e, const uint8_t *w, int64_t K, const Tile *t, int j, int codes) {
     const int64_t nb = K / 32;
     uint8_t c[32];
     switch ((int)e) {
     case RAD_Q8_0:
         for (int64_t b = 0; b < nb; b++, w += 34) {
-            for (int l = 0; l < 32; l++) c[l] = (uint8_t)(w[2 + l] ^ 0x80);
             t->a[b * TC + j] = ref_f16_f32(ref_rd16(w));
+            if (!codes) continue;
+            for (int l = 0; l < 32; l++) c[l] = (uint8_t)(w[2 + l] ^ 0x80);
             put_codes(t, b, j, c);
         }
         break;
@@ -71,9 +74,10 @@ static void unpack_col(RadDType e, const uint8_t *w, int64_t K, const Tile *t, i
     case RAD_Q4_1: {
         const int bb = e == RAD_Q4_0 ? 18 : 20, qo = e == RAD_Q4_0 ? 2 : 4;
         for (int64_t b = 0; b < nb; b++, w += bb) {
-            for (int l = 0; l < 16; l++) c[l] = w[qo + l] & 15, c[l + 16] = w[qo + l] >> 4;
             t->a[b * TC + j] = ref_f16_f32(ref_rd16(w));
             if (e == RAD_Q4_1) t->m[b * TC + j] = ref_f16_f32(ref_rd16(w + 2));
+            if (!codes) continue;
+            for (int l = 0; l < 16; l++) c[l] = w[qo + l] & 15, c[l + 16] = w[qo + l] >> 4;
             put_codes(t, b, j, c);
         }
         break;
@@ -82,14 +86,15 @@ static void unpack_col(RadDType e, const uint8_t *w, int64_t K, const Tile *t, i
     case RAD_Q5_1: {
         const int bb = e == RAD_Q5_0 ? 22 : 24, ho = e == RAD_Q5_0 ? 2 : 4;
         for (int64_t b = 0; b < nb; b++, w += bb) {
+            t->a[b * TC + j] = ref_f16_f32(ref_rd16(w));
+            if (e == RAD_Q5_1) t->m[b * TC + j] = ref_f16_f32(ref_rd16(w + 2));
+            if (!codes) continue;
             const uint32_t qh = ref_rd32(w + ho);
             const uint8_t *qs = w + ho + 4;
             for (int l = 0; l < 16; l++) {
                 c[l] = (uint8_t)((qs[l] & 15) | (((qh >> l) & 1) << 4));
                 c[l + 16] = (uint8_t)((qs[l] >> 4) | (((qh >> (l + 16)) & 1) << 4));
             }
-            t->a[b * TC + j] = ref_f16_f32(ref_rd16(w));
-            if (e == RAD_Q5_1) t->m[b * TC + j] = ref_f16_f32(ref_rd16(w + 2));
             put_codes(t, b, j, c);
         }
         break;
@@ -103,13 +108,14 @@ static void unpack_col(RadDType e, const uint8_t *w, int64_t K, const Tile *t, i
             const uint8_t *qh = w + 16, *qs = e == RAD_Q4_K ? w + 16 : w + 48;
             for (int i = 0; i < 8; i++) {
                 const int64_t b = 8 * s + i;
+                t->sc[b * TC + j] = sc[i];
+                t->m[b * TC + j] = (float)mn[i];
+                if (!codes) continue;
                 for (int l = 0; l < 32; l++) {
                     const uint8_t v = qs[32 * (i / 2) + l];
                     c[l] = (uint8_t)(i & 1 ? v >> 4 : v & 15);
                     if (e == RAD_Q5_K) c[l] = (uint8_t)(c[l] | (((qh[l] >> i) & 1) << 4));
                 }
-                t->sc[b * TC + j] = sc[i];
-                t->m[b * TC + j] = (float)mn[i];
                 put_codes(t, b, j, c);
             }
             t->D[s * TC + j] = ref_f16_f32(ref_rd16(w));
@@ -124,12 +130,13 @@ static void unpack_col(RadDType e, const uint8_t *w, int64_t K, const Tile *t, i
                 const uint8_t *ql = w + 64 * n, *qh = w + 128 + 32 * n;
                 for (int i = 0; i < 4; i++) {
                     const int64_t b = 8 * s + 4 * n + i;
+                    t->sc[(2 * b) * TC + j] = sc[8 * n + 2 * i];
+                    t->sc[(2 * b + 1) * TC + j] = sc[8 * n + 2 * i + 1];
+                    if (!codes) continue;
                     for (int l = 0; l < 32; l++) {
                         const uint8_t lo = i & 1 ? ql[l + 32] : ql[l];
                         c[l] = (uint8_t)((i & 2 ? lo >> 4 : lo & 15) | (((qh[l] >> (2 * i)) & 3) << 4));
                     }
-                    t->sc[(2 * b) * TC + j] = sc[8 * n + 2 * i];
-                    t->sc[(2 * b + 1) * TC + j] = sc[8 * n + 2 * i + 1];
                     put_codes(t, b, j, c);
                 }
             }
@@ -139,19 +146,102 @@ static void unpack_col(RadDType e, const uint8_t *w, int64_t K, const Tile *t, i
     }
 }
 
-/* The tile of weight rows [n0, n0 + nc) (nc <= TC; the other columns' codes are zero). */
+#if REF_X86
+#define REF_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+
+/* The codes of weight rows [n0, n0 + nc) into the tile, chunk by chunk: lane j of a 16-lane
+ * gather reads column j's 4 bytes, so a chunk is one gather and a mask or a shift (the same codes
+ * unpack_col writes one byte at a time). Lanes past nc are zero. */
+REF_VNNI static void tile_codes(const RefTileArgs *g, RadDType e, int64_t n0, int nc, const Tile *t) {
+    const uint8_t *w = ref_wrow(g->w, (uint64_t)n0);
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32((int)g->w->row_stride));
+    const __mmask16 m = (__mmask16)(nc >= TC ? 0xffff : (1u << nc) - 1);
+    const __m512i z = _mm512_setzero_si512(), m4 = _mm512_set1_epi32(0x0f0f0f0f);
+#define GATHER(p) _mm512_mask_i32gather_epi32(z, m, idx, (const void *)(p), 1)
+#define PUT(b, k, v) _mm512_storeu_si512((void *)(t->codes + (size_t)(b) * TB + 64 * (k)), (v))
+    /* q5's fifth bits: bits 0..3 of x to bit 4 of bytes 0..3 (the multiply puts bit i at 8i + 4) */
+#define SPREAD4(x) _mm512_and_si512(_mm512_mullo_epi32(_mm512_slli_epi32(_mm512_and_si512((x), _mm512_set1_epi32(15)), 4),                                                         _mm512_set1_epi32(0x204081)),                                                                           _mm512_set1_epi32(0x10101010))
+    const int64_t nb = g->K / 32;
+    switch ((int)e) {
+    case RAD_Q8_0:
+        for (int64_t b = 0; b < nb; b++)
+            for (int k = 0; k < 8; k++) PUT(b, k, _mm512_xor_si512(GATHER(w + 34 * b + 2 + 4 * k), _mm512_set1_epi32((int)0x80808080u)));
+        break;
+    case RAD_Q4_0:
+    case RAD_Q4_1: {
+        const int bb = e == RAD_Q4_0 ? 18 : 20, qo = e == RAD_Q4_0 ? 2 : 4;
+        for (int64_t b = 0; b < nb; b++)
+            for (int k = 0; k < 4; k++) {
+                const __m512i v = GATHER(w + bb * b + qo + 4 * k);
+                PUT(b, k, _mm512_and_si512(v, m4));
+                PUT(b, k + 4, _mm512_and_si512(_mm512_srli_epi32(v, 4), m4));
+            }
+        break;
+    }
+    case RAD_Q5_0:
+    case RAD_Q5_1: {
+        const int bb = e == RAD_Q5_0 ? 22 : 24, ho = e == RAD_Q5_0 ? 2 : 4;
+        for (int64_t b = 0; b < nb; b++) {
+            const __m512i qh = GATHER(w + bb * b + ho);
+            for (int k = 0; k < 4; k++) {
+                const __m512i v = GATHER(w + bb * b + ho + 4 + 4 * k);
+                PUT(b, k, _mm512_or_si512(_mm512_and_si512(v, m4), SPREAD4(_mm512_srli_epi32(qh, 4 * k))));
+                PUT(b, k + 4, _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(v, 4), m4), SPREAD4(_mm512_srli_epi32(qh, 16 + 4 * k))));
+            }
+        }
+        break;
+    }
+    case RAD_Q4_K:
+    case RAD_Q5_K: {
+        const int bb = e == RAD_Q4_K ? 144 : 176, qo = e == RAD_Q4_K ? 16 : 48;
+        for (int64_t s = 0; s < g->K / 256; s++)
+            for (int p = 0; p < 4; p++)
+                for (int k = 0; k < 8; k++) {
+                    const __m512i v = GATHER(w + bb * s + qo + 32 * p + 4 * k);
+                    __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
+                    if (e == RAD_Q5_K) { /* bit i of qh[l]: sub-block i's fifth bit of element l */
+                        const __m512i qh = GATHER(w + bb * s + 16 + 4 * k), one = _mm512_set1_epi32(0x01010101);
+                        lo = _mm512_or_si512(lo, _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(qh, 2 * p), one), 4));
+                        hi = _mm512_or_si512(hi, _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(qh, 2 * p + 1), one), 4));
+                    }
+                    PUT(8 * s + 2 * p, k, lo);
+                    PUT(8 * s + 2 * p + 1, k, hi);
+                }
+        break;
+    }
+    default: /* q6_k */
+        for (int64_t s = 0; s < g->K / 256; s++)
+            for (int n = 0; n < 2; n++)
+                for (int k = 0; k < 8; k++) {
+                    const __m512i h = GATHER(w + 210 * s + 128 + 32 * n + 4 * k), three = _mm512_set1_epi32(0x03030303);
+                    for (int i = 0; i < 4; i++) {
+                        const __m512i v = GATHER(w + 210 * s + 64 * n + (i & 1) * 32 + 4 * k);
+                        const __m512i lo = _mm512_and_si512(i & 2 ? _mm512_srli_epi32(v, 4) : v, m4);
+                        const __m512i hb = _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h, 2 * i), three), 4);
+                        PUT(8 * s + 4 * n + i, k, _mm512_or_si512(lo, hb));
+                    }
+                }
+        break;
+    }
+#undef GATHER
+#undef PUT
+#undef SPREAD4
+}
+
+/* The tile of weight rows [n0, n0 + nc) (nc <= TC; the other columns are zero). */
 static void tile_fill(const RefTileArgs *g, RadDType e, int64_t n0, int nc, const Tile *t) {
     const int64_t nb = g->K / 32;
+    /* gathers take 32-bit offsets: column 15's start must fit */
+    const int gather = g->w->row_stride <= (uint64_t)INT32_MAX / TC;
     if (nc < TC) {
         memset(t->codes, 0, (size_t)nb * TB);
         memset(t->a, 0, (size_t)nb * TC * 4 * 2); /* a and m */
         memset(t->sc, 0, (size_t)nb * 2 * TC * 4 + 2 * (size_t)(nb / 8 + 1) * TC * 4);
     }
-    for (int j = 0; j < nc; j++) unpack_col(e, ref_wrow(g->w, (uint64_t)(n0 + j)), g->K, t, j);
+    for (int j = 0; j < nc; j++) unpack_col(e, ref_wrow(g->w, (uint64_t)(n0 + j)), g->K, t, j, !gather);
+    if (gather) tile_codes(g, e, n0, nc, t);
 }
-
-#if REF_X86
-#define REF_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 
 /* The encodings' arithmetic after the block's integer sums (the portable dots' of ref_gemm_q8.c). */
 enum { CL_OFF, CL_MIN, CL_K4, CL_K6 };
@@ -262,18 +352,21 @@ int ref_tile_range(const RefTileArgs *g, int64_t c0, int64_t c1) {
     const RadDType e = g->w->dtype;
     const tile_fn fn = tile_kernel(e);
     const int64_t nb = g->K / 32;
-    uint8_t *mem = fn ? ref_scratch(0, tile_bytes(nb)) : NULL;
+    const size_t tb = (tile_bytes(nb) + 63) & ~(size_t)63;
+    uint8_t *mem = fn ? ref_scratch(0, tb + (size_t)g->M * sizeof(RefQRow)) : NULL;
     if (!mem) return 0;
     const Tile t = tile_at(mem, nb);
+    /* the rows' pointers once a call, not once a tile (a struct returned through memory per
+     * row and tile stalled on store forwarding: 14% of a prefill) */
+    RefQRow *x = (RefQRow *)(void *)(mem + tb);
+    for (int64_t i = 0; i < g->M; i++) x[i] = g->row(g->rows, i);
     for (int64_t n0 = c0; n0 < c1; n0 += TC) {
         const int nc = c1 - n0 < TC ? (int)(c1 - n0) : TC;
         tile_fill(g, e, n0, nc, &t);
         for (int64_t i = 0; i < g->M; i += 4) {
             const int rm = g->M - i < 4 ? (int)(g->M - i) : 4;
-            RefQRow x[4];
             float out[4][TC];
-            for (int r = 0; r < rm; r++) x[r] = g->row(g->rows, i + r);
-            fn(rm, &t, x, nb, out);
+            fn(rm, &t, x + i, nb, out);
             for (int r = 0; r < rm; r++) memcpy(ref_frow(g->y, (uint64_t)(i + r)) + n0, out[r], (size_t)nc * sizeof(float));
         }
     }
