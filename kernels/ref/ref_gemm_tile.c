@@ -4,7 +4,8 @@
  * Why: prefill multiplies every weight by hundreds of rows, so the weights' unpacking should be
  * paid once per weight, not once per four rows as q8act's AVX2 dots pay it, and the integer
  * products should be VNNI's 64 a instruction. A thread takes 16 weight columns at a time,
- * unpacks them into a tile (below) and runs every row of x against it, 4 rows at once.
+ * unpacks them into a tile (below) and runs every row of x against it, 8 rows at once (4 for
+ * the K-quants).
  *
  * Tile, per 32-element block b of K: codes u8 [8 chunks][16 columns][4] (chunk c holds the
  * column's elements 4c..4c+3, as vpdpbusd reads them: lane j sums column j's four products),
@@ -249,18 +250,18 @@ enum { CL_OFF, CL_MIN, CL_K4, CL_K6 };
 /* RM rows (x[0 .. RM)) against the tile: out[r][0 .. TC). */
 REF_VNNI REF_INLINE void tile_rows(const int RM, const int CL, const int z, const Tile *t, const RefQRow *x, int64_t nb,
                                    float (*out)[TC]) {
-    __m512 acc[4], accm[4], sp[4], sm[4];
-#pragma GCC unroll 4
+    __m512 acc[8], accm[8], sp[8], sm[8];
+#pragma GCC unroll 8
     for (int r = 0; r < RM; r++) acc[r] = accm[r] = sp[r] = sm[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *cb = t->codes + (size_t)b * TB;
-        __m512i s0[4], s1[4];
-#pragma GCC unroll 4
+        __m512i s0[8], s1[8];
+#pragma GCC unroll 8
         for (int r = 0; r < RM; r++) s0[r] = s1[r] = _mm512_setzero_si512();
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
             const __m512i wv = _mm512_loadu_si512((const void *)(cb + 64 * k));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int r = 0; r < RM; r++) {
                 int32_t xv;
                 memcpy(&xv, x[r].q + 32 * b + 4 * k, 4);
@@ -270,7 +271,7 @@ REF_VNNI REF_INLINE void tile_rows(const int RM, const int CL, const int z, cons
         }
         if (CL == CL_OFF || CL == CL_MIN) {
             const __m512 a = _mm512_loadu_ps(t->a + b * TC);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int r = 0; r < RM; r++) {
                 __m512i i = s0[r];
                 if (CL == CL_OFF) i = _mm512_sub_epi32(i, _mm512_set1_epi32(z * x[r].isum[b]));
@@ -283,7 +284,7 @@ REF_VNNI REF_INLINE void tile_rows(const int RM, const int CL, const int z, cons
             if (CL == CL_K4) {
                 const __m512i sc = _mm512_loadu_si512((const void *)(t->sc + b * TC));
                 const __m512 mn = _mm512_loadu_ps(t->m + b * TC);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
                 for (int r = 0; r < RM; r++) {
                     const __m512 p = _mm512_mul_ps(_mm512_set1_ps(x[r].d[b]), _mm512_cvtepi32_ps(_mm512_mullo_epi32(sc, s0[r])));
                     sp[r] = _mm512_add_ps(sp[r], p);
@@ -292,7 +293,7 @@ REF_VNNI REF_INLINE void tile_rows(const int RM, const int CL, const int z, cons
             } else {
                 const __m512i sa = _mm512_loadu_si512((const void *)(t->sc + 2 * b * TC));
                 const __m512i sb = _mm512_loadu_si512((const void *)(t->sc + (2 * b + 1) * TC));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
                 for (int r = 0; r < RM; r++) {
                     const __m512i ga = _mm512_sub_epi32(s0[r], _mm512_set1_epi32(32 * x[r].bsums[2 * b]));
                     const __m512i gb = _mm512_sub_epi32(s1[r], _mm512_set1_epi32(32 * x[r].bsums[2 * b + 1]));
@@ -303,7 +304,7 @@ REF_VNNI REF_INLINE void tile_rows(const int RM, const int CL, const int z, cons
             if (b % 8 == 7) { /* the super-block's end: acc + d·sp (− dmin·sm) */
                 const __m512 D = _mm512_loadu_ps(t->D + b / 8 * TC);
                 const __m512 Dm = _mm512_loadu_ps(t->Dm + b / 8 * TC);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
                 for (int r = 0; r < RM; r++) {
                     acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(D, sp[r]));
                     if (CL == CL_K4) acc[r] = _mm512_sub_ps(acc[r], _mm512_mul_ps(Dm, sm[r]));
@@ -312,11 +313,26 @@ REF_VNNI REF_INLINE void tile_rows(const int RM, const int CL, const int z, cons
             }
         }
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int r = 0; r < RM; r++) _mm512_storeu_ps(out[r], CL == CL_MIN ? _mm512_add_ps(acc[r], accm[r]) : acc[r]);
 }
 
+/* Up to 8 rows at once for the 32-element formats (24 accumulators), 4 for the K-quants (their
+ * sub-block sums take the registers the other four rows would). */
 #define TILE_FNS(CL, Z, NAME)                                                                                            \
+    REF_VNNI static void NAME(int rm, const Tile *t, const RefQRow *x, int64_t nb, float (*out)[TC]) {                   \
+        switch (rm) {                                                                                                    \
+        case 8: tile_rows(8, CL, Z, t, x, nb, out); break;                                                               \
+        case 7: tile_rows(7, CL, Z, t, x, nb, out); break;                                                               \
+        case 6: tile_rows(6, CL, Z, t, x, nb, out); break;                                                               \
+        case 5: tile_rows(5, CL, Z, t, x, nb, out); break;                                                               \
+        case 4: tile_rows(4, CL, Z, t, x, nb, out); break;                                                               \
+        case 3: tile_rows(3, CL, Z, t, x, nb, out); break;                                                               \
+        case 2: tile_rows(2, CL, Z, t, x, nb, out); break;                                                               \
+        default: tile_rows(1, CL, Z, t, x, nb, out); break;                                                              \
+        }                                                                                                                \
+    }
+#define TILE_FNS4(CL, Z, NAME)                                                                                           \
     REF_VNNI static void NAME(int rm, const Tile *t, const RefQRow *x, int64_t nb, float (*out)[TC]) {                   \
         switch (rm) {                                                                                                    \
         case 4: tile_rows(4, CL, Z, t, x, nb, out); break;                                                               \
@@ -329,10 +345,12 @@ TILE_FNS(CL_OFF, 128, tile_q8_0)
 TILE_FNS(CL_OFF, 8, tile_q4_0)
 TILE_FNS(CL_OFF, 16, tile_q5_0)
 TILE_FNS(CL_MIN, 0, tile_min)
-TILE_FNS(CL_K4, 0, tile_k4)
-TILE_FNS(CL_K6, 0, tile_k6)
+TILE_FNS4(CL_K4, 0, tile_k4)
+TILE_FNS4(CL_K6, 0, tile_k6)
 
 typedef void (*tile_fn)(int rm, const Tile *t, const RefQRow *x, int64_t nb, float (*out)[TC]);
+
+static int tile_rows_max(RadDType e) { return e == RAD_Q4_K || e == RAD_Q5_K || e == RAD_Q6_K ? 4 : 8; }
 
 static tile_fn tile_kernel(RadDType e) {
     switch ((int)e) {
@@ -356,6 +374,7 @@ int ref_tile_range(const RefTileArgs *g, int64_t c0, int64_t c1) {
     uint8_t *mem = fn ? ref_scratch(0, tb + (size_t)g->M * sizeof(RefQRow)) : NULL;
     if (!mem) return 0;
     const Tile t = tile_at(mem, nb);
+    const int rmax = tile_rows_max(e);
     /* the rows' pointers once a call, not once a tile (a struct returned through memory per
      * row and tile stalled on store forwarding: 14% of a prefill) */
     RefQRow *x = (RefQRow *)(void *)(mem + tb);
@@ -363,9 +382,9 @@ int ref_tile_range(const RefTileArgs *g, int64_t c0, int64_t c1) {
     for (int64_t n0 = c0; n0 < c1; n0 += TC) {
         const int nc = c1 - n0 < TC ? (int)(c1 - n0) : TC;
         tile_fill(g, e, n0, nc, &t);
-        for (int64_t i = 0; i < g->M; i += 4) {
-            const int rm = g->M - i < 4 ? (int)(g->M - i) : 4;
-            float out[4][TC];
+        for (int64_t i = 0; i < g->M; i += rmax) {
+            const int rm = g->M - i < rmax ? (int)(g->M - i) : rmax;
+            float out[8][TC];
             fn(rm, &t, x + i, nb, out);
             for (int r = 0; r < rm; r++) memcpy(ref_frow(g->y, (uint64_t)(i + r)) + n0, out[r], (size_t)nc * sizeof(float));
         }
