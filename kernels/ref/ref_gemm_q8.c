@@ -1022,7 +1022,7 @@ static void quantize(const RadKernelArgs *a, Q8Ctx *c) {
 
 static int run_gemm(const RadKernelArgs *a, int tile) {
     Q8Ctx c;
-    int rc = ref_gemm_args(a, REF_ENCS_Q8ACT | (tile ? 0 : REF_TAKES_PACKED), &c.g);
+    int rc = ref_gemm_args(a, REF_ENCS_Q8ACT | REF_TAKES_PACKED, &c.g);
     if (rc) return rc;
     q8_prepare(&c, ref_isa(a), rad_knob_value(a, REF_KNOB_PREFETCH, REF_PF_BYTES), tile);
     c.buf = ref_scratch(1, c.row_bytes * (size_t)c.g.M);
@@ -1061,7 +1061,7 @@ static void multi_task(void *ctx, int tid, int nth) { ref_gemm_units_run(&((Q8Mu
 static int run_gemm_multi(const RadKernelArgs *a, int tile) {
     Q8Multi m;
     RefGemmArgs g[REF_GEMM_MAX_PARTS];
-    int np, rc = ref_gemm_multi_args(a, REF_ENCS_Q8ACT | (tile ? 0 : REF_TAKES_PACKED), g, &np);
+    int np, rc = ref_gemm_multi_args(a, REF_ENCS_Q8ACT | REF_TAKES_PACKED, g, &np);
     if (rc) return rc;
     const int isa = ref_isa(a);
     int owner[REF_GEMM_MAX_PARTS];

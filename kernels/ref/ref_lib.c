@@ -156,12 +156,14 @@ static const RadKnob attn_knobs[] = {KNOB_("threads", threads_v, RAD_KNOB_ARITH,
     {sizeof(RadKernel), OP, VAR, ENCS, RAD_F32, 1, 0, KVB, EX, TOL, 1, WS, RUN, KVENC, 0, PACKED, KNOBS, NK, 0}
 #define K2_(...) K3_(__VA_ARGS__, NULL, 0)
 #define K_(...) K2_(__VA_ARGS__, 0) /* BITWISE and TOL(t) expand to two arguments first */
-/* q8tile (ref_gemm_tile.c): 16 rows or more, unpacked weights only (packed q4_1 stays on q8act's
- * x8 kernels). Not batch-invariant as the engine needs it: its rows carry the portable dot's
- * bits while fewer rows get q8act's AVX2 ones, so --deterministic keeps q8act. */
 /* bf16dot (ref_gemm_bf16.c): bf16 weights, activations rounded to bf16 (OPS.md's 1e-2 class) */
 #define KB_(OP, RUN) KG_(OP, "bf16dot", RAD_ENC_BIT(RAD_ENC_BF16), TOL(1e-2), NULL, RUN, 0, 0)
-#define KT_(OP, RUN) {sizeof(RadKernel), OP, "q8tile", REF_ENCS_Q8ACT, RAD_F32, REF_TILE_MIN_ROWS, 0, 0, Q8(2e-2), 0, NULL, RUN, 0, 0, 0, gemm_knobs, 2, 0}
+/* q8tile (ref_gemm_tile.c): 16 rows or more; packed q4_1 runs q8act's x8 kernels (the same
+ * shape, and the portable dot's bits too), so a model packs whichever bucket takes which. Not
+ * batch-invariant as the engine needs it: its rows carry the portable dot's bits while fewer
+ * rows of unpacked weights get q8act's AVX2 ones, so --deterministic keeps q8act. */
+#define KT_(OP, RUN) \
+    {sizeof(RadKernel), OP, "q8tile", REF_ENCS_Q8ACT, RAD_F32, REF_TILE_MIN_ROWS, 0, 0, Q8(2e-2), 0, NULL, RUN, 0, 0, REF_ENCS_PACKED, gemm_knobs, 2, 0}
 #define KG_(...) K3_(__VA_ARGS__, 0, gemm_knobs, 2)               /* a GEMM with its knobs */
 #define KP_(...) K3_(__VA_ARGS__, REF_ENCS_PACKED, gemm_knobs, 2) /* also reads packed weights (ref_gemm_x8.c) */
 #define KA3_(OP, VAR, ENCS, EX, TOL, WS, RUN, KVB, KVENC) \

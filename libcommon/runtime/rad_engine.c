@@ -308,6 +308,7 @@ static int build_candidates(RadEngine *en, RadErr *e) {
         if (!en->prof_at) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
         size_t nb = 0;
         for (int o = 0; o < en->g.n_ops; o++) en->prof_at[o] = (int)nb, nb += (size_t)en->g.ops[o].sel.n_buckets;
+        en->prof_n = nb;
         en->prof_ns = calloc(nb ? nb : 1, sizeof *en->prof_ns);
         en->prof_calls = calloc(nb ? nb : 1, sizeof *en->prof_calls);
         if (!en->prof_ns || !en->prof_calls) return rad_err_set(e, RAD_E_NOMEM, "out of memory");

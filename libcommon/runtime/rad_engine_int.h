@@ -65,6 +65,7 @@ struct RadEngine {
     uint64_t n_issues;             /* ops issued, for --debug-graph and timing */
     uint64_t *prof_ns, *prof_calls;/* when o.profile: time and calls of each (op, bucket), op o's at prof_at[o] + bucket */
     int *prof_at;                  /* [g.n_ops] */
+    uint64_t prof_n;               /* entries of prof_ns and prof_calls */
     uint64_t prof_step_ns, prof_steps; /* whole steps (the plugin's own work and the kernels) */
     RadControlVector *cvec;        /* --control-vector as read (ctx.cvec once the probe grants it), or NULL */
 };

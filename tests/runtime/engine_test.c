@@ -233,7 +233,7 @@ Test(engine, profile_counts_every_issue) {
     cr_assert_eq(rad_engine_forward(en, 0, IDS, T, 0, 1, &e), RAD_OK, "%s", e.msg);
     cr_assert_eq(rad_engine_forward(en, 0, IDS, 1, T, 1, &e), RAD_OK, "%s", e.msg);
     uint64_t calls = 0;
-    for (int o = 0; o < en->g.n_ops; o++) calls += en->prof_calls[o];
+    for (uint64_t o = 0; o < en->prof_n; o++) calls += en->prof_calls[o];
     cr_assert_eq(en->prof_steps, 2);
     cr_assert_eq(calls, en->n_issues, "%" PRIu64 " timed calls, %" PRIu64 " issues", calls, en->n_issues);
     cr_assert_gt(en->prof_step_ns, 0);

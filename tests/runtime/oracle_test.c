@@ -35,16 +35,19 @@ static void teardown(void) {
 }
 
 /* max_tolerance: 0 is the engine's default (1e-3, the exact paths); 2e-2 is radiance --fast. */
-static void open_engine_x(RadEngine **en, const char *model, double max_tolerance, int no_repack) {
+static void open_engine_xd(RadEngine **en, const char *model, double max_tolerance, int no_repack, int deterministic) {
     const char *b = getenv("RAD_BUILD");
     static char d[256];
     snprintf(d, sizeof d, "%s/plugins", b ? b : "build");
     static const char *dirs[1] = {d};
     RadEngineOpts o = {.model = model, .plugin_dirs = dirs, .n_plugin_dirs = 1, .kernels = "ref", .max_tok = 128,
                        .max_out_rows = 128, .max_seqs = 1, .max_ctx = 1024, .max_tolerance = max_tolerance,
-                       .no_repack = no_repack};
+                       .no_repack = no_repack, .deterministic = deterministic};
     RadErr e = {0};
     cr_assert_eq(rad_engine_open(en, &o, &e), RAD_OK, "%s", e.msg);
+}
+static void open_engine_x(RadEngine **en, const char *model, double max_tolerance, int no_repack) {
+    open_engine_xd(en, model, max_tolerance, no_repack, 0);
 }
 static void open_engine(RadEngine **en, const char *model, double max_tolerance) { open_engine_x(en, model, max_tolerance, 0); }
 
@@ -435,15 +438,17 @@ Test(oracle, smollm2_q4_1_fast_within_stated_bound) {
 /* Under --fast libref packs the q4_1 weights at load (kernels/README.md "Packed weights"): every
  * q4_1 tensor its q8act GEMMs read, none under the exact path's tolerance or --no-repack. (The
  * packed kernels' bits are the portable dot's: tests/kernels/ref_test.c; the --fast bound against the
- * oracle above runs on them.) Here: which weights are packed, and the packed engine is
- * batch-invariant: a position's logits are the same from a prefill row as from a decode step. */
+ * oracle above runs on them.) Here: which weights are packed, and the packed engine under
+ * --deterministic is batch-invariant: a position's logits are the same from a prefill row as
+ * from a decode step. (Without it the head's q8_0 prefill rows run q8tile, whose bits are the
+ * portable dot's, not q8act's AVX2 ones: kernels/README.md.) */
 Test(oracle, smollm2_q4_1_packed_at_load) {
     char cmd[1024], model[300];
     snprintf(model, sizeof model, "%s/smollm2-q4_1.rad", dir);
     snprintf(cmd, sizeof cmd, "%s models/SmolLM2-135M-Instruct.Q4_1.gguf -o %s", conv, model);
     cr_assert_eq(system(cmd), 0);
     RadEngine *a = NULL, *b = NULL, *x = NULL;
-    open_engine(&a, model, 2e-2);
+    open_engine_xd(&a, model, 2e-2, 0, 1);
     open_engine_x(&b, model, 2e-2, 1);
     open_engine(&x, model, 0);
     int n_q4_1 = 0;

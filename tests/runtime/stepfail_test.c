@@ -52,7 +52,7 @@ Test(stepfail, no_issue_runs_after_rad_step_fail) {
         cr_assert_neq(rad_engine_forward(en, 0, ids, 3, 0, 0, &e), RAD_OK, "the failed step succeeded");
         cr_assert(strstr(e.msg, "stepfail_test: failed on purpose"), "the plugin's reason is not the error: %s", e.msg);
         uint64_t calls = 0;
-        for (int i = 0; i < en->g.n_ops; i++) calls += en->prof_calls[i];
+        for (uint64_t i = 0; i < en->prof_n; i++) calls += en->prof_calls[i];
         cr_assert_eq(calls, (uint64_t)round, "step %d: %llu kernel calls, the issue after rad_step_fail ran", round,
                      (unsigned long long)calls);
         rad_engine_drop_seq(en, 0);
