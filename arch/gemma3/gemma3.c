@@ -16,6 +16,7 @@
  *     x += rmsnorm(o·Wo^T, post_attention_norm)
  *     h = rmsnorm(x, ffn_norm)
  *     x += rmsnorm(down(gelu_tanh(h·Wgate^T) · h·Wup^T), post_ffw_norm)
+ *     x += cvec[l]             --control-vector: a steered layer (arch/common/rad_cvec.h)
  *   logits = logits_gemm(tok_embd, logits_gather(rmsnorm(x, output_norm), out_ids))   (tied)
  *
  * with each residual add settled by the following norm (fused add_rmsnorm where resolved), as in
@@ -31,6 +32,7 @@
 #include "../common/rad_attn_parts.h"
 #include "../common/rad_block_mlp.h"
 #include "../common/rad_chat_formats.h"
+#include "../common/rad_cvec.h"
 
 #ifndef RAD_GEMMA3_QUANTISED
 #define RAD_GEMMA3_QUANTISED 0
@@ -67,6 +69,7 @@ typedef struct GemmaHparams {
     uint32_t out_rows;        /* logits rows a step may ask: n_out's bound */
     RadDType kv_dtype;
     float embd_scale;         /* √n_embd, rounded once to f32 (transformers' normalizer) */
+    const RadControlVector *cvec; /* RadBuildCtx::cvec (the core's; read at declare only), or NULL */
     char pfx[64];             /* "" or "<scope>." */
 } GemmaHparams;
 
@@ -87,6 +90,7 @@ typedef struct GemmaLayer {
     RadMlpBlock mlp;          /* pre-norm, gate/up, gelu_tanh_mul, down (+ all_reduce), pending */
     rad_weight w_post_ffw;    /* [n_embd] */
     rad_op post_ffw;          /* rmsnorm(y -> y) */
+    RadCvecLayer cvec;        /* the control vector's add after the layer (on: steered) */
 } GemmaLayer;
 
 typedef struct GemmaModel {
@@ -157,9 +161,10 @@ static int gemma_check_meta(RadBuilder *b, const RadModelMeta *m, const RadBuild
             return gemma_fail(b, GEMMA_PN ": model.n_head_kv %d does not split over %u ranks", (int)m->n_head_kv, w);
         if ((uint32_t)m->n_ff % w != 0) return gemma_fail(b, GEMMA_PN ": model.n_ff %d does not split over %u ranks", (int)m->n_ff, w);
     }
+    if (ctx->cvec && rad_cvec_check(b, GEMMA_PN, ctx->cvec, (uint32_t)m->n_layers, (uint32_t)m->n_embd) != 0)
+        return RAD_E_UNSUPPORTED;
     /* the deployment switches the probe does not grant (the core refuses them first, by flag) */
     if (ctx->kv_quant != RAD_KVQ_NONE) return gemma_fail(b, GEMMA_PN ": RadBuildCtx.kv_quant (narrow fp8 KV) is not served");
-    if (ctx->cvec) return gemma_fail(b, GEMMA_PN ": RadBuildCtx.cvec (control vector) is not served");
     if (ctx->tp_attn_rows) return gemma_fail(b, GEMMA_PN ": RadBuildCtx.tp_attn_rows (row-split attention) is not served");
     return 0;
 }
@@ -233,6 +238,7 @@ static int gemma_hparams(RadBuilder *b, const RadModelMeta *meta, const RadBuild
     hp->out_rows = (uint32_t)(rows ? rows : 1);
     hp->kv_dtype = ctx->kv_dtype;
     hp->embd_scale = (float)gemma_sqrt((double)g->n_embd);
+    hp->cvec = ctx->cvec;
     return 0;
 }
 
@@ -405,7 +411,8 @@ static int gemma_declare_layer(RadBuilder *b, GemmaModel *m, uint32_t l) {
     m->r.pending = 1;
     if (rad_mlp_declare_ops(b, g, &m->r, &m->ms, &L->mlp) != 0) return -1;
     L->post_ffw = gemma_post_norm(b, g, L->w_post_ffw, m->r.y);
-    return L->post_ffw.id < 0 ? -1 : 0; /* r.pending stays set: the next pre-norm adds y */
+    if (L->post_ffw.id < 0) return -1; /* r.pending stays set: the next pre-norm adds y, */
+    return rad_cvec_declare(b, g, m->hp.cvec, l, &m->r, &L->cvec); /* unless a steered layer settles it here */
 }
 
 static int gemma_declare_ops(RadBuilder *b, GemmaHparams *hp, GemmaModel *m) {
@@ -454,6 +461,14 @@ static void gemma_notes(RadBuilder *b, const GemmaHparams *hp) {
                 "norm gammas as stored (GGUF: 1 + w)");
 }
 
+static void gemma_note_cvec(RadBuilder *b, const GemmaModel *m) {
+    uint32_t steered = 0;
+    for (uint32_t l = 0; l < m->hp.n_layers; l++) steered += m->layers[l].cvec.on;
+    if (m->hp.cvec)
+        rad_note(b, "control vector: %u of %u layers steered (x += %s<l> after the layer's residual add; the next norm "
+                    "unfused)", steered, m->hp.n_layers, RAD_CVEC_WEIGHT_PREFIX);
+}
+
 static int gemma_declare(RadBuilder *b, const RadModelMeta *meta, const RadBuildCtx *ctx_in) {
     RadBuildCtx ctx;
     memset(&ctx, 0, sizeof ctx);
@@ -470,6 +485,7 @@ static int gemma_declare(RadBuilder *b, const RadModelMeta *meta, const RadBuild
     if ((rc = gemma_declare_kv(b, hp, m)) != 0) return rc;
     if ((rc = gemma_declare_ops(b, hp, m)) != 0) return rc;
     gemma_notes(b, hp);
+    gemma_note_cvec(b, m);
     m->ready = 1;
     return 0;
 }
@@ -489,7 +505,8 @@ static int gemma_layer_step(RadCtx *c, const GemmaModel *m, const GemmaLayer *L,
     if ((rc = rad_allreduce_step(c, &L->ar, m->r.y, n)) != 0) return rc;
     if ((rc = RAD_ISSUE_N(c, L->post_attn, n, RAD_W(L->w_post_attn), brows(m->r.y, n), brows(m->r.y, n))) != 0) return rc;
     if ((rc = rad_mlp_step(c, &L->mlp, bt)) != 0) return rc;
-    return RAD_ISSUE_N(c, L->post_ffw, n, RAD_W(L->w_post_ffw), brows(m->r.y, n), brows(m->r.y, n));
+    if ((rc = RAD_ISSUE_N(c, L->post_ffw, n, RAD_W(L->w_post_ffw), brows(m->r.y, n), brows(m->r.y, n))) != 0) return rc;
+    return rad_cvec_step(c, &L->cvec, &m->r, n);
 }
 
 static void gemma_step(RadCtx *c, const RadBatch *bt) {
@@ -527,6 +544,7 @@ static int gemma_probe(const RadModelMeta *meta, RadArchProbe *out) {
     memset(out, 0, s < sizeof *out ? s : sizeof *out);
     out->struct_size = s;
     if (s >= offsetof(RadArchProbe, shape_probe_ok) + sizeof out->shape_probe_ok) out->shape_probe_ok = 1;
+    if (s >= offsetof(RadArchProbe, control_vector_ok) + sizeof out->control_vector_ok) out->control_vector_ok = 1;
     return 0;
 }
 

@@ -13,6 +13,7 @@
  *   per layer:  h = rmsnorm(x, attn_norm); q,k,v = gemm_nt(h); rope(q), rope(k);
  *               o = attn_paged(q, k, v); x += gemm_nt(o, attn_output)
  *               h = rmsnorm(x, ffn_norm); x += gemm_nt(silu_mul(gemm_nt(h, gate), gemm_nt(h, up)), down)
+ *               x += cvec[l]   (--control-vector: a steered layer, arch/common/rad_cvec.h)
  *   h = rmsnorm(x, output_norm); logits = logits_gemm(output, logits_gather(h, out_ids))
  *
  * where `output` is the checkpoint's own head, or for a tied model (no head of its own) the
@@ -28,6 +29,7 @@
 #include "../common/rad_block_attn.h"
 #include "../common/rad_block_mlp.h"
 #include "../common/rad_chat_formats.h"
+#include "../common/rad_cvec.h"
 
 #ifndef RAD_LLAMA_QUANTISED
 #define RAD_LLAMA_QUANTISED 0
@@ -93,6 +95,7 @@ typedef struct LlamaHparams {
     RadDType kv_dtype;        /* the KV cache's element type */
     int tp_wire_lossy;        /* notes only: the all-reduce may be lossy above its floor */
     bool head_optional;       /* model.tie_embeddings is not false: the head may be absent (tied) */
+    const RadControlVector *cvec; /* RadBuildCtx::cvec (the core's; read at declare only), or NULL */
     uint32_t sliding_window;  /* attention.sliding_window (0: none): the KV group's window, every attn_paged's */
     char pfx[64];             /* "" or "<scope>.": every declared name's prefix */
 } LlamaHparams;
@@ -100,6 +103,7 @@ typedef struct LlamaHparams {
 typedef struct LlamaLayer {
     RadAttnBlock attn;
     RadMlpBlock mlp;
+    RadCvecLayer cvec;        /* the control vector's add after the layer (on: steered) */
 } LlamaLayer;
 
 /* The model state lives in memory the core owns for as long as the declared program
@@ -294,7 +298,8 @@ static int llama_check_meta(RadBuilder *b, const RadModelMeta *m, const RadBuild
             return llama_fail(b, LLAMA_PN ": model.n_ff %d does not split over %u ranks", (int)m->n_ff, w);
     }
     if (ctx->kv_quant != RAD_KVQ_NONE) return llama_fail(b, LLAMA_PN ": RadBuildCtx.kv_quant (narrow fp8 KV) is not served");
-    if (ctx->cvec) return llama_fail(b, LLAMA_PN ": RadBuildCtx.cvec (control vector) is not served");
+    if (ctx->cvec && rad_cvec_check(b, LLAMA_PN, ctx->cvec, (uint32_t)m->n_layers, (uint32_t)m->n_embd) != 0)
+        return RAD_E_UNSUPPORTED;
     if (ctx->tp_attn_rows) return llama_fail(b, LLAMA_PN ": RadBuildCtx.tp_attn_rows (row-split attention) is not served");
     return 0;
 }
@@ -336,6 +341,7 @@ static int llama_hparams(RadBuilder *b, const RadModelMeta *meta, const RadBuild
     if ((rc = llama_geom(b, meta, ctx, hp->world, &hp->g)) != 0) return rc;
     hp->n_layers = (uint32_t)meta->n_layers;
     hp->n_vocab = (uint32_t)meta->n_vocab;
+    hp->cvec = ctx->cvec;
     hp->n_head = (uint32_t)meta->n_head;
     hp->n_head_kv = (uint32_t)meta->n_head_kv;
     hp->n_ff = (uint32_t)meta->n_ff;
@@ -541,6 +547,8 @@ static int llama_declare_layers(RadBuilder *b, const LlamaHparams *hp, LlamaMode
             return llama_fail(b, LLAMA_PN ": layer %u: an attention op was refused", l);
         if (rad_mlp_declare_ops(b, g, &m->r, &m->ms, &L->mlp) != 0)
             return llama_fail(b, LLAMA_PN ": layer %u: an MLP op was refused", l);
+        if (rad_cvec_declare(b, g, hp->cvec, l, &m->r, &L->cvec) != 0)
+            return llama_fail(b, LLAMA_PN ": layer %u: the control vector's weight or add_bias was refused", l);
     }
     return 0;
 }
@@ -607,6 +615,11 @@ static void llama_notes(RadBuilder *b, const LlamaHparams *hp, const LlamaModel 
     if (hp->world > 1)
         rad_note(b, "tensor parallel: rank %u of %u, %u heads / %u kv heads / n_ff %u per rank, all_reduce %s", hp->rank,
                  hp->world, g->n_head, g->n_head_kv, g->n_ff, hp->tp_wire_lossy ? "lossy above the floor" : "exact");
+    uint32_t steered = 0;
+    for (uint32_t l = 0; l < hp->n_layers; l++) steered += m->layers[l].cvec.on;
+    if (hp->cvec)
+        rad_note(b, "control vector: %u of %u layers steered (x += %s<l> after the layer's residual add; "
+                    "the next norm unfused)", steered, hp->n_layers, RAD_CVEC_WEIGHT_PREFIX);
     if (hp->sliding_window > 0)
         rad_note(b, "attention.sliding_window %u: every layer attends to the last %u keys (a WINDOW KV group; blocks "
                     "before the window are released)", hp->sliding_window, hp->sliding_window);
@@ -660,6 +673,7 @@ static void llama_step(RadCtx *c, const RadBatch *bt) {
     for (uint32_t l = 0; l < m->hp.n_layers; l++) {
         if (rad_attn_step(c, &m->layers[l].attn, bt) != 0) return;
         if (rad_mlp_step(c, &m->layers[l].mlp, bt) != 0) return;
+        if (rad_cvec_step(c, &m->layers[l].cvec, &m->r, n) != 0) return;
     }
     if (bt->n_out == 0) return; /* a chunk that finishes no sequence: no head */
     if (rad_prenorm_step(c, &m->final_norm, n) != 0) return;
@@ -677,6 +691,7 @@ static int llama_probe(const RadModelMeta *meta, RadArchProbe *out) {
     memset(out, 0, s < sizeof *out ? s : sizeof *out);
     out->struct_size = s;
     if (s >= offsetof(RadArchProbe, shape_probe_ok) + sizeof out->shape_probe_ok) out->shape_probe_ok = 1;
+    if (s >= offsetof(RadArchProbe, control_vector_ok) + sizeof out->control_vector_ok) out->control_vector_ok = 1;
     return 0;
 }
 

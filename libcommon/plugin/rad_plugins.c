@@ -746,14 +746,22 @@ int rad_plugin_check_flags(const RadPlugin *p, const RadModelMeta *meta, const R
     return RAD_OK;
 }
 
-/* "direction.L": L strictly decimal, no sign or leading zero; -1 when the name is not one. */
-static long cvec_layer(const char *name) {
-    static const char pre[] = "direction.";
-    if (strncmp(name, pre, sizeof pre - 1)) return -1;
-    const char *d = name + sizeof pre - 1;
+/* "<pre>L": L strictly decimal, no sign or leading zero; -1 when the name is not one. */
+static long cvec_layer_of(const char *name, const char *pre) {
+    const size_t np = strlen(pre);
+    if (strncmp(name, pre, np)) return -1;
+    const char *d = name + np;
     size_t n = strspn(d, "0123456789");
     if (!n || d[n] || n > 9 || (d[0] == '0' && n > 1)) return -1;
     return strtol(d, NULL, 10);
+}
+static long cvec_layer(const char *name) { return cvec_layer_of(name, "direction."); }
+
+const float *rad_cvec_weight(const RadControlVector *cv, const char *name) {
+    if (!cv || !name || cv->scale != 1.0f) return NULL;
+    const long l = cvec_layer_of(name, RAD_CVEC_WEIGHT_PREFIX);
+    if (l < 1 || (uint64_t)l >= cv->n_layers) return NULL;
+    return cv->dirs + (size_t)l * cv->n_embd;
 }
 
 int rad_cvec_load(const char *path, const RadModelMeta *meta, RadControlVector **out, RadErr *e) {

@@ -129,4 +129,12 @@ int rad_plugin_check_flags(const RadPlugin *p, const RadModelMeta *meta, const R
  * layer 0 or past the model's, a type other than f32, a length other than n_embd. */
 int rad_cvec_load(const char *path, const RadModelMeta *meta, RadControlVector **out, RadErr *e);
 
+/* The weights the core serves from a loaded control vector, beside the container's: the name
+ * RAD_CVEC_WEIGHT_PREFIX "L" (L in 1..n_layers-1, strictly decimal) is row L of cv as a f32 [n_embd]
+ * weight, the values a plugin adds to the residual stream after layer L (scale · dirs[L]; the
+ * core's vectors have scale 1: llama.cpp's strength is in the values). The row, or NULL when
+ * name is not one (or cv is NULL, or its scale is not 1). arch/common/rad_cvec.h declares them. */
+#define RAD_CVEC_WEIGHT_PREFIX "cvec.direction." /* arch/common/rad_cvec.h spells it the same */
+const float *rad_cvec_weight(const RadControlVector *cv, const char *name);
+
 #endif

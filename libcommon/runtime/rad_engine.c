@@ -23,11 +23,18 @@ static RadEngine *E(RadCtx *c) { return (RadEngine *)c; }
 
 /* ---- the weights the plugin declares, from the container ---------------------------------- */
 
+/* The container's tensors, and beside them (--control-vector) the loaded vector's rows as the
+ * weights RAD_CVEC_WEIGHT_PREFIX "L" (rad_cvec_weight): a plugin granted the vector declares those it adds. */
 static RadEnc container_lookup(void *user, const char *name, const RadWeightDecl *d, const RadGMap *maps, int n_maps,
                                uint32_t *rank, uint64_t *shape) {
     (void)d, (void)maps, (void)n_maps;
-    const RadModelFile *m = user;
-    const RadTensor *t = rad_model_find(m, name);
+    const RadEngine *en = user;
+    if (rad_cvec_weight(en->ctx.cvec, name)) {
+        *rank = 1;
+        shape[0] = en->ctx.cvec->n_embd;
+        return RAD_ENC_F32;
+    }
+    const RadTensor *t = rad_model_find(&en->m, name);
     if (!t) return RAD_ENC_COUNT;
     *rank = t->rank;
     memcpy(shape, t->shape, t->rank * sizeof *shape);
@@ -37,8 +44,15 @@ static RadEnc container_lookup(void *user, const char *name, const RadWeightDecl
 /* The tensor a declared weight reads, or NULL (an optional weight the container lacks). */
 static const RadTensor *weight_tensor(const RadEngine *en, int i) {
     const RadGWeight *gw = &en->g.w[i];
-    if (gw->enc == RAD_ENC_COUNT) return NULL;
-    return rad_model_find(&en->m, gw->d.source ? gw->d.source : gw->name);
+    const char *name = gw->d.source ? gw->d.source : gw->name;
+    if (gw->enc == RAD_ENC_COUNT || rad_cvec_weight(en->ctx.cvec, name)) return NULL;
+    return rad_model_find(&en->m, name);
+}
+
+/* The control-vector row a declared weight reads, or NULL (a container tensor, or absent). */
+static const float *weight_cvec(const RadEngine *en, int i) {
+    const RadGWeight *gw = &en->g.w[i];
+    return gw->enc == RAD_ENC_COUNT ? NULL : rad_cvec_weight(en->ctx.cvec, gw->d.source ? gw->d.source : gw->name);
 }
 
 static int kernel_packs(const RadKernel *k, RadEnc enc) {
@@ -250,6 +264,16 @@ static int bind_weights(RadEngine *en, RadErr *e) {
     }
     for (int i = 0; i < en->g.n_w && !rc; i++) /* the same stored tensor: share its bytes */
         if (tens[i] && first[i] != i) en->w[i].arg = en->w[first[i]].arg;
+    for (int i = 0; i < en->g.n_w && !rc; i++) { /* a control-vector row: read where the loaded vector holds it */
+        const float *row = weight_cvec(en, i);
+        if (!row) continue;
+        RadKArg *a = &en->w[i].arg;
+        a->dtype = RAD_F32;
+        a->rows = 1;
+        a->cols = en->ctx.cvec->n_embd;
+        a->row_stride = a->cols * sizeof(float);
+        a->planes[0] = a->data = (void *)row;
+    }
     free(jobs), free(pdst);
     free(tens), free(first), free(pack);
     return rc;
@@ -696,7 +720,7 @@ static int engine_open(RadEngine *en, const RadEngineOpts *o, RadErr *e) {
     if (o->tune && (rc = load_tune(en, e))) return rc;
     en->select = (RadSelectOpts){.libs = &en->sel, .max_tolerance = en->o.max_tolerance, .deterministic = en->o.deterministic,
                                  .tune = en->tune};
-    if ((rc = rad_graph_declare(&en->g, en->arch, &en->meta, &en->ctx, &en->select, container_lookup, &en->m, e))) return rc;
+    if ((rc = rad_graph_declare(&en->g, en->arch, &en->meta, &en->ctx, &en->select, container_lookup, en, e))) return rc;
     if ((rc = rad_graph_check_encodings(&en->g, e))) return rc;
     if ((rc = rad_graph_plan(&en->g, e))) return rc;
     en->arena = aligned_alloc(256, en->g.arena_bytes ? en->g.arena_bytes : 256);
@@ -1266,6 +1290,11 @@ void rad_engine_dump_placement(const RadEngine *en, FILE *f) {
         fprintf(f, "weights: %" PRIu64 " bytes, read in place from the mapping of %s (--mmap)\n", total, en->o.model);
     for (int k = 0; k < RAD_ENC_COUNT; k++)
         if (wbytes[k]) fprintf(f, "  %-6s %" PRIu64 " bytes\n", rad_enc_info((RadEnc)k)->name, wbytes[k]);
+    int n_cvec = 0;
+    for (int i = 0; i < en->g.n_w; i++) n_cvec += weight_cvec(en, i) != NULL;
+    if (n_cvec)
+        fprintf(f, "  control vector: %d layers' f32 [%u] rows, read in place from %s as loaded\n", n_cvec, en->ctx.cvec->n_embd,
+                en->o.control_vector);
     if (en->n_packed)
         fprintf(f, "  packed at load: %d tensors, %" PRIu64 " bytes, in their kernel library's layout (--no-repack: none)\n",
                 en->n_packed, en->packed_bytes);

@@ -113,6 +113,14 @@ static int weight_load(Kb *c, int id, int dequant, Weight *w, RadErr *e) {
     const char *name = gw->d.source ? gw->d.source : gw->name;
     const RadTensor *t = rad_model_find(&c->m, name);
     w->bound = rad_engine_weight(c->en, id);
+    if (!t && w->bound && w->bound->dtype == RAD_F32) { /* served from outside the container (a control vector's row) */
+        w->stored = *w->bound;
+        if (!dequant) return RAD_OK;
+        const uint64_t n = w->stored.rows * w->stored.cols;
+        if (!(w->deq = malloc((size_t)(n ? n : 1) * sizeof *w->deq))) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+        memcpy(w->deq, w->stored.data, (size_t)n * sizeof *w->deq);
+        return RAD_OK;
+    }
     if (!t || !w->bound) return rad_err_set(e, RAD_E_NOTFOUND, "%s: tensor '%s': not in the container", c->o->model, name);
     if (t->n_planes != 1)
         return rad_err_set(e, RAD_E_UNSUPPORTED, "%s: tensor '%s': %u planes (the checker decodes one)", c->o->model, name,

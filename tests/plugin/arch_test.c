@@ -518,13 +518,23 @@ Test(loader, probe_bits_refuse_flags_naming_the_plugin, .init = setup) {
     RadErr e = {0};
     RadDeployFlags none = {0};
     cr_assert_eq(rad_plugin_check_flags(&s.p[0], &m, &none, &pr, &e), RAD_OK, "%s", e.msg);
-    const RadDeployFlags flags[] = {{.kv_quant = RAD_KVQ_V4}, {.control_vector = 1}, {.tp_attn_rows = 1}, {.state_f16 = 1}, {.kv_resident = 1}};
-    const char *names[] = {"--kv-cache-dtype fp8_v4", "--control-vector", "--tp-attn-split rows", "--state-cache-dtype f16", "--kv-resident"};
-    for (int i = 0; i < 5; i++) {
+    const RadDeployFlags flags[] = {{.kv_quant = RAD_KVQ_V4}, {.tp_attn_rows = 1}, {.state_f16 = 1}, {.kv_resident = 1}};
+    const char *names[] = {"--kv-cache-dtype fp8_v4", "--tp-attn-split rows", "--state-cache-dtype f16", "--kv-resident"};
+    for (int i = 0; i < 4; i++) {
         rad_err_clear(&e);
         cr_assert_eq(rad_plugin_check_flags(&s.p[0], &m, &flags[i], &pr, &e), RAD_E_ARG, "%s accepted", names[i]);
         cr_assert(strstr(e.msg, names[i]) && strstr(e.msg, "plugin 'llama'"), "%s", e.msg);
     }
+    /* llama serves a control vector (arch/common/rad_cvec.h); a plugin without the probe bit
+     * (the test importer has no probe: every bit 0) is refused by name */
+    const RadDeployFlags cv = {.control_vector = 1};
+    cr_assert_eq(rad_plugin_check_flags(&s.p[0], &m, &cv, &pr, &e), RAD_OK, "%s", e.msg);
+    cr_assert(pr.control_vector_ok);
+    load(&s, "test-plugins/arch_importer.so");
+    rad_err_clear(&e);
+    cr_assert_eq(rad_plugin_check_flags(&s.p[1], &m, &cv, &pr, &e), RAD_E_ARG, "--control-vector accepted by %s",
+                 s.p[1].info->name);
+    cr_assert(strstr(e.msg, "--control-vector: plugin 'llama_awq_test' does not serve it"), "%s", e.msg);
     rad_plugins_free(&s);
 }
 
@@ -709,6 +719,85 @@ Test(llama, smollm2_graph_with_libref_pinned_fused, .init = setup) {
     assert_plan_sound(&g);
     pin(&g, "llama-smollm2-135m-libref.graph");
     rad_graph_free(&g), rad_graph_free(&chain);
+    rad_plugins_free(&s);
+}
+
+/* SmolLM2's rows for a control vector: layers 3 and 29 steered, row 0 set too (never added:
+ * llama.cpp steers from layer 1), every other row zero (unsteered: nothing declared). */
+static float cvec_rows[30][576];
+static RadControlVector smollm2_cvec(void) {
+    memset(cvec_rows, 0, sizeof cvec_rows);
+    for (int j = 0; j < 576; j++) cvec_rows[0][j] = cvec_rows[3][j] = cvec_rows[29][j] = 0.25f;
+    return (RadControlVector){.n_layers = 30, .n_embd = 576, .dirs = &cvec_rows[0][0], .scale = 1.0f};
+}
+
+/* --control-vector (RadBuildCtx::cvec): after each steered layer the pending MLP output is
+ * settled (add x += y) and add_bias adds the core's weight cvec.direction.L (f32 [576]) to x, so
+ * the next norm is a plain rmsnorm; nothing for unsteered layers or layer 0. */
+Test(llama, control_vector_adds_after_each_steered_layer, .init = setup) {
+    RadPluginSet s = {0};
+    load(&s, "plugins/arch_llama_ggml.so");
+    load(&s, "plugins/kern_ref.so");
+    RadModelMeta m = smollm2_meta();
+    RadControlVector cv = smollm2_cvec();
+    RadBuildCtx ctx = SERVE;
+    ctx.cvec = &cv;
+    RadGraph g;
+    RadErr e = {0};
+    cr_assert_eq(declare(&s.p[0], &m, &ctx, &s, RAD_ENC_Q4_1, &g, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_graph_check_encodings(&g, &e), RAD_OK, "%s", e.msg);
+    int biases = 0, fused = 0, adds = 0, seen[30] = {0};
+    for (int i = 0; i < g.n_ops; i++) {
+        const RadGOp *o = &g.ops[i];
+        if (o->declined) continue;
+        fused += !strcmp(o->op, "add_rmsnorm"), adds += !strcmp(o->op, "add");
+        if (strcmp(o->op, "add_bias")) continue;
+        biases++;
+        cr_assert_eq(o->n_w, 1);
+        const RadGWeight *w = &g.w[o->w[0].id];
+        unsigned l;
+        cr_assert(sscanf(w->name, "cvec.direction.%u", &l) == 1 && l < 30, "add_bias reads '%s'", w->name);
+        seen[l] = 1;
+        cr_assert(w->d.dtype == RAD_F32 && w->d.rank == 1 && w->d.shape[0] == 576 && w->enc == RAD_ENC_F32);
+        cr_assert(i > 0 && !strcmp(g.ops[i - 1].op, "add"), "layer %u: add_bias is not after the settling add", l);
+    }
+    cr_assert_eq(biases, 2);
+    cr_assert(seen[3] && seen[29] && !seen[0], "steered layers: 3 and 29 only");
+    cr_assert_eq(adds, 2, "one settling add per steered layer");
+    cr_assert_eq(fused, 2 * 30 - 2, "the norm after each steered layer is plain");
+    cr_assert_eq(rad_graph_plan(&g, &e), RAD_OK, "%s", e.msg);
+    assert_plan_sound(&g);
+    rad_graph_free(&g);
+    /* without a vector: the graph as ever, no add_bias */
+    cr_assert_eq(declare(&s.p[0], &m, &SERVE, &s, RAD_ENC_Q4_1, &g, &e), RAD_OK, "%s", e.msg);
+    for (int i = 0; i < g.n_ops; i++) cr_assert(strcmp(g.ops[i].op, "add_bias"), "op %d is an add_bias", i);
+    rad_graph_free(&g);
+    rad_plugins_free(&s);
+}
+
+/* A vector of another model's shape is refused at declare, naming the plugin and the field
+ * (the core's loader checks the file first; this is the plugin's own guard). */
+Test(llama, control_vector_of_another_shape_refused_naming_the_field, .init = setup) {
+    RadPluginSet s = {0};
+    load(&s, "plugins/arch_llama.so");
+    load(&s, "plugins/arch_gemma3.so");
+    RadModelMeta m = smollm2_meta();
+    RadControlVector cv = smollm2_cvec();
+    RadBuildCtx ctx = SERVE;
+    ctx.cvec = &cv;
+    static const struct { uint32_t n_layers, n_embd; const char *want; } bad[] = {
+        {30, 575, "RadBuildCtx.cvec.n_embd 575 is not model.n_embd 576"},
+        {29, 576, "RadBuildCtx.cvec.n_layers 29 is not model.n_layers 30"}};
+    for (int p = 0; p < 2; p++)
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            cv.n_layers = bad[i].n_layers, cv.n_embd = bad[i].n_embd;
+            RadGraph g;
+            RadErr e = {0};
+            cr_assert_neq(declare(&s.p[p], &m, &ctx, NULL, RAD_ENC_F32, &g, &e), RAD_OK, "%s declared", bad[i].want);
+            cr_assert(strstr(e.msg, s.p[p].info->name) && strstr(e.msg, bad[i].want), "%s", e.msg);
+            cr_assert_null(strchr(e.msg, '\n'), "not one line: %s", e.msg);
+            rad_graph_free(&g);
+        }
     rad_plugins_free(&s);
 }
 

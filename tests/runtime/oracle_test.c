@@ -34,22 +34,24 @@ static void teardown(void) {
     cr_assert_eq(system(cmd), 0);
 }
 
-/* max_tolerance: 0 is the engine's default (1e-3, the exact paths); 2e-2 is radiance --fast. */
-static void open_engine_xd(RadEngine **en, const char *model, double max_tolerance, int no_repack, int deterministic) {
+/* max_tolerance: 0 is the engine's default (1e-3, the exact paths); 2e-2 is radiance --fast.
+ * cvec: --control-vector's file, or NULL; deterministic: --deterministic. */
+static void open_engine_xd(RadEngine **en, const char *model, double max_tolerance, int no_repack, const char *cvec,
+                           int deterministic) {
     const char *b = getenv("RAD_BUILD");
     static char d[256];
     snprintf(d, sizeof d, "%s/plugins", b ? b : "build");
     static const char *dirs[1] = {d};
     RadEngineOpts o = {.model = model, .plugin_dirs = dirs, .n_plugin_dirs = 1, .kernels = "ref", .max_tok = 128,
                        .max_out_rows = 128, .max_seqs = 1, .max_ctx = 1024, .max_tolerance = max_tolerance,
-                       .no_repack = no_repack, .deterministic = deterministic};
+                       .no_repack = no_repack, .control_vector = cvec, .deterministic = deterministic};
     RadErr e = {0};
     cr_assert_eq(rad_engine_open(en, &o, &e), RAD_OK, "%s", e.msg);
 }
-static void open_engine_x(RadEngine **en, const char *model, double max_tolerance, int no_repack) {
-    open_engine_xd(en, model, max_tolerance, no_repack, 0);
+static void open_engine_x(RadEngine **en, const char *model, double max_tolerance, int no_repack, const char *cvec) {
+    open_engine_xd(en, model, max_tolerance, no_repack, cvec, 0);
 }
-static void open_engine(RadEngine **en, const char *model, double max_tolerance) { open_engine_x(en, model, max_tolerance, 0); }
+static void open_engine(RadEngine **en, const char *model, double max_tolerance) { open_engine_x(en, model, max_tolerance, 0, NULL); }
 
 typedef struct Score {
     uint64_t positions, agree, gen_cases, gen_exact, gen_same; /* gen_same: greedy tokens equal before the first difference */
@@ -124,29 +126,36 @@ static void score_case(RadEngine *en, const Case *c, Score *s, const char *name,
     free(seq);
 }
 
-static void run_model(const char *model, const char *prefix, double max_tolerance, int strict, Score *s) {
-    RadEngine *en = NULL;
-    open_engine(&en, model, max_tolerance);
+/* Every case of fixtures/MANIFEST whose file starts with prefix, scored on an open engine. */
+static void run_cases(RadEngine *en, const char *fixtures, const char *prefix, int strict, Score *s) {
     for (int o = 0; o < en->g.n_ops; o++)
         if (en->g.ops[o].sel.n && en->g.ops[o].sel.k[0]->exactness != RAD_EXACT_BITWISE && en->g.ops[o].sel.k[0]->tolerance > 1e-3)
             s->loose_ops++;
-    FILE *mf = fopen("tests/fixtures/oracle/MANIFEST", "r");
-    cr_assert_not_null(mf);
+    char mpath[300];
+    snprintf(mpath, sizeof mpath, "%s/MANIFEST", fixtures);
+    FILE *mf = fopen(mpath, "r");
+    cr_assert_not_null(mf, "%s", mpath);
     char line[512];
     int quick = getenv("RAD_ORACLE_QUICK") != NULL;
     while (fgets(line, sizeof line, mf)) {
         char fn[256], mdl[64];
-        unsigned np, ng, nf;
-        if (line[0] == '#' || sscanf(line, "%255s %63s %u %u %u", fn, mdl, &np, &ng, &nf) != 5) continue;
+        unsigned np, ng;
+        if (line[0] == '#' || sscanf(line, "%255s %63s %u %u", fn, mdl, &np, &ng) != 4) continue;
         if (strncmp(fn, prefix, strlen(prefix)) != 0 || (quick && np > 5)) continue;
         char path[512];
-        snprintf(path, sizeof path, "tests/fixtures/oracle/%s", fn);
+        snprintf(path, sizeof path, "%s/%s", fixtures, fn);
         Case c;
         cr_assert(load_case(path, &c), "%s missing", path);
         score_case(en, &c, s, fn, strict);
         free(c.buf);
     }
     fclose(mf);
+}
+
+static void run_model(const char *model, const char *prefix, double max_tolerance, int strict, Score *s) {
+    RadEngine *en = NULL;
+    open_engine(&en, model, max_tolerance);
+    run_cases(en, "tests/fixtures/oracle", prefix, strict, s);
     rad_engine_close(en);
 }
 
@@ -448,8 +457,8 @@ Test(oracle, smollm2_q4_1_packed_at_load) {
     snprintf(cmd, sizeof cmd, "%s models/SmolLM2-135M-Instruct.Q4_1.gguf -o %s", conv, model);
     cr_assert_eq(system(cmd), 0);
     RadEngine *a = NULL, *b = NULL, *x = NULL;
-    open_engine_xd(&a, model, 2e-2, 0, 1);
-    open_engine_x(&b, model, 2e-2, 1);
+    open_engine_xd(&a, model, 2e-2, 0, NULL, 1);
+    open_engine_x(&b, model, 2e-2, 1, NULL);
     open_engine(&x, model, 0);
     int n_q4_1 = 0;
     for (int i = 0; i < a->g.n_w; i++) {
@@ -479,4 +488,117 @@ Test(oracle, smollm2_q4_1_packed_at_load) {
                  "decode step and prefill row differ");
     free(la);
     rad_engine_close(a), rad_engine_close(b), rad_engine_close(x);
+}
+
+/* ---- --control-vector against transformers (scripts/gen-cvec-golden.py) ---------------------- */
+
+#define CVEC_DIR "tests/fixtures/cvec"
+
+/* The engine's greedy continuation of c's prompt, c->n_gen tokens, into out. */
+static void greedy(RadEngine *en, const Case *c, int32_t *out) {
+    RadErr e = {0};
+    uint32_t nv;
+    cr_assert_eq(rad_engine_forward(en, 0, c->prompt, c->n_prompt, 0, 1, &e), RAD_OK, "%s", e.msg);
+    for (uint32_t k = 0; k < c->n_gen; k++) {
+        const float *x = rad_engine_logits(en, &nv);
+        uint32_t arg = 0;
+        for (uint32_t i = 1; i < nv; i++)
+            if (x[i] > x[arg]) arg = i;
+        out[k] = (int32_t)arg;
+        if (k + 1 < c->n_gen) cr_assert_eq(rad_engine_forward(en, 0, &out[k], 1, c->n_prompt + k, 1, &e), RAD_OK, "%s", e.msg);
+    }
+    rad_engine_drop_seq(en, 0);
+}
+
+/* A GGUF imported (the exact path) and served with its steer-<label>.gguf: the steered goldens
+ * within the oracle bounds, every greedy continuation transformers' (with hooks adding the same
+ * directions after the same layers); and the same container without the vector continues every
+ * case otherwise, so a plugin that ignored the vector would fail here. */
+static void cvec_matches(const char *gguf, const char *label) {
+    char cmd[1024], model[300], cv[300], prefix[64];
+    snprintf(prefix, sizeof prefix, "%s-", label);
+    if (getenv("RAD_ORACLE_QUICK")) { /* the sanitizer build: only prompts of at most 5 tokens */
+        snprintf(cmd, sizeof cmd, "awk '$1 ~ /^%s/ && $3 <= 5' " CVEC_DIR "/MANIFEST | grep -q .", prefix);
+        if (system(cmd) != 0) cr_skip_test("no %s control-vector case of at most 5 prompt tokens (RAD_ORACLE_QUICK)", label);
+    }
+    snprintf(model, sizeof model, "%s/%s.rad", dir, label);
+    snprintf(cv, sizeof cv, CVEC_DIR "/steer-%s.gguf", label);
+    snprintf(cmd, sizeof cmd, "%s %s -o %s", conv, gguf, model);
+    cr_assert_eq(system(cmd), 0);
+    RadEngine *en = NULL, *plain = NULL;
+    open_engine_x(&en, model, 0, 0, cv);
+    Score s = {0};
+    run_cases(en, CVEC_DIR, prefix, 1, &s);
+    rad_engine_close(en);
+    cr_assert_gt(s.gen_cases, 0);
+    double agree = (double)s.agree / (double)s.positions, kl = s.kl_sum / (double)s.positions;
+    printf("oracle %s control vector: %" PRIu64 " positions, top-1 agreement %.4f, mean KL %.2e (max %.2e), greedy %" PRIu64
+           "/%" PRIu64 "\n", label, s.positions, agree, kl, s.kl_max, s.gen_exact, s.gen_cases);
+    cr_assert_eq(s.loose_ops, 0);
+    cr_assert_geq(agree, 0.99, "top-1 agreement %.4f", agree);
+    cr_assert_leq(kl, 1e-3, "mean KL %.3e", kl);
+    cr_assert_eq(s.gen_exact, s.gen_cases);
+    open_engine(&plain, model, 0);
+    FILE *mf = fopen(CVEC_DIR "/MANIFEST", "r");
+    cr_assert_not_null(mf);
+    char line[512], fn[256], path[600];
+    int quick = getenv("RAD_ORACLE_QUICK") != NULL, n = 0;
+    unsigned np;
+    while (fgets(line, sizeof line, mf)) {
+        if (line[0] == '#' || sscanf(line, "%255s %*s %u", fn, &np) != 2 || strncmp(fn, prefix, strlen(prefix)) || (quick && np > 5))
+            continue;
+        snprintf(path, sizeof path, CVEC_DIR "/%s", fn);
+        Case c;
+        cr_assert(load_case(path, &c), "%s missing", path);
+        int32_t *out = malloc(c.n_gen * sizeof *out);
+        greedy(plain, &c, out);
+        cr_assert(memcmp(out, c.gen, c.n_gen * sizeof *out) != 0, "%s: without the vector the continuation is the steered one", fn);
+        n++;
+        free(out);
+        free(c.buf);
+    }
+    fclose(mf);
+    cr_assert_gt(n, 0);
+    rad_engine_close(plain);
+}
+
+Test(oracle, smollm2_control_vector_matches_transformers) {
+    cvec_matches("models/SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2");
+}
+
+Test(oracle, gemma3_control_vector_matches_transformers) {
+    if (access(GEMMA3, R_OK) != 0) cr_skip_test("Gemma 3 270M not fetched (make model)");
+    if (access(CVEC_DIR "/steer-gemma3.gguf", R_OK) != 0) cr_skip_test("no Gemma 3 control-vector golden");
+    cvec_matches(GEMMA3, "gemma3");
+}
+
+/* radiance --control-vector prints transformers' steered text (to the end-of-turn token), which
+ * is not the unsteered text; a vector of another width (575 on SmolLM2's 576)
+ * is refused in one line naming the file and the field. */
+Test(oracle, radiance_cli_prints_steered_greedy_text) {
+    const char *b = getenv("RAD_BUILD");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "%s/rad-convert models/SmolLM2-135M-Instruct.Q4_1.gguf -o %s/m.rad && "
+             "%s/radiance --model %s/m.rad -p 'The capital of France is' -n 32 --temp 0 --control-vector " CVEC_DIR
+             "/steer-smollm2.gguf > %s/got 2>%s/err && "
+             "{ printf 'The capital of France is'; cat " CVEC_DIR "/smollm2-capital.txt; echo; } > %s/want && cmp %s/got %s/want && "
+             "{ printf 'The capital of France is'; cat tests/fixtures/oracle/smollm2-capital-to-eos.txt; echo; } > %s/plain && "
+             "! cmp -s %s/got %s/plain",
+             b ? b : "build", dir, b ? b : "build", dir, dir, dir, dir, dir, dir, dir, dir, dir);
+    cr_assert_eq(system(cmd), 0, "radiance's steered text differs from transformers' or equals the unsteered (see %s/got)", dir);
+    RadEngine *en = NULL;
+    char model[300];
+    snprintf(model, sizeof model, "%s/m.rad", dir);
+    const char *bd = getenv("RAD_BUILD");
+    static char d[256];
+    snprintf(d, sizeof d, "%s/plugins", bd ? bd : "build");
+    static const char *dirs[1] = {d};
+    RadEngineOpts o = {.model = model, .plugin_dirs = dirs, .n_plugin_dirs = 1, .kernels = "ref", .max_tok = 16, .max_seqs = 1,
+                       .max_ctx = 64, .control_vector = CVEC_DIR "/bad-len.gguf"};
+    RadErr e = {0};
+    cr_assert_eq(rad_engine_open(&en, &o, &e), RAD_E_FORMAT, "a 575-wide vector opened on SmolLM2");
+    cr_assert_null(en);
+    cr_assert(strstr(e.msg, CVEC_DIR "/bad-len.gguf") && strstr(e.msg, "the model's n_embd is 576") && !strchr(e.msg, '\n'),
+              "%s", e.msg);
 }

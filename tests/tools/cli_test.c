@@ -510,9 +510,10 @@ static const char *smollm2(void) {
     return m;
 }
 
+/* the switches llama_ggml does not grant (--control-vector it serves: control_vector_is_served) */
 static const char *const SWITCHES[][2] = {{"--kv-cache-dtype", "fp8_v4"}, {"--kv-cache-dtype", "fp8_k6v4"},
-                                          {"--control-vector", CVEC "good.gguf"}, {"--tp-attn-split", "rows"},
-                                          {"--state-cache-dtype", "f16"}, {"--kv-resident", "4"}};
+                                          {"--tp-attn-split", "rows"}, {"--state-cache-dtype", "f16"},
+                                          {"--kv-resident", "4"}};
 
 Test(cli, deployment_switches_refused_naming_the_plugin_and_the_flag) {
     const char *m = smollm2();
@@ -613,6 +614,25 @@ Test(cli, kv_cache_dtype_f16_serves_as_kv_type_f16) {
         }
     fclose(fa);
     cr_assert(found, "no kv group line in --debug-placement");
+}
+
+/* llama_ggml grants --control-vector: radiance generates with it and --debug-graph shows the
+ * steered layers (good.gguf: directions for layers 1 and 29); tests/runtime/oracle_test.c checks
+ * the text against transformers. */
+Test(cli, control_vector_is_served) {
+    const char *m = smollm2();
+    const char *argv[] = {bin("radiance"), "--model", m, "-p", "hi", "-n", "1", "--control-vector", CVEC "good.gguf", NULL};
+    Run r = run(argv, NULL, NULL);
+    cr_assert_eq(r.status, 0, "radiance --control-vector: %s", r.err);
+    char out[300], cmd[2048];
+    snprintf(out, sizeof out, "%s/graph", dir);
+    empty(out);
+    const char *dg[] = {bin("radiance"), "--model", m, "--control-vector", CVEC "good.gguf", "--debug-graph", NULL};
+    r = run(dg, NULL, out);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    snprintf(cmd, sizeof cmd, "grep -q 'control vector: 2 of 30 layers steered' %s && grep -q 'add_bias *cvec.direction.1(f32)' %s && "
+             "grep -q 'add_bias *cvec.direction.29(f32)' %s && test $(grep -c 'add_bias' %s) = 2", out, out, out, out);
+    cr_assert_eq(system(cmd), 0, "--debug-graph does not show layers 1 and 29 steered (see %s)", out);
 }
 
 Test(cli, control_vector_file_is_read_and_checked_before_the_probe) {

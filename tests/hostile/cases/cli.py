@@ -99,9 +99,11 @@ for v in ["", ",", "1,", "0", "1,x", "1.5", ",".join(["1"] * 17)]:
 DEPLOY_BAD = [("--kv-cache-dtype", ["fp9", "FP8_V4", "", "fp8"]), ("--tp-attn-split", ["heads", "", "rows "]),
               ("--state-cache-dtype", ["bf16", "", "F16"]), ("--kv-resident", ["0", "-1", "1.5", "nan", "16777217", ""]),
               ("--control-vector", [""])]
-DEPLOY_GOOD = [("--kv-cache-dtype", "fp8_v4", 1), ("--kv-cache-dtype", "fp8_k6v4", 1),
-               ("--control-vector", "{ROOT}/tests/fixtures/cvec/good.gguf", 0), ("--tp-attn-split", "rows", 1),
+DEPLOY_GOOD = [("--kv-cache-dtype", "fp8_v4", 1), ("--kv-cache-dtype", "fp8_k6v4", 1), ("--tp-attn-split", "rows", 1),
                ("--state-cache-dtype", "f16", 1), ("--kv-resident", "4", 0)]  # 1: the refusal names the value too
+# --control-vector llama_ggml serves (arch/common/rad_cvec.h): radiance runs with it
+CASES.append(dict(name="radiance-control-vector-served", argv=["{B}/radiance", "--model", "{MODEL}", "--control-vector",
+                                                               "{ROOT}/tests/fixtures/cvec/good.gguf", "-p", "x", "-n", "1"], rc=0))
 for tool, extra in [("radiance", ["-p", "x", "-n", "1"]), ("rad-kbench", ["--quick"]), ("rad-tune", ["-o", "{T}/t.tune", "--quick"])]:
     m = ["--model" if tool == "radiance" else "-m", "{MODEL}"]
     for flag, vals in DEPLOY_BAD:
