@@ -21,9 +21,14 @@
  * 1e-5. A row's keys are cut into parts (32 slots, more past 512 keys, at most 16 parts) whose
  * states are merged in order; the order of every sum depends only on the slot index and the
  * row's key count, so a row's result does not depend on the other rows or on the threads. Work
- * items are (row, KV head) pairs — the query heads of a group read their keys and values once —
- * or, for a few rows (decode), (row, KV head, part) triples whose states are merged after, or
- * single (row, head) pairs; the per-head arithmetic is the same every way. */
+ * items are (block of up to 4 rows, KV head) pairs — the query heads of a group read their keys
+ * and values once — or, for a few rows (decode), (row, KV head, part) triples whose states are
+ * merged after, or single (row, head) pairs; the per-head arithmetic is the same every way. On
+ * AVX2 the rows of a block that share a sequence, a first key and a part size (a prefill until a
+ * window slides) walk the chunks together: each chunk's K and V rows are loaded and converted
+ * once for the block, and register tiles use each load for several (row, head) pairs, while
+ * every (row, head) keeps its own chunk lengths and its own order of every sum (see "a block of
+ * prefill rows" below): a row's bits are the ones it gets alone, as a decode row. */
 #include <math.h>
 #include <stdatomic.h>
 
