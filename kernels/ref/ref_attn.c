@@ -21,9 +21,14 @@
  * 1e-5. A row's keys are cut into parts (32 slots, more past 512 keys, at most 16 parts) whose
  * states are merged in order; the order of every sum depends only on the slot index and the
  * row's key count, so a row's result does not depend on the other rows or on the threads. Work
- * items are (row, KV head) pairs — the query heads of a group read their keys and values once —
- * or, for a few rows (decode), (row, KV head, part) triples whose states are merged after, or
- * single (row, head) pairs; the per-head arithmetic is the same every way. */
+ * items are (block of up to 4 rows, KV head) pairs — the query heads of a group read their keys
+ * and values once — or, for a few rows (decode), (row, KV head, part) triples whose states are
+ * merged after, or single (row, head) pairs; the per-head arithmetic is the same every way. On
+ * AVX2 the rows of a block that share a sequence, a first key and a part size (a prefill until a
+ * window slides) walk the chunks together: each chunk's K and V rows are loaded and converted
+ * once for the block, and register tiles use each load for several (row, head) pairs, while
+ * every (row, head) keeps its own chunk lengths and its own order of every sum (see "a block of
+ * prefill rows" below): a row's bits are the ones it gets alone, as a decode row. */
 #include <math.h>
 #include <stdatomic.h>
 
@@ -33,6 +38,8 @@
 
 #define MAX_REP 8 /* query heads handled together */
 #define PARTS_MAX 16 /* a row's keys are cut into at most this many parts */
+#define BLOCK_ROWS 4 /* query rows per item in a prefill */
+#define BLOCK_PAIRS 32 /* (row, head) pairs a block holds: BLOCK_ROWS · MAX_REP */
 
 typedef struct AttnCtx {
     const struct RadBatch *b;
@@ -51,6 +58,7 @@ typedef struct AttnCtx {
     int split;            /* items are (row, KV head, part): partial states to part_buf, merged after */
     int fused;            /* split over decode rows only: the item of a row's last part appends the row's
                              k, v first, and whoever finishes a (row, KV head)'s last part merges it */
+    int64_t brows;        /* rows per item: consecutive ones, a block (split, by_head: 1) */
     int64_t n_items;
     float *part_buf;      /* split: [M][n_head][PARTS_MAX][hd + 2] (m, l, acc) */
     _Atomic int32_t *left;/* fused: [M][n_kv] parts not yet finished */
@@ -276,6 +284,48 @@ REF_AVX2 REF_INLINE void pv_chunk(const int DN, float *acc, const float *p, cons
     for (int u = 0; u < DN / 8; u++) _mm256_storeu_ps(acc + 8 * u, a[u]);
 }
 
+/* One chunk of one head's online softmax: the scores sc[0 .. cn) (32-aligned, room for the
+ * 8-lane tail) become e^(s - m) in place, m and l are updated, and the factor the head's output
+ * is rescaled by is returned (0 for a part's first chunk). */
+REF_AVX2 REF_INLINE float softmax_chunk(float *sc, int64_t cn, float *m, float *l, int first) {
+    __m256 mx = _mm256_set1_ps(-INFINITY);
+    int64_t i = 0;
+    for (; i + 8 <= cn; i += 8) mx = _mm256_max_ps(mx, _mm256_load_ps(sc + i));
+    float mc = *m;
+    {
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 0x55));
+        const float hm = _mm_cvtss_f32(h);
+        if (hm > mc) mc = hm;
+    }
+    for (; i < cn; i++)
+        if (sc[i] > mc) mc = sc[i];
+    float alpha = 0.0f;
+    if (!first) alpha = _mm256_cvtss_f32(ref_exp8(_mm256_set1_ps(*m - mc)));
+    *m = mc;
+    __m256 ls = _mm256_setzero_ps();
+    const __m256 vm = _mm256_set1_ps(mc);
+    for (i = 0; i + 8 <= cn; i += 8) {
+        const __m256 p = ref_exp8(_mm256_sub_ps(_mm256_load_ps(sc + i), vm));
+        _mm256_store_ps(sc + i, p);
+        ls = _mm256_add_ps(ls, p);
+    }
+    if (i < cn) {
+        const int tl = (int)(cn - i);
+        const __m256 p = ref_exp8(_mm256_sub_ps(ref_load_tail(sc + i, tl), vm));
+        /* lanes past cn hold e^(0 - mc): masked out of the sum */
+        static const int32_t mk[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+        const __m256 msk = _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(const void *)(mk + 8 - tl)));
+        const __m256 pm = _mm256_and_ps(p, msk);
+        _mm256_store_ps(sc + i, pm);
+        ls = _mm256_add_ps(ls, pm);
+    }
+    const float la = *l * alpha;
+    *l = la + ref_hsum8(ls);
+    return alpha;
+}
+
 REF_AVX2 static void attend_part_avx2(const AttnCtx *c, int64_t t, int64_t g, int64_t h0, int64_t nr, int64_t lo,
                                       int64_t hi, float *kb, float *vb, PartState *ps) {
     const int64_t s = seq_of(c, t), hd = c->hd;
@@ -318,45 +368,11 @@ REF_AVX2 static void attend_part_avx2(const AttnCtx *c, int64_t t, int64_t g, in
         for (int64_t i = cn; i < ((cn + 7) & ~(int64_t)7); i++) kr[i] = kr[cn - 1]; /* pad the last 8: results unused */
         for (int64_t r = 0; r < nr; r++) {
             const __m256 vs = _mm256_set1_ps(c->scale);
-            __m256 mx = _mm256_set1_ps(-INFINITY);
             for (int64_t i = 0; i < cn; i += 8) {
                 const __m256 d8 = _mm256_mul_ps(dots8(q[r], kr + i, hd), vs);
                 _mm256_store_ps(&sc[r][i], d8);
             }
-            int64_t i = 0;
-            for (; i + 8 <= cn; i += 8) mx = _mm256_max_ps(mx, _mm256_load_ps(&sc[r][i]));
-            float mc = m[r];
-            {
-                __m128 h = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-                h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-                h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 0x55));
-                const float hm = _mm_cvtss_f32(h);
-                if (hm > mc) mc = hm;
-            }
-            for (; i < cn; i++)
-                if (sc[r][i] > mc) mc = sc[r][i];
-            float alpha = 0.0f;
-            if (i0 > lo) alpha = _mm256_cvtss_f32(ref_exp8(_mm256_set1_ps(m[r] - mc)));
-            m[r] = mc;
-            __m256 ls = _mm256_setzero_ps();
-            const __m256 vm = _mm256_set1_ps(mc);
-            for (i = 0; i + 8 <= cn; i += 8) {
-                const __m256 p = ref_exp8(_mm256_sub_ps(_mm256_load_ps(&sc[r][i]), vm));
-                _mm256_store_ps(&sc[r][i], p);
-                ls = _mm256_add_ps(ls, p);
-            }
-            if (i < cn) {
-                const int tl = (int)(cn - i);
-                const __m256 p = ref_exp8(_mm256_sub_ps(ref_load_tail(&sc[r][i], tl), vm));
-                /* lanes past cn hold e^(0 - mc): masked out of the sum */
-                static const int32_t mk[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
-                const __m256 msk = _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(const void *)(mk + 8 - tl)));
-                const __m256 pm = _mm256_and_ps(p, msk);
-                _mm256_store_ps(&sc[r][i], pm);
-                ls = _mm256_add_ps(ls, pm);
-            }
-            const float la = l[r] * alpha;
-            l[r] = la + ref_hsum8(ls);
+            const float alpha = softmax_chunk(sc[r], cn, &m[r], &l[r], i0 == lo);
             int64_t d0 = 0;
             for (; d0 + 64 <= hd; d0 += 64) pv_chunk(64, acc[r] + d0, sc[r], vr, cn, d0, alpha);
             for (; d0 + 8 <= hd; d0 += 8) pv_chunk(8, acc[r] + d0, sc[r], vr, cn, d0, alpha);
@@ -435,6 +451,230 @@ static void attend_row(const AttnCtx *c, int64_t t, int64_t g, int64_t h0, int64
     for (int64_t r = 0; r < nr; r++) finish_head(c, t, h0 + r, run.acc[r], run.l[r]);
 }
 
+/* ---- attend: AVX2, a block of prefill rows ---------------------------------------------------------
+ * Consecutive rows of one sequence that share their first key and part size (a prefill, before a
+ * window starts to slide) have the same part and chunk boundaries up to each row's own end: row
+ * r of the block reads one key more than row r - 1. So a block walks the chunks once, loading
+ * (and converting) each chunk's K and V rows once for all its rows, and computes the scores and
+ * the output in register tiles that use each K and V load for several (row, head) pairs. Every
+ * (row, head) keeps what attend_part_avx2 does alone: the same 8-lane FMA chain and tree per
+ * score, its own chunk length (a row whose part ends inside a chunk stops there), the same
+ * softmax_chunk, the same FMA order per output lane, the same merges; so its bits are the same. */
+#if REF_X86
+
+/* The state of every (row, head) pair of a block over one part: pair p = row · nr + head. */
+typedef struct BlockState {
+    float m[BLOCK_PAIRS], l[BLOCK_PAIRS];
+    _Alignas(32) float acc[BLOCK_PAIRS * 256]; /* [pair][hd] */
+} BlockState;
+
+/* Scores of NP queries against the 4 keys k[0..4), into sc[p][j .. j + 4): one 8-lane FMA chain
+ * per (query, key) and dots8's tree, so each is the bits dots8 gives it. hd a multiple of 8. */
+REF_AVX2 REF_INLINE void dots_tile(const int NP, const float *const *q, const float *const *k, int64_t hd, float scale,
+                                   float *const *sc, int64_t j) {
+    __m256 a[3][4];
+#pragma GCC unroll 3
+    for (int p = 0; p < NP; p++)
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++) a[p][u] = _mm256_setzero_ps();
+    for (int64_t d = 0; d < hd; d += 8) {
+        __m256 qv[3];
+#pragma GCC unroll 3
+        for (int p = 0; p < NP; p++) qv[p] = _mm256_loadu_ps(q[p] + d);
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++) {
+            const __m256 kv = _mm256_loadu_ps(k[u] + d);
+#pragma GCC unroll 3
+            for (int p = 0; p < NP; p++) a[p][u] = _mm256_fmadd_ps(qv[p], kv, a[p][u]);
+        }
+    }
+    const __m128 vs = _mm_set1_ps(scale);
+#pragma GCC unroll 3
+    for (int p = 0; p < NP; p++) {
+        const __m256 u = _mm256_hadd_ps(_mm256_hadd_ps(a[p][0], a[p][1]), _mm256_hadd_ps(a[p][2], a[p][3]));
+        const __m128 r = _mm_add_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps(u, 1));
+        _mm_storeu_ps(sc[p] + j, _mm_mul_ps(r, vs));
+    }
+}
+
+/* acc[p][d0 .. d0 + 8·W) (times alpha[p] first, unless alpha is NULL) += Σ_j p[p][j] · v[j][d0 ..]
+ * over j in [j0, j1), for NP pairs: pv_chunk's FMA chain per lane, each V load used NP times. */
+REF_AVX2 REF_INLINE void pv_tile(const int NP, const int W, float *const *acc, const float *const *p, const float *alpha,
+                                 const float *const *v, int64_t j0, int64_t j1, int64_t d0) {
+    __m256 a[6][2];
+#pragma GCC unroll 6
+    for (int r = 0; r < NP; r++)
+#pragma GCC unroll 2
+        for (int u = 0; u < W; u++) {
+            a[r][u] = _mm256_loadu_ps(acc[r] + d0 + 8 * u);
+            if (alpha) a[r][u] = _mm256_mul_ps(a[r][u], _mm256_set1_ps(alpha[r]));
+        }
+    for (int64_t j = j0; j < j1; j++) {
+        __m256 vv[2];
+#pragma GCC unroll 2
+        for (int u = 0; u < W; u++) vv[u] = _mm256_loadu_ps(v[j] + d0 + 8 * u);
+#pragma GCC unroll 6
+        for (int r = 0; r < NP; r++) {
+            const __m256 pj = _mm256_broadcast_ss(p[r] + j);
+#pragma GCC unroll 2
+            for (int u = 0; u < W; u++) a[r][u] = _mm256_fmadd_ps(pj, vv[u], a[r][u]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < NP; r++)
+#pragma GCC unroll 2
+        for (int u = 0; u < W; u++) _mm256_storeu_ps(acc[r] + d0 + 8 * u, a[r][u]);
+}
+
+/* Pairs [p0, p1) of a block: scores over keys [0, cn) (cn padded to 4 with repeats of the last) */
+REF_AVX2 static void block_scores(const float *const *q, const float *const *kr, int64_t cn, int64_t hd, float scale,
+                                  float *const *sc, int64_t p0, int64_t p1) {
+    int64_t p = p0;
+    for (; p + 3 <= p1; p += 3)
+        for (int64_t j = 0; j < cn; j += 4) dots_tile(3, q + p, kr + j, hd, scale, sc + p, j);
+    for (; p + 2 <= p1; p += 2)
+        for (int64_t j = 0; j < cn; j += 4) dots_tile(2, q + p, kr + j, hd, scale, sc + p, j);
+    for (; p < p1; p++)
+        for (int64_t j = 0; j < cn; j += 4) dots_tile(1, q + p, kr + j, hd, scale, sc + p, j);
+}
+
+/* Pairs [p0, p1): keys [j0, j1) into their outputs (rescaled by alpha first unless NULL), 16
+ * lanes of d at a time (8 at the end of an hd of 8·odd). */
+#define PV_TILES(W)                                                                                              \
+    do {                                                                                                         \
+        int64_t p = p0;                                                                                          \
+        for (; p + 6 <= p1; p += 6) pv_tile(6, W, acc + p, sc + p, alpha ? alpha + p : NULL, vr, j0, j1, d0);    \
+        switch (p1 - p) {                                                                                        \
+        case 5: pv_tile(5, W, acc + p, sc + p, alpha ? alpha + p : NULL, vr, j0, j1, d0); break;                 \
+        case 4: pv_tile(4, W, acc + p, sc + p, alpha ? alpha + p : NULL, vr, j0, j1, d0); break;                 \
+        case 3: pv_tile(3, W, acc + p, sc + p, alpha ? alpha + p : NULL, vr, j0, j1, d0); break;                 \
+        case 2: pv_tile(2, W, acc + p, sc + p, alpha ? alpha + p : NULL, vr, j0, j1, d0); break;                 \
+        case 1: pv_tile(1, W, acc + p, sc + p, alpha ? alpha + p : NULL, vr, j0, j1, d0); break;                 \
+        default: break;                                                                                          \
+        }                                                                                                        \
+    } while (0)
+REF_AVX2 static void block_pv(float *const *acc, const float *const *sc, const float *alpha, const float *const *vr,
+                              int64_t j0, int64_t j1, int64_t hd, int64_t p0, int64_t p1) {
+    int64_t d0 = 0;
+    for (; d0 + 16 <= hd; d0 += 16) PV_TILES(2);
+    if (d0 < hd) PV_TILES(1);
+}
+#undef PV_TILES
+
+/* merge_state and finish_head, 8 lanes at a time: each lane's operations are the scalar ones
+ * (a product, a product, their sum; a quotient), so the bits are theirs. hd a multiple of 8. */
+REF_AVX2 static void merge_state_avx2(float *m, float *l, float *acc, float pm, float pl, const float *pacc, int64_t hd) {
+    const float mx = pm > *m ? pm : *m;
+    const float a = (float)exp((double)(*m - mx)), b = (float)exp((double)(pm - mx));
+    const float la = *l * a, lb = pl * b;
+    *l = la + lb;
+    const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
+    for (int64_t d = 0; d < hd; d += 8) {
+        const __m256 x = _mm256_mul_ps(_mm256_loadu_ps(acc + d), va), y = _mm256_mul_ps(_mm256_loadu_ps(pacc + d), vb);
+        _mm256_storeu_ps(acc + d, _mm256_add_ps(x, y));
+    }
+    *m = mx;
+}
+REF_AVX2 static void finish_head_avx2(const AttnCtx *c, int64_t t, int64_t h, const float *acc, float l) {
+    float *o = ref_frow(c->out, (uint64_t)t) + h * c->hd;
+    const __m256 vl = _mm256_set1_ps(l);
+    for (int64_t d = 0; d < c->hd; d += 8) _mm256_storeu_ps(o + d, _mm256_div_ps(_mm256_loadu_ps(acc + d), vl));
+}
+
+/* Rows t0 .. t0+nb-1 of one sequence (the same first key and part size; hd a multiple of 8),
+ * heads h0 .. h0+nr-1 of KV head g: every part, merged in order, then the outputs. */
+REF_AVX2 static void attend_block_avx2(const AttnCtx *c, int64_t t0, int64_t nb, int64_t g, int64_t h0, int64_t nr,
+                                       float *kb, float *vb) {
+    const int64_t s = seq_of(c, t0), hd = c->hd, np = nb * nr;
+    const int f32 = c->dt == RAD_F32;
+    int64_t k0;
+    const int64_t n0 = row_keys(c, t0, &k0), sz = part_size(n0);
+    const int64_t e0 = k0 + n0, emax = e0 + nb - 1; /* row r's keys end at e0 + r */
+    const float *q[BLOCK_PAIRS];
+    float *acc[BLOCK_PAIRS], *pacc[BLOCK_PAIRS], *scp[BLOCK_PAIRS], alpha[BLOCK_PAIRS];
+    _Alignas(32) float sc[BLOCK_PAIRS][64 + 8];
+    BlockState run, ps;
+    const float *kr[64 + 8], *vr[64];
+    for (int64_t p = 0; p < np; p++) {
+        q[p] = ref_frow(c->q, (uint64_t)(t0 + p / nr)) + (h0 + p % nr) * hd;
+        acc[p] = run.acc + p * hd;
+        pacc[p] = ps.acc + p * hd;
+        scp[p] = sc[p];
+    }
+    SlotIter it;
+    slot_seek(&it, c, s, g, k0);
+    for (int64_t lo = k0; lo < emax; lo += sz) {
+        const int64_t ra = lo < e0 ? 0 : lo - e0 + 1; /* the first row with keys in this part */
+        const int64_t pe = lo + sz < emax ? lo + sz : emax;
+        BlockState *st = lo == k0 ? &run : &ps;
+        float *const *sa = lo == k0 ? acc : pacc;
+        for (int64_t p = ra * nr; p < np; p++) {
+            st->m[p] = -INFINITY;
+            st->l[p] = 0.0f;
+            memset(sa[p], 0, (size_t)hd * sizeof(float));
+        }
+        for (int64_t i0 = lo; i0 < pe; i0 += c->chunk) {
+            const int64_t cm = pe - i0 < c->chunk ? pe - i0 : c->chunk; /* the last row's keys in the chunk */
+            const int64_t rc = i0 < e0 ? ra : i0 - e0 + 1;               /* the first row with keys in it */
+            const uint8_t *rk[64], *rv[64];
+            for (int64_t i = 0; i < cm; i++, slot_next(&it)) rk[i] = it.k, rv[i] = it.v;
+            for (int64_t i = 0; i < cm; i++)
+                for (int64_t o = 0; o < hd * (int64_t)c->elem; o += 64) {
+                    _mm_prefetch((const char *)rk[i] + o, _MM_HINT_T0);
+                    _mm_prefetch((const char *)rv[i] + o, _MM_HINT_T0);
+                }
+            for (int64_t i = 0; i < cm; i++) {
+                if (f32) {
+                    kr[i] = (const float *)(const void *)rk[i];
+                    vr[i] = (const float *)(const void *)rv[i];
+                } else {
+                    load_row_avx2(c, rk[i], kb + i * hd);
+                    load_row_avx2(c, rv[i], vb + i * hd);
+                    kr[i] = kb + i * hd;
+                    vr[i] = vb + i * hd;
+                }
+            }
+            for (int64_t i = cm; i < ((cm + 3) & ~(int64_t)3); i++) kr[i] = kr[cm - 1]; /* pad to 4: results unused */
+            block_scores(q, kr, cm, hd, c->scale, scp, rc * nr, np);
+            /* each row its own keys of the chunk; then the outputs, the pairs of the rows that
+             * read key j taking it in order (rows sorted by their keys' end) */
+            for (int64_t p = rc * nr; p < np; p++) {
+                const int64_t cn = e0 + p / nr - i0 < cm ? e0 + p / nr - i0 : cm;
+                alpha[p] = softmax_chunk(sc[p], cn, &st->m[p], &st->l[p], i0 == lo);
+            }
+            for (int64_t r = rc, j = 0; r < nb; r++) {
+                const int64_t cn = e0 + r - i0 < cm ? e0 + r - i0 : cm;
+                if (cn > j) block_pv(sa, (const float *const *)scp, j ? NULL : alpha, vr, j, cn, hd, r * nr, np);
+                j = cn;
+            }
+        }
+        if (lo > k0)
+            for (int64_t p = ra * nr; p < np; p++) merge_state_avx2(&run.m[p], &run.l[p], acc[p], ps.m[p], ps.l[p], pacc[p], hd);
+    }
+    for (int64_t p = 0; p < np; p++) finish_head_avx2(c, t0 + p / nr, h0 + p % nr, acc[p], run.l[p]);
+}
+#endif
+
+/* Rows t0 .. t1-1 of an item: runs of rows that share a sequence, a first key and a part size
+ * attend as a block (AVX2), the others one by one. */
+static void attend_rows(const AttnCtx *c, int64_t t0, int64_t t1, int64_t g, int64_t h0, int64_t nr, float *kb, float *vb) {
+    for (int64_t t = t0, u; t < t1; t = u) {
+        u = t + 1;
+#if REF_X86
+        if (c->isa >= REF_ISA_AVX2 && c->hd % 8 == 0) {
+            int64_t k0, k1;
+            const int64_t s = seq_of(c, t), sz = part_size(row_keys(c, t, &k0));
+            while (u < t1 && seq_of(c, u) == s && part_size(row_keys(c, u, &k1)) == sz && k1 == k0) u++;
+            if (u - t > 1) {
+                attend_block_avx2(c, t, u - t, g, h0, nr, kb, vb);
+                continue;
+            }
+        }
+#endif
+        attend_row(c, t, g, h0, nr, kb, vb);
+    }
+}
+
 static float *part_slot(const AttnCtx *c, int64_t t, int64_t h, int64_t p) {
     return c->part_buf + (((size_t)t * (size_t)c->n_head + (size_t)h) * PARTS_MAX + (size_t)p) * (size_t)(c->hd + 2);
 }
@@ -484,14 +724,14 @@ static void attend_task(void *ctx, int tid, int nth) {
             g = h0 / c->rep;
             nr = 1;
         } else {
-            t = it / (c->n_kv * per);
+            t = it / (c->n_kv * per) * c->brows;
             const int64_t rest = it % (c->n_kv * per);
             g = rest / per;
             h0 = g * c->rep + (rest % per) * MAX_REP;
             nr = g * c->rep + c->rep - h0 < MAX_REP ? g * c->rep + c->rep - h0 : MAX_REP;
         }
         if (!c->split) {
-            attend_row(c, t, g, h0, nr, kb, vb);
+            attend_rows(c, t, t + c->brows < c->M ? t + c->brows : c->M, g, h0, nr, kb, vb);
             continue;
         }
         int64_t k0;
@@ -601,7 +841,10 @@ int ref_run_attn_paged(const RadKernelArgs *a) {
     }
     c.split = nth > 1 && c.M * c.n_kv * per < 2 * (int64_t)nth && max_keys > part_size(max_keys);
     c.by_head = !c.split && c.M * c.n_kv * per < (int64_t)nth;
-    c.n_items = c.by_head ? c.M * c.n_head : c.M * c.n_kv * per;
+    /* prefill: blocks of rows, fewer as long as the threads would lack items */
+    c.brows = c.split || c.by_head ? 1 : BLOCK_ROWS;
+    while (c.brows > 1 && (c.M + c.brows - 1) / c.brows * c.n_kv * per < 4 * (int64_t)nth) c.brows /= 2;
+    c.n_items = c.by_head ? c.M * c.n_head : (c.M + c.brows - 1) / c.brows * c.n_kv * per;
     /* fused: every row a decode row (its new slot is read by its own items alone) and one item
      * per (row, KV head, part), so appending and merging need no phases of their own */
     c.fused = c.split && per == 1;

@@ -21,6 +21,7 @@
 #include "abi/rad_kernels.h"
 #include "libcommon/tensor/rad_enc.h"
 #include "libcommon/tensor/rad_encode.h"
+#include "tests/test_util.h"
 
 /* ---- the library, four states ------------------------------------------------------------------- */
 
@@ -1755,4 +1756,136 @@ Test(ref, attn_paged_long_decode_split_into_parts) {
     assert_bitwise(k299, k + HD, HD, "k of KV head 1 at slot 299");
     for (int s = 0; s < N_ST; s++) assert_rows_within(out[s], H * HD, ref, 1, H * HD, 1e-5, st_name[s]);
     free(pool), free(pool0);
+}
+
+/* A prefill of 37 rows over four sequences gives every row the bits of the row computed alone
+ * (a decode step of that row): rows run in blocks that share each chunk's K and V, and a row's
+ * result must not depend on its block. Sequence 0 prefills 13 rows after 7 cached slots (parts
+ * of 32, rows ending mid-part); sequence 1's 17 rows cross 512 keys (parts of 32, then 64: a
+ * block is cut there); sequence 2's 6 rows have 1095..1100 keys (parts of 128, two chunks each:
+ * rows end mid-chunk); sequence 3 is a decode row. f32 and f16 caches, head_dim 64 and 256,
+ * no window and a window of 40 (its rows' first keys differ: they run one by one), 3 threads
+ * and 1, rows alone on 3 threads (parts as items) and 1; all within the bound of a dense
+ * reference in double. */
+enum { PR_B = 16, PR_H = 6, PR_HKV = 2, PR_NSEQ = 4, PR_M = 37, PR_MB = 69 };
+
+static float pr_get(RadDType dt, const uint8_t *p) {
+    if (dt == RAD_F32) {
+        float f;
+        memcpy(&f, p, 4);
+        return f;
+    }
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return rad_f16_to_f32(h);
+}
+
+static void check_prefill_rows_alone(RadDType dt, int hd, int window) {
+    static const int qn[PR_NSEQ] = {13, 17, 6, 1}, cn[PR_NSEQ] = {20, 522, 1100, 45};
+    const size_t elem = dt == RAD_F32 ? 4 : 2, bb = 2 * (size_t)PR_HKV * PR_B * (size_t)hd * elem;
+    int nblk = 0;
+    int32_t table[PR_NSEQ * PR_MB], cu[PR_NSEQ + 1] = {0}, ql[PR_NSEQ], cl[PR_NSEQ], pos[PR_M], sid[PR_NSEQ], row_seq[PR_M];
+    for (int s = 0; s < PR_NSEQ; s++) {
+        ql[s] = qn[s], cl[s] = cn[s], sid[s] = s, cu[s + 1] = cu[s] + qn[s];
+        for (int j = 0; j < PR_MB; j++) table[s * PR_MB + j] = -1;
+        const int nb = (cn[s] + PR_B - 1) / PR_B;
+        for (int j = 0; j < nb; j++) table[s * PR_MB + j] = nblk + (j * 5) % nb; /* out of order (5 coprime with each nb) */
+        nblk += nb;
+        for (int t = cu[s]; t < cu[s + 1]; t++) pos[t] = cn[s] - qn[s] + (t - cu[s]), row_seq[t] = s;
+    }
+    cr_assert_eq(cu[PR_NSEQ], PR_M);
+    uint8_t *pool = xmalloc(bb * (size_t)nblk), *pool0 = xmalloc(bb * (size_t)nblk);
+    for (size_t i = 0; i < bb * (size_t)nblk / elem; i++) { /* every slot, history or not: valid values */
+        const float f = frand();
+        if (dt == RAD_F32) memcpy(pool0 + 4 * i, &f, 4);
+        else {
+            const uint16_t h = rad_f32_to_f16(f);
+            memcpy(pool0 + 2 * i, &h, 2);
+        }
+    }
+    const size_t qw = (size_t)PR_H * hd, kw = (size_t)PR_HKV * hd;
+    float *q = xmalloc(sizeof(float) * PR_M * qw), *k = xmalloc(sizeof(float) * PR_M * kw), *v = xmalloc(sizeof(float) * PR_M * kw);
+    fill(q, PR_M * qw), fill(k, PR_M * kw), fill(v, PR_M * kw);
+    for (size_t i = 0; i < PR_M * qw; i++) q[i] *= 3.0f; /* peakier softmax */
+    RadParam p[] = {RAD_RANGE_ROLE("M", 1, 64, RAD_PROLE_SEQ_CHUNK), RAD_INT("n_head", PR_H), RAD_INT("n_head_kv", PR_HKV),
+                    RAD_INT("head_dim", hd), RAD_INT("kv", 0), RAD_INT("layer", 0), RAD_FLOAT("scale", 1.0 / sqrt((double)hd)),
+                    RAD_INT("prefill_fp8", 0), RAD_INT("window", window)};
+    char what[128];
+    /* out[0]: all rows, best ISA, 3 threads; [1] 1 thread; [2], [3]: each row alone on 3 and 1 */
+    float *out[4];
+    for (int o = 0; o < 4; o++) out[o] = xmalloc(sizeof(float) * PR_M * qw);
+    for (int o = 0; o < 2; o++) {
+        memcpy(pool, pool0, bb * (size_t)nblk);
+        struct RadBatch b;
+        memset(&b, 0, sizeof b);
+        b.struct_size = sizeof b, b.phase = RAD_PHASE_MIXED, b.n_tok = PR_M, b.n_seq = PR_NSEQ, b.n_seq_decode = 1;
+        b.cu_seqlens = cu, b.q_lens = ql, b.ctx_lens = cl, b.positions = pos, b.seq_ids = sid;
+        RadKvState kv = {{0}, table, PR_MB, pool, dt, RAD_KVQ_NONE, PR_B, PR_HKV, (uint32_t)hd, 0, bb, (uint32_t)nblk};
+        RadKArg a[4] = {fbuf(q, PR_M, qw), fbuf(k, PR_M, kw), fbuf(v, PR_M, kw), fbuf(out[o], PR_M, qw)};
+        Call c = {&b, &kv, o ? 1 : 3};
+        cr_assert_eq(call_x(find("attn_paged", NULL), g_st[o ? ST_BEST1 : ST_BEST3], p, N_OF(p), PR_M, a, 4, &c), RAD_OK);
+    }
+    /* the cache as the calls left it (every row's k, v appended): rows alone append the same */
+    memcpy(pool0, pool, bb * (size_t)nblk);
+    for (int o = 2; o < 4; o++)
+        for (int t = 0; t < PR_M; t++) {
+            const int s = row_seq[t];
+            int32_t cu1[2] = {0, 1}, ql1[1] = {1}, cl1[1] = {pos[t] + 1}, pos1[1] = {pos[t]}, sid1[1] = {s};
+            struct RadBatch b;
+            memset(&b, 0, sizeof b);
+            b.struct_size = sizeof b, b.phase = RAD_PHASE_DECODE, b.n_tok = 1, b.n_seq = 1, b.n_seq_decode = 1;
+            b.cu_seqlens = cu1, b.q_lens = ql1, b.ctx_lens = cl1, b.positions = pos1, b.seq_ids = sid1;
+            RadKvState kv = {{0}, table + s * PR_MB, PR_MB, pool, dt, RAD_KVQ_NONE, PR_B, PR_HKV, (uint32_t)hd, 0, bb, (uint32_t)nblk};
+            RadKArg a[4] = {fbuf(q + t * qw, 1, qw), fbuf(k + t * kw, 1, kw), fbuf(v + t * kw, 1, kw), fbuf(out[o] + t * qw, 1, qw)};
+            Call c = {&b, &kv, o == 2 ? 3 : 1};
+            cr_assert_eq(call_x(find("attn_paged", NULL), g_st[o == 2 ? ST_BEST3 : ST_BEST1], p, N_OF(p), 1, a, 4, &c), RAD_OK);
+        }
+    cr_assert(memcmp(pool, pool0, bb * (size_t)nblk) == 0, "rows alone changed the cache");
+    for (int t = 0; t < PR_M; t++)
+        for (int o = 1; o < 4; o++) {
+            snprintf(what, sizeof what, "%s cache, hd %d, window %d, row %d (seq %d, %d keys): %s vs the batch on 3 threads",
+                     dt == RAD_F32 ? "f32" : "f16", hd, window, t, row_seq[t], pos[t] + 1,
+                     o == 1 ? "the batch on 1 thread" : o == 2 ? "alone on 3 threads" : "alone on 1 thread");
+            assert_bitwise(out[o] + t * qw, out[0] + t * qw, qw, what);
+        }
+    /* dense reference in double over the cache */
+    double *ref = xmalloc(sizeof(double) * qw), *sc = xmalloc(sizeof(double) * 1100);
+    for (int t = 0; t < PR_M; t++) {
+        const int s = row_seq[t], lo = window && pos[t] + 1 > window ? pos[t] + 1 - window : 0;
+        for (int h = 0; h < PR_H; h++) {
+            const int g = h / (PR_H / PR_HKV);
+            double m = -INFINITY, l = 0;
+            for (int i = lo; i <= pos[t]; i++) {
+                const uint8_t *kp = pool + (size_t)table[s * PR_MB + i / PR_B] * bb + ((size_t)(g * PR_B + i % PR_B) * hd) * elem;
+                double dot = 0;
+                for (int d = 0; d < hd; d++) dot += (double)q[t * qw + h * hd + d] * pr_get(dt, kp + d * elem);
+                sc[i] = dot * (float)(1.0 / sqrt((double)hd));
+                if (sc[i] > m) m = sc[i];
+            }
+            for (int i = lo; i <= pos[t]; i++) sc[i] = exp(sc[i] - m), l += sc[i];
+            for (int d = 0; d < hd; d++) {
+                double acc = 0;
+                for (int i = lo; i <= pos[t]; i++) {
+                    const uint8_t *vp = pool + (size_t)table[s * PR_MB + i / PR_B] * bb +
+                                        ((size_t)PR_HKV * PR_B * hd + (size_t)(g * PR_B + i % PR_B) * hd) * elem;
+                    acc += sc[i] * pr_get(dt, vp + d * elem);
+                }
+                ref[h * hd + d] = acc / l;
+            }
+        }
+        snprintf(what, sizeof what, "%s cache, hd %d, window %d, vs dense", dt == RAD_F32 ? "f32" : "f16", hd, window);
+        assert_rows_within(out[0] + t * qw, qw, ref, 1, (int)qw, 1e-5, what);
+    }
+    for (int o = 0; o < 4; o++) free(out[o]);
+    free(sc), free(ref), free(q), free(k), free(v), free(pool), free(pool0);
+}
+
+Test(ref, attn_paged_prefill_rows_as_alone) {
+    test_deadline(300);
+    for (int w = 0; w < 2; w++) {
+        check_prefill_rows_alone(RAD_F32, 64, w ? 40 : 0);
+        check_prefill_rows_alone(RAD_F16, 64, w ? 40 : 0);
+        check_prefill_rows_alone(RAD_F32, 256, w ? 40 : 0);
+        check_prefill_rows_alone(RAD_F16, 256, w ? 40 : 0);
+    }
 }
