@@ -131,6 +131,9 @@ typedef struct RadNameMap {
     RadRowPerm perm;             /* ROWS */
     uint32_t heads;              /* ROWS perm: heads in the tensor */
     float eps;                   /* EMA */
+    float add;                   /* COPY only (ABI 1.5): added to every element, in f32, so the
+                                    weight is stored decoded to f32; 0: none. Gemma's Hugging
+                                    Face norm gammas: w is stored, x * (1 + w) computed: 1 */
 } RadNameMap;
 
 /* ---- buffers and KV groups ----------------------------------------------------------------- */

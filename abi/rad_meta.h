@@ -165,8 +165,9 @@ static inline int rad_meta_getf(const RadModelMeta *m, const char *key, double *
 }
 
 /* Numeric arrays, "[a, b, c]" (brackets optional): up to `cap` elements into out, their count in
- * *n. 1 read; 0 absent (*n = 0); -1 malformed, an element not of the type, or more than `cap`
- * (*n = 0, out partly written). */
+ * *n; a u32 array also reads a boolean array, "true" as 1 and "false" as 0 (GGUF's per-layer
+ * flags, attention.sliding_window_pattern). 1 read; 0 absent (*n = 0); -1 malformed, an element
+ * not of the type, or more than `cap` (*n = 0, out partly written). */
 enum { RAD_META_ARR_F32 = 0, RAD_META_ARR_U32 = 1 };
 static inline int rad_meta_array(const RadModelMeta *m, const char *key, int kind, void *out, uint32_t cap, uint32_t *n) {
     const char *p = rad_meta_find(m, key);
@@ -178,7 +179,12 @@ static inline int rad_meta_array(const RadModelMeta *m, const char *key, int kin
     p += bracket;
     while (*p == ' ') p++;
     while (*p && *p != ']') {
-        if (*n == cap || !rad_meta_num_at(p, &d, &p)) return *n = 0, -1;
+        if (*n < cap && kind == RAD_META_ARR_U32 && (!strncmp(p, "true", 4) || !strncmp(p, "false", 5))) {
+            d = *p == 't';
+            p += d ? 4 : 5;
+        } else if (*n == cap || !rad_meta_num_at(p, &d, &p)) {
+            return *n = 0, -1;
+        }
         if (kind == RAD_META_ARR_U32) {
             if (d < 0 || d > 4294967295.0 || d != (double)(uint32_t)d) return *n = 0, -1;
             ((uint32_t *)out)[*n] = (uint32_t)d;

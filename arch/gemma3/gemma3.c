@@ -8,7 +8,8 @@
  * The graph (transformers' Gemma3TextModel):
  *
  *   x = embed_gather(tok_embd, ids) · √n_embd
- *   per layer l:   local when (l + 1) % pattern != 0 (pattern 6: five local, one global)
+ *   per layer l:   local when (l + 1) % pattern != 0 (pattern 6: five local, one global), or as
+ *                  config.json's layer_types lists them
  *     h = rmsnorm(x, attn_norm)
  *     q, k, v = h·Wq^T, h·Wk^T, h·Wv^T;  q = head_rmsnorm(q, q_norm);  k = head_rmsnorm(k, k_norm)
  *     rope(q), rope(k)         theta: the local base (10000) on local layers, rope_theta on global
@@ -20,11 +21,10 @@
  *   logits = logits_gemm(tok_embd, logits_gather(rmsnorm(x, output_norm), out_ids))   (tied)
  *
  * with each residual add settled by the following norm (fused add_rmsnorm where resolved), as in
- * arch/common/rad_block.h. The norm gammas are taken as stored: llama.cpp's GGUF holds Gemma's
- * (1 + w), which is the multiplier transformers applies (docs/OPS.md, head_rmsnorm). A Hugging
- * Face checkpoint stores w itself; the name map has no "+1" form yet, so only GGUF names are
- * mapped and an HF Gemma 3 folder is refused at convert, naming the first missing tensor
- * (arch/gemma3/README.md, Limits). */
+ * arch/common/rad_block.h. Every norm multiplies by (1 + w), transformers' Gemma3RMSNorm: the
+ * declared gammas hold (1 + w). llama.cpp's GGUF stores them so; a Hugging Face checkpoint
+ * (Gemma3ForCausalLM, gemma3_text) stores w itself, and its name-map entries add the 1 at
+ * convert (RadNameMap.add, in f32: the gamma is stored f32, docs/CONVERT.md). */
 #include <arch/rad_arch.h>
 
 #include <stdlib.h>
@@ -57,7 +57,7 @@ static const uint64_t gemma_encs =
 #define GEMMA_MAX_LAYERS 256
 #define GEMMA_NAME 160
 #define GEMMA_LOCAL_THETA 10000.0f /* transformers' rope_local_base_freq; llama.cpp's GGUF has no key */
-#define GEMMA_PATTERN 6            /* sliding_window_pattern: every 6th layer is global */
+#define GEMMA_PATTERN 6            /* sliding_window_pattern: every 6th layer is global (GGUF has no key) */
 
 /* What declare works from, read once (gemma_hparams). */
 typedef struct GemmaHparams {
@@ -65,7 +65,8 @@ typedef struct GemmaHparams {
     RadBlockGeom gg;          /* global layers: rope_theta, full attention */
     uint32_t n_layers, n_vocab;
     uint32_t window;          /* attention.sliding_window */
-    uint32_t pattern;         /* attention.sliding_window_pattern: layer l is global when (l+1) % pattern == 0 */
+    uint32_t n_global;        /* layers with global[l] set */
+    uint8_t global[GEMMA_MAX_LAYERS]; /* [n_layers] 1: full attention (attention.sliding_window_pattern) */
     uint32_t out_rows;        /* logits rows a step may ask: n_out's bound */
     RadDType kv_dtype;
     float embd_scale;         /* √n_embd, rounded once to f32 (transformers' normalizer) */
@@ -176,6 +177,30 @@ static double gemma_sqrt(double n) {
     return r;
 }
 
+/* Which layers attend globally: attention.sliding_window_pattern, a period p (layer l global when
+ * (l + 1) % p == 0; GGUF and transformers 4's sliding_window_pattern) or one flag per layer, true
+ * where it slides (config.json's layer_types). Absent: every 6th. */
+static int gemma_layer_kinds(RadBuilder *b, const RadModelMeta *meta, GemmaHparams *hp) {
+    const char *key = "attention.sliding_window_pattern";
+    const uint32_t nl = (uint32_t)meta->n_layers;
+    uint32_t pattern, n = 0;
+    uint32_t slide[GEMMA_MAX_LAYERS + 1]; /* one more than served: a longer list is refused */
+    int rc = rad_meta_u32(meta, key, GEMMA_PATTERN, &pattern);
+    if (rc >= 0) {
+        if (pattern == 0) return gemma_fail(b, GEMMA_PN ": %s is 0 (a period must be positive)", key);
+        for (uint32_t l = 0; l < nl; l++) slide[l] = (l + 1) % pattern != 0;
+    } else if (rad_meta_u32s(meta, key, slide, GEMMA_MAX_LAYERS + 1, &n) != 1 || n != nl) {
+        return gemma_fail(b, GEMMA_PN ": %s is neither a period nor one flag per layer (%u flags for %u layers)", key, n, nl);
+    }
+    hp->n_global = 0;
+    for (uint32_t l = 0; l < nl; l++) {
+        if (slide[l] > 1) return gemma_fail(b, GEMMA_PN ": %s[%u] is %u, not a flag", key, l, slide[l]);
+        hp->global[l] = slide[l] == 0;
+        hp->n_global += hp->global[l];
+    }
+    return 0;
+}
+
 static int gemma_hparams(RadBuilder *b, const RadModelMeta *meta, const RadBuildCtx *ctx, GemmaHparams *hp) {
     int rc;
     if ((rc = gemma_check_meta(b, meta, ctx)) != 0) return rc;
@@ -221,11 +246,13 @@ static int gemma_hparams(RadBuilder *b, const RadModelMeta *meta, const RadBuild
     g->attn_window = 0;
     if (rad_meta_u32(meta, "attention.sliding_window", 0, &hp->window) <= 0 || hp->window == 0)
         return gemma_fail(b, GEMMA_PN ": attention.sliding_window missing or zero (Gemma 3's local layers need it)");
-    if (rad_meta_u32(meta, "attention.sliding_window_pattern", GEMMA_PATTERN, &hp->pattern) < 0 || hp->pattern == 0)
-        return gemma_fail(b, GEMMA_PN ": attention.sliding_window_pattern is not a positive whole number");
+    if ((rc = gemma_layer_kinds(b, meta, hp)) != 0) return rc;
     float local_theta;
     if (rad_meta_f32(meta, "rope.local_freq_base", GEMMA_LOCAL_THETA, &local_theta) < 0 || !(local_theta > 0))
         return gemma_fail(b, GEMMA_PN ": rope.local_freq_base is not a positive number");
+    rad_meta_str(meta, "rope.local_scaling.type", "", &type);
+    if (*type && strcmp(type, "default"))
+        return gemma_fail(b, GEMMA_PN ": rope.local_scaling.type \"%s\" is not served (the local layers' rope is unscaled)", type);
     hp->gl = *g;
     hp->gl.rope_theta = local_theta;
     hp->gl.rope_scaling = RAD_ROPE_SCALING_NONE;
@@ -242,42 +269,65 @@ static int gemma_hparams(RadBuilder *b, const RadModelMeta *meta, const RadBuild
     return 0;
 }
 
-/* ---- 1. the name map: GGUF names (llama.cpp's gemma3) ------------------------------------ */
+/* ---- 1. the name map: Hugging Face names, GGUF names (llama.cpp's gemma3) ------------------ */
 
-static const char *const gemma_layer_tensors[] = {
-    "attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight",
-    "attn_q_norm.weight", "attn_k_norm.weight", "post_attention_norm.weight", "ffn_norm.weight",
-    "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight", "post_ffw_norm.weight",
+/* Per-layer tensors: the declared (= GGUF) suffix, the Hugging Face one, and whether it is a norm
+ * gamma (Hugging Face stores w for the (1 + w) GGUF stores). */
+static const struct {
+    const char *decl, *hf;
+    int norm;
+} gemma_layer_tensors[] = {
+    {"attn_norm.weight", "input_layernorm.weight", 1},
+    {"attn_q.weight", "self_attn.q_proj.weight", 0},
+    {"attn_k.weight", "self_attn.k_proj.weight", 0},
+    {"attn_v.weight", "self_attn.v_proj.weight", 0},
+    {"attn_output.weight", "self_attn.o_proj.weight", 0},
+    {"attn_q_norm.weight", "self_attn.q_norm.weight", 1},
+    {"attn_k_norm.weight", "self_attn.k_norm.weight", 1},
+    {"post_attention_norm.weight", "post_attention_layernorm.weight", 1},
+    {"ffn_norm.weight", "pre_feedforward_layernorm.weight", 1},
+    {"ffn_gate.weight", "mlp.gate_proj.weight", 0},
+    {"ffn_up.weight", "mlp.up_proj.weight", 0},
+    {"ffn_down.weight", "mlp.down_proj.weight", 0},
+    {"post_ffw_norm.weight", "post_feedforward_layernorm.weight", 1},
 };
 enum { G_ATTN_NORM, G_Q, G_K, G_V, G_O, G_QN, G_KN, G_POST_ATTN, G_FFN_NORM, G_GATE, G_UP, G_DOWN, G_POST_FFW, G_COUNT };
 
-static int map_copy1(RadBuilder *b, const char *dst, const char *src) {
+/* A COPY entry; add 1 for a Hugging Face norm gamma (w -> 1 + w), else 0. */
+static int map_copy1(RadBuilder *b, const char *dst, const char *src, float add) {
     const char *const s[] = {src, NULL};
     RadNameMap e;
     memset(&e, 0, sizeof e);
     e.kind = RAD_MAP_COPY;
     e.dst = dst;
     e.src = s;
+    e.add = add;
     return rad_decl_name_map(b, &e);
 }
 
-/* GGUF q/k rows are as transformers stores them (NEOX rope: llama.cpp does not permute Gemma's),
- * so every entry is a plain copy. No head entry: the head is the embedding (tied). */
+/* Hugging Face entries first, GGUF beside them (the first whose source is present wins). q/k
+ * rows are transformers' in both (NEOX rope: llama.cpp does not permute Gemma's), so every entry
+ * is a copy, the HF norms' with the 1 added. No head entry: the head is the embedding (tied). */
 static int gemma_declare_map(RadBuilder *b, const GemmaHparams *hp) {
     char dst[GEMMA_NAME], src[GEMMA_NAME];
     int rc = 0;
-    static const char *const ends[] = {"token_embd.weight", "output_norm.weight"};
     static const char *const decl[] = {"tok_embd.weight", "output_norm.weight"};
+    static const char *const hf[] = {"model.embed_tokens.weight", "model.norm.weight"};
+    static const char *const gg[] = {"token_embd.weight", "output_norm.weight"};
     for (int i = 0; i < 2; i++) {
         if (gname(dst, sizeof dst, hp->pfx, -1, decl[i]) != 0) return gemma_fail(b, GEMMA_PN ": a declared name is too long");
-        rc |= map_copy1(b, dst, ends[i]);
+        rc |= map_copy1(b, dst, hf[i], i == 1 ? 1.0f : 0.0f);
+        rc |= map_copy1(b, dst, gg[i], 0.0f);
     }
     for (uint32_t l = 0; l < hp->n_layers; l++)
         for (int t = 0; t < G_COUNT; t++) {
-            if (gname(dst, sizeof dst, hp->pfx, (int)l, gemma_layer_tensors[t]) != 0 ||
-                gname(src, sizeof src, "", (int)l, gemma_layer_tensors[t]) != 0)
+            int k = snprintf(src, sizeof src, "model.layers.%u.%s", l, gemma_layer_tensors[t].hf);
+            if (gname(dst, sizeof dst, hp->pfx, (int)l, gemma_layer_tensors[t].decl) != 0 || k < 0 || (size_t)k >= sizeof src)
                 return gemma_fail(b, GEMMA_PN ": a declared name is too long");
-            rc |= map_copy1(b, dst, src);
+            rc |= map_copy1(b, dst, src, gemma_layer_tensors[t].norm ? 1.0f : 0.0f);
+            if (gname(src, sizeof src, "", (int)l, gemma_layer_tensors[t].decl) != 0)
+                return gemma_fail(b, GEMMA_PN ": a declared name is too long");
+            rc |= map_copy1(b, dst, src, 0.0f);
         }
     if (rc) return gemma_fail(b, GEMMA_PN ": a name-map entry was refused");
     return 0;
@@ -298,7 +348,7 @@ static int gemma_weights_layer(RadBuilder *b, const GemmaHparams *hp, uint32_t l
     char nm[G_COUNT][GEMMA_NAME];
     const RadBlockGeom *g = L->g;
     for (int t = 0; t < G_COUNT; t++)
-        if (gname(nm[t], sizeof nm[t], hp->pfx, (int)l, gemma_layer_tensors[t]) != 0)
+        if (gname(nm[t], sizeof nm[t], hp->pfx, (int)l, gemma_layer_tensors[t].decl) != 0)
             return gemma_fail(b, GEMMA_PN ": a declared name is too long");
     const uint64_t qw = (uint64_t)g->n_head * g->head_dim;
     const RadGroup grp = rad_group_layer(l);
@@ -344,7 +394,7 @@ static int gemma_declare_weights(RadBuilder *b, GemmaHparams *hp, GemmaModel *m)
     if (m->w_out_norm.id < 0) return gemma_fail(b, GEMMA_PN ": weight %s was refused", name);
     for (uint32_t l = 0; l < hp->n_layers; l++) {
         GemmaLayer *L = &m->layers[l];
-        L->global = (l + 1) % hp->pattern == 0;
+        L->global = hp->global[l];
         L->g = L->global ? &hp->gg : &hp->gl;
         if ((rc = gemma_weights_layer(b, hp, l, L)) != 0) return rc;
     }
@@ -447,18 +497,17 @@ static int gemma_declare_ops(RadBuilder *b, GemmaHparams *hp, GemmaModel *m) {
 
 static void gemma_notes(RadBuilder *b, const GemmaHparams *hp) {
     const RadBlockGeom *g = &hp->gg;
-    uint32_t n_global = 0;
-    for (uint32_t l = 0; l < hp->n_layers; l++) n_global += (l + 1) % hp->pattern == 0;
+    const uint32_t n_global = hp->n_global;
     rad_note(b, "%s: %u layers (%u local with a %u-token window, %u global), n_embd %u, GQA %u:%u, head_dim %u, n_ff %u, "
                 "vocab %u, tied lm_head", GEMMA_PN, hp->n_layers, hp->n_layers - n_global, hp->window, n_global, g->n_embd,
              g->n_head * g->world_size, g->n_head_kv * g->world_size, g->head_dim, g->n_ff * g->world_size, hp->n_vocab);
     rad_note(b, "rope: local theta %g, global theta %g%s; attention scale %g; embedding scale %g", (double)hp->gl.rope_theta,
              (double)g->rope_theta, g->rope_scaling == RAD_ROPE_SCALING_LINEAR ? " (linear scaling on global layers)" : "",
              (double)g->attn_scale, (double)hp->embd_scale);
-    rad_note(b, "KV: kv.local WINDOW %u (the local layers), kv.global FULL (every %u-th layer); %u kv heads x %u", hp->window,
-             hp->pattern, g->n_head_kv, g->head_dim);
+    rad_note(b, "KV: kv.local WINDOW %u (the local layers), kv.global FULL (the %u global layers); %u kv heads x %u",
+             hp->window, n_global, g->n_head_kv, g->head_dim);
     rad_note(b, "blocks: q/k head_rmsnorm before the rope, post-norms on the attention and MLP outputs, GeGLU (gelu_tanh_mul); "
-                "norm gammas as stored (GGUF: 1 + w)");
+                "norm gammas 1 + w (GGUF stores them so; Hugging Face's w gets its 1 at convert)");
 }
 
 static void gemma_note_cvec(RadBuilder *b, const GemmaModel *m) {

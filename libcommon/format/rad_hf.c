@@ -307,6 +307,67 @@ static int read_rope(RadModelFile *m, const char *file, const char *label, const
     return RAD_OK;
 }
 
+/* Local (sliding-window) layers beside global ones, as Gemma 3 has them (docs/KEYS.md):
+ * which layers slide (layer_types, else sliding_window_pattern: every pattern-th is global),
+ * the local layers' rope base (rope_local_base_freq, or transformers 5's
+ * rope_parameters.sliding_attention) and the attention scale's query_pre_attn_scalar. A
+ * layer_types with other kinds than these two (linear or chunked attention) is left to the raw
+ * table: the key would not say what those layers are. */
+static int read_local_attention(RadModelFile *m, const char *file, const json_t *root, const json_t *local,
+                                RadErr *e) {
+    int rc;
+    double d;
+    json_t *v;
+    if ((v = jget(root, "query_pre_attn_scalar")) &&
+        ((rc = want_pos(file, "query_pre_attn_scalar", v, 1e6, &d, e)) ||
+         (rc = rad_dict_set_f32(&m->meta, "attention.query_pre_attn_scalar", (float)d, e))))
+        return rc;
+    if ((v = jget(root, "rope_local_base_freq")) &&
+        ((rc = want_pos(file, "rope_local_base_freq", v, 1e12, &d, e)) ||
+         (rc = rad_dict_set_f32(&m->meta, "rope.local_freq_base", (float)d, e))))
+        return rc;
+    if (local) {
+        if (!json_is_object(local)) return bad_type(file, "rope_parameters.sliding_attention", "object", local, e);
+        const char *t;
+        if ((v = jget(local, "rope_theta")) &&
+            ((rc = want_pos(file, "rope_parameters.sliding_attention.rope_theta", v, 1e12, &d, e)) ||
+             (rc = rad_dict_set_f32(&m->meta, "rope.local_freq_base", (float)d, e))))
+            return rc;
+        if ((v = jget(local, "rope_type")) &&
+            ((rc = want_str(file, "rope_parameters.sliding_attention.rope_type", v, &t, e)) ||
+             (strcmp(t, "default") && (rc = rad_dict_set_str(&m->meta, "rope.local_scaling.type", t, e)))))
+            return rc;
+    }
+    static const char *pattern_fields[] = {"sliding_window_pattern", "_sliding_window_pattern", NULL};
+    const char *which = NULL;
+    int64_t p;
+    if ((v = jfirst(root, pattern_fields, &which)) &&
+        ((rc = want_int(file, which, v, 1, UINT32_MAX, &p, e)) ||
+         (rc = rad_dict_set_u32(&m->meta, "attention.sliding_window_pattern", (uint32_t)p, e))))
+        return rc;
+    json_t *lt = jget(root, "layer_types");
+    if (!lt) return RAD_OK;
+    if (!json_is_array(lt)) return bad_type(file, "layer_types", "array", lt, e);
+    size_t n = json_array_size(lt);
+    uint8_t *slide = malloc(n ? n : 1);
+    if (!slide) return rad_err_set(e, RAD_E_NOMEM, "%s: out of memory", file);
+    int known = 1;
+    for (size_t i = 0; i < n && known; i++) {
+        const char *t = json_string_value(json_array_get(lt, i));
+        if (!t) {
+            free(slide);
+            return rad_err_set(e, RAD_E_FORMAT, "%s: field 'layer_types[%zu]': expected string, got %s", file, i,
+                               jkind(json_array_get(lt, i)));
+        }
+        slide[i] = !strcmp(t, "sliding_attention");
+        known = slide[i] || !strcmp(t, "full_attention");
+    }
+    /* per layer, true where it slides: GGUF's array form of the same key */
+    rc = known ? rad_dict_set_arr(&m->meta, "attention.sliding_window_pattern", RAD_VAL_BOOL, slide, n, e) : RAD_OK;
+    free(slide);
+    return rc;
+}
+
 int rad_hf_read_config(RadModelFile *m, const char *name, const char *json, size_t n,
                        const char *folder, RadErr *e) {
     json_t *root;
@@ -360,12 +421,26 @@ int rad_hf_read_config(RadModelFile *m, const char *name, const char *json, size
         ((rc = want_pos(name, which, v, 1.0, &d, e)) ||
          (rc = rad_dict_set_f32(&m->meta, "model.rms_eps", (float)d, e))))
         goto out;
-    json_t *rp = jget(root, "rope_parameters");
+    json_t *rp = jget(root, "rope_parameters"), *rp_local = NULL;
+    const char *rp_label = "rope_parameters";
+    /* transformers 5 nests rope_parameters by layer type where they differ (Gemma 3): the full
+     * layers' are the model's rope, the sliding layers' the local one (read below) */
+    if (json_is_object(rp) && (jget(rp, "full_attention") || jget(rp, "sliding_attention"))) {
+        rp_local = jget(rp, "sliding_attention");
+        rp = jget(rp, "full_attention");
+        rp_label = "rope_parameters.full_attention";
+        if (rp && !json_is_object(rp)) {
+            rc = bad_type(name, rp_label, "object", rp, e);
+            goto out;
+        }
+    }
     d = 10000.0;
     if ((v = jget(root, "rope_theta"))) {
         if ((rc = want_pos(name, "rope_theta", v, 1e12, &d, e))) goto out;
     } else if (json_is_object(rp) && (v = jget(rp, "rope_theta"))) {
-        if ((rc = want_pos(name, "rope_parameters.rope_theta", v, 1e12, &d, e))) goto out;
+        char lab[64];
+        snprintf(lab, sizeof lab, "%s.rope_theta", rp_label);
+        if ((rc = want_pos(name, lab, v, 1e12, &d, e))) goto out;
     }
     if ((rc = rad_dict_set_f32(&m->meta, "model.rope_theta", (float)d, e))) goto out;
     /* sliding_window (Mistral; null: none) unless use_sliding_window turns it off (Qwen2 ships
@@ -385,9 +460,10 @@ int rad_hf_read_config(RadModelFile *m, const char *name, const char *json, size
         goto out;
     if ((v = jget(root, "rope_scaling"))) {
         if ((rc = read_rope(m, name, "rope_scaling", v, e))) goto out;
-    } else if (rp && (rc = read_rope(m, name, "rope_parameters", rp, e))) {
+    } else if (rp && (rc = read_rope(m, name, rp_label, rp, e))) {
         goto out;
     }
+    if ((rc = read_local_attention(m, name, root, rp_local, e))) goto out;
     rc = flatten_into(&m->raw, "config", root, e);
 out:
     json_decref(root);

@@ -3,6 +3,7 @@
 #include "libcommon/plugin/rad_opschema.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,6 +140,8 @@ static int b_decl_name_map(RadBuilder *b, const RadNameMap *m, size_t sz) {
         return gfail(g, "name map '%s': %s takes 2 sources, got %d", c.dst, c.kind == RAD_MAP_WNORM ? "WNORM" : "EMA", n), RAD_E_ARG;
     if (c.kind == RAD_MAP_ROWS && c.perm == RAD_PERM_ROPE_UNINTERLEAVE && !c.heads)
         return gfail(g, "name map '%s': a rope permutation needs heads", c.dst), RAD_E_ARG;
+    if (c.add != 0 && (c.kind != RAD_MAP_COPY || !isfinite(c.add)))
+        return gfail(g, "name map '%s': add %g needs a COPY entry and a finite value", c.dst, (double)c.add), RAD_E_ARG;
     GROW(g->maps, g->n_maps);
     if (g->failed) return RAD_E_NOMEM;
     const char **src = calloc((size_t)n + 1, sizeof *src);
@@ -775,6 +778,7 @@ void rad_graph_dump(const RadGraph *g, FILE *f) {
         fprintf(f, "map %s %s <-", mapk[m->kind], m->dst);
         for (int j = 0; j < g->maps[i].n_src; j++) fprintf(f, "%s %s", j ? " |" : "", m->src[j]);
         if (m->kind == RAD_MAP_ROWS && m->perm) fprintf(f, " perm=rope_uninterleave heads=%u", m->heads);
+        if (m->add != 0) fprintf(f, " add=%g", (double)m->add);
         fputc('\n', f);
     }
     for (int i = 0; i < g->n_w; i++) {

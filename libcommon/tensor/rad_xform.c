@@ -614,7 +614,35 @@ static int map_check(const RadNameMap *m, const RadXTensor *in, uint32_t n_in, R
                            kn, m->kind == RAD_MAP_CONCAT ? "at least " : "", want,
                            want == 1 ? "" : "s", n_in);
     if (!in) return rad_err_set(e, RAD_E_ARG, "name map '%s': NULL sources", dst);
+    if (m->add != 0 && (m->kind != RAD_MAP_COPY || !isfinite(m->add)))
+        return rad_err_set(e, RAD_E_ARG, "name map '%s': add %g on a %s entry (add takes a COPY entry and a finite "
+                           "value)", dst, (double)m->add, kn);
     return RAD_OK;
+}
+
+/* COPY with `add` (Gemma's HF norm gammas: 1 + w): the source decoded to f32, piece by piece
+ * into the output, then add in f32, as torch's `1.0 + w.float()`. Shape only (out_shape) or for
+ * real. */
+static int map_copy_add(const RadXTensor *in, float add, RadXShape *out_shape, void *out,
+                        uint64_t out_bytes, RadErr *e) {
+    const char *op = "copy+add";
+    uint64_t n, nb;
+    int rc = xt_check(op, in, &n, &nb, e);
+    if (rc) return rc;
+    RadXShape s;
+    if ((rc = xs_set(op, out_shape ? out_shape : &s, RAD_ENC_F32, in->rank, in->shape, 0, e)) || out_shape) return rc;
+    if ((rc = xt_data(op, in, nb, e)) || (rc = out_check(op, &s, out, out_bytes, e))) return rc;
+    Scratch sc = {NULL, 0};
+    rc = decode_to(op, in->enc, in->data, n, in->shape[in->rank - 1], out, &sc, e);
+    free(sc.p);
+    uint8_t *y = out;
+    for (uint64_t i = 0; i < n && !rc; i++) {
+        float v;
+        memcpy(&v, y + 4 * i, 4);
+        v = v + add;
+        memcpy(y + 4 * i, &v, 4);
+    }
+    return rc;
 }
 
 /* Runs the entry's op, shape only (out_shape) or for real (out_shape NULL). */
@@ -625,7 +653,9 @@ static int map_do(const RadNameMap *m, const RadXTensor *in, uint32_t n_in, RadX
     RadErr le = {0};
     switch (m->kind) {
     case RAD_MAP_COPY:
-        if (out_shape) {
+        if (m->add != 0) {
+            rc = map_copy_add(&in[0], m->add, out_shape, out, out_bytes, &le);
+        } else if (out_shape) {
             uint64_t n;
             rc = xt_check("copy", &in[0], NULL, &n, &le);
             if (!rc) rc = xs_set("copy", out_shape, in[0].enc, in[0].rank, in[0].shape, 1, &le);

@@ -25,7 +25,8 @@
  *   tap        any encoding, bytewise.
  *   wnorm      f32 (w = v * (g / ||v||), as torch's _weight_norm with dim=0).
  *   ema        f32 (embed_sum / clamp(cluster_usage, min=eps)[:, None], EnCodec).
- *   copy       bytewise.
+ *   copy       bytewise; with RadNameMap.add (Gemma's Hugging Face norm gammas, 1 + w) decoded
+ *              and added in f32, as torch's `add + w.float()`, f32.
  * Extra memory is O(one row) (transpose of a block encoding: O(one input row)), never O(tensor).
  *
  * Every failure is one line naming the op, the tensor (name, shape, encoding) and the dims or
@@ -120,7 +121,8 @@ int rad_xform_ema(const RadXTensor *sum, const RadXTensor *usage, float eps, voi
                   uint64_t out_bytes, RadErr *e);
 
 /* A name-map entry applied to its resolved sources in[0..n_in), in the order of m->src (COPY:
- * the one alternative present). Takes kind, axis, begin, end, index, perm, heads and eps from m;
+ * the one alternative present). Takes kind, axis, begin, end, index, perm, heads, eps and add
+ * (COPY only; a non-finite add or one on another kind is RAD_E_ARG) from m;
  * messages name m->dst. n_in must be what the kind takes (COPY, ROWS, COLS, TRANSPOSE, TAP: 1;
  * WNORM {g, v}, EMA {embed_sum, cluster_usage}: 2; CONCAT: at least 1). */
 int rad_xform_map_shape(const RadNameMap *m, const RadXTensor *in, uint32_t n_in,

@@ -456,6 +456,74 @@ Test(hf, config_defaults_and_aliases) {
     rad_model_free(&m);
 }
 
+/* Gemma 3's local/global layers: transformers 4's keys (google/gemma-3-270m's config.json:
+ * rope_theta, rope_local_base_freq, _sliding_window_pattern, layer_types) and transformers 5's
+ * (rope_parameters by layer type). layer_types wins over the period; one naming a kind of layer
+ * other than these two is left to the raw table. */
+Test(hf, config_gemma3_local_layers) {
+    RadModelFile m;
+    RadErr e;
+    cr_assert_eq(read_cfg(&m, "{\"model_type\":\"gemma3_text\",\"num_hidden_layers\":4,\"head_dim\":256,"
+                              "\"query_pre_attn_scalar\":256,\"rope_theta\":1000000.0,\"rope_local_base_freq\":10000.0,"
+                              "\"rope_scaling\":null,\"sliding_window\":512,\"_sliding_window_pattern\":6,"
+                              "\"layer_types\":[\"sliding_attention\",\"sliding_attention\",\"full_attention\","
+                              "\"sliding_attention\"]}", &e), RAD_OK, "%s", e.msg);
+    cr_assert_float_eq(getf(&m.meta, "model.rope_theta"), 1e6, 0);
+    cr_assert_float_eq(getf(&m.meta, "rope.local_freq_base"), 1e4, 0);
+    cr_assert_float_eq(getf(&m.meta, "attention.query_pre_attn_scalar"), 256, 0);
+    cr_assert_eq(geti(&m.meta, "attention.sliding_window"), 512);
+    const RadValue *v = arr(&m.meta, "attention.sliding_window_pattern", RAD_VAL_BOOL);
+    cr_assert_eq(v->n, 4);
+    cr_assert(memcmp(v->v.arr, "\1\1\0\1", 4) == 0, "true where the layer slides");
+    cr_assert_null(rad_dict_get(&m.meta, "rope.scaling.type"));
+    rad_model_free(&m);
+
+    /* transformers 5: the full layers' rope is the model's (here with 4B's linear scaling) */
+    cr_assert_eq(read_cfg(&m, "{\"model_type\":\"gemma3_text\",\"sliding_window_pattern\":2,"
+                              "\"rope_parameters\":{\"full_attention\":{\"rope_type\":\"linear\",\"factor\":8.0,"
+                              "\"rope_theta\":1000000.0},\"sliding_attention\":{\"rope_type\":\"default\","
+                              "\"rope_theta\":500.0}}}", &e), RAD_OK, "%s", e.msg);
+    cr_assert_float_eq(getf(&m.meta, "model.rope_theta"), 1e6, 0);
+    cr_assert_str_eq(gets_(&m.meta, "rope.scaling.type"), "linear");
+    cr_assert_float_eq(getf(&m.meta, "rope.scaling.factor"), 8.0, 0);
+    cr_assert_float_eq(getf(&m.meta, "rope.local_freq_base"), 500.0, 0);
+    cr_assert_null(rad_dict_get(&m.meta, "rope.local_scaling.type"));
+    cr_assert_eq(geti(&m.meta, "attention.sliding_window_pattern"), 2);
+    rad_model_free(&m);
+
+    /* a scaled local rope is recorded (the plugin refuses it); unknown layer kinds are not mapped */
+    cr_assert_eq(read_cfg(&m, "{\"model_type\":\"gemma3_text\",\"rope_parameters\":{\"sliding_attention\":"
+                              "{\"rope_type\":\"linear\",\"factor\":2.0,\"rope_theta\":10000.0}},"
+                              "\"layer_types\":[\"linear_attention\",\"full_attention\"]}", &e), RAD_OK, "%s", e.msg);
+    cr_assert_str_eq(gets_(&m.meta, "rope.local_scaling.type"), "linear");
+    cr_assert_float_eq(getf(&m.meta, "model.rope_theta"), 1e4, 0);
+    cr_assert_null(rad_dict_get(&m.meta, "attention.sliding_window_pattern"));
+    rad_model_free(&m);
+
+    static const struct {
+        const char *json, *msg;
+    } bad[] = {
+        {"{\"model_type\":\"gemma3_text\",\"layer_types\":[\"full_attention\",3]}",
+         "config.json: field 'layer_types[1]': expected string, got integer"},
+        {"{\"model_type\":\"gemma3_text\",\"layer_types\":\"full_attention\"}",
+         "config.json: field 'layer_types': expected array, got string"},
+        {"{\"model_type\":\"gemma3_text\",\"_sliding_window_pattern\":0}",
+         "config.json: field '_sliding_window_pattern': 0 is out of range"},
+        {"{\"model_type\":\"gemma3_text\",\"query_pre_attn_scalar\":-1}",
+         "config.json: field 'query_pre_attn_scalar': -1 is not a finite number"},
+        {"{\"model_type\":\"gemma3_text\",\"rope_parameters\":{\"full_attention\":5}}",
+         "config.json: field 'rope_parameters.full_attention': expected object, got integer"},
+        {"{\"model_type\":\"gemma3_text\",\"rope_parameters\":{\"sliding_attention\":{\"rope_theta\":\"1\"}}}",
+         "config.json: field 'rope_parameters.sliding_attention.rope_theta': expected number, got string"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = read_cfg(&m, bad[i].json, &e);
+        cr_assert_eq(rc, RAD_E_FORMAT, "#%zu: rc %d (%s)", i, rc, e.msg);
+        cr_assert(strstr(e.msg, bad[i].msg), "#%zu: '%s' lacks '%s'", i, e.msg, bad[i].msg);
+        rad_model_free(&m);
+    }
+}
+
 Test(hf, config_wrong_types) {
     static const struct {
         const char *json, *msg;

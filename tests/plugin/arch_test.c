@@ -3,6 +3,7 @@
  * refusal of the loader and the builder. */
 #include <criterion/criterion.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -188,6 +189,18 @@ static int decl_plugin_refuses(RadBuilder *b, const RadModelMeta *m, const RadBu
     rad_declare_fail(b, "n_head_kv 5 does not divide n_head 9");
     return 1;
 }
+static int decl_add_on_rows(RadBuilder *b, const RadModelMeta *m, const RadBuildCtx *c) {
+    (void)m, (void)c;
+    const char *const src[] = {"model.norm.weight", NULL};
+    RadNameMap e = {.kind = RAD_MAP_ROWS, .dst = "output_norm.weight", .src = src, .add = 1.0f};
+    return rad_decl_name_map(b, &e);
+}
+static int decl_add_nan(RadBuilder *b, const RadModelMeta *m, const RadBuildCtx *c) {
+    (void)m, (void)c;
+    const char *const src[] = {"model.norm.weight", NULL};
+    RadNameMap e = {.kind = RAD_MAP_COPY, .dst = "output_norm.weight", .src = src, .add = INFINITY};
+    return rad_decl_name_map(b, &e);
+}
 static RadEnc lookup_f32(void *user, const char *name, const RadWeightDecl *d, const RadGMap *maps, int n_maps,
                          uint32_t *rank, uint64_t *shape) {
     (void)user, (void)name, (void)maps, (void)n_maps;
@@ -226,6 +239,8 @@ Test(builder, refusals_name_what_is_wrong, .init = setup) {
     expect_refusal(decl_weight_twice, lookup_wrong_shape, "shape mismatch: declared [8], stored [9]");
     expect_refusal(decl_window_open, lookup_all, "lane-1 window was never closed");
     expect_refusal(decl_plugin_refuses, lookup_all, "n_head_kv 5 does not divide n_head 9");
+    expect_refusal(decl_add_on_rows, lookup_all, "name map 'output_norm.weight': add 1 needs a COPY entry");
+    expect_refusal(decl_add_nan, lookup_all, "name map 'output_norm.weight': add inf needs a COPY entry and a finite value");
 }
 
 /* ---- uneven tensor-parallel splits (rad_weight_shard_span / _parts) -------------------------
@@ -382,6 +397,8 @@ Test(meta, the_core_writes_short_numeric_arrays_the_getters_read) {
     cr_assert_eq(rad_dict_set_arr(&kv, "tokenizer.token_type", RAD_VAL_I32, big, 2000, &e), RAD_OK, "%s", e.msg);
     cr_assert_eq(rad_dict_set_strarr(&kv, "tokenizer.tokens", toks, 2, &e), RAD_OK, "%s", e.msg);
     cr_assert_eq(rad_dict_set_u32(&kv, "n", 7, &e), RAD_OK, "%s", e.msg);
+    const uint8_t slide[4] = {1, 0, 1, 1}; /* GGUF's per-layer flags (config.json's layer_types) */
+    cr_assert_eq(rad_dict_set_arr(&kv, "attention.sliding_window_pattern", RAD_VAL_BOOL, slide, 4, &e), RAD_OK, "%s", e.msg);
     RadModelMeta m = {.struct_size = sizeof m};
     char **k = NULL, **v = NULL;
     cr_assert_eq(rad_meta_table_fill(&m, &kv, NULL, &k, &v, &e), RAD_OK, "%s", e.msg);
@@ -396,7 +413,12 @@ Test(meta, the_core_writes_short_numeric_arrays_the_getters_read) {
     cr_assert_null(rad_meta_find(&m, "tokenizer.token_type"), "a long array stays in the container");
     cr_assert_null(rad_meta_find(&m, "tokenizer.tokens"), "a string array stays in the container");
     cr_assert_str_eq(rad_meta_find(&m, "n"), "7");
-    cr_assert_eq(rad_meta_count(&m), 4);
+    cr_assert_str_eq(rad_meta_find(&m, "attention.sliding_window_pattern"), "[true, false, true, true]");
+    cr_assert(rad_meta_u32s(&m, "attention.sliding_window_pattern", u, 4, &n) == 1 && n == 4 && u[0] == 1 && u[1] == 0 &&
+              u[3] == 1, "booleans read as 1/0");
+    cr_assert(rad_meta_u32s(&m, "attention.sliding_window_pattern", u, 3, &n) == -1 && n == 0, "longer than cap");
+    cr_assert(rad_meta_f32s(&m, "attention.sliding_window_pattern", f, 2, &n) == -1, "booleans are not floats");
+    cr_assert_eq(rad_meta_count(&m), 5);
     rad_meta_table_free(&m, k, v);
     rad_dict_free(&kv);
 }

@@ -497,6 +497,48 @@ Test(xform, name_map) {
     refused(rad_xform_map(&far, &t, 1, y, 96, &e), &e, RAD_E_SHAPE, "blk.0.attn_q.weight", "[0, 9)");
 }
 
+/* COPY with add (Gemma's Hugging Face norm gammas: w stored, 1 + w applied): decoded to f32 and
+ * added there, as torch's `1.0 + w.float()`; f32, bf16 and a q8_0 block alike, never bytewise. A
+ * non-finite add, or one on another kind, is refused naming the weight. */
+Test(xform, copy_add_one) {
+    RadErr e = {0};
+    RadXShape o;
+    const char *const src1[] = {"w", NULL};
+    RadNameMap plus = {.kind = RAD_MAP_COPY, .dst = "blk.0.attn_norm.weight", .src = src1, .add = 1.0f};
+    /* f32: 1 + w rounded once in f32 (1 + 2^-30 is 1; 1 + 0.1f is the f32 nearest to their sum) */
+    const float x[4] = {0.0f, -1.0f, 0x1p-30f, 0.1f};
+    const uint64_t s4[1] = {4};
+    RadXTensor t = xt("w", RAD_ENC_F32, 1, s4, x);
+    float y[32];
+    cr_assert_eq(rad_xform_map_shape(&plus, &t, 1, &o, &e), RAD_OK, "%s", e.msg);
+    cr_assert(o.enc == RAD_ENC_F32 && !o.bytewise && o.nbytes == 16 && o.rank == 1 && o.shape[0] == 4);
+    cr_assert_eq(rad_xform_map(&plus, &t, 1, y, 16, &e), RAD_OK, "%s", e.msg);
+    cr_assert(y[0] == 1.0f && y[1] == 0.0f && y[2] == 1.0f && y[3] == 1.0f + 0.1f, "%a %a %a %a", y[0], y[1], y[2], y[3]);
+    /* bf16 widens exactly, then the add: 0x3dcd is 0.10009765625, 0xbf80 is -1 */
+    const uint16_t h[2] = {0x3dcd, 0xbf80};
+    const uint64_t s2[1] = {2};
+    RadXTensor tb = xt("w", RAD_ENC_BF16, 1, s2, h);
+    cr_assert_eq(rad_xform_map_shape(&plus, &tb, 1, &o, &e), RAD_OK, "%s", e.msg);
+    cr_assert(o.enc == RAD_ENC_F32 && o.nbytes == 8);
+    cr_assert_eq(rad_xform_map(&plus, &tb, 1, y, 8, &e), RAD_OK, "%s", e.msg);
+    cr_assert(y[0] == 1.10009765625f && y[1] == 0.0f, "%a %a", y[0], y[1]);
+    /* a q8_0 block: d = 0.5 (f16 0x3800), codes -3..28 -> 1 + 0.5 * q */
+    uint8_t q[34] = {0x00, 0x38};
+    for (int i = 0; i < 32; i++) q[2 + i] = (uint8_t)(int8_t)(i - 3);
+    const uint64_t s32[1] = {32};
+    RadXTensor tq = xt("w", RAD_ENC_Q8_0, 1, s32, q);
+    cr_assert_eq(rad_xform_map_shape(&plus, &tq, 1, &o, &e), RAD_OK, "%s", e.msg);
+    cr_assert(o.enc == RAD_ENC_F32 && o.nbytes == 128);
+    cr_assert_eq(rad_xform_map(&plus, &tq, 1, y, 128, &e), RAD_OK, "%s", e.msg);
+    for (int i = 0; i < 32; i++) cr_assert_eq(y[i], 1.0f + 0.5f * (float)(i - 3), "element %d: %g", i, y[i]);
+    /* refusals */
+    refused(rad_xform_map(&plus, &t, 1, y, 12, &e), &e, RAD_E_ARG, "blk.0.attn_norm.weight", "16 bytes");
+    RadNameMap rows = {.kind = RAD_MAP_ROWS, .dst = "blk.0.attn_norm.weight", .src = src1, .add = 1.0f};
+    refused(rad_xform_map_shape(&rows, &t, 1, &o, &e), &e, RAD_E_ARG, "blk.0.attn_norm.weight", "COPY");
+    RadNameMap nan = {.kind = RAD_MAP_COPY, .dst = "blk.0.attn_norm.weight", .src = src1, .add = NAN};
+    refused(rad_xform_map_shape(&nan, &t, 1, &o, &e), &e, RAD_E_ARG, "blk.0.attn_norm.weight", "finite");
+}
+
 /* --- refusals --------------------------------------------------------------------------- */
 
 Test(xform, refusals) {

@@ -510,6 +510,22 @@ static const char *smollm2(void) {
     return m;
 }
 
+/* The server refuses a switch on Gemma 3 (the brief's case: gemma3_ggml) with its one line and
+ * exit 1, before announcing that it listens. */
+#define GEMMA3 "models/gemma-3-270m-q4_k_m.gguf"
+Test(cli, server_refuses_a_switch_in_one_line_on_gemma3) {
+    if (access(GEMMA3, R_OK) != 0) cr_skip_test("Gemma 3 270M not fetched (make models)");
+    char m[300];
+    snprintf(m, sizeof m, "%s/g.rad", dir);
+    const char *cv[] = {bin("rad-convert"), GEMMA3, "-o", m, NULL};
+    Run r = run(cv, NULL, NULL);
+    cr_assert_eq(r.status, 0, "rad-convert: %s", r.err);
+    const char *sv[] = {bin("radiance"), "--model", m, "--host", "127.0.0.1", "--port", "0", "--kv-cache-dtype", "fp8_v4", NULL};
+    r = run(sv, NULL, NULL);
+    const char *need[] = {"radiance: --kv-cache-dtype fp8_v4: plugin 'gemma3_ggml' does not serve it", NULL};
+    expect(&r, 1, need, "the server, --kv-cache-dtype fp8_v4 on gemma3");
+}
+
 /* the switches llama_ggml does not grant (--control-vector it serves: control_vector_is_served) */
 static const char *const SWITCHES[][2] = {{"--kv-cache-dtype", "fp8_v4"}, {"--kv-cache-dtype", "fp8_k6v4"},
                                           {"--tp-attn-split", "rows"}, {"--state-cache-dtype", "f16"},
@@ -532,6 +548,10 @@ Test(cli, deployment_switches_refused_naming_the_plugin_and_the_flag) {
         cr_assert_not_null(f);
         cr_assert_eq(fgetc(f), EOF, "%s: something was generated", named);
         fclose(f);
+        /* the server: the same one line, nothing about listening or stopping around it */
+        const char *sv[] = {bin("radiance"), "--model", m, "--host", "127.0.0.1", "--port", "0", flag, val, NULL};
+        r = run(sv, NULL, NULL);
+        expect(&r, 1, need, named);
         /* rad-kbench and rad-tune declare the same program: the same refusal, no table written */
         char tune[300];
         snprintf(tune, sizeof tune, "%s/t.tune", dir);

@@ -502,7 +502,7 @@ int main(int argc, char **argv) {
             if (!o.verbose) continue;
             static const char *kind[] = {"copy", "concat", "wnorm", "rows", "transpose", "ema", "tap", "cols"};
             fprintf(f, "  %-44s <- %-50s %-9s %-5s -> %-5s %12" PRIu64 "\n", it->dst, it->src[0]->name,
-                    it->has_map ? kind[it->map.kind] : "copy", rad_enc_info(it->src_enc)->name,
+                    !it->has_map ? "copy" : it->map.add != 0 ? "copy+add" : kind[it->map.kind], rad_enc_info(it->src_enc)->name,
                     rad_enc_info(it->enc)->name, it->bytes);
         }
         for (int i = 0; o.verbose && i < g.n_notes; i++) fprintf(f, "  note: %s\n", g.notes[i]);

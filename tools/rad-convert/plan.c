@@ -171,7 +171,7 @@ static int plan_produce_from(const PlanItem *it, RadXTensor *in, const uint8_t *
         if (!in[i].data)
             return rad_err_set(e, RAD_E_UNSUPPORTED, "tensor '%s': source data is not mapped", it->src[i]->name);
     }
-    int copy = !it->has_map || it->map.kind == RAD_MAP_COPY;
+    int copy = !it->has_map || (it->map.kind == RAD_MAP_COPY && it->map.add == 0); /* an add decodes */
     uint64_t n_elems = 1;
     for (uint32_t i = 0; i < it->rank; i++) n_elems *= it->shape[i];
     if (copy && it->enc == it->src_enc) { /* zero-copy: the source's bytes as they are */

@@ -1145,9 +1145,14 @@ static int start_http(Srv *s) {
                             MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->d) return fprintf(stderr, "radiance: cannot listen on %s:%u: %s\n", o->host, o->port, errno ? strerror(errno) : "libmicrohttpd refused"), 1;
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-    fprintf(stderr, "radiance: listening on http://%s:%u (loading %s)\n", o->host, di ? di->port : o->port, o->model);
     return 0;
+}
+
+/* The `listening on` line: only once the model is served, so a start-up the engine refuses is its
+ * one line (the socket is bound from the start: /health answers 503 while loading). */
+static void announce_http(const Srv *s) {
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+    fprintf(stderr, "radiance: listening on http://%s:%u\n", s->o->host, di ? di->port : s->o->port);
 }
 
 /* The signals that stop the server, each with the drain (docs/OPERATIONS.md): SIGTERM (systemd,
@@ -1317,8 +1322,9 @@ int serve(const Opts *o) {
         run = atomic_compare_exchange_strong(&s->state, &expect, ST_READY);
     }
     pthread_mutex_unlock(&s->gate);
-    if (rc) fprintf(stderr, "radiance: %s\n", e.msg);
-    else if (run)
+    if (rc) fprintf(stderr, "radiance: %s\n", e.msg); /* the refusal's one line: nothing was announced */
+    else if (run) announce_http(s);
+    if (run)
         fprintf(stderr, "radiance: ready in %.2f s: model '%s', context %u, max_seqs %u, max_mixed_tok %u, %s, chat %s%s%.200s\n",
                 now() - t0, s->model_name, s->cx.max_ctx, o->max_seqs, o->max_mixed_tok,
                 o->deterministic ? "deterministic" : "not deterministic", s->cx.chat ? s->cx.chat->kind : "none",
@@ -1361,6 +1367,6 @@ int serve(const Opts *o) {
     rad_tok_free(s->tok);
     rad_engine_close(s->en);
     met_free(&s->met);
-    fprintf(stderr, "radiance: stopped\n");
+    if (!rc) fprintf(stderr, "radiance: stopped\n");
     return changed ? RAD_EXIT_MODEL_CHANGED : rc ? 1 : 0;
 }
