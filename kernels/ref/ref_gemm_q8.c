@@ -827,14 +827,11 @@ static RefQRow tile_row(const void *c, int64_t i) { return q8_row(c, i); }
 
 /* Every row of x against weight columns [c0, c1). */
 static void dot_range(const Q8Ctx *c, int64_t c0, int64_t c1) {
-    if (c->tile) {
+    if (c->tile) { /* before x8: packed q4_1's tiles come from its groups */
         const RefTileArgs t = {c->g.w, c->g.y, c->g.M, c->g.K, c, tile_row};
         if (ref_tile_range(&t, c0, c1)) return;
-        for (int64_t i = 0; i < c->g.M; i++) { /* no tile scratch: the portable dot, the same bits */
-            const QRow r = q8_row(c, i);
-            for (int64_t n = c0; n < c1; n++) ref_frow(c->g.y, (uint64_t)i)[n] = c->dot(ref_wrow(c->g.w, (uint64_t)n), &r, c->g.K);
-        }
-        return;
+        /* no tile scratch: below, x8's kernels or the portable dot (tile left dot4 and range1
+         * unset), the same bits */
     }
     if (c->x8) {
         x8_range(c, c0, c1);
@@ -974,8 +971,8 @@ static void q8_prepare(Q8Ctx *c, int isa, int64_t pf_bytes, int tile) {
     c->isa = isa;
     c->pf_bytes = pf_bytes;
     c->x8 = (c->g.w->dtype & RAD_PACKED) != 0; /* ref_weight_ok let only packed q4_1 through */
-    c->tile = tile && isa >= REF_ISA_AVX512 && !c->x8;
-    c->align = c->x8 ? 8 : c->tile ? 16 : 4;
+    c->tile = tile && isa >= REF_ISA_AVX512; /* packed q4_1 too: its groups are tile halves */
+    c->align = c->tile ? 16 : c->x8 ? 8 : 4;
     const RadDType e = (RadDType)(c->g.w->dtype & ~RAD_PACKED);
     c->kq = e == RAD_Q4_K || e == RAD_Q5_K || e == RAD_Q6_K;
     c->paired = 0;

@@ -230,9 +230,39 @@ REF_VNNI static void tile_codes(const RefTileArgs *g, RadDType e, int64_t n0, in
 #undef SPREAD4
 }
 
+/* Packed q4_1 (ref_gemm_x8.c's layout, groups of 8 rows; n0 and nc multiples of 8): a group's
+ * chunk c is already 8 columns' code bytes 4c..4c+3, one lane each, so a tile chunk is two
+ * groups' 32 bytes, masked (low nibbles: elements 4c..) or shifted (high: 16 + 4c..), and its
+ * d[8], m[8] are a group's 16 bytes each. */
+REF_VNNI static void tile_fill_x8(const RefTileArgs *g, int64_t n0, int nc, const Tile *t) {
+    const int64_t nb = g->K / 32;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    for (int h = 0; h < TC / 8; h++) {
+        const int on = 8 * h < nc;
+        const uint8_t *wg = on ? ref_wrow(g->w, (uint64_t)(n0 + 8 * h)) : NULL;
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *blk = on ? wg + 160 * b : NULL;
+            uint8_t *o = t->codes + (size_t)b * TB + 32 * h;
+            for (int k = 0; k < 4; k++) {
+                const __m256i v = on ? _mm256_loadu_si256((const __m256i *)(const void *)(blk + 32 + 32 * k)) : _mm256_setzero_si256();
+                _mm256_storeu_si256((__m256i *)(void *)(o + 64 * k), _mm256_and_si256(v, m4));
+                _mm256_storeu_si256((__m256i *)(void *)(o + 64 * (k + 4)), _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+            }
+            const __m256 d = on ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)blk)) : _mm256_setzero_ps();
+            const __m256 m = on ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(blk + 16))) : _mm256_setzero_ps();
+            _mm256_storeu_ps(t->a + b * TC + 8 * h, d);
+            _mm256_storeu_ps(t->m + b * TC + 8 * h, m);
+        }
+    }
+}
+
 /* The tile of weight rows [n0, n0 + nc) (nc <= TC; the other columns are zero). */
 static void tile_fill(const RefTileArgs *g, RadDType e, int64_t n0, int nc, const Tile *t) {
     const int64_t nb = g->K / 32;
+    if (g->w->dtype & RAD_PACKED) {
+        tile_fill_x8(g, n0, nc, t);
+        return;
+    }
     /* gathers take 32-bit offsets: column 15's start must fit */
     const int gather = g->w->row_stride <= (uint64_t)INT32_MAX / TC;
     if (nc < TC) {
@@ -367,7 +397,7 @@ static tile_fn tile_kernel(RadDType e) {
 }
 
 int ref_tile_range(const RefTileArgs *g, int64_t c0, int64_t c1) {
-    const RadDType e = g->w->dtype;
+    const RadDType e = (RadDType)(g->w->dtype & ~RAD_PACKED);
     const tile_fn fn = tile_kernel(e);
     const int64_t nb = g->K / 32;
     const size_t tb = (tile_bytes(nb) + 63) & ~(size_t)63;

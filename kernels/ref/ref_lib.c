@@ -158,8 +158,8 @@ static const RadKnob attn_knobs[] = {KNOB_("threads", threads_v, RAD_KNOB_ARITH,
 #define K_(...) K2_(__VA_ARGS__, 0) /* BITWISE and TOL(t) expand to two arguments first */
 /* bf16dot (ref_gemm_bf16.c): bf16 weights, activations rounded to bf16 (OPS.md's 1e-2 class) */
 #define KB_(OP, RUN) KG_(OP, "bf16dot", RAD_ENC_BIT(RAD_ENC_BF16), TOL(1e-2), NULL, RUN, 0, 0)
-/* q8tile (ref_gemm_tile.c): 16 rows or more; packed q4_1 runs q8act's x8 kernels (the same
- * shape, and the portable dot's bits too), so a model packs whichever bucket takes which. Not
+/* q8tile (ref_gemm_tile.c): 16 rows or more; packed q4_1 too (its tiles from the packed groups,
+ * the same bits), so a model packs whichever bucket takes which. Not
  * batch-invariant as the engine needs it: its rows carry the portable dot's bits while fewer
  * rows of unpacked weights get q8act's AVX2 ones, so --deterministic keeps q8act. */
 #define KT_(OP, RUN) \

@@ -918,18 +918,21 @@ Test(ref, packed_q4_1_equals_the_stored_layout_portable) {
         const size_t ny = (size_t)g.M * g.N;
         float *want = xmalloc(sizeof(float) * ny), *y = xmalloc(sizeof(float) * ny);
         cr_assert_eq(gemm_run("gemm_nt", "q8act", g_st[ST_GEN1], &g, 0, g.M, want, 0), RAD_OK);
-        for (int st = 0; st < N_ST; st++)
-            for (uint32_t thr = 0; thr <= 2; thr += 2) {
-                char what[128];
-                snprintf(what, sizeof what, "packed M=%d N=%d K=%d, %s, %u threads asked", g.M, g.N, g.K, st_name[st], thr);
-                memset(y, 0x5a, sizeof(float) * ny);
-                cr_assert_eq(gemm_run("gemm_nt", "q8act", g_st[st], &gp, 0, g.M, y, thr), RAD_OK, "%s", what);
-                assert_bitwise(y, want, ny, what);
-                for (int r = 0; r < g.M; r += 4) { /* a row alone: the batch's row */
-                    cr_assert_eq(gemm_run("gemm_nt", "q8act", g_st[st], &gp, r, 1, y, thr), RAD_OK);
-                    assert_bitwise(y, want + (size_t)r * g.N, (size_t)g.N, what);
+        /* q8tile too: on AVX-512 VNNI its tiles come from the packed groups (the same bits) */
+        for (int v = 0; v < 2; v++)
+            for (int st = 0; st < N_ST; st++)
+                for (uint32_t thr = 0; thr <= 2; thr += 2) {
+                    const char *var = v ? "q8tile" : "q8act";
+                    char what[128];
+                    snprintf(what, sizeof what, "%s packed M=%d N=%d K=%d, %s, %u threads asked", var, g.M, g.N, g.K, st_name[st], thr);
+                    memset(y, 0x5a, sizeof(float) * ny);
+                    cr_assert_eq(gemm_run("gemm_nt", var, g_st[st], &gp, 0, g.M, y, thr), RAD_OK, "%s", what);
+                    assert_bitwise(y, want, ny, what);
+                    for (int r = 0; r < g.M; r += 4) { /* a row alone: the batch's row */
+                        cr_assert_eq(gemm_run("gemm_nt", var, g_st[st], &gp, r, 1, y, thr), RAD_OK);
+                        assert_bitwise(y, want + (size_t)r * g.N, (size_t)g.N, what);
+                    }
                 }
-            }
         /* refusals: the exact variant, and a packed weight whose rows are not what pack wrote */
         memset(y, 0x5a, sizeof(float) * ny);
         cr_assert_eq(gemm_run("gemm_nt", "exact", g_st[ST_BEST3], &gp, 0, g.M, y, 0), RAD_E_SHAPE, "exact takes no packed weight");
