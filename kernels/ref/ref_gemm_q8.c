@@ -730,13 +730,14 @@ REF_AVX2 REF_INLINE void q6_k_rows(const int RM, const uint8_t *w, const QRow *x
     for (int r = 0; r < RM; r++) out[r] = ref_hsum8(acc[r]) - 32.0f * ref_hsum8(acco[r]);
 }
 
-#define DOT_PAIR(NAME, CALL)                                                                              \
-    REF_AVX2 static float NAME##_1(const uint8_t *w, const QRow *x, int64_t K) {                          \
+#define DOT_PAIR_T(ATTR, NAME, CALL)                                                                      \
+    ATTR static float NAME##_1(const uint8_t *w, const QRow *x, int64_t K) {                              \
         float o;                                                                                         \
         CALL(1, w, x, K, &o);                                                                            \
         return o;                                                                                        \
     }                                                                                                    \
-    REF_AVX2 static void NAME##_4(const uint8_t *w, const QRow *x, int64_t K, float *out) { CALL(4, w, x, K, out); }
+    ATTR static void NAME##_4(const uint8_t *w, const QRow *x, int64_t K, float *out) { CALL(4, w, x, K, out); }
+#define DOT_PAIR(NAME, CALL) DOT_PAIR_T(REF_AVX2, NAME, CALL)
 #define Q4_0_CALL(RM, w, x, K, o) q4x_rows(RM, 18, 2, w, x, K, o)
 #define Q4_1_CALL(RM, w, x, K, o) q4x_rows(RM, 20, 4, w, x, K, o)
 DOT_PAIR(dot_q4_0_avx2, Q4_0_CALL)
@@ -752,8 +753,8 @@ DOT_PAIR(dot_q5_k_avx2, q5_k_rows)
  * kept about pf_bytes ahead of the row being read (the range's first pf_bytes at once), instead
  * of a call and a row's worth of prefetches per row (+10% tokens/s, docs/BENCHMARKS.md); past
  * the range within the weight, as x8_range1. Each output is the dot's, bit for bit. */
-#define RANGE1(NAME, CALL)                                                                                \
-    REF_AVX2 static void NAME(const Q8Ctx *c, int64_t c0, int64_t c1) {                                    \
+#define RANGE1_T(ATTR, NAME, CALL)                                                                        \
+    ATTR static void NAME(const Q8Ctx *c, int64_t c0, int64_t c1) {                                        \
         if (c0 >= c1) return;                                                                            \
         const QRow r = q8_row(c, 0);                                                                     \
         float *y = ref_frow(c->g.y, 0);                                                                  \
@@ -768,6 +769,7 @@ DOT_PAIR(dot_q5_k_avx2, q5_k_rows)
             y[n] = o;                                                                                    \
         }                                                                                                \
     }
+#define RANGE1(NAME, CALL) RANGE1_T(REF_AVX2, NAME, CALL)
 RANGE1(range1_q4_0_avx2, Q4_0_CALL)
 RANGE1(range1_q4_1_avx2, Q4_1_CALL)
 RANGE1(range1_q8_0_avx2, q8_0_rows)
@@ -776,6 +778,53 @@ RANGE1(range1_q6_k_avx2, q6_k_rows)
 RANGE1(range1_q5_0_avx2, q5_0_rows)
 RANGE1(range1_q5_1_avx2, q5_1_rows)
 RANGE1(range1_q5_k_avx2, q5_k_rows)
+
+/* q4_k on AVX-512 BW (the avx512 level): a 32-byte chunk's low nibbles (sub-block 2j) and high
+ * nibbles (2j + 1) in one 512-bit register against x's 64 elements at once, so a chunk is one
+ * maddubs, one madd (the sub-block scales) and one FMA a row, where AVX2 takes two of each
+ * (gemm_nt2 of Qwen2.5-Coder-1.5B's decode: 1.26x). The integer sums are AVX2's; the f32 sums
+ * run in 16 lanes (the level's own order; dot, dot4 and the one-row range share it). */
+#define REF_AVX512BW __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
+REF_AVX512BW REF_INLINE void q4_k_rows512(const int RM, const uint8_t *w, const QRow *x, int64_t K, float *out) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i shv = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    __m512 acc[4];
+    __m256 accm[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < RM; r++) acc[r] = _mm512_setzero_ps(), accm[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < K / 256; b++, w += 144) {
+        const __m256i ms = _mm256_cvtepu8_epi16(k4_scales(w + 4)); /* [sc0..7 | m0..7] */
+        const __m256 mins = _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(ms, 1)));
+        const __m512i ms5 = _mm512_castsi256_si512(ms);
+        const float d = _cvtsh_ss(ref_rd16(w)), dmin = _cvtsh_ss(ref_rd16(w + 2));
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            const __m256i q = ld32(w + 16 + 32 * j);
+            const __m512i wv = _mm512_and_si512(_mm512_srlv_epi16(_mm512_inserti64x4(_mm512_castsi256_si512(q), q, 1), shv), m4);
+            const __m512i idx = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)(2 * j))),
+                                                   _mm256_set1_epi16((short)(2 * j + 1)), 1);
+            const __m512i sc = _mm512_permutexvar_epi16(idx, ms5);
+#pragma GCC unroll 4
+            for (int r = 0; r < RM; r++) {
+                const __m512i p = _mm512_madd_epi16(_mm512_maddubs_epi16(wv, _mm512_loadu_si512((const void *)(x[r].q + 256 * b + 64 * j))), sc);
+                const float *dx = x[r].d + 8 * b + 2 * j;
+                const __m512 dv = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm256_set1_ps(d * dx[0]))),
+                                                                      _mm256_castps_pd(_mm256_set1_ps(d * dx[1])), 1));
+                acc[r] = _mm512_fmadd_ps(dv, _mm512_cvtepi32_ps(p), acc[r]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < RM; r++)
+            accm[r] = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_mul_ps(mins, _mm256_loadu_ps(x[r].s + 8 * b)), accm[r]);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < RM; r++) { /* 16 lanes to 8 (a fixed tree), then ref_hsum8's */
+        const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(acc[r]), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r]), 1)));
+        out[r] = ref_hsum8(h) - ref_hsum8(accm[r]);
+    }
+}
+DOT_PAIR_T(REF_AVX512BW, dot_q4_k_512, q4_k_rows512)
+RANGE1_T(REF_AVX512BW, range1_q4_k_512, q4_k_rows512)
 #endif
 
 /* ---- the run -------------------------------------------------------------------------------------- */
@@ -1000,6 +1049,8 @@ static void q8_prepare(Q8Ctx *c, int isa, int64_t pf_bytes, int tile) {
         case RAD_Q5_K: c->dot = dot_q5_k_avx2_1, c->dot4 = dot_q5_k_avx2_4, c->range1 = range1_q5_k_avx2; break;
         default: c->dot = dot_q6_k_avx2_1, c->dot4 = dot_q6_k_avx2_4, c->range1 = range1_q6_k_avx2; break;
         }
+        if (c->isa >= REF_ISA_AVX512 && e == RAD_Q4_K)
+            c->dot = dot_q4_k_512_1, c->dot4 = dot_q4_k_512_4, c->range1 = range1_q4_k_512;
     }
 #endif
     c->row_pairs = !c->kq;
