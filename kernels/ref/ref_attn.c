@@ -243,6 +243,32 @@ REF_AVX2 static void load_row_avx2(const AttnCtx *c, const uint8_t *src, float *
     for (; d < c->hd; d++) dst[d] = c->dt == RAD_F16 ? ref_f16_f32(ref_rd16(src + 2 * d)) : ref_bf16_f32(ref_rd16(src + 2 * d));
 }
 
+/* The next n slots of it as f32 rows kr[i], vr[i]: the cache's own rows (f32) or converted into
+ * kb, vb. All n are prefetched first: a page holds a block's few slots, too short for the
+ * hardware prefetcher, and one slot at a time would leave the memory system idle. */
+REF_AVX2 static void chunk_rows(const AttnCtx *c, SlotIter *it, int64_t n, float *kb, float *vb, const float **kr,
+                                const float **vr) {
+    const int64_t hd = c->hd;
+    const uint8_t *rk[64], *rv[64];
+    for (int64_t i = 0; i < n; i++, slot_next(it)) rk[i] = it->k, rv[i] = it->v;
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t o = 0; o < hd * (int64_t)c->elem; o += 64) {
+            _mm_prefetch((const char *)rk[i] + o, _MM_HINT_T0);
+            _mm_prefetch((const char *)rv[i] + o, _MM_HINT_T0);
+        }
+    for (int64_t i = 0; i < n; i++) {
+        if (c->dt == RAD_F32) {
+            kr[i] = (const float *)(const void *)rk[i];
+            vr[i] = (const float *)(const void *)rv[i];
+        } else {
+            load_row_avx2(c, rk[i], kb + i * hd);
+            load_row_avx2(c, rv[i], vb + i * hd);
+            kr[i] = kb + i * hd;
+            vr[i] = vb + i * hd;
+        }
+    }
+}
+
 /* Eight dot products q · k[j] (j < 8) over hd, one 8-lane FMA chain each, reduced by one fixed
  * tree per lane: a slot's score does not depend on the slots it is computed with. */
 REF_AVX2 REF_INLINE __m256 dots8(const float *q, const float *const *k, int64_t hd) {
@@ -329,7 +355,6 @@ REF_AVX2 REF_INLINE float softmax_chunk(float *sc, int64_t cn, float *m, float *
 REF_AVX2 static void attend_part_avx2(const AttnCtx *c, int64_t t, int64_t g, int64_t h0, int64_t nr, int64_t lo,
                                       int64_t hi, float *kb, float *vb, PartState *ps) {
     const int64_t s = seq_of(c, t), hd = c->hd;
-    const int f32 = c->dt == RAD_F32;
     const float *q[MAX_REP];
     float *m = ps->m, *l = ps->l;
     _Alignas(32) float sc[MAX_REP][64 + 8];
@@ -345,26 +370,7 @@ REF_AVX2 static void attend_part_avx2(const AttnCtx *c, int64_t t, int64_t g, in
     slot_seek(&it, c, s, g, lo);
     for (int64_t i0 = lo; i0 < hi; i0 += c->chunk) {
         const int64_t cn = hi - i0 < c->chunk ? hi - i0 : c->chunk;
-        const uint8_t *rk[64], *rv[64];
-        for (int64_t i = 0; i < cn; i++, slot_next(&it)) rk[i] = it.k, rv[i] = it.v;
-        /* the chunk's rows at once: a page holds a block's few slots, too short for the
-         * hardware prefetcher, and one slot at a time would leave the memory system idle */
-        for (int64_t i = 0; i < cn; i++)
-            for (int64_t o = 0; o < hd * (int64_t)c->elem; o += 64) {
-                _mm_prefetch((const char *)rk[i] + o, _MM_HINT_T0);
-                _mm_prefetch((const char *)rv[i] + o, _MM_HINT_T0);
-            }
-        for (int64_t i = 0; i < cn; i++) {
-            if (f32) {
-                kr[i] = (const float *)(const void *)rk[i];
-                vr[i] = (const float *)(const void *)rv[i];
-            } else {
-                load_row_avx2(c, rk[i], kb + i * hd);
-                load_row_avx2(c, rv[i], vb + i * hd);
-                kr[i] = kb + i * hd;
-                vr[i] = vb + i * hd;
-            }
-        }
+        chunk_rows(c, &it, cn, kb, vb, kr, vr);
         for (int64_t i = cn; i < ((cn + 7) & ~(int64_t)7); i++) kr[i] = kr[cn - 1]; /* pad the last 8: results unused */
         for (int64_t r = 0; r < nr; r++) {
             const __m256 vs = _mm256_set1_ps(c->scale);
@@ -586,7 +592,6 @@ REF_AVX2 static void finish_head_avx2(const AttnCtx *c, int64_t t, int64_t h, co
 REF_AVX2 static void attend_block_avx2(const AttnCtx *c, int64_t t0, int64_t nb, int64_t g, int64_t h0, int64_t nr,
                                        float *kb, float *vb) {
     const int64_t s = seq_of(c, t0), hd = c->hd, np = nb * nr;
-    const int f32 = c->dt == RAD_F32;
     int64_t k0;
     const int64_t n0 = row_keys(c, t0, &k0), sz = part_size(n0);
     const int64_t e0 = k0 + n0, emax = e0 + nb - 1; /* row r's keys end at e0 + r */
@@ -616,24 +621,7 @@ REF_AVX2 static void attend_block_avx2(const AttnCtx *c, int64_t t0, int64_t nb,
         for (int64_t i0 = lo; i0 < pe; i0 += c->chunk) {
             const int64_t cm = pe - i0 < c->chunk ? pe - i0 : c->chunk; /* the last row's keys in the chunk */
             const int64_t rc = i0 < e0 ? ra : i0 - e0 + 1;               /* the first row with keys in it */
-            const uint8_t *rk[64], *rv[64];
-            for (int64_t i = 0; i < cm; i++, slot_next(&it)) rk[i] = it.k, rv[i] = it.v;
-            for (int64_t i = 0; i < cm; i++)
-                for (int64_t o = 0; o < hd * (int64_t)c->elem; o += 64) {
-                    _mm_prefetch((const char *)rk[i] + o, _MM_HINT_T0);
-                    _mm_prefetch((const char *)rv[i] + o, _MM_HINT_T0);
-                }
-            for (int64_t i = 0; i < cm; i++) {
-                if (f32) {
-                    kr[i] = (const float *)(const void *)rk[i];
-                    vr[i] = (const float *)(const void *)rv[i];
-                } else {
-                    load_row_avx2(c, rk[i], kb + i * hd);
-                    load_row_avx2(c, rv[i], vb + i * hd);
-                    kr[i] = kb + i * hd;
-                    vr[i] = vb + i * hd;
-                }
-            }
+            chunk_rows(c, &it, cm, kb, vb, kr, vr);
             for (int64_t i = cm; i < ((cm + 3) & ~(int64_t)3); i++) kr[i] = kr[cm - 1]; /* pad to 4: results unused */
             block_scores(q, kr, cm, hd, c->scale, scp, rc * nr, np);
             /* each row its own keys of the chunk; then the outputs, the pairs of the rows that
