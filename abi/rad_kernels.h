@@ -35,10 +35,14 @@ typedef enum RadDevice { RAD_DEVICE_CPU = 0, RAD_DEVICE_CUDA = 1 } RadDevice;
 typedef enum RadExactness {
     RAD_EXACT_BITWISE = 0,   /* bit-identical to the reference, whatever the batch */
     RAD_EXACT_TOLERANCE = 1, /* within `tolerance` (max |a-b| / (max|ref| + 1e-6), per output row) */
-    RAD_EXACT_Q8ACT = 2      /* ABI 1.3, GEMMs only: activations quantised to 32-wide q8 blocks; every output
+    RAD_EXACT_Q8ACT = 2,     /* ABI 1.3, GEMMs only: activations quantised to 32-wide q8 blocks; every output
                                 within docs/OPS.md's per-output bound (gemm_nt, "Quantised activations").
                                 `tolerance` is its per-row figure on outlier-free rows, what the selector's
                                 --max-tolerance compares */
+    RAD_EXACT_BF16ACT = 3    /* ABI 1.6, GEMMs only: products of operands rounded to bf16 (the activations;
+                                weights with more mantissa than bf16, f16's, too); every output within
+                                8e-3 * sum_k |x_k * w_k| (docs/OPS.md, gemm_nt, "bf16 products"). `tolerance`
+                                as Q8ACT's: its per-row figure on outlier-free rows */
 } RadExactness;
 
 /* One operand as a kernel sees it. Buffers are row-major with a row stride in elements. */
@@ -100,7 +104,7 @@ typedef struct RadKernel {
     int64_t n_min, n_max;       /* the ranged extent this kernel serves (n_max 0: no limit) */
     uint32_t kv_block_size;     /* attention: the KV block size it requires (0: none) */
     RadExactness exactness;
-    double tolerance;           /* RAD_EXACT_TOLERANCE: the bound it guarantees; RAD_EXACT_Q8ACT: its per-row figure */
+    double tolerance;           /* RAD_EXACT_TOLERANCE: the bound it guarantees; Q8ACT, BF16ACT: its per-row figure */
     uint32_t batch_invariant;   /* 1: results do not depend on other rows in the call */
     size_t (*workspace)(const RadParam *params, uint32_t n_params, int64_t n_max);
     int (*run)(const RadKernelArgs *a); /* RAD_OK or a RadStatus; never partial output on error */

@@ -1,25 +1,31 @@
-/* ref_gemm_bf16.c — gemm_nt, gemm_nt2/3 and logits_gemm, variant "bf16dot": bf16 weights
- * against activations rounded to bf16, with AVX-512 BF16's pair products (vdpbf16ps).
+/* ref_gemm_bf16.c — gemm_nt, gemm_nt2/3 and logits_gemm, variant "bf16dot": bf16 weights (f16
+ * ones rounded to bf16) against activations rounded to bf16, with AVX-512 BF16's pair products
+ * (vdpbf16ps).
  *
- * docs/OPS.md's tolerance table allows it: "activations rounded to bf16 before the product",
- * bound 1e-2 (RAD_EXACT_TOLERANCE). x is rounded to bf16 to nearest even (vcvtne2ps2bf16) once
- * per call into a zero-padded copy; the weights are read as stored. Per output: 16 f32 lanes,
- * lane l summing the products of elements 2l and 2l + 1 of every 32-element step, steps in
- * ascending k (the instruction's arithmetic: products exact, denormals flushed), the tail step
- * zero-filled, then one fixed reduction of the 16 lanes. So every output is the same whatever the
- * rows, columns or threads it is computed with (batch-invariant). Tiles: 4 rows × 4 columns, 16
- * accumulators, each weight load used by four rows, each x load by four columns.
+ * docs/OPS.md's "bf16 products" (RAD_EXACT_BF16ACT): every output within 8e-3 · Σ|x·w|; 1e-2
+ * its per-row figure without outliers. x is rounded to bf16 to nearest even (vcvtne2ps2bf16)
+ * once per call into a zero-padded copy; bf16 weights are read as stored, f16 ones converted to
+ * bf16 (exactly to f32, then to nearest even) as they are loaded when a call has up to 3 rows,
+ * into a 64-column bf16 tile per thread when it has more (the same conversion, so the same
+ * bits). Per output: 16 f32 lanes, lane l summing the products of elements 2l and 2l + 1 of
+ * every 32-element step, steps in ascending k (the instruction's arithmetic: products exact,
+ * denormals flushed), the tail step zero-filled, then one fixed reduction of the 16 lanes. So
+ * every output is the same whatever the rows, columns or threads it is computed with
+ * (batch-invariant). Tiles: 4 rows × 4 columns, 16 accumulators, each weight load used by four
+ * rows, each x load by four columns; up to 3 rows (decode) read the weights once, prefetched.
  *
  * Why: on this CPU class (AMD Zen 4) an f32 FMA does 16 multiply-adds a 512-bit instruction and
- * vdpbf16ps 32, so the exact GEMM of a BF16 file runs at half the bf16 rate (llama.cpp takes
- * the same route for BF16 weights). Without AVX-512 BF16 (or under RAD_REF_ISA below avx512)
- * the variant runs the exact variant's code, which is within this tolerance too. */
+ * vdpbf16ps 32, so the exact GEMM of a BF16 or F16 file runs at half the bf16 rate (llama.cpp
+ * takes this route for BF16 weights; for F16 it rounds x to f16 and runs f32 FMAs). Without
+ * AVX-512 BF16 (or under RAD_REF_ISA below avx512) the variant runs the exact variant's code,
+ * which is within the bound too. */
 #include "ref_gemm.h"
 
 typedef struct BfCtx {
     RefGemmArgs g;
     const uint16_t *xb; /* [M][kp] x rounded to bf16, zero past K */
     int64_t kp;         /* K rounded up to 32 */
+    int64_t pf_bytes;   /* few-row path: weights are prefetched about this far ahead (the prefetch knob) */
 } BfCtx;
 
 typedef struct BfMulti {
@@ -57,9 +63,15 @@ REF_BF16 static void round_row(const float *x, int64_t K, int64_t kp, uint16_t *
     }
 }
 
-/* RM rows × RN columns: out[r * RN + n]. */
-REF_BF16 REF_INLINE void bf_tile(const int RM, const int RN, const uint16_t *const *xr, const uint8_t *const *wr, int64_t K,
-                                 float *out) {
+/* 32 f16 weights rounded to bf16 to nearest even (f16 -> f32 is exact): the one conversion both
+ * the scratch tiles and the few-row path make, so an output has the same bits on either. */
+REF_BF16 REF_INLINE __m512i bf_from_f16(__m256i lo, __m256i hi) {
+    return (__m512i)_mm512_cvtne2ps_pbh(_mm512_cvtph_ps(hi), _mm512_cvtph_ps(lo));
+}
+
+/* RM rows × RN columns: out[r * RN + n]. F16W: the weight rows are f16, converted as loaded. */
+REF_BF16 REF_INLINE void bf_tile(const int RM, const int RN, const int F16W, const uint16_t *const *xr, const uint8_t *const *wr,
+                                 int64_t K, float *out) {
     __m512 acc[4][4];
 #pragma GCC unroll 4
     for (int r = 0; r < RM; r++)
@@ -69,7 +81,10 @@ REF_BF16 REF_INLINE void bf_tile(const int RM, const int RN, const uint16_t *con
     for (; k + 32 <= K; k += 32) {
         __m512i w[4];
 #pragma GCC unroll 4
-        for (int n = 0; n < RN; n++) w[n] = _mm512_loadu_si512((const void *)(wr[n] + 2 * k));
+        for (int n = 0; n < RN; n++)
+            w[n] = F16W ? bf_from_f16(_mm256_loadu_si256((const __m256i *)(const void *)(wr[n] + 2 * k)),
+                                      _mm256_loadu_si256((const __m256i *)(const void *)(wr[n] + 2 * k + 32)))
+                        : _mm512_loadu_si512((const void *)(wr[n] + 2 * k));
 #pragma GCC unroll 4
         for (int r = 0; r < RM; r++) {
             const __m512i x = _mm512_loadu_si512((const void *)(xr[r] + k));
@@ -81,7 +96,10 @@ REF_BF16 REF_INLINE void bf_tile(const int RM, const int RN, const uint16_t *con
         const __mmask32 m = (__mmask32)((1ull << (K - k)) - 1);
         __m512i w[4];
 #pragma GCC unroll 4
-        for (int n = 0; n < RN; n++) w[n] = _mm512_maskz_loadu_epi16(m, (const void *)(wr[n] + 2 * k));
+        for (int n = 0; n < RN; n++)
+            w[n] = F16W ? bf_from_f16(_mm256_maskz_loadu_epi16((__mmask16)m, (const void *)(wr[n] + 2 * k)),
+                                      _mm256_maskz_loadu_epi16((__mmask16)(m >> 16), (const void *)(wr[n] + 2 * k + 32)))
+                        : _mm512_maskz_loadu_epi16(m, (const void *)(wr[n] + 2 * k));
 #pragma GCC unroll 4
         for (int r = 0; r < RM; r++) {
             const __m512i x = _mm512_loadu_si512((const void *)(xr[r] + k));
@@ -98,25 +116,83 @@ REF_BF16 REF_INLINE void bf_tile(const int RM, const int RN, const uint16_t *con
         }
 }
 
-#define BF_TILE(RM, RN)                                                                                           \
-    REF_BF16 static void bf_##RM##x##RN(const uint16_t *const *xr, const uint8_t *const *wr, int64_t K, float *o) { \
-        bf_tile(RM, RN, xr, wr, K, o);                                                                            \
+typedef void (*bf_fn)(const uint16_t *const *xr, const uint8_t *const *wr, int64_t K, float *o);
+#define BF_TILE(RM, RN)                                                                                             \
+    REF_BF16 static void bf_##RM##x##RN(const uint16_t *const *xr, const uint8_t *const *wr, int64_t K, float *o) {  \
+        bf_tile(RM, RN, 0, xr, wr, K, o);                                                                           \
+    }
+#define BF_TILE_F16(RM, RN)                                                                                         \
+    REF_BF16 static void bfh_##RM##x##RN(const uint16_t *const *xr, const uint8_t *const *wr, int64_t K, float *o) { \
+        bf_tile(RM, RN, 1, xr, wr, K, o);                                                                           \
     }
 BF_TILE(1, 1) BF_TILE(1, 2) BF_TILE(1, 3) BF_TILE(1, 4)
 BF_TILE(2, 1) BF_TILE(2, 2) BF_TILE(2, 3) BF_TILE(2, 4)
 BF_TILE(3, 1) BF_TILE(3, 2) BF_TILE(3, 3) BF_TILE(3, 4)
 BF_TILE(4, 1) BF_TILE(4, 2) BF_TILE(4, 3) BF_TILE(4, 4)
-typedef void (*bf_fn)(const uint16_t *const *xr, const uint8_t *const *wr, int64_t K, float *o);
+BF_TILE_F16(1, 1) BF_TILE_F16(1, 2) BF_TILE_F16(1, 3) BF_TILE_F16(1, 4)
+BF_TILE_F16(2, 1) BF_TILE_F16(2, 2) BF_TILE_F16(2, 3) BF_TILE_F16(2, 4)
+BF_TILE_F16(3, 1) BF_TILE_F16(3, 2) BF_TILE_F16(3, 3) BF_TILE_F16(3, 4)
 static const bf_fn bf_tab[4][4] = {{bf_1x1, bf_1x2, bf_1x3, bf_1x4},
                                    {bf_2x1, bf_2x2, bf_2x3, bf_2x4},
                                    {bf_3x1, bf_3x2, bf_3x3, bf_3x4},
                                    {bf_4x1, bf_4x2, bf_4x3, bf_4x4}};
+static const bf_fn bfh_tab[3][4] = {{bfh_1x1, bfh_1x2, bfh_1x3, bfh_1x4},
+                                    {bfh_2x1, bfh_2x2, bfh_2x3, bfh_2x4},
+                                    {bfh_3x1, bfh_3x2, bfh_3x3, bfh_3x4}};
+
+/* f16 rows [n, n + nr) converted to bf16 rows of kp elements (zero past K) in t. */
+REF_BF16 static void f16_rows_to_bf16(const RadKArg *w, int64_t n, int64_t nr, int64_t K, int64_t kp, uint16_t *t) {
+    for (int64_t j = 0; j < nr; j++) {
+        const uint8_t *src = ref_wrow(w, (uint64_t)(n + j));
+        uint16_t *o = t + (size_t)j * (size_t)kp;
+        int64_t k = 0;
+        for (; k + 32 <= K; k += 32)
+            _mm512_storeu_si512((void *)(o + k), bf_from_f16(_mm256_loadu_si256((const __m256i *)(const void *)(src + 2 * k)),
+                                                             _mm256_loadu_si256((const __m256i *)(const void *)(src + 2 * k + 32))));
+        if (k < kp) {
+            const __mmask32 m = (__mmask32)((1ull << (K - k)) - 1);
+            _mm512_storeu_si512((void *)(o + k), bf_from_f16(_mm256_maskz_loadu_epi16((__mmask16)m, (const void *)(src + 2 * k)),
+                                                             _mm256_maskz_loadu_epi16((__mmask16)(m >> 16), (const void *)(src + 2 * k + 32))));
+        }
+    }
+}
+
+/* Rows [i0, i0 + rm) (rm <= 3: decode, or the rows without a scratch tile) against columns
+ * [c0, c1), 4 at a time, f16 converted as loaded; the weights are prefetched a line at a time
+ * about pf_bytes past the rows being read (as q8act's one-row range: four interleaved row
+ * streams defeat the hardware prefetcher), past the range within the weight. */
+static void bf_range_few(const BfCtx *c, int64_t i0, int rm, int64_t c0, int64_t c1) {
+    const RadKArg *w = c->g.w;
+    const uint64_t rb = ref_row_bytes(w->dtype, (uint64_t)c->g.K);
+    const char *pf = (const char *)ref_wrow(w, (uint64_t)c0), *pend = (const char *)ref_wrow(w, (uint64_t)(c->g.N - 1)) + rb;
+    const uint16_t *xr[3];
+    for (int r = 0; r < rm; r++) xr[r] = c->xb + (size_t)(i0 + r) * (size_t)c->kp;
+    const bf_fn *tab = w->dtype == RAD_F16 ? bfh_tab[rm - 1] : bf_tab[rm - 1];
+    for (int64_t n = c0; n < c1; n += 4) {
+        const int rn = c1 - n < 4 ? (int)(c1 - n) : 4;
+        const uint8_t *wr[4];
+        for (int j = 0; j < rn; j++) wr[j] = ref_wrow(w, (uint64_t)(n + j));
+        const char *want = (const char *)wr[rn - 1] + rb + c->pf_bytes;
+        for (; pf < want && pf < pend; pf += 64) _mm_prefetch(pf, _MM_HINT_T0);
+        float o[12];
+        tab[rn - 1](xr, wr, c->g.K, o);
+        for (int r = 0; r < rm; r++)
+            for (int j = 0; j < rn; j++) ref_frow(c->g.y, (uint64_t)(i0 + r))[n + j] = o[r * rn + j];
+    }
+}
 
 /* Every row against columns [c0, c1), 4 columns by 4 rows at a time; the columns of a block of
- * 64 stay in L1/L2 while every row passes them. */
+ * 64 stay in L1/L2 while every row passes them (f16 ones converted once into a bf16 tile). */
 static void bf_range(const BfCtx *c, int64_t c0, int64_t c1) {
+    const int f16 = c->g.w->dtype == RAD_F16;
+    uint16_t *t = f16 && c->g.M > 3 ? ref_scratch(0, (size_t)64 * (size_t)c->kp * 2) : NULL;
+    if (c->g.M <= 3 || (f16 && !t)) { /* no memory for a tile: the few-row path needs none */
+        for (int64_t i = 0; i < c->g.M; i += 3) bf_range_few(c, i, c->g.M - i < 3 ? (int)(c->g.M - i) : 3, c0, c1);
+        return;
+    }
     for (int64_t b0 = c0; b0 < c1; b0 += 64) {
         const int64_t b1 = c1 - b0 < 64 ? c1 : b0 + 64;
+        if (f16) f16_rows_to_bf16(c->g.w, b0, b1 - b0, c->g.K, c->kp, t);
         for (int64_t i = 0; i < c->g.M; i += 4) {
             const int rm = c->g.M - i < 4 ? (int)(c->g.M - i) : 4;
             const uint16_t *xr[4];
@@ -124,7 +200,8 @@ static void bf_range(const BfCtx *c, int64_t c0, int64_t c1) {
             for (int64_t n = b0; n < b1; n += 4) {
                 const int rn = b1 - n < 4 ? (int)(b1 - n) : 4;
                 const uint8_t *wr[4];
-                for (int j = 0; j < rn; j++) wr[j] = ref_wrow(c->g.w, (uint64_t)(n + j));
+                for (int j = 0; j < rn; j++)
+                    wr[j] = f16 ? (const uint8_t *)(t + (size_t)(n + j - b0) * (size_t)c->kp) : ref_wrow(c->g.w, (uint64_t)(n + j));
                 float o[16];
                 bf_tab[rm - 1][rn - 1](xr, wr, c->g.K, o);
                 for (int r = 0; r < rm; r++)
@@ -149,10 +226,11 @@ static void bf_multi_task(void *ctx, int tid, int nth) { ref_gemm_units_run(&((B
 static int bf_run(const RadKernelArgs *a, const RefGemmArgs *g, int np) {
     BfMulti m;
     const int64_t kp = (g[0].K + 31) & ~(int64_t)31;
+    const int64_t pf = rad_knob_value(a, REF_KNOB_PREFETCH, REF_PF_BYTES);
     uint16_t *xb = ref_scratch(1, (size_t)g[0].M * (size_t)kp * 2);
     if (!xb) return RAD_E_NOMEM;
     int64_t N[REF_GEMM_MAX_PARTS];
-    for (int i = 0; i < np; i++) m.part[i] = (BfCtx){g[i], xb, kp}, N[i] = g[i].N;
+    for (int i = 0; i < np; i++) m.part[i] = (BfCtx){g[i], xb, kp, pf}, N[i] = g[i].N;
     int nq = ref_threads(a, (double)g[0].M * (double)g[0].K, 16384.0);
     if (nq > g[0].M) nq = (int)g[0].M;
     ref_parallel(a, nq, round_task, &m.part[0]);
@@ -175,7 +253,7 @@ static int bf_run(const RadKernelArgs *a, const RefGemmArgs *g, int np) {
 }
 #endif
 
-#define BF16_ENCS RAD_ENC_BIT(RAD_ENC_BF16)
+#define BF16_ENCS (RAD_ENC_BIT(RAD_ENC_BF16) | RAD_ENC_BIT(RAD_ENC_F16))
 
 int ref_run_gemm_bf16(const RadKernelArgs *a) {
     RefGemmArgs g;

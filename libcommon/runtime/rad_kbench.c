@@ -175,6 +175,7 @@ typedef struct Buf {
     float *chain;                  /* the chain's result (fused ops; NULL: none) */
     float *work;                   /* what a kernel runs on */
     float *q8b;                    /* a GEMM output's per-output q8 bound (docs/OPS.md), made when first needed */
+    float *bfb;                    /* the same for bf16 products (docs/OPS.md), made when first needed */
     int q8_w;                      /* the weight (Case.w index) this GEMM output is of; -1: not a GEMM output */
     uint64_t rows, cols;
 } Buf;
@@ -214,7 +215,7 @@ typedef struct Case {
 
 static void case_free(Case *cs) {
     for (int i = 0; i < cs->n_buf; i++)
-        free(cs->buf[i].init), free(cs->buf[i].ref), free(cs->buf[i].chain), free(cs->buf[i].work), free(cs->buf[i].q8b);
+        free(cs->buf[i].init), free(cs->buf[i].ref), free(cs->buf[i].chain), free(cs->buf[i].work), free(cs->buf[i].q8b), free(cs->buf[i].bfb);
     for (int i = 0; i < cs->n_raw; i++) free(cs->raw[i]);
     free(cs->tok), free(cs->pos), free(cs->pool_init), free(cs->pool), free(cs->table);
     for (int s = 0; s < MAX_SEQ; s++) free(cs->seqK[s]), free(cs->seqV[s]);
@@ -679,11 +680,14 @@ typedef struct Err {
 } Err;
 
 /* What a check allows each output: tol times its row's largest |ref| (+ 1e-6), plus n_q8 times
- * its q8 bound when q8b is given (a q8-activation kernel, or a chain with one). */
+ * its q8 bound when q8b is given (a q8-activation kernel, or a chain with one), plus n_bf times
+ * its bf16-product bound when bfb is. */
 typedef struct Allow {
     double tol;
     const float *q8b;
     int n_q8;
+    const float *bfb;
+    int n_bf;
 } Allow;
 
 static void compare(const float *y, const float *ref, uint64_t rows, uint64_t cols, const Allow *al, Err *a) {
@@ -704,7 +708,8 @@ static void compare(const float *y, const float *ref, uint64_t rows, uint64_t co
             double rel = d / (mref + 1e-6);
             if (rel > rmax) rmax = rel;
             rsum += rel;
-            const double allow = al->tol * (mref + 1e-6) + (al->q8b ? al->n_q8 * (double)al->q8b[i * cols + j] : 0);
+            const double allow = al->tol * (mref + 1e-6) + (al->q8b ? al->n_q8 * (double)al->q8b[i * cols + j] : 0) +
+                                 (al->bfb ? al->n_bf * (double)al->bfb[i * cols + j] : 0);
             const double use = d == 0 ? 0 : allow > 0 ? d / allow : INFINITY;
             if (use > a->use) a->use = use;
         }
@@ -732,9 +737,10 @@ static RadKbenchRow *new_row(Kb *c, int o, const char *kname, int64_t blo, int64
     return row;
 }
 
-static void finish_row(Kb *c, RadKbenchRow *row, const Err *a, int bitwise, double tol, int q8) {
+static void finish_row(Kb *c, RadKbenchRow *row, const Err *a, int bitwise, double tol, int q8, int bf) {
     row->bitwise = bitwise;
     row->q8 = !bitwise && q8;
+    row->bf16 = !bitwise && bf;
     row->tolerance = bitwise ? 0 : tol;
     row->max_err = a->max;
     row->mean_err = a->n ? a->sum / (double)a->n : 0;
@@ -778,16 +784,23 @@ static int check_append(const Case *cs, char *why, size_t n) {
     return 0;
 }
 
-/* The per-output q8 bounds of a GEMM case's outputs (docs/OPS.md), made once; 0 out of memory.
- * Not a GEMM (the loader keeps Q8ACT to the GEMMs): no bound, so no difference is allowed. */
-static int need_q8b(Kb *c, Case *cs, const Weight *w) {
+/* The per-output q8 bounds (q8) and bf16-product bounds (bf) of a GEMM case's outputs
+ * (docs/OPS.md), made once each; 0 out of memory. Not a GEMM (the loader keeps Q8ACT and BF16ACT
+ * to the GEMMs): no bound, so no difference is allowed. */
+static int need_bounds(Kb *c, Case *cs, const Weight *w, int q8, int bf) {
     if (cs->q8_x < 0) return 1;
     const Buf *x = &cs->buf[cs->q8_x];
     for (int i = 0; i < cs->n_buf; i++) {
         Buf *b = &cs->buf[i];
-        if (b->q8_w < 0 || b->q8b) continue;
-        if (!(b->q8b = malloc(b->rows * b->cols * sizeof(float)))) return 0;
-        rad_kbench_ref_q8_bound(x->init, w[b->q8_w].deq, b->q8b, b->rows, b->cols, x->cols, c->nt);
+        if (b->q8_w < 0) continue;
+        if (q8 && !b->q8b) {
+            if (!(b->q8b = malloc(b->rows * b->cols * sizeof(float)))) return 0;
+            rad_kbench_ref_q8_bound(x->init, w[b->q8_w].deq, b->q8b, b->rows, b->cols, x->cols, c->nt);
+        }
+        if (bf && !b->bfb) {
+            if (!(b->bfb = malloc(b->rows * b->cols * sizeof(float)))) return 0;
+            rad_kbench_ref_bf16_bound(x->init, w[b->q8_w].deq, b->bfb, b->rows, b->cols, x->cols, c->nt);
+        }
     }
     return 1;
 }
@@ -850,12 +863,12 @@ static void traffic(const Case *cs, OpKind kind, const Weight *w, int n_w, const
  * the selector's picks under the engine's options, the ones the plugin would issue unfused.
  * Returns 1 when run; 0 with a reason in why (no kernel serves a link, or it failed). */
 static int run_chain(Kb *c, const RadGOp *op, OpKind kind, Case *cs, Weight *w, char *chain_names, size_t cn, int *bitwise,
-                     double *tol, int *q8, char *why, size_t wn) {
+                     double *tol, int *q8, int *bf, char *why, size_t wn) {
     const char *link[3];
     int n_link = 0;
     if (kind == OP_ADD_RMSNORM) link[n_link++] = "add", link[n_link++] = "rmsnorm";
     else for (int i = 0; i < (int)op->n_w; i++) link[n_link++] = "gemm_nt";
-    *bitwise = 1, *tol = 0, *q8 = 0, chain_names[0] = 0;
+    *bitwise = 1, *tol = 0, *q8 = 0, *bf = 0, chain_names[0] = 0;
     reset_work(cs);
     int64_t N = 0, K = 0;
     double eps = 0;
@@ -892,6 +905,7 @@ static int run_chain(Kb *c, const RadGOp *op, OpKind kind, Case *cs, Weight *w, 
         size_t used = strlen(chain_names);
         snprintf(chain_names + used, cn - used, "%s%s:%s:%s", l ? "+" : "", lp->info->name, k->op, k->variant);
         if (k->exactness == RAD_EXACT_Q8ACT) *bitwise = 0, *q8 = 1; /* each link is a part: one q8 bound per output */
+        else if (k->exactness == RAD_EXACT_BF16ACT) *bitwise = 0, *bf = 1;
         else if (k->exactness != RAD_EXACT_BITWISE) *bitwise = 0, *tol += k->tolerance;
         Run run;
         if (run_prepare(c, op, k, lib, cs->n, &run)) return free(run.ws), snprintf(why, wn, "out of memory"), 0;
@@ -953,6 +967,7 @@ typedef struct Try {
     int64_t blo, bhi;              /* the bucket */
     int chain_ok, chain_bw;        /* the chain ran; it is bitwise */
     int chain_q8;                  /* a link of it is a q8-activation GEMM */
+    int chain_bf;                  /* a link of it is a bf16-product GEMM */
     double chain_tol;
     const char *chain_names, *chain_why;
     float *base[MAX_BUFS];         /* the compared outputs of the kernel at its default knobs (SAME_BITS checks) */
@@ -982,14 +997,15 @@ static int try_kernel(Kb *c, Try *x, int ki, const int64_t *vals, uint32_t nv, c
     reset_work(cs);
     int krc = run_kernel(c, cs, &run, x->w, cs->op, cs->n_op, cs->params, cs->n_params);
     Err a = {0};
-    const int q8 = k->exactness == RAD_EXACT_Q8ACT;
-    if ((q8 || x->chain_q8) && !need_q8b(c, cs, x->w)) return free(run.ws), rad_err_set(e, RAD_E_NOMEM, "out of memory");
+    const int q8 = k->exactness == RAD_EXACT_Q8ACT, bf = k->exactness == RAD_EXACT_BF16ACT;
+    if ((q8 || x->chain_q8 || bf || x->chain_bf) && !need_bounds(c, cs, x->w, q8 || x->chain_q8, bf || x->chain_bf))
+        return free(run.ws), rad_err_set(e, RAD_E_NOMEM, "out of memory");
     if (same == 1) x->base_ok = !krc;
     if (krc) snprintf(row->why, sizeof row->why, "the kernel returned %s", rad_status_name(krc));
     else {
         for (int i = 0; i < cs->n_buf; i++) {
             const Buf *b = &cs->buf[i];
-            const Allow al = {q8 ? 0 : k->tolerance, q8 ? b->q8b : NULL, q8};
+            const Allow al = {q8 || bf ? 0 : k->tolerance, q8 ? b->q8b : NULL, q8, bf ? b->bfb : NULL, bf};
             if (b->ref) compare(b->work, b->ref, b->rows, b->cols, &al, &a);
         }
         if (x->kind == OP_ATTN) check_append(cs, row->why, sizeof row->why);
@@ -1009,7 +1025,7 @@ static int try_kernel(Kb *c, Try *x, int ki, const int64_t *vals, uint32_t nv, c
         }
     }
     const int bw = k->exactness == RAD_EXACT_BITWISE;
-    finish_row(c, row, &a, bw, k->tolerance, q8);
+    finish_row(c, row, &a, bw, k->tolerance, q8, bf);
     if (x->fused) { /* the same outputs against the chain */
         RadKbenchRow *cr = new_row(c, x->o, kname, x->blo, x->bhi, cs);
         if (!cr) return free(run.ws), rad_err_set(e, RAD_E_NOMEM, "out of memory");
@@ -1022,11 +1038,11 @@ static int try_kernel(Kb *c, Try *x, int ki, const int64_t *vals, uint32_t nv, c
         else {
             for (int i = 0; i < cs->n_buf; i++) {
                 const Buf *b = &cs->buf[i];
-                const Allow al = {(q8 ? 0 : k->tolerance) + x->chain_tol, b->q8b, q8 + x->chain_q8};
+                const Allow al = {(q8 || bf ? 0 : k->tolerance) + x->chain_tol, b->q8b, q8 + x->chain_q8, b->bfb, bf + x->chain_bf};
                 if (b->chain) compare(b->work, b->chain, b->rows, b->cols, &al, &ca);
             }
         }
-        finish_row(c, cr, &ca, bw && x->chain_bw, k->tolerance + x->chain_tol, q8 || x->chain_q8);
+        finish_row(c, cr, &ca, bw && x->chain_bw, k->tolerance + x->chain_tol, q8 || x->chain_q8, bf || x->chain_bf);
         if (!cr->pass && !cr->why[0]) snprintf(cr->why, sizeof cr->why, "disagrees with its chain %.130s", x->chain_names);
     }
     if (c->o->bench && !krc) {
@@ -1064,13 +1080,13 @@ static int check_op(Kb *c, int o, RadErr *e) {
                     break;
                 }
                 char chain_names[200] = "", chain_why[160] = "";
-                int chain_ok = 0, chain_bw = 1, chain_q8 = 0;
+                int chain_ok = 0, chain_bw = 1, chain_q8 = 0, chain_bf = 0;
                 double chain_tol = 0;
                 if (fused) chain_ok = run_chain(c, op, kind, &cs, w, chain_names, sizeof chain_names, &chain_bw, &chain_tol,
-                                                &chain_q8, chain_why, sizeof chain_why);
+                                                &chain_q8, &chain_bf, chain_why, sizeof chain_why);
                 Try x = {.op = op, .o = o, .kind = kind, .fused = fused, .cs = &cs, .w = w, .n_w = n_w, .blo = blo,
-                         .bhi = bhi, .chain_ok = chain_ok, .chain_bw = chain_bw, .chain_q8 = chain_q8, .chain_tol = chain_tol,
-                         .chain_names = chain_names, .chain_why = chain_why};
+                         .bhi = bhi, .chain_ok = chain_ok, .chain_bw = chain_bw, .chain_q8 = chain_q8, .chain_bf = chain_bf,
+                         .chain_tol = chain_tol, .chain_names = chain_names, .chain_why = chain_why};
                 for (int ki = 0; ki < t->n && !rc; ki++) {
                     const RadKernel *k = t->k[ki];
                     if (rows[ri] < k->n_min || (k->n_max && rows[ri] > k->n_max)) continue;

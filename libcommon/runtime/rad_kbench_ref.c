@@ -121,6 +121,25 @@ void rad_kbench_ref_q8_bound(const float *x, const float *w, float *out, uint64_
     free(wb);
 }
 
+static void bf16_bound_rows(void *c_, uint64_t r0, uint64_t r1) {
+    const Q8BoundCtx *c = c_;
+    for (uint64_t i = r0; i < r1; i++) {
+        const float *xi = c->x + i * c->K;
+        for (uint64_t n = 0; n < c->N; n++) {
+            const float *wn = c->w + n * c->K;
+            double f = 0;
+            for (uint64_t k = 0; k < c->K; k++) f += fabs((double)xi[k] * (double)wn[k]);
+            c->out[i * c->N + n] = nextafterf((float)(8e-3 * f), INFINITY); /* rounded up: never tighter */
+        }
+    }
+}
+
+void rad_kbench_ref_bf16_bound(const float *x, const float *w, float *out, uint64_t M, uint64_t N, uint64_t K,
+                               uint32_t n_threads) {
+    Q8BoundCtx c = {x, w, NULL, out, N, K, 0};
+    par_rows(M, n_threads, bf16_bound_rows, &c);
+}
+
 /* ---- rmsnorm, add, silu_mul ------------------------------------------------------------------ */
 
 typedef struct NormCtx {

@@ -19,6 +19,10 @@ void rad_kbench_ref_gemm(const float *x, uint64_t xs, const float *w, float *y, 
  * over 32-element blocks b of K; x [M, K] dense, w [N, K] dense, out [M, N]. */
 void rad_kbench_ref_q8_bound(const float *x, const float *w, float *out, uint64_t M, uint64_t N, uint64_t K,
                              uint32_t n_threads);
+/* docs/OPS.md's per-output bound of a bf16-product GEMM (gemm_nt, "bf16 products"):
+ * out[i][n] = 8e-3 * sum_k |x[i][k] * w[n][k]|; x [M, K] dense, w [N, K] dense, out [M, N]. */
+void rad_kbench_ref_bf16_bound(const float *x, const float *w, float *out, uint64_t M, uint64_t N, uint64_t K,
+                               uint32_t n_threads);
 /* out = rmsnorm(x) * gamma, row by row; out may be x. */
 void rad_kbench_ref_rmsnorm(const float *x, const float *gamma, float *out, uint64_t M, uint64_t N, double eps,
                             uint32_t n_threads);

@@ -452,6 +452,7 @@ typedef struct GemmData {
     float *wd, *x;
     double *ref;         /* docs/OPS.md's f32 reference, widened */
     double *bound;       /* q8act: OPS.md's per-output bound, plus f32 slack */
+    double *bfbound;     /* bf16 products: OPS.md's per-output bound, 8e-3 sum |x w| */
 } GemmData;
 
 static void gemm_make(GemmData *g, RadDType t, int M, int N, int K, int real) {
@@ -462,6 +463,7 @@ static void gemm_make(GemmData *g, RadDType t, int M, int N, int K, int real) {
     fill(g->x, (size_t)M * g->xs);
     g->ref = xmalloc(sizeof(double) * (size_t)M * N);
     g->bound = xmalloc(sizeof(double) * (size_t)M * N);
+    g->bfbound = xmalloc(sizeof(double) * (size_t)M * N);
     const int qb = 32; /* activation blocks, for every weight encoding (docs/OPS.md) */
     for (int i = 0; i < M; i++) {
         const float *x = g->x + (size_t)i * g->xs;
@@ -484,10 +486,11 @@ static void gemm_make(GemmData *g, RadDType t, int M, int N, int K, int real) {
             }
             g->ref[(size_t)i * N + n] = acc;
             g->bound[(size_t)i * N + n] = b + 1e-5 * mag + 1e-30;
+            g->bfbound[(size_t)i * N + n] = 8e-3 * mag + 1e-30;
         }
     }
 }
-static void gemm_free(GemmData *g) { free(g->w), free(g->wd), free(g->x), free(g->ref), free(g->bound); }
+static void gemm_free(GemmData *g) { free(g->w), free(g->wd), free(g->x), free(g->ref), free(g->bound), free(g->bfbound); }
 
 static int gemm_run(const char *op, const char *var, void *st, const GemmData *g, int row0, int M, float *y, uint32_t thr) {
     RadParam p[] = {RAD_RANGE("M", 1, 64), RAD_INT("N", g->N), RAD_INT("K", g->K)};
@@ -516,7 +519,7 @@ static void check_gemm_x(const char *op, const char *var, RadDType t, int M, int
     GemmData g;
     gemm_make(&g, t, M, N, K, real);
     const RadKernel *k = find(op, var);
-    const int q8 = strncmp(var, "q8", 2) == 0;
+    const int q8 = strncmp(var, "q8", 2) == 0, bf = k->exactness == RAD_EXACT_BF16ACT;
     float *y[N_ST];
     char what[160];
     for (int s = 0; s < N_ST; s++) {
@@ -528,6 +531,10 @@ static void check_gemm_x(const char *op, const char *var, RadDType t, int M, int
             for (int j = 0; j < M * N; j++)
                 cr_assert(fabs((double)y[s][j] - g.ref[j]) <= g.bound[j], "%s: y[%d][%d] = %.9g, reference %.9g, bound %.3g",
                           what, j / N, j % N, y[s][j], g.ref[j], g.bound[j]);
+        if (bf)
+            for (int j = 0; j < M * N; j++)
+                cr_assert(fabs((double)y[s][j] - g.ref[j]) <= g.bfbound[j], "%s: y[%d][%d] = %.9g, reference %.9g, bf16 bound %.3g",
+                          what, j / N, j % N, y[s][j], g.ref[j], g.bfbound[j]);
     }
     /* thread counts give the same bits (same ISA), and so does a 2-thread call on a 3-thread pool */
     assert_bitwise(y[ST_BEST3], y[ST_BEST1], (size_t)M * N, "best ISA: 3 threads vs 1");
@@ -615,15 +622,21 @@ Test(ref, gemm_q8tile) {
     check_tile_bits("logits_gemm", RAD_Q6_K, 18, 33, 256);
 }
 
-/* bf16dot (ref_gemm_bf16.c): bf16 weights against activations rounded to bf16, within OPS.md's
- * 1e-2; the same bits at any thread count and for a row alone (tiles of 4 x 4 with short edges,
- * K with a short last 32-element step); the fused ops equal the chain (gemm_nt2_nt3 below). */
+/* bf16dot (ref_gemm_bf16.c): bf16 weights, or f16 ones rounded to bf16, against activations
+ * rounded to bf16, within OPS.md's 1e-2; the same bits at any thread count and for a row alone
+ * (tiles of 4 x 4 with short edges, K with a short last 32-element step; f16: a few rows convert
+ * as they load, more through a bf16 tile); the fused ops equal the chain (gemm_nt2_nt3 below). */
 Test(ref, gemm_bf16dot) {
     static const GemmCase cases[] = {{1, 1, 32}, {1, 37, 64}, {3, 19, 96}, {5, 53, 250}, {17, 13, 160}, {2, 50, 33}, {35, 131, 576}};
-    for (size_t i = 0; i < N_OF(cases); i++) check_gemm("gemm_nt", "bf16dot", RAD_BF16, cases[i].M, cases[i].N, cases[i].K);
+    for (size_t i = 0; i < N_OF(cases); i++) {
+        check_gemm("gemm_nt", "bf16dot", RAD_BF16, cases[i].M, cases[i].N, cases[i].K);
+        check_gemm("gemm_nt", "bf16dot", RAD_F16, cases[i].M, cases[i].N, cases[i].K);
+    }
     check_gemm("logits_gemm", "bf16dot", RAD_BF16, 3, 301, 64);
-    cr_assert_eq(find("gemm_nt", "bf16dot")->weight_encs, RAD_ENC_BIT(RAD_ENC_BF16));
+    check_gemm("logits_gemm", "bf16dot", RAD_F16, 4, 301, 64);
+    cr_assert_eq(find("gemm_nt", "bf16dot")->weight_encs, RAD_ENC_BIT(RAD_ENC_BF16) | RAD_ENC_BIT(RAD_ENC_F16));
     cr_assert(find("gemm_nt", "bf16dot")->tolerance <= 1e-2);
+    cr_assert_eq(find("gemm_nt", "bf16dot")->exactness, RAD_EXACT_BF16ACT, "checked by the per-output bf16-product bound");
 }
 
 /* The 5-bit encodings at the row counts that take each path: M = 1 (decode, the one-row range),
@@ -787,6 +800,8 @@ Test(ref, gemm_nt2_nt3_equal_the_chain) {
         {"q8tile", 3, 21, 512, {RAD_Q5_1, RAD_Q4_1, RAD_Q4_0}, {19, 23, 29}},
         {"bf16dot", 3, 1, 96, {RAD_BF16, RAD_BF16, RAD_BF16}, {33, 11, 11}},
         {"bf16dot", 2, 9, 200, {RAD_BF16, RAD_BF16}, {37, 70}},
+        {"bf16dot", 2, 1, 576, {RAD_F16, RAD_BF16}, {67, 70}},
+        {"bf16dot", 3, 6, 200, {RAD_F16, RAD_F16, RAD_BF16}, {65, 11, 11}},
         {"exact", 3, 1, 96, {RAD_F32, RAD_F32, RAD_F32}, {33, 11, 11}},
         {"exact", 3, 4, 256, {RAD_Q4_1, RAD_Q4_1, RAD_Q4_K}, {29, 9, 9}},
         {"exact", 2, 1, 128, {RAD_Q8_0, RAD_F16}, {257, 257}},

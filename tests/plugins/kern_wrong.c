@@ -7,7 +7,10 @@
  *   add_rmsnorm:stale    normalises the residual before adding x: disagrees with its chain;
  *   gemm_nt:q4act        states RAD_EXACT_Q8ACT but quantises x to 4 bits (levels -7..7 per 32-wide
  *                        block): over docs/OPS.md's per-output q8 bound (checked under --fast);
- *   gemm_nt:q8act        the same kernel at 8 bits (-127..127), as the class states: it passes. */
+ *   gemm_nt:q8act        the same kernel at 8 bits (-127..127), as the class states: it passes;
+ *   gemm_nt:bf12act      states RAD_EXACT_BF16ACT but keeps 4 significant bits of x and w: over the
+ *                        per-output bf16-product bound (--fast);
+ *   gemm_nt:bf16act      the same at bf16's 8 bits (round to nearest even), as the class states: it passes. */
 #define KERN_TEST_NAME "kern_wrong"
 #define KERN_TEST_DESC "kern_test with four wrong kernels preferred (rad-kbench's tests)"
 
@@ -19,6 +22,8 @@ static int loose_silu_mul(const RadKernelArgs *a);
 static int stale_add_rmsnorm(const RadKernelArgs *a);
 static int q4act_gemm(const RadKernelArgs *a);
 static int q8act_gemm(const RadKernelArgs *a);
+static int bf12act_gemm(const RadKernelArgs *a);
+static int bf16act_gemm(const RadKernelArgs *a);
 
 #define KERN_TEST_FIRST_KERNELS                                                                                        \
     K_("gemm_nt", "offbyone", RAD_ENC_PLAIN_FLOATS, 1, 0, 0, RAD_EXACT_BITWISE, 0.0, NULL, wrong_gemm),                 \
@@ -26,7 +31,9 @@ static int q8act_gemm(const RadKernelArgs *a);
     K_("silu_mul", "bf16", 0, 1, 0, 0, RAD_EXACT_TOLERANCE, 1e-6, NULL, loose_silu_mul),                                \
     K_("add_rmsnorm", "stale", RAD_ENC_PLAIN_FLOATS, 1, 0, 0, RAD_EXACT_BITWISE, 0.0, NULL, stale_add_rmsnorm),       \
     K_("gemm_nt", "q4act", RAD_ENC_PLAIN_FLOATS, 1, 0, 0, RAD_EXACT_Q8ACT, 2e-2, NULL, q4act_gemm),                    \
-    K_("gemm_nt", "q8act", RAD_ENC_PLAIN_FLOATS, 1, 0, 0, RAD_EXACT_Q8ACT, 2e-2, NULL, q8act_gemm),
+    K_("gemm_nt", "q8act", RAD_ENC_PLAIN_FLOATS, 1, 0, 0, RAD_EXACT_Q8ACT, 2e-2, NULL, q8act_gemm),                    \
+    K_("gemm_nt", "bf12act", RAD_ENC_PLAIN_FLOATS, 1, 0, 0, RAD_EXACT_BF16ACT, 1e-2, NULL, bf12act_gemm),              \
+    K_("gemm_nt", "bf16act", RAD_ENC_PLAIN_FLOATS, 1, 0, 0, RAD_EXACT_BF16ACT, 1e-2, NULL, bf16act_gemm),
 
 #include "kern_test.c"
 
@@ -144,3 +151,38 @@ static int qact_gemm(const RadKernelArgs *a, float levels) {
 
 static int q4act_gemm(const RadKernelArgs *a) { return qact_gemm(a, 7.0f); }
 static int q8act_gemm(const RadKernelArgs *a) { return qact_gemm(a, 127.0f); }
+
+/* f rounded to `bits` significant bits, to nearest even (bits 8: bf16's rounding of an f32). */
+static float round_bits(float f, int bits) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    const int drop = 24 - bits;
+    const uint32_t half = 1u << (drop - 1), lsb = (u >> drop) & 1u;
+    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + half - 1 + lsb) & ~((1u << drop) - 1);
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static int bfact_gemm(const RadKernelArgs *a, int bits) {
+    int rc = preamble(a, 3);
+    if (rc) return rc;
+    int64_t N, K;
+    if (!pint(a, "N", &N) || !pint(a, "K", &K) || N < 1 || K < 1) return RAD_E_ARG;
+    const RadKArg *w = &a->args[0], *x = &a->args[1], *y = &a->args[2];
+    uint64_t M = (uint64_t)a->n;
+    if (!weight_ok(w, (uint64_t)N, (uint64_t)K) || !buf_ok(x, M, (uint64_t)K) || !buf_ok(y, M, (uint64_t)N)) return RAD_E_SHAPE;
+    for (uint64_t i = 0; i < M; i++) {
+        const float *xi = frow(x, i);
+        float *yi = frow(y, i);
+        for (uint64_t n = 0; n < (uint64_t)N; n++) {
+            double acc = 0;
+            for (uint64_t k = 0; k < (uint64_t)K; k++)
+                acc += (double)round_bits(xi[k], bits) * (double)round_bits(wval(w, n, k), bits);
+            yi[n] = (float)acc;
+        }
+    }
+    return RAD_OK;
+}
+
+static int bf12act_gemm(const RadKernelArgs *a) { return bfact_gemm(a, 4); }
+static int bf16act_gemm(const RadKernelArgs *a) { return bfact_gemm(a, 8); }

@@ -227,6 +227,35 @@ Test(kbench, q8_activation_kernels_are_checked_per_output) {
     json_decref(j);
 }
 
+/* The bf16-product class likewise (--fast): a kernel that says BF16ACT but keeps 4 significant
+ * bits of its operands is named, over its per-output bound; the one rounding to bf16 passes. */
+Test(kbench, bf16_product_kernels_are_checked_per_output) {
+    char a[512];
+    snprintf(a, sizeof a, "-m %s --kernels kern_wrong --quick --max-mixed-tok 4 --max-seqs 2 --ctx 64 --fast --ops gemm_nt --json",
+             tiny);
+    int rc = kbench(a);
+    const char *err = slurp_file("err");
+    cr_assert_eq(rc, 1, "exit %d\n%s", rc, err);
+    cr_assert(strstr(err, "FAIL kern_wrong:gemm_nt:bf12act bucket 1..1:") && strstr(err, "of its bf16 bound"), "%s", err);
+    cr_assert_null(strstr(err, "FAIL kern_wrong:gemm_nt:bf16act"), "%s", err);
+    json_error_t je;
+    json_t *j = json_loads(slurp_file("out"), 0, &je);
+    cr_assert_not_null(j, "--json: %s", je.text);
+    size_t i;
+    json_t *r;
+    int b16_pass = 0, b12_fail = 0;
+    json_array_foreach(json_object_get(j, "rows"), i, r) {
+        const char *kn = json_string_value(json_object_get(r, "kernel"));
+        const double used = json_real_value(json_object_get(r, "allowance_used"));
+        if (strcmp(kn, "kern_wrong:gemm_nt:bf16act") && strcmp(kn, "kern_wrong:gemm_nt:bf12act")) continue;
+        cr_assert_str_eq(json_string_value(json_object_get(r, "exactness")), "bf16act");
+        if (kn[22] == '6') b16_pass += json_is_true(json_object_get(r, "pass")) && used > 0 && used <= 1;
+        else b12_fail += !json_is_true(json_object_get(r, "pass")) && used > 1;
+    }
+    cr_assert(b16_pass > 0 && b12_fail > 0, "bf16act passing %d, bf12act failing %d", b16_pass, b12_fail);
+    json_decref(j);
+}
+
 /* --ops picks ops by glob (a library's wrong kernels elsewhere do not fail it); usage exits 2. */
 Test(kbench, ops_glob_and_usage) {
     char a[512];

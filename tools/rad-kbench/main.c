@@ -221,7 +221,7 @@ static void md_line(FILE *f, const Opts *o, const RadKbenchReport *r, const Line
     const RadKbenchRow *x = &r->rows[g->first];
     char tol[32], ctx[16];
     if (x->bitwise) snprintf(tol, sizeof tol, "bitwise");
-    else if (x->q8) snprintf(tol, sizeof tol, "q8 bound (%.0f%%)", 100 * g->use_max);
+    else if (x->q8 || x->bf16) snprintf(tol, sizeof tol, "%s bound (%.0f%%)", x->q8 ? "q8" : "bf16", 100 * g->use_max);
     else snprintf(tol, sizeof tol, "%.0e", x->tolerance);
     if (x->ctx) snprintf(ctx, sizeof ctx, "%u", x->ctx);
     else snprintf(ctx, sizeof ctx, "-");
@@ -252,7 +252,8 @@ static void markdown(FILE *f, const Opts *o, const RadKbenchReport *r) {
             o->knobs ? " Every knob value too." : "", o->quick ? " Quick mode." : "");
     fprintf(f, "Each kernel is compared with docs/OPS.md's f32 reference on the container's weights: bit for bit when it "
                "states `bitwise`, else by the per-row measure max_j |y-ref| / (max_j |ref| + 1e-6) within its stated "
-               "tolerance; a q8-activation kernel (`q8 bound`) output by output within docs/OPS.md's bound, with the "
+               "tolerance; a q8-activation kernel (`q8 bound`) or a bf16-product one (`bf16 bound`) output by output within "
+               "docs/OPS.md's bound, with the "
                "largest share of it used. `chain` rows compare a fused kernel with its `replaces` chain on the selected kernels. "
                "Rows over several layers show the worst max error and the mean of the means.\n\n");
     if (o->bench)
@@ -296,7 +297,10 @@ static void markdown(FILE *f, const Opts *o, const RadKbenchReport *r) {
             if (x->pass) continue;
             fprintf(f, "| #%d %s | %s%s%s | %s | %" PRId64 "..%" PRId64 " | %" PRId64 " | %s | %u | %.2e | %s%.0e | %s |\n", x->op,
                     x->op_name, x->kernel, x->knobs[0] ? " " : "", x->knobs, x->check, x->bucket_lo, x->bucket_hi, x->rows, x->shape, x->ctx, x->max_err,
-                    x->bitwise ? "bitwise " : "", x->tolerance, x->why[0] ? x->why : x->q8 ? "over its q8 bound" : "over the tolerance");
+                    x->bitwise ? "bitwise " : "", x->tolerance, x->why[0] ? x->why
+                    : x->q8   ? "over its q8 bound"
+                    : x->bf16 ? "over its bf16 bound"
+                              : "over the tolerance");
         }
     }
     if (r->n_skipped) fprintf(f, "\nNo reference here (not checked): %s.\n", r->skipped);
@@ -331,7 +335,7 @@ static json_t *to_json(const Opts *o, const RadKbenchReport *r) {
         json_object_set_new(j, "rows", json_integer(x->rows));
         json_object_set_new(j, "shape", json_string(x->shape));
         json_object_set_new(j, "ctx", json_integer(x->ctx));
-        json_object_set_new(j, "exactness", json_string(x->bitwise ? "bitwise" : x->q8 ? "q8act" : "tolerance"));
+        json_object_set_new(j, "exactness", json_string(x->bitwise ? "bitwise" : x->q8 ? "q8act" : x->bf16 ? "bf16act" : "tolerance"));
         json_object_set_new(j, "allowance_used", json_real(x->allow_used));
         json_object_set_new(j, "tolerance", json_real(x->tolerance));
         json_object_set_new(j, "max_err", json_real(x->max_err));
@@ -377,7 +381,8 @@ static void name_failures(const RadKbenchReport *r) {
         }
         char tol[40];
         if (w->bitwise) snprintf(tol, sizeof tol, "bitwise (%" PRIu64 " elements differ)", w->n_diff);
-        else if (w->q8) snprintf(tol, sizeof tol, "an output at %.0f%% of its q8 bound", 100 * w->allow_used);
+        else if (w->q8 || w->bf16)
+            snprintf(tol, sizeof tol, "an output at %.0f%% of its %s bound", 100 * w->allow_used, w->q8 ? "q8" : "bf16");
         else snprintf(tol, sizeof tol, "tolerance %.0e", w->tolerance);
         char shape[48] = "";
         if (w->ctx) snprintf(shape, sizeof shape, " (%s, context %u)", w->shape, w->ctx);
