@@ -197,64 +197,49 @@ Test(kbench, wrong_kernels_are_named_and_fail) {
     json_decref(j);
 }
 
-/* Under --fast the q8-activation class is a candidate, and is checked output by output against
- * docs/OPS.md's bound: a kernel that says Q8ACT but quantises x to 4 bits is named; the same
- * kernel at 8 bits passes (its outputs within the bound), as does the exact chain beside it. */
-Test(kbench, q8_activation_kernels_are_checked_per_output) {
-    char a[512];
+/* Under --fast a per-output class (`exactness`) is a candidate and is checked output by output
+ * against docs/OPS.md's bound: kern_wrong's `bad` kernel, which states the class but keeps too
+ * few bits, is named over its `bound` bound; `good`, the same kernel at the class's precision,
+ * passes (its outputs within the bound), as does the exact chain beside them. */
+static void per_output_class_checked(const char *bad, const char *good, const char *exactness, const char *bound) {
+    char a[512], want[160];
     snprintf(a, sizeof a, "-m %s --kernels kern_wrong --quick --max-mixed-tok 4 --max-seqs 2 --ctx 64 --fast --ops gemm_nt --json",
              tiny);
     int rc = kbench(a);
     const char *err = slurp_file("err");
     cr_assert_eq(rc, 1, "exit %d\n%s", rc, err);
-    cr_assert(strstr(err, "FAIL kern_wrong:gemm_nt:q4act bucket 1..1:") && strstr(err, "of its q8 bound"), "%s", err);
-    cr_assert_null(strstr(err, "FAIL kern_wrong:gemm_nt:q8act"), "%s", err);
+    char bad_k[64], good_k[64];
+    snprintf(bad_k, sizeof bad_k, "kern_wrong:gemm_nt:%s", bad), snprintf(good_k, sizeof good_k, "kern_wrong:gemm_nt:%s", good);
+    snprintf(want, sizeof want, "FAIL %s bucket 1..1:", bad_k);
+    cr_assert(strstr(err, want), "no '%s' in:\n%s", want, err);
+    snprintf(want, sizeof want, "of its %s bound", bound);
+    cr_assert(strstr(err, want), "no '%s' in:\n%s", want, err);
+    snprintf(want, sizeof want, "FAIL %s", good_k);
+    cr_assert_null(strstr(err, want), "%s", err);
     json_error_t je;
     json_t *j = json_loads(slurp_file("out"), 0, &je);
     cr_assert_not_null(j, "--json: %s", je.text);
     size_t i;
     json_t *r;
-    int q8_pass = 0, q4_fail = 0;
+    int good_pass = 0, bad_fail = 0;
     json_array_foreach(json_object_get(j, "rows"), i, r) {
         const char *kn = json_string_value(json_object_get(r, "kernel"));
         const double used = json_real_value(json_object_get(r, "allowance_used"));
-        if (strcmp(kn, "kern_wrong:gemm_nt:q8act") && strcmp(kn, "kern_wrong:gemm_nt:q4act")) continue;
-        cr_assert_str_eq(json_string_value(json_object_get(r, "exactness")), "q8act");
-        if (kn[20] == '8') q8_pass += json_is_true(json_object_get(r, "pass")) && used > 0 && used <= 1;
-        else q4_fail += !json_is_true(json_object_get(r, "pass")) && used > 1;
+        const int is_good = strcmp(kn, good_k) == 0;
+        if (!is_good && strcmp(kn, bad_k)) continue;
+        cr_assert_str_eq(json_string_value(json_object_get(r, "exactness")), exactness);
+        if (is_good) good_pass += json_is_true(json_object_get(r, "pass")) && used > 0 && used <= 1;
+        else bad_fail += !json_is_true(json_object_get(r, "pass")) && used > 1;
     }
-    cr_assert(q8_pass > 0 && q4_fail > 0, "q8act passing %d, q4act failing %d", q8_pass, q4_fail);
+    cr_assert(good_pass > 0 && bad_fail > 0, "%s passing %d, %s failing %d", good, good_pass, bad, bad_fail);
     json_decref(j);
 }
 
-/* The bf16-product class likewise (--fast): a kernel that says BF16ACT but keeps 4 significant
- * bits of its operands is named, over its per-output bound; the one rounding to bf16 passes. */
-Test(kbench, bf16_product_kernels_are_checked_per_output) {
-    char a[512];
-    snprintf(a, sizeof a, "-m %s --kernels kern_wrong --quick --max-mixed-tok 4 --max-seqs 2 --ctx 64 --fast --ops gemm_nt --json",
-             tiny);
-    int rc = kbench(a);
-    const char *err = slurp_file("err");
-    cr_assert_eq(rc, 1, "exit %d\n%s", rc, err);
-    cr_assert(strstr(err, "FAIL kern_wrong:gemm_nt:bf12act bucket 1..1:") && strstr(err, "of its bf16 bound"), "%s", err);
-    cr_assert_null(strstr(err, "FAIL kern_wrong:gemm_nt:bf16act"), "%s", err);
-    json_error_t je;
-    json_t *j = json_loads(slurp_file("out"), 0, &je);
-    cr_assert_not_null(j, "--json: %s", je.text);
-    size_t i;
-    json_t *r;
-    int b16_pass = 0, b12_fail = 0;
-    json_array_foreach(json_object_get(j, "rows"), i, r) {
-        const char *kn = json_string_value(json_object_get(r, "kernel"));
-        const double used = json_real_value(json_object_get(r, "allowance_used"));
-        if (strcmp(kn, "kern_wrong:gemm_nt:bf16act") && strcmp(kn, "kern_wrong:gemm_nt:bf12act")) continue;
-        cr_assert_str_eq(json_string_value(json_object_get(r, "exactness")), "bf16act");
-        if (kn[22] == '6') b16_pass += json_is_true(json_object_get(r, "pass")) && used > 0 && used <= 1;
-        else b12_fail += !json_is_true(json_object_get(r, "pass")) && used > 1;
-    }
-    cr_assert(b16_pass > 0 && b12_fail > 0, "bf16act passing %d, bf12act failing %d", b16_pass, b12_fail);
-    json_decref(j);
-}
+/* q8 activations: q4act quantises x to 4 bits; q8act as the class states. */
+Test(kbench, q8_activation_kernels_are_checked_per_output) { per_output_class_checked("q4act", "q8act", "q8act", "q8"); }
+
+/* bf16 products: bf12act keeps 4 significant bits of x and w; bf16act rounds to bf16. */
+Test(kbench, bf16_product_kernels_are_checked_per_output) { per_output_class_checked("bf12act", "bf16act", "bf16act", "bf16"); }
 
 /* --ops picks ops by glob (a library's wrong kernels elsewhere do not fail it); usage exits 2. */
 Test(kbench, ops_glob_and_usage) {
