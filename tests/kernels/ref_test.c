@@ -1829,10 +1829,13 @@ static void check_prefill_rows_alone(RadDType dt, int hd, int window) {
                     RAD_INT("head_dim", hd), RAD_INT("kv", 0), RAD_INT("layer", 0), RAD_FLOAT("scale", 1.0 / sqrt((double)hd)),
                     RAD_INT("prefill_fp8", 0), RAD_INT("window", window)};
     char what[128];
-    /* out[0]: all rows, best ISA, 3 threads; [1] 1 thread; [2], [3]: each row alone on 3 and 1 */
-    float *out[4];
-    for (int o = 0; o < 4; o++) out[o] = xmalloc(sizeof(float) * PR_M * qw);
-    for (int o = 0; o < 2; o++) {
+    /* out[0]: all rows, best ISA, 3 threads; [1] 1 thread; [2], [3]: each row alone on 3 and 1;
+     * [4] all rows at RAD_REF_ISA=avx2 (the avx512 level's tiles keep every lane's arithmetic) */
+    float *out[5];
+    for (int o = 0; o < 5; o++) out[o] = xmalloc(sizeof(float) * PR_M * qw);
+    void *avx2 = init_state("avx2", 3, 1);
+    for (int o = 0; o < 5; o++) {
+        if (o == 2) o = 4;
         memcpy(pool, pool0, bb * (size_t)nblk);
         struct RadBatch b;
         memset(&b, 0, sizeof b);
@@ -1840,9 +1843,11 @@ static void check_prefill_rows_alone(RadDType dt, int hd, int window) {
         b.cu_seqlens = cu, b.q_lens = ql, b.ctx_lens = cl, b.positions = pos, b.seq_ids = sid;
         RadKvState kv = {{0}, table, PR_MB, pool, dt, RAD_KVQ_NONE, PR_B, PR_HKV, (uint32_t)hd, 0, bb, (uint32_t)nblk};
         RadKArg a[4] = {fbuf(q, PR_M, qw), fbuf(k, PR_M, kw), fbuf(v, PR_M, kw), fbuf(out[o], PR_M, qw)};
-        Call c = {&b, &kv, o ? 1 : 3};
-        cr_assert_eq(call_x(find("attn_paged", NULL), g_st[o ? ST_BEST1 : ST_BEST3], p, N_OF(p), PR_M, a, 4, &c), RAD_OK);
+        Call c = {&b, &kv, o == 1 ? 1 : 3};
+        cr_assert_eq(call_x(find("attn_paged", NULL), o == 4 ? avx2 : g_st[o ? ST_BEST1 : ST_BEST3], p, N_OF(p), PR_M, a, 4, &c),
+                     RAD_OK);
     }
+    g_lib->fini(avx2);
     /* the cache as the calls left it (every row's k, v appended): rows alone append the same */
     memcpy(pool0, pool, bb * (size_t)nblk);
     for (int o = 2; o < 4; o++)
@@ -1860,10 +1865,10 @@ static void check_prefill_rows_alone(RadDType dt, int hd, int window) {
         }
     cr_assert(memcmp(pool, pool0, bb * (size_t)nblk) == 0, "rows alone changed the cache");
     for (int t = 0; t < PR_M; t++)
-        for (int o = 1; o < 4; o++) {
+        for (int o = 1; o < 5; o++) {
             snprintf(what, sizeof what, "%s cache, hd %d, window %d, row %d (seq %d, %d keys): %s vs the batch on 3 threads",
                      dt == RAD_F32 ? "f32" : "f16", hd, window, t, row_seq[t], pos[t] + 1,
-                     o == 1 ? "the batch on 1 thread" : o == 2 ? "alone on 3 threads" : "alone on 1 thread");
+                     o == 1 ? "the batch on 1 thread" : o == 2 ? "alone on 3 threads" : o == 3 ? "alone on 1 thread" : "the batch at avx2");
             assert_bitwise(out[o] + t * qw, out[0] + t * qw, qw, what);
         }
     /* dense reference in double over the cache */
@@ -1894,7 +1899,7 @@ static void check_prefill_rows_alone(RadDType dt, int hd, int window) {
         snprintf(what, sizeof what, "%s cache, hd %d, window %d, vs dense", dt == RAD_F32 ? "f32" : "f16", hd, window);
         assert_rows_within(out[0] + t * qw, qw, ref, 1, (int)qw, 1e-5, what);
     }
-    for (int o = 0; o < 4; o++) free(out[o]);
+    for (int o = 0; o < 5; o++) free(out[o]);
     free(sc), free(ref), free(q), free(k), free(v), free(pool), free(pool0);
 }
 
