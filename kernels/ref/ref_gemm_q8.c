@@ -779,12 +779,27 @@ RANGE1(range1_q5_0_avx2, q5_0_rows)
 RANGE1(range1_q5_1_avx2, q5_1_rows)
 RANGE1(range1_q5_k_avx2, q5_k_rows)
 
+#define REF_AVX512BW __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
+/* [v[i] x8 | v[i + 1] x8]: the scales of a register's two 32-element blocks from eight (one
+ * vpermps where a pair of broadcasts and an insert would be three shuffles). */
+REF_AVX512BW REF_INLINE __m512 pair_ps(__m256 v, int i) {
+    const __m512i idx = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(i)), _mm256_set1_epi32(i + 1), 1);
+    return _mm512_permutexvar_ps(idx, _mm512_castps256_ps512(v));
+}
+/* vpermw indices: 128-bit lane k of the result takes i16 element i + k. */
+REF_AVX512BW REF_INLINE __m512i lanes16(int i) {
+    const int a = i * 0x10001, b = (i + 1) * 0x10001, c = (i + 2) * 0x10001, e = (i + 3) * 0x10001;
+    return _mm512_set_epi32(e, e, e, e, c, c, c, c, b, b, b, b, a, a, a, a);
+}
+REF_AVX512BW REF_INLINE __m256 fold16(__m512 v) { /* 16 lanes to 8 (a fixed tree) */
+    return _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+
 /* q4_k on AVX-512 BW (the avx512 level): a 32-byte chunk's low nibbles (sub-block 2j) and high
  * nibbles (2j + 1) in one 512-bit register against x's 64 elements at once, so a chunk is one
  * maddubs, one madd (the sub-block scales) and one FMA a row, where AVX2 takes two of each
  * (gemm_nt2 of Qwen2.5-Coder-1.5B's decode: 1.26x). The integer sums are AVX2's; the f32 sums
  * run in 16 lanes (the level's own order; dot, dot4 and the one-row range share it). */
-#define REF_AVX512BW __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
 REF_AVX512BW REF_INLINE void q4_k_rows512(const int RM, const uint8_t *w, const QRow *x, int64_t K, float *out) {
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     const __m512i shv = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
@@ -818,13 +833,104 @@ REF_AVX512BW REF_INLINE void q4_k_rows512(const int RM, const uint8_t *w, const 
             accm[r] = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_mul_ps(mins, _mm256_loadu_ps(x[r].s + 8 * b)), accm[r]);
     }
 #pragma GCC unroll 4
-    for (int r = 0; r < RM; r++) { /* 16 lanes to 8 (a fixed tree), then ref_hsum8's */
-        const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(acc[r]), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r]), 1)));
-        out[r] = ref_hsum8(h) - ref_hsum8(accm[r]);
-    }
+    for (int r = 0; r < RM; r++) out[r] = ref_hsum8(fold16(acc[r])) - ref_hsum8(accm[r]);
 }
 DOT_PAIR_T(REF_AVX512BW, dot_q4_k_512, q4_k_rows512)
 RANGE1_T(REF_AVX512BW, range1_q4_k_512, q4_k_rows512)
+
+/* q6_k on AVX-512 BW: a 64-byte ql span's low nibbles are elements 0..63 of its 128 and its high
+ * nibbles 64..127, each with two bits of the 32-byte qh span (shifted per 256-bit half), so 64
+ * elements (four 16-element scale groups, one per 128-bit lane) are one maddubs, one madd and
+ * one FMA a row, where AVX2 takes two of each. The integer sums are AVX2's (the offset 32 from
+ * the 16-element sums of q, scaled by d·dx); the f32 sums run in 16 lanes (dot, dot4 and the
+ * one-row range share it). */
+REF_AVX512BW REF_INLINE void q6_k_rows512(const int RM, const uint8_t *w, const QRow *x, int64_t K, float *out) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    const __m512i shl = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1); /* bits 0-1 | 2-3 to 4-5 */
+    const __m512i shr = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1); /* bits 4-5 | 6-7 to 4-5 */
+    __m512 acc[4];
+    __m256 acco[4], dd[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < RM; r++) acc[r] = _mm512_setzero_ps(), acco[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < K / 256; b++, w += 210) {
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(w + 192)));
+        const __m512i sc5 = _mm512_castsi256_si512(sc16);
+        const float d = _cvtsh_ss(ref_rd16(w + 208));
+#pragma GCC unroll 4
+        for (int r = 0; r < RM; r++) { /* dd: d·dx of the eight blocks; the offset's lanes as AVX2's, scaled by dd */
+            dd[r] = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_loadu_ps(x[r].d + 8 * b));
+            const __m256 o = _mm256_cvtepi32_ps(_mm256_madd_epi16(ld32(x[r].bsums + 16 * b), sc16));
+            acco[r] = _mm256_fmadd_ps(o, dd[r], acco[r]);
+        }
+#pragma GCC unroll 2
+        for (int n = 0; n < 2; n++) {
+            const __m512i l = _mm512_loadu_si512((const void *)(w + 64 * n));
+            const __m256i h = ld32(w + 128 + 32 * n);
+            const __m512i hh = _mm512_inserti64x4(_mm512_castsi256_si512(h), h, 1);
+            __m512i q[2]; /* elements 0..63, 64..127 of the span, codes 0..63 */
+            q[0] = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_and_si512(_mm512_sllv_epi16(hh, shl), m30));
+            q[1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4), _mm512_and_si512(_mm512_srlv_epi16(hh, shr), m30));
+#pragma GCC unroll 2
+            for (int t = 0; t < 2; t++) {
+                const __m512i sv = _mm512_permutexvar_epi16(lanes16(8 * n + 4 * t), sc5);
+#pragma GCC unroll 4
+                for (int r = 0; r < RM; r++) {
+                    const __m512i xq = _mm512_loadu_si512((const void *)(x[r].q + 256 * b + 128 * n + 64 * t));
+                    const __m512i p = _mm512_madd_epi16(_mm512_maddubs_epi16(q[t], xq), sv);
+                    acc[r] = _mm512_fmadd_ps(pair_ps(dd[r], 4 * n + 2 * t), _mm512_cvtepi32_ps(p), acc[r]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < RM; r++) out[r] = ref_hsum8(fold16(acc[r])) - 32.0f * ref_hsum8(acco[r]);
+}
+DOT_PAIR_T(REF_AVX512BW, dot_q6_k_512, q6_k_rows512)
+RANGE1_T(REF_AVX512BW, range1_q6_k_512, q6_k_rows512)
+
+/* q5_k on AVX-512 BW: q4_k_rows512 with the fifth bits, a chunk's two sub-blocks' (bits 2j and
+ * 2j + 1 of each qh byte) tested into a mask that adds 16 to their codes. */
+REF_AVX512BW REF_INLINE void q5_k_rows512(const int RM, const uint8_t *w, const QRow *x, int64_t K, float *out) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), b4 = _mm512_set1_epi8(0x10);
+    const __m512i shv = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    __m512 acc[4];
+    __m256 accm[4], dd[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < RM; r++) acc[r] = _mm512_setzero_ps(), accm[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < K / 256; b++, w += 176) {
+        const __m256i ms = _mm256_cvtepu8_epi16(k4_scales(w + 4)); /* [sc0..7 | m0..7] */
+        const __m256 mins = _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(ms, 1)));
+        const __m512i ms5 = _mm512_castsi256_si512(ms);
+        const float d = _cvtsh_ss(ref_rd16(w)), dmin = _cvtsh_ss(ref_rd16(w + 2));
+        const __m256i h = ld32(w + 16);
+        const __m512i hh = _mm512_inserti64x4(_mm512_castsi256_si512(h), h, 1);
+#pragma GCC unroll 4
+        for (int r = 0; r < RM; r++) dd[r] = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_loadu_ps(x[r].d + 8 * b));
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            const __m256i q = ld32(w + 48 + 32 * j);
+            const __m512i lo = _mm512_and_si512(_mm512_srlv_epi16(_mm512_inserti64x4(_mm512_castsi256_si512(q), q, 1), shv), m4);
+            const __m512i bit = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi8((char)(1 << (2 * j)))),
+                                                   _mm256_set1_epi8((char)(1 << (2 * j + 1))), 1);
+            const __m512i wv = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(hh, bit), lo, b4);
+            const __m512i idx = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)(2 * j))),
+                                                   _mm256_set1_epi16((short)(2 * j + 1)), 1);
+            const __m512i sc = _mm512_permutexvar_epi16(idx, ms5);
+#pragma GCC unroll 4
+            for (int r = 0; r < RM; r++) {
+                const __m512i p = _mm512_madd_epi16(_mm512_maddubs_epi16(wv, _mm512_loadu_si512((const void *)(x[r].q + 256 * b + 64 * j))), sc);
+                acc[r] = _mm512_fmadd_ps(pair_ps(dd[r], 2 * j), _mm512_cvtepi32_ps(p), acc[r]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < RM; r++)
+            accm[r] = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_mul_ps(mins, _mm256_loadu_ps(x[r].s + 8 * b)), accm[r]);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < RM; r++) out[r] = ref_hsum8(fold16(acc[r])) - ref_hsum8(accm[r]);
+}
+DOT_PAIR_T(REF_AVX512BW, dot_q5_k_512, q5_k_rows512)
+RANGE1_T(REF_AVX512BW, range1_q5_k_512, q5_k_rows512)
 #endif
 
 /* ---- the run -------------------------------------------------------------------------------------- */
@@ -1049,8 +1155,14 @@ static void q8_prepare(Q8Ctx *c, int isa, int64_t pf_bytes, int tile) {
         case RAD_Q5_K: c->dot = dot_q5_k_avx2_1, c->dot4 = dot_q5_k_avx2_4, c->range1 = range1_q5_k_avx2; break;
         default: c->dot = dot_q6_k_avx2_1, c->dot4 = dot_q6_k_avx2_4, c->range1 = range1_q6_k_avx2; break;
         }
+        /* the avx512 level: the K-quants' AVX-512 BW dots (their own f32 order, which dot, dot4
+         * and range1 share: a row's bits do not depend on M); the rest keep AVX2's */
         if (c->isa >= REF_ISA_AVX512 && e == RAD_Q4_K)
             c->dot = dot_q4_k_512_1, c->dot4 = dot_q4_k_512_4, c->range1 = range1_q4_k_512;
+        if (c->isa >= REF_ISA_AVX512 && e == RAD_Q5_K)
+            c->dot = dot_q5_k_512_1, c->dot4 = dot_q5_k_512_4, c->range1 = range1_q5_k_512;
+        if (c->isa >= REF_ISA_AVX512 && e == RAD_Q6_K)
+            c->dot = dot_q6_k_512_1, c->dot4 = dot_q6_k_512_4, c->range1 = range1_q6_k_512;
     }
 #endif
     c->row_pairs = !c->kq;

@@ -655,6 +655,41 @@ Test(ref, gemm_q8act_q5) {
     check_gemm("gemm_nt", "q8act", RAD_Q5_K, 1, 301, 768);
     check_gemm("gemm_nt", "q8act", RAD_Q5_1, 7, 130, 576);
 }
+/* The K-quant dots at each SIMD level by name (RAD_REF_ISA; "best" above is one of them): avx2
+ * and avx512 each have their own kernels for q4_k, q5_k and q6_k. At M = 1 (the one-row range),
+ * 4 (dot4), 5 and 6 (dot4 and a one-row tail of one and two), every output within OPS.md's bound,
+ * and each row the same bits alone (the range) as in the batch, so dot, dot4 and the range share
+ * one kernel at each level. */
+Test(ref, gemm_q8act_kquant_levels) {
+    static const char *isa[] = {"avx2", "avx512"};
+    static const RadDType t[] = {RAD_Q4_K, RAD_Q5_K, RAD_Q6_K};
+    static const int Ms[] = {1, 4, 5, 6};
+    for (size_t l = 0; l < N_OF(isa); l++) {
+        void *st = init_state(isa[l], 1, 1);
+        for (size_t e = 0; e < N_OF(t); e++)
+            for (size_t i = 0; i < N_OF(Ms); i++)
+                for (int real = 0; real < 2; real++) {
+                    const int M = Ms[i], N = 37, K = 768;
+                    GemmData g;
+                    gemm_make(&g, t[e], M, N, K, real);
+                    float *y = xmalloc(sizeof(float) * (size_t)M * N), *y1 = xmalloc(sizeof(float) * (size_t)N);
+                    char what[160];
+                    snprintf(what, sizeof what, "gemm_nt/q8act %s M=%d %s%s", rad_enc_info((RadEnc)t[e])->name, M, isa[l],
+                             real ? " realistic" : "");
+                    cr_assert_eq(gemm_run("gemm_nt", "q8act", st, &g, 0, M, y, 1), RAD_OK, "%s", what);
+                    for (int j = 0; j < M * N; j++)
+                        cr_assert(fabs((double)y[j] - g.ref[j]) <= g.bound[j], "%s: y[%d][%d] = %.9g, reference %.9g, bound %.3g",
+                                  what, j / N, j % N, y[j], g.ref[j], g.bound[j]);
+                    for (int r = 0; r < M; r++) {
+                        cr_assert_eq(gemm_run("gemm_nt", "q8act", st, &g, r, 1, y1, 1), RAD_OK, "%s", what);
+                        assert_bitwise(y1, y + (size_t)r * N, (size_t)N, what);
+                    }
+                    free(y), free(y1);
+                    gemm_free(&g);
+                }
+        g_lib->fini(st);
+    }
+}
 Test(ref, logits_gemm) {
     check_gemm("logits_gemm", "exact", RAD_Q8_0, 2, 301, 64);
     check_gemm("logits_gemm", "exact", RAD_F16, 1, 97, 40);
