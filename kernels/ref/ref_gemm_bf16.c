@@ -181,8 +181,10 @@ static void bf_range_few(const BfCtx *c, int64_t i0, int rm, int64_t c0, int64_t
     }
 }
 
-/* Every row against columns [c0, c1), 4 columns by 4 rows at a time; the columns of a block of
- * 64 stay in L1/L2 while every row passes them (f16 ones converted once into a bf16 tile). */
+/* Every row against columns [c0, c1), 4 columns by 4 rows at a time. Columns go in blocks of 64
+ * (f16 ones converted once into a bf16 tile), rows in blocks of rb (about 24 KiB of x): within a
+ * row block each 4-column tile is read once for all its rows and the block's x stays in L1, so
+ * the weights leave L2 once per rb rows rather than once per 4. */
 static void bf_range(const BfCtx *c, int64_t c0, int64_t c1) {
     const int f16 = c->g.w->dtype == RAD_F16;
     uint16_t *t = f16 && c->g.M > 3 ? ref_scratch(0, (size_t)64 * (size_t)c->kp * 2) : NULL;
@@ -190,22 +192,27 @@ static void bf_range(const BfCtx *c, int64_t c0, int64_t c1) {
         for (int64_t i = 0; i < c->g.M; i += 3) bf_range_few(c, i, c->g.M - i < 3 ? (int)(c->g.M - i) : 3, c0, c1);
         return;
     }
+    int64_t rb = (int64_t)(24576 / (c->kp * 2)) & ~(int64_t)3;
+    rb = rb < 4 ? 4 : rb > 32 ? 32 : rb;
     for (int64_t b0 = c0; b0 < c1; b0 += 64) {
         const int64_t b1 = c1 - b0 < 64 ? c1 : b0 + 64;
         if (f16) f16_rows_to_bf16(c->g.w, b0, b1 - b0, c->g.K, c->kp, t);
-        for (int64_t i = 0; i < c->g.M; i += 4) {
-            const int rm = c->g.M - i < 4 ? (int)(c->g.M - i) : 4;
-            const uint16_t *xr[4];
-            for (int r = 0; r < rm; r++) xr[r] = c->xb + (size_t)(i + r) * (size_t)c->kp;
+        for (int64_t i0 = 0; i0 < c->g.M; i0 += rb) {
+            const int64_t i1 = c->g.M - i0 < rb ? c->g.M : i0 + rb;
             for (int64_t n = b0; n < b1; n += 4) {
                 const int rn = b1 - n < 4 ? (int)(b1 - n) : 4;
                 const uint8_t *wr[4];
                 for (int j = 0; j < rn; j++)
                     wr[j] = f16 ? (const uint8_t *)(t + (size_t)(n + j - b0) * (size_t)c->kp) : ref_wrow(c->g.w, (uint64_t)(n + j));
-                float o[16];
-                bf_tab[rm - 1][rn - 1](xr, wr, c->g.K, o);
-                for (int r = 0; r < rm; r++)
-                    for (int j = 0; j < rn; j++) ref_frow(c->g.y, (uint64_t)(i + r))[n + j] = o[r * rn + j];
+                for (int64_t i = i0; i < i1; i += 4) {
+                    const int rm = i1 - i < 4 ? (int)(i1 - i) : 4;
+                    const uint16_t *xr[4];
+                    for (int r = 0; r < rm; r++) xr[r] = c->xb + (size_t)(i + r) * (size_t)c->kp;
+                    float o[16];
+                    bf_tab[rm - 1][rn - 1](xr, wr, c->g.K, o);
+                    for (int r = 0; r < rm; r++)
+                        for (int j = 0; j < rn; j++) ref_frow(c->g.y, (uint64_t)(i + r))[n + j] = o[r * rn + j];
+                }
             }
         }
     }
