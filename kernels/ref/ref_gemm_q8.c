@@ -804,7 +804,7 @@ REF_AVX512BW REF_INLINE void q4_k_rows512(const int RM, const uint8_t *w, const 
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     const __m512i shv = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
     __m512 acc[4];
-    __m256 accm[4];
+    __m256 accm[4], dd[4];
 #pragma GCC unroll 4
     for (int r = 0; r < RM; r++) acc[r] = _mm512_setzero_ps(), accm[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < K / 256; b++, w += 144) {
@@ -812,6 +812,8 @@ REF_AVX512BW REF_INLINE void q4_k_rows512(const int RM, const uint8_t *w, const 
         const __m256 mins = _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(ms, 1)));
         const __m512i ms5 = _mm512_castsi256_si512(ms);
         const float d = _cvtsh_ss(ref_rd16(w)), dmin = _cvtsh_ss(ref_rd16(w + 2));
+#pragma GCC unroll 4
+        for (int r = 0; r < RM; r++) dd[r] = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_loadu_ps(x[r].d + 8 * b)); /* d·dx, each the scalar product */
 #pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
             const __m256i q = ld32(w + 16 + 32 * j);
@@ -822,10 +824,7 @@ REF_AVX512BW REF_INLINE void q4_k_rows512(const int RM, const uint8_t *w, const 
 #pragma GCC unroll 4
             for (int r = 0; r < RM; r++) {
                 const __m512i p = _mm512_madd_epi16(_mm512_maddubs_epi16(wv, _mm512_loadu_si512((const void *)(x[r].q + 256 * b + 64 * j))), sc);
-                const float *dx = x[r].d + 8 * b + 2 * j;
-                const __m512 dv = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm256_set1_ps(d * dx[0]))),
-                                                                      _mm256_castps_pd(_mm256_set1_ps(d * dx[1])), 1));
-                acc[r] = _mm512_fmadd_ps(dv, _mm512_cvtepi32_ps(p), acc[r]);
+                acc[r] = _mm512_fmadd_ps(pair_ps(dd[r], 2 * j), _mm512_cvtepi32_ps(p), acc[r]);
             }
         }
 #pragma GCC unroll 4
