@@ -68,6 +68,16 @@ REF_BF16 static void round_row(const float *x, int64_t K, int64_t kp, uint16_t *
 REF_BF16 REF_INLINE __m512i bf_from_f16(__m256i lo, __m256i hi) {
     return (__m512i)_mm512_cvtne2ps_pbh(_mm512_cvtph_ps(hi), _mm512_cvtph_ps(lo));
 }
+/* 32 weights at p as bf16 (F16W: f16 ones converted), all of them or the lanes of mask m (the
+ * rest zero). */
+REF_BF16 REF_INLINE __m512i bf_w32(const int F16W, const uint8_t *p) {
+    return F16W ? bf_from_f16(_mm256_loadu_si256((const __m256i *)(const void *)p), _mm256_loadu_si256((const __m256i *)(const void *)(p + 32)))
+                : _mm512_loadu_si512((const void *)p);
+}
+REF_BF16 REF_INLINE __m512i bf_w32_tail(const int F16W, const uint8_t *p, __mmask32 m) {
+    return F16W ? bf_from_f16(_mm256_maskz_loadu_epi16((__mmask16)m, (const void *)p), _mm256_maskz_loadu_epi16((__mmask16)(m >> 16), (const void *)(p + 32)))
+                : _mm512_maskz_loadu_epi16(m, (const void *)p);
+}
 
 /* RM rows × RN columns: out[r * RN + n]. F16W: the weight rows are f16, converted as loaded. */
 REF_BF16 REF_INLINE void bf_tile(const int RM, const int RN, const int F16W, const uint16_t *const *xr, const uint8_t *const *wr,
@@ -81,10 +91,7 @@ REF_BF16 REF_INLINE void bf_tile(const int RM, const int RN, const int F16W, con
     for (; k + 32 <= K; k += 32) {
         __m512i w[4];
 #pragma GCC unroll 4
-        for (int n = 0; n < RN; n++)
-            w[n] = F16W ? bf_from_f16(_mm256_loadu_si256((const __m256i *)(const void *)(wr[n] + 2 * k)),
-                                      _mm256_loadu_si256((const __m256i *)(const void *)(wr[n] + 2 * k + 32)))
-                        : _mm512_loadu_si512((const void *)(wr[n] + 2 * k));
+        for (int n = 0; n < RN; n++) w[n] = bf_w32(F16W, wr[n] + 2 * k);
 #pragma GCC unroll 4
         for (int r = 0; r < RM; r++) {
             const __m512i x = _mm512_loadu_si512((const void *)(xr[r] + k));
@@ -96,10 +103,7 @@ REF_BF16 REF_INLINE void bf_tile(const int RM, const int RN, const int F16W, con
         const __mmask32 m = (__mmask32)((1ull << (K - k)) - 1);
         __m512i w[4];
 #pragma GCC unroll 4
-        for (int n = 0; n < RN; n++)
-            w[n] = F16W ? bf_from_f16(_mm256_maskz_loadu_epi16((__mmask16)m, (const void *)(wr[n] + 2 * k)),
-                                      _mm256_maskz_loadu_epi16((__mmask16)(m >> 16), (const void *)(wr[n] + 2 * k + 32)))
-                        : _mm512_maskz_loadu_epi16(m, (const void *)(wr[n] + 2 * k));
+        for (int n = 0; n < RN; n++) w[n] = bf_w32_tail(F16W, wr[n] + 2 * k, m);
 #pragma GCC unroll 4
         for (int r = 0; r < RM; r++) {
             const __m512i x = _mm512_loadu_si512((const void *)(xr[r] + k));
@@ -117,14 +121,12 @@ REF_BF16 REF_INLINE void bf_tile(const int RM, const int RN, const int F16W, con
 }
 
 typedef void (*bf_fn)(const uint16_t *const *xr, const uint8_t *const *wr, int64_t K, float *o);
-#define BF_TILE(RM, RN)                                                                                             \
-    REF_BF16 static void bf_##RM##x##RN(const uint16_t *const *xr, const uint8_t *const *wr, int64_t K, float *o) {  \
-        bf_tile(RM, RN, 0, xr, wr, K, o);                                                                           \
+#define BF_TILE_AS(PFX, F16W, RM, RN)                                                                                 \
+    REF_BF16 static void PFX##_##RM##x##RN(const uint16_t *const *xr, const uint8_t *const *wr, int64_t K, float *o) { \
+        bf_tile(RM, RN, F16W, xr, wr, K, o);                                                                          \
     }
-#define BF_TILE_F16(RM, RN)                                                                                         \
-    REF_BF16 static void bfh_##RM##x##RN(const uint16_t *const *xr, const uint8_t *const *wr, int64_t K, float *o) { \
-        bf_tile(RM, RN, 1, xr, wr, K, o);                                                                           \
-    }
+#define BF_TILE(RM, RN) BF_TILE_AS(bf, 0, RM, RN)
+#define BF_TILE_F16(RM, RN) BF_TILE_AS(bfh, 1, RM, RN)
 BF_TILE(1, 1) BF_TILE(1, 2) BF_TILE(1, 3) BF_TILE(1, 4)
 BF_TILE(2, 1) BF_TILE(2, 2) BF_TILE(2, 3) BF_TILE(2, 4)
 BF_TILE(3, 1) BF_TILE(3, 2) BF_TILE(3, 3) BF_TILE(3, 4)
@@ -146,15 +148,15 @@ REF_BF16 static void f16_rows_to_bf16(const RadKArg *w, int64_t n, int64_t nr, i
         const uint8_t *src = ref_wrow(w, (uint64_t)(n + j));
         uint16_t *o = t + (size_t)j * (size_t)kp;
         int64_t k = 0;
-        for (; k + 32 <= K; k += 32)
-            _mm512_storeu_si512((void *)(o + k), bf_from_f16(_mm256_loadu_si256((const __m256i *)(const void *)(src + 2 * k)),
-                                                             _mm256_loadu_si256((const __m256i *)(const void *)(src + 2 * k + 32))));
-        if (k < kp) {
-            const __mmask32 m = (__mmask32)((1ull << (K - k)) - 1);
-            _mm512_storeu_si512((void *)(o + k), bf_from_f16(_mm256_maskz_loadu_epi16((__mmask16)m, (const void *)(src + 2 * k)),
-                                                             _mm256_maskz_loadu_epi16((__mmask16)(m >> 16), (const void *)(src + 2 * k + 32))));
-        }
+        for (; k + 32 <= K; k += 32) _mm512_storeu_si512((void *)(o + k), bf_w32(1, src + 2 * k));
+        if (k < kp) _mm512_storeu_si512((void *)(o + k), bf_w32_tail(1, src + 2 * k, (__mmask32)((1ull << (K - k)) - 1)));
     }
+}
+
+/* A tile's outputs o[r * rn + j] to y[i + r][n + j]. */
+static void put_tile(const RadKArg *y, int64_t i, int64_t n, int rm, int rn, const float *o) {
+    for (int r = 0; r < rm; r++)
+        for (int j = 0; j < rn; j++) ref_frow(y, (uint64_t)(i + r))[n + j] = o[r * rn + j];
 }
 
 /* Rows [i0, i0 + rm) (rm <= 3: decode, or the rows without a scratch tile) against columns
@@ -176,8 +178,7 @@ static void bf_range_few(const BfCtx *c, int64_t i0, int rm, int64_t c0, int64_t
         for (; pf < want && pf < pend; pf += 64) _mm_prefetch(pf, _MM_HINT_T0);
         float o[12];
         tab[rn - 1](xr, wr, c->g.K, o);
-        for (int r = 0; r < rm; r++)
-            for (int j = 0; j < rn; j++) ref_frow(c->g.y, (uint64_t)(i0 + r))[n + j] = o[r * rn + j];
+        put_tile(c->g.y, i0, n, rm, rn, o);
     }
 }
 
@@ -210,8 +211,7 @@ static void bf_range(const BfCtx *c, int64_t c0, int64_t c1) {
                     for (int r = 0; r < rm; r++) xr[r] = c->xb + (size_t)(i + r) * (size_t)c->kp;
                     float o[16];
                     bf_tab[rm - 1][rn - 1](xr, wr, c->g.K, o);
-                    for (int r = 0; r < rm; r++)
-                        for (int j = 0; j < rn; j++) ref_frow(c->g.y, (uint64_t)(i + r))[n + j] = o[r * rn + j];
+                    put_tile(c->g.y, i, n, rm, rn, o);
                 }
             }
         }

@@ -81,6 +81,13 @@ typedef struct Q8BoundCtx {
     uint64_t N, K, nb;
 } Q8BoundCtx;
 
+/* sum_k |x[k] * w[k]| in double: the magnitude both per-output bounds scale. */
+static double abs_dot(const float *x, const float *w, uint64_t K) {
+    double f = 0;
+    for (uint64_t k = 0; k < K; k++) f += fabs((double)x[k] * (double)w[k]);
+    return f;
+}
+
 static void q8_bound_rows(void *c_, uint64_t r0, uint64_t r1) {
     const Q8BoundCtx *c = c_;
     double amax[1024];             /* K up to 32768 */
@@ -94,10 +101,9 @@ static void q8_bound_rows(void *c_, uint64_t r0, uint64_t r1) {
         for (uint64_t n = 0; n < c->N; n++) {
             const float *wn = c->w + n * c->K;
             const double *wb = c->wb + n * c->nb;
-            double q = 0, f = 0;
+            double q = 0;
             for (uint64_t b = 0; b < c->nb; b++) q += 0.563 * (amax[b] / 127.0) * wb[b];
-            for (uint64_t k = 0; k < c->K; k++) f += fabs((double)xi[k] * (double)wn[k]);
-            c->out[i * c->N + n] = nextafterf((float)(q + 1e-5 * f), INFINITY); /* rounded up: never tighter */
+            c->out[i * c->N + n] = nextafterf((float)(q + 1e-5 * abs_dot(xi, wn, c->K)), INFINITY); /* rounded up: never tighter */
         }
     }
 }
@@ -125,12 +131,8 @@ static void bf16_bound_rows(void *c_, uint64_t r0, uint64_t r1) {
     const Q8BoundCtx *c = c_;
     for (uint64_t i = r0; i < r1; i++) {
         const float *xi = c->x + i * c->K;
-        for (uint64_t n = 0; n < c->N; n++) {
-            const float *wn = c->w + n * c->K;
-            double f = 0;
-            for (uint64_t k = 0; k < c->K; k++) f += fabs((double)xi[k] * (double)wn[k]);
-            c->out[i * c->N + n] = nextafterf((float)(8e-3 * f), INFINITY); /* rounded up: never tighter */
-        }
+        for (uint64_t n = 0; n < c->N; n++)
+            c->out[i * c->N + n] = nextafterf((float)(8e-3 * abs_dot(xi, c->w + n * c->K, c->K)), INFINITY); /* rounded up */
     }
 }
 

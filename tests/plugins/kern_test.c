@@ -116,14 +116,25 @@ static int preamble(const RadKernelArgs *a, uint32_t n_args) {
 
 /* ---- gemm_nt, logits_gemm: y[i][n] = sum_k x[i][k] * W[n][k] -------------------------------- */
 
-static int run_gemm(const RadKernelArgs *a) {
+/* A GEMM call's checks (W [N, K], x [M, K], y [M, N]), shared by every GEMM here and in the
+ * libraries that include this file; N, K out. */
+static int gemm_args(const RadKernelArgs *a, int64_t *N, int64_t *K) {
     int rc = preamble(a, 3);
     if (rc) return rc;
+    if (!pint(a, "N", N) || !pint(a, "K", K) || *N < 1 || *K < 1) return RAD_E_ARG;
+    const uint64_t M = (uint64_t)a->n;
+    if (!weight_ok(&a->args[0], (uint64_t)*N, (uint64_t)*K) || !buf_ok(&a->args[1], M, (uint64_t)*K) ||
+        !buf_ok(&a->args[2], M, (uint64_t)*N))
+        return RAD_E_SHAPE;
+    return RAD_OK;
+}
+
+static int run_gemm(const RadKernelArgs *a) {
     int64_t N, K;
-    if (!pint(a, "N", &N) || !pint(a, "K", &K) || N < 1 || K < 1) return RAD_E_ARG;
+    int rc = gemm_args(a, &N, &K);
+    if (rc) return rc;
     const RadKArg *w = &a->args[0], *x = &a->args[1], *y = &a->args[2];
     uint64_t M = (uint64_t)a->n;
-    if (!weight_ok(w, (uint64_t)N, (uint64_t)K) || !buf_ok(x, M, (uint64_t)K) || !buf_ok(y, M, (uint64_t)N)) return RAD_E_SHAPE;
     for (uint64_t i = 0; i < M; i++) {
         const float *xi = frow(x, i);
         float *yi = frow(y, i);

@@ -38,13 +38,11 @@ static int bf16act_gemm(const RadKernelArgs *a);
 #include "kern_test.c"
 
 static int wrong_gemm(const RadKernelArgs *a) {
-    int rc = preamble(a, 3);
-    if (rc) return rc;
     int64_t N, K;
-    if (!pint(a, "N", &N) || !pint(a, "K", &K) || N < 1 || K < 1) return RAD_E_ARG;
+    int rc = gemm_args(a, &N, &K);
+    if (rc) return rc;
     const RadKArg *w = &a->args[0], *x = &a->args[1], *y = &a->args[2];
     uint64_t M = (uint64_t)a->n;
-    if (!weight_ok(w, (uint64_t)N, (uint64_t)K) || !buf_ok(x, M, (uint64_t)K) || !buf_ok(y, M, (uint64_t)N)) return RAD_E_SHAPE;
     for (uint64_t i = 0; i < M; i++) {
         const float *xi = frow(x, i + 1 < M ? i + 1 : i); /* the bug */
         float *yi = frow(y, i);
@@ -123,13 +121,12 @@ static int stale_add_rmsnorm(const RadKernelArgs *a) {
 /* y = x̂ · Wᵀ with x̂ quantised per 32-wide block to `levels` steps each side of zero (scale
  * amax / levels kept in f32), summed in double: a q8-activation GEMM at levels 127. */
 static int qact_gemm(const RadKernelArgs *a, float levels) {
-    int rc = preamble(a, 3);
-    if (rc) return rc;
     int64_t N, K;
-    if (!pint(a, "N", &N) || !pint(a, "K", &K) || N < 1 || K < 1 || K > 4096) return RAD_E_ARG;
+    int rc = gemm_args(a, &N, &K);
+    if (rc) return rc;
+    if (K > 4096) return RAD_E_ARG;
     const RadKArg *w = &a->args[0], *x = &a->args[1], *y = &a->args[2];
     uint64_t M = (uint64_t)a->n;
-    if (!weight_ok(w, (uint64_t)N, (uint64_t)K) || !buf_ok(x, M, (uint64_t)K) || !buf_ok(y, M, (uint64_t)N)) return RAD_E_SHAPE;
     float xq[4096];
     for (uint64_t i = 0; i < M; i++) {
         const float *xi = frow(x, i);
@@ -164,13 +161,11 @@ static float round_bits(float f, int bits) {
 }
 
 static int bfact_gemm(const RadKernelArgs *a, int bits) {
-    int rc = preamble(a, 3);
-    if (rc) return rc;
     int64_t N, K;
-    if (!pint(a, "N", &N) || !pint(a, "K", &K) || N < 1 || K < 1) return RAD_E_ARG;
+    int rc = gemm_args(a, &N, &K);
+    if (rc) return rc;
     const RadKArg *w = &a->args[0], *x = &a->args[1], *y = &a->args[2];
     uint64_t M = (uint64_t)a->n;
-    if (!weight_ok(w, (uint64_t)N, (uint64_t)K) || !buf_ok(x, M, (uint64_t)K) || !buf_ok(y, M, (uint64_t)N)) return RAD_E_SHAPE;
     for (uint64_t i = 0; i < M; i++) {
         const float *xi = frow(x, i);
         float *yi = frow(y, i);
