@@ -26,7 +26,9 @@ ids=$(awk 'BEGIN { s = 1; for (i = 0; i < 512; i++) { s = (s * 1103515245 + 1234
 FASTF=$([ "${FAST:-1}" = 0 ] || echo --fast)
 one() { # $1 build, $2 ids, $3 -n, $4 which rate (prompt|generation), $5 the side's extra flags
     # shellcheck disable=SC2086
-    "$1/radiance" --model "$1/$AB_RAD" --ids "$2" -n "$3" --temp 0 --threads "$T" $FASTF $5 --print-ids 2>&1 >/dev/null |
+    # exactly -n tokens (as llama-bench) where the build has --ignore-eos
+    ie=$("$1/radiance" --help 2>&1 | grep -q -- --ignore-eos && echo --ignore-eos)
+    "$1/radiance" --model "$1/$AB_RAD" --ids "$2" -n "$3" --temp 0 --threads "$T" $FASTF $5 $ie --print-ids 2>&1 >/dev/null |
         sed -n "s/.*$4 [0-9]* tokens in [0-9.]* s (\([0-9.]*\) tok\/s).*/\1/p"
 }
 out=$B/ab.tsv

@@ -25,7 +25,7 @@ best_pp=0 best_tg=0
 for r in 1 2 3; do
     line=$(build/radiance --model "$RAD" --ids "$ids" -n 1 --temp 0 --threads "$T" --fast --print-ids 2>&1 >/dev/null | grep 'tok/s' || true)
     pp=$(echo "$line" | sed -n 's/.*prompt [0-9]* tokens in [0-9.]* s (\([0-9.]*\) tok\/s).*/\1/p')
-    line=$(build/radiance --model "$RAD" --ids "${ids%%,*}" -n 128 --temp 0 --threads "$T" --fast --print-ids 2>&1 >/dev/null | grep 'tok/s' || true)
+    line=$(build/radiance --model "$RAD" --ids "${ids%%,*}" -n 128 --temp 0 --threads "$T" --fast --ignore-eos --print-ids 2>&1 >/dev/null | grep 'tok/s' || true)
     tg=$(echo "$line" | sed -n 's/.*generation [0-9]* tokens in [0-9.]* s (\([0-9.]*\) tok\/s).*/\1/p')
     best_pp=$(echo "$best_pp $pp" | awk '{ print ($2 > $1) ? $2 : $1 }')
     best_tg=$(echo "$best_tg $tg" | awk '{ print ($2 > $1) ? $2 : $1 }')
@@ -54,7 +54,7 @@ bound=$(echo "$BW $read_bytes" | awk '{ printf "%.1f", $1 * 1e9 / $2 }')
 pairs=""
 for r in 1 2 3 4 5; do
     bw=$("$B/membw" "$T" 512 2>/dev/null)
-    line=$(build/radiance --model "$RAD" --ids "${ids%%,*}" -n 128 --temp 0 --threads "$T" --fast --print-ids 2>&1 >/dev/null | grep 'tok/s' || true)
+    line=$(build/radiance --model "$RAD" --ids "${ids%%,*}" -n 128 --temp 0 --threads "$T" --fast --ignore-eos --print-ids 2>&1 >/dev/null | grep 'tok/s' || true)
     tg=$(echo "$line" | sed -n 's/.*generation [0-9]* tokens in [0-9.]* s (\([0-9.]*\) tok\/s).*/\1/p')
     pairs="$pairs $(echo "$tg $read_bytes $bw" | awk '{ printf "%.3f", $1 * $2 / ($3 * 1e9) }')"
 done

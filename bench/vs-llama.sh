@@ -1,6 +1,7 @@
 #!/bin/sh
 # bench/vs-llama.sh — radiance against llama.cpp on one GGUF, paired: ROUNDS rounds, each one
-# radiance pp512 and tg128 (as run.sh measures them, --fast) and one llama-bench run (-r 1) of
+# radiance pp512 and tg128 (as run.sh measures them, --fast; --ignore-eos, so 128 tokens as
+# llama-bench generates) and one llama-bench run (-r 1) of
 # the same, the order alternating between rounds; then each side's median and range and the
 # median and range of the per-round ratio radiance / llama.cpp; then the generation bound: the
 # read bandwidth (bench/membw.c, before and after the rounds, the higher) over the bytes a token
@@ -22,7 +23,7 @@ ids=$(awk 'BEGIN { s = 1; for (i = 0; i < 512; i++) { s = (s * 1103515245 + 1234
 FASTF=$([ "${FAST:-1}" = 0 ] || echo --fast)
 rad() { # $1 ids, $2 -n, $3 which rate (prompt|generation)
     # shellcheck disable=SC2086
-    build/radiance --model "$RADF" --ids "$1" -n "$2" --temp 0 --threads "$T" $FASTF ${ARGS:-} --print-ids 2>&1 >/dev/null |
+    build/radiance --model "$RADF" --ids "$1" -n "$2" --temp 0 --threads "$T" $FASTF ${ARGS:-} --ignore-eos --print-ids 2>&1 >/dev/null |
         sed -n "s/.*$3 [0-9]* tokens in [0-9.]* s (\([0-9.]*\) tok\/s).*/\1/p"
 }
 llama() {

@@ -128,8 +128,9 @@ static inline uint64_t ref_row_bytes(RadDType e, uint64_t cols) {
 }
 /* In a kernel's `encs`: it also reads libref's packed layouts (ref_gemm_x8.c; RAD_PACKED). */
 #define REF_TAKES_PACKED ((uint64_t)1 << 63)
-/* The encodings libref packs at load (RadKernelLib.pack). */
-#define REF_ENCS_PACKED RAD_ENC_BIT(RAD_ENC_Q4_1)
+/* The encodings libref packs at load (RadKernelLib.pack): the 32-element block formats. */
+#define REF_ENCS_PACKED (RAD_ENC_BIT(RAD_ENC_Q4_0) | RAD_ENC_BIT(RAD_ENC_Q4_1) | RAD_ENC_BIT(RAD_ENC_Q5_0) | \
+                         RAD_ENC_BIT(RAD_ENC_Q5_1) | RAD_ENC_BIT(RAD_ENC_Q8_0))
 size_t ref_pack_size(void *state, RadDType enc, uint64_t rows, uint64_t cols);
 int ref_pack(void *state, RadDType enc, uint64_t rows, uint64_t cols, const void *src, uint64_t src_row_stride, void *dst);
 /* A weight [rows, cols] in an encoding of `encs`, rows whole blocks apart; packed (dtype |
@@ -165,6 +166,13 @@ REF_AVX2 REF_INLINE float ref_hsum8(__m256 v) {
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 0x55));
     return _mm_cvtss_f32(s);
+}
+/* 32 bits -> 32 bytes, byte i 0xff where bit i is set (byte i takes byte i / 8 of v, then every
+ * bit but bit i % 8 is set). */
+REF_AVX2 REF_INLINE __m256i ref_bits32(uint32_t v) {
+    const __m256i shuf = _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
+    const __m256i r = _mm256_or_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)v), shuf), _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+    return _mm256_cmpeq_epi8(r, _mm256_set1_epi64x(-1));
 }
 /* Lanes [0, n) of p (n < 8), the rest 0. */
 REF_AVX2 REF_INLINE __m256 ref_load_tail(const float *p, int n) {

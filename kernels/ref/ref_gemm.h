@@ -100,12 +100,6 @@ static inline void ref_gemm_units_run(const RefGemmUnits *u, int tid, int nth, r
     ref_gemm_units_each(u, b, e, fn, ctx);
 }
 
-/* The packed q4_1 layout (ref_gemm_x8.c): one group of eight weight rows at wg against rm
- * quantised rows (codes xq[r], (d, s) pairs ds[r]): out[8 r + j] for row j of the group. pf
- * (or NULL): the group's bytes are prefetched that far ahead as they are read. */
-void ref_x8_dot(int isa, const uint8_t *wg, int rm, const int8_t *const *xq, const float *const *ds, int64_t K, float *out,
-                const uint8_t *pf);
-
 /* One row of x quantised to 8 bits (ref_gemm_q8.c): codes q[K] (64-byte aligned), then per
  * 32-element block b the scale layouts the row's readers need (NULL: not in this row). */
 typedef struct RefQRow {
@@ -115,6 +109,38 @@ typedef struct RefQRow {
     const int16_t *bsums; /* K-quants: [K / 16] Σq per 16 elements */
     const int32_t *isum;  /* the tiled path: [nb] Σq_b as an integer (offset codes' correction) */
 } RefQRow;
+
+/* What a packed block (ref_gemm_x8.c: 8 rows' block) holds where, for encoding e (bb 0: e is
+ * not packed). */
+typedef struct RefX8Fmt {
+    int bb;    /* stored bytes of one row's block (the packed block is 8 of them) */
+    int qo;    /* stored: the code bytes */
+    int ho;    /* stored: the fifth bits (q5), else -1 */
+    int m;     /* has m (q4_1, q5_1): packed m[8] at 16 */
+    int bo;    /* packed: the fifth-bit masks (q5), else -1 */
+    int co;    /* packed: the code chunks */
+    int nch;   /* code chunks: 4, q8_0 8 */
+    int z;     /* the codes' offset: q4_0 8, q5_0 16, else 0 (q8_0's codes are signed) */
+} RefX8Fmt;
+
+static inline RefX8Fmt ref_x8_fmt(RadDType e) {
+    RefX8Fmt f = {0, 0, -1, 0, -1, 16, 4, 0};
+    switch ((int)e) {
+    case RAD_Q4_0: f.bb = 18, f.qo = 2, f.z = 8; break;
+    case RAD_Q4_1: f.bb = 20, f.qo = 4, f.m = 1, f.co = 32; break;
+    case RAD_Q5_0: f.bb = 22, f.ho = 2, f.qo = 6, f.bo = 16, f.co = 48, f.z = 16; break;
+    case RAD_Q5_1: f.bb = 24, f.ho = 4, f.qo = 8, f.m = 1, f.bo = 32, f.co = 64; break;
+    case RAD_Q8_0: f.bb = 34, f.qo = 2, f.nch = 8; break;
+    default: break;
+    }
+    return f;
+}
+
+/* The packed layouts (ref_gemm_x8.c; q4_0, q4_1, q5_0, q5_1, q8_0, e without RAD_PACKED): one
+ * group of eight weight rows at wg against the rm quantised rows x[0 .. rm) (their (d, s) pairs;
+ * q4_0 and q5_0 their integer sums too): out[8 r + j] for row j of the group. pf (or NULL): the
+ * group's bytes are prefetched that far ahead as they are read. */
+void ref_x8_dot(int isa, RadDType e, const uint8_t *wg, int rm, const RefQRow *x, int64_t K, float *out, const uint8_t *pf);
 
 /* The tiled many-row path (ref_gemm_tile.c): rows [0, M) of x (row(rows, i)) against weight
  * columns [c0, c1) of w (unpacked, one of REF_ENCS_Q8ACT), into y. Each output is the portable

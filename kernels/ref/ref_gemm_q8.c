@@ -59,7 +59,8 @@ struct Q8Ctx {
     int row_kq;           /* ... and d[], s[], bsums[] (a K-quant part reads them) */
     int row_isum;         /* ... and Σq_b as integers (the tiled path reads them) */
     int tile;             /* many rows take the tiled path (ref_gemm_tile.c; "q8tile" on AVX-512 VNNI) */
-    int x8;               /* packed q4_1 weights (ref_gemm_x8.c): rows in groups of eight */
+    RadDType enc;         /* the weights' encoding (without RAD_PACKED) */
+    int x8;               /* packed weights (ref_gemm_x8.c): rows in groups of eight */
     int64_t align;        /* column splits fall on multiples of this (x8: a group) */
     size_t row_bytes;     /* one quantised row in buf */
     uint64_t wrb;         /* bytes of one weight row */
@@ -499,20 +500,13 @@ REF_AVX2 REF_INLINE void q8_0_rows(const int RM, const uint8_t *w, const QRow *x
     for (int r = 0; r < RM; r++) out[r] = ref_hsum8(acc[r]);
 }
 
-/* 32 bits -> 32 bytes, byte i 0xff where bit i is set (byte i takes byte i / 8 of v, then every
- * bit but bit i % 8 is set). */
-REF_AVX2 REF_INLINE __m256i bits32(uint32_t v) {
-    const __m256i shuf = _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
-    const __m256i r = _mm256_or_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)v), shuf), _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
-    return _mm256_cmpeq_epi8(r, _mm256_set1_epi64x(-1));
-}
 /* A q5 block's 32 codes (qh at p, the nibbles at p + 4) in natural order, unsigned 0..31. */
 REF_AVX2 REF_INLINE __m256i q5_codes(const uint8_t *p) {
-    return _mm256_or_si256(nibbles32(p + 4), _mm256_and_si256(bits32(ld_u32(p)), _mm256_set1_epi8(0x10)));
+    return _mm256_or_si256(nibbles32(p + 4), _mm256_and_si256(ref_bits32(ld_u32(p)), _mm256_set1_epi8(0x10)));
 }
 /* The same less 16, signed -16..15: a clear fifth bit sets the byte's high nibble. */
 REF_AVX2 REF_INLINE __m256i q5_0_codes(const uint8_t *p) {
-    return _mm256_or_si256(nibbles32(p + 4), _mm256_andnot_si256(bits32(ld_u32(p)), _mm256_set1_epi8((char)0xf0)));
+    return _mm256_or_si256(nibbles32(p + 4), _mm256_andnot_si256(ref_bits32(ld_u32(p)), _mm256_set1_epi8((char)0xf0)));
 }
 
 /* q5_0: q8_0's kernel on the signed 5-bit codes (the offset inside the exact integer sum). */
@@ -947,7 +941,7 @@ static void x8_range1(const Q8Ctx *c, int64_t c0, int64_t c1) {
     const uint8_t *w0 = ref_wrow(c->g.w, (uint64_t)c0), *w1 = ref_wrow(c->g.w, (uint64_t)c1);
     for (const uint8_t *p = w0; p < w0 + c->pf_bytes && p < hi; p += 64) ref_prefetch((const char *)p);
     for (const uint8_t *w = w0; w < w1; w += gb)
-        ref_x8_dot(c->isa, w, 1, &r.q, &r.ds, K, y + c0 + (w - w0) / gb * 8, w + gb + c->pf_bytes <= hi ? w + c->pf_bytes : NULL);
+        ref_x8_dot(c->isa, c->enc, w, 1, &r, K, y + c0 + (w - w0) / gb * 8, w + gb + c->pf_bytes <= hi ? w + c->pf_bytes : NULL);
 }
 
 /* Packed weights (c0, c1 multiples of 8): decode as above; more rows take QTILE columns at a
@@ -962,15 +956,11 @@ static void x8_range(const Q8Ctx *c, int64_t c0, int64_t c1) {
         const int64_t t1 = c1 - t0 < QTILE ? c1 : t0 + QTILE;
         for (int64_t i = 0; i < c->g.M; i += 4) {
             const int rm = c->g.M - i < 4 ? (int)(c->g.M - i) : 4;
-            const int8_t *xq[4];
-            const float *ds[4];
-            for (int k = 0; k < rm; k++) {
-                const QRow r = q8_row(c, i + k);
-                xq[k] = r.q, ds[k] = r.ds;
-            }
+            QRow xr[4];
+            for (int k = 0; k < rm; k++) xr[k] = q8_row(c, i + k);
             for (int64_t n = t0; n < t1; n += 8) {
                 float o[32];
-                ref_x8_dot(c->isa, ref_wrow(c->g.w, (uint64_t)n), rm, xq, ds, K, o, NULL);
+                ref_x8_dot(c->isa, c->enc, ref_wrow(c->g.w, (uint64_t)n), rm, xr, K, o, NULL);
                 for (int k = 0; k < rm; k++) memcpy(ref_frow(c->g.y, (uint64_t)(i + k)) + n, o + 8 * k, 8 * sizeof(float));
             }
         }
@@ -981,7 +971,7 @@ static RefQRow tile_row(const void *c, int64_t i) { return q8_row(c, i); }
 
 /* Every row of x against weight columns [c0, c1). */
 static void dot_range(const Q8Ctx *c, int64_t c0, int64_t c1) {
-    if (c->tile) { /* before x8: packed q4_1's tiles come from its groups */
+    if (c->tile) { /* before x8: packed weights' tiles come from their groups */
         const RefTileArgs t = {c->g.w, c->g.y, c->g.M, c->g.K, c, tile_row};
         if (ref_tile_range(&t, c0, c1)) return;
         /* no tile scratch: below, x8's kernels or the portable dot (tile left dot4 and range1
@@ -1124,10 +1114,11 @@ static int two_ends_run(const RadKernelArgs *a, int nth, const Q8Ctx *parts, int
 static void q8_prepare(Q8Ctx *c, int isa, int64_t pf_bytes, int tile) {
     c->isa = isa;
     c->pf_bytes = pf_bytes;
-    c->x8 = (c->g.w->dtype & RAD_PACKED) != 0; /* ref_weight_ok let only packed q4_1 through */
-    c->tile = tile && isa >= REF_ISA_AVX512; /* packed q4_1 too: its groups are tile halves */
+    c->x8 = (c->g.w->dtype & RAD_PACKED) != 0; /* ref_weight_ok let only REF_ENCS_PACKED through */
+    c->tile = tile && isa >= REF_ISA_AVX512; /* packed weights too: their groups are tile halves */
     c->align = c->tile ? 16 : c->x8 ? 8 : 4;
     const RadDType e = (RadDType)(c->g.w->dtype & ~RAD_PACKED);
+    c->enc = e;
     c->kq = e == RAD_Q4_K || e == RAD_Q5_K || e == RAD_Q6_K;
     c->paired = 0;
     c->dot4 = NULL;
@@ -1166,7 +1157,7 @@ static void q8_prepare(Q8Ctx *c, int isa, int64_t pf_bytes, int tile) {
 #endif
     c->row_pairs = !c->kq;
     c->row_kq = c->kq;
-    c->row_isum = c->tile;
+    c->row_isum = c->tile || c->x8; /* offset codes' correction (packed q4_0, q5_0) */
     c->row_bytes = q8_row_bytes(c->g.K, c->row_pairs, c->row_kq, c->row_isum);
     c->wrb = ref_row_bytes(e, (uint64_t)c->g.K);
     c->pf_rows = (int64_t)((uint64_t)c->pf_bytes / c->wrb);

@@ -159,7 +159,7 @@ static const RadKnob attn_knobs[] = {KNOB_("threads", threads_v, RAD_KNOB_ARITH,
 /* bf16dot (ref_gemm_bf16.c): bf16 weights (f16 ones rounded to bf16), activations rounded to bf16:
  * docs/OPS.md's per-output bf16-product bound; 1e-2 its per-row figure without outliers */
 #define KB_(OP, RUN) KG_(OP, "bf16dot", RAD_ENC_BIT(RAD_ENC_BF16) | RAD_ENC_BIT(RAD_ENC_F16), BF16P(1e-2), NULL, RUN, 0, 0)
-/* q8tile (ref_gemm_tile.c): 16 rows or more; packed q4_1 too (its tiles from the packed groups,
+/* q8tile (ref_gemm_tile.c): 16 rows or more; packed weights too (its tiles from the packed groups,
  * the same bits), so a model packs whichever bucket takes which. Not
  * batch-invariant as the engine needs it: its rows carry the portable dot's bits while fewer
  * rows of unpacked weights get q8act's AVX2 ones, so --deterministic keeps q8act. */

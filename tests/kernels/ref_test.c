@@ -942,81 +942,96 @@ Test(ref, decode_from_both_ends_equals_halves) {
     g_lib->fini(ends);
 }
 
-/* libref packs q4_1 weights at load, eight rows interleaved (ref_gemm_x8.c): the q8act GEMMs
- * reading the packed layout give, in every state, thread count and batch, the bits of the
- * portable dot on the stored layout; gemm_nt3's packed parts equal the chain; the exact
- * variant and odd shapes refuse a packed weight, writing nothing. */
-Test(ref, packed_q4_1_equals_the_stored_layout_portable) {
+/* libref packs the 32-element block formats at load, eight rows interleaved (ref_gemm_x8.c): the
+ * q8act GEMMs reading the packed layout give, in every state (AVX-512 VNNI, AVX2, portable),
+ * thread count and batch, the bits of the portable dot on the stored layout; gemm_nt3's packed
+ * parts equal the chain; the exact variant and odd shapes refuse a packed weight, writing
+ * nothing. */
+Test(ref, packed_equals_the_stored_layout_portable) {
     cr_assert(g_lib->struct_size >= offsetof(RadKernelLib, pack) + sizeof g_lib->pack && g_lib->pack_size && g_lib->pack);
-    cr_assert(find("gemm_nt", "q8act")->packed_encs & RAD_ENC_BIT(RAD_ENC_Q4_1));
+    static const RadDType enc[] = {RAD_Q4_1, RAD_Q4_0, RAD_Q5_0, RAD_Q5_1, RAD_Q8_0};
+    for (size_t e = 0; e < N_OF(enc); e++)
+        cr_assert(find("gemm_nt", "q8act")->packed_encs & RAD_ENC_BIT((RadEnc)enc[e]));
     cr_assert_eq(find("gemm_nt", "exact")->packed_encs, 0);
     cr_assert_eq(g_lib->pack_size(g_st[ST_BEST3], RAD_Q4_1, 12, 64), 0, "rows not a multiple of 8: stored layout");
-    cr_assert_eq(g_lib->pack_size(g_st[ST_BEST3], RAD_Q4_0, 16, 64), 0, "q4_0: stored layout");
+    cr_assert_eq(g_lib->pack_size(g_st[ST_BEST3], RAD_Q4_K, 16, 256), 0, "q4_k: stored layout");
     cr_assert_eq(g_lib->pack_size(g_st[ST_BEST3], RAD_Q4_1, 16, 64), 16 * 2 * 20);
+    void *avx2 = init_state("avx2", 3, 1);
+    void *const states[] = {g_st[ST_BEST3], g_st[ST_BEST1], avx2, g_st[ST_GEN3], g_st[ST_GEN1]};
+    static const char *const names[] = {"best/3 threads", "best/1 thread", "avx2/3 threads", "generic/3 threads", "generic/1 thread"};
     static const struct { int M, N, K, real; } cases[] = {
         {40, 576, 576, 1}, {40, 1536, 576, 1}, {1, 1536, 576, 1}, {1, 8, 32, 0}, {5, 40, 96, 1}, {9, 64, 160, 0}, {3, 24, 576, 1}, {17, 16, 64, 1}, {2, 200, 256, 0}};
-    for (size_t ci = 0; ci < N_OF(cases); ci++) {
-        GemmData g;
-        gemm_make(&g, RAD_Q4_1, cases[ci].M, cases[ci].N, cases[ci].K, cases[ci].real);
-        const size_t pb = g_lib->pack_size(g_st[ST_BEST3], RAD_Q4_1, (uint64_t)g.N, (uint64_t)g.K);
-        cr_assert_eq(pb, (size_t)g.N * row_bytes(RAD_Q4_1, (uint64_t)g.K));
-        GemmData gp = g;
-        gp.w = aligned_alloc(64, (pb + 63) / 64 * 64);
-        gp.t = (RadDType)(RAD_Q4_1 | RAD_PACKED);
-        cr_assert_eq(g_lib->pack(g_st[ST_BEST3], RAD_Q4_1, (uint64_t)g.N, (uint64_t)g.K, g.w, row_bytes(RAD_Q4_1, (uint64_t)g.K), gp.w),
-                     RAD_OK);
-        const size_t ny = (size_t)g.M * g.N;
-        float *want = xmalloc(sizeof(float) * ny), *y = xmalloc(sizeof(float) * ny);
-        cr_assert_eq(gemm_run("gemm_nt", "q8act", g_st[ST_GEN1], &g, 0, g.M, want, 0), RAD_OK);
-        /* q8tile too: on AVX-512 VNNI its tiles come from the packed groups (the same bits) */
-        for (int v = 0; v < 2; v++)
-            for (int st = 0; st < N_ST; st++)
-                for (uint32_t thr = 0; thr <= 2; thr += 2) {
-                    const char *var = v ? "q8tile" : "q8act";
-                    char what[128];
-                    snprintf(what, sizeof what, "%s packed M=%d N=%d K=%d, %s, %u threads asked", var, g.M, g.N, g.K, st_name[st], thr);
-                    memset(y, 0x5a, sizeof(float) * ny);
-                    cr_assert_eq(gemm_run("gemm_nt", var, g_st[st], &gp, 0, g.M, y, thr), RAD_OK, "%s", what);
-                    assert_bitwise(y, want, ny, what);
-                    for (int r = 0; r < g.M; r += 4) { /* a row alone: the batch's row */
-                        cr_assert_eq(gemm_run("gemm_nt", var, g_st[st], &gp, r, 1, y, thr), RAD_OK);
-                        assert_bitwise(y, want + (size_t)r * g.N, (size_t)g.N, what);
+    for (size_t e = 0; e < N_OF(enc); e++)
+        for (size_t ci = 0; ci < N_OF(cases); ci++) {
+            const RadDType t = enc[e];
+            const char *en = rad_enc_info((RadEnc)t)->name;
+            GemmData g;
+            gemm_make(&g, t, cases[ci].M, cases[ci].N, cases[ci].K, cases[ci].real);
+            const size_t pb = g_lib->pack_size(g_st[ST_BEST3], t, (uint64_t)g.N, (uint64_t)g.K);
+            cr_assert_eq(pb, (size_t)g.N * row_bytes(t, (uint64_t)g.K), "%s: packed bytes", en);
+            GemmData gp = g;
+            gp.w = aligned_alloc(64, (pb + 63) / 64 * 64);
+            gp.t = (RadDType)(t | RAD_PACKED);
+            cr_assert_eq(g_lib->pack(g_st[ST_BEST3], t, (uint64_t)g.N, (uint64_t)g.K, g.w, row_bytes(t, (uint64_t)g.K), gp.w), RAD_OK);
+            const size_t ny = (size_t)g.M * g.N;
+            float *want = xmalloc(sizeof(float) * ny), *y = xmalloc(sizeof(float) * ny);
+            cr_assert_eq(gemm_run("gemm_nt", "q8act", g_st[ST_GEN1], &g, 0, g.M, want, 0), RAD_OK);
+            /* q8tile too: on AVX-512 VNNI its tiles come from the packed groups (the same bits) */
+            for (int v = 0; v < 2; v++)
+                for (size_t st = 0; st < N_OF(states); st++)
+                    for (uint32_t thr = 0; thr <= 2; thr += 2) {
+                        const char *var = v ? "q8tile" : "q8act";
+                        char what[160];
+                        snprintf(what, sizeof what, "%s packed %s M=%d N=%d K=%d, %s, %u threads asked", var, en, g.M, g.N, g.K, names[st],
+                                 thr);
+                        memset(y, 0x5a, sizeof(float) * ny);
+                        cr_assert_eq(gemm_run("gemm_nt", var, states[st], &gp, 0, g.M, y, thr), RAD_OK, "%s", what);
+                        assert_bitwise(y, want, ny, what);
+                        for (int r = 0; r < g.M; r += 4) { /* a row alone: the batch's row */
+                            cr_assert_eq(gemm_run("gemm_nt", var, states[st], &gp, r, 1, y, thr), RAD_OK);
+                            assert_bitwise(y, want + (size_t)r * g.N, (size_t)g.N, what);
+                        }
                     }
-                }
-        /* refusals: the exact variant, and a packed weight whose rows are not what pack wrote */
-        memset(y, 0x5a, sizeof(float) * ny);
-        cr_assert_eq(gemm_run("gemm_nt", "exact", g_st[ST_BEST3], &gp, 0, g.M, y, 0), RAD_E_SHAPE, "exact takes no packed weight");
-        if (g.N > 8) {
-            GemmData bad = gp;
-            bad.N = g.N - 1;
-            cr_assert_eq(gemm_run("gemm_nt", "q8act", g_st[ST_BEST3], &bad, 0, g.M, y, 0), RAD_E_SHAPE, "N not a multiple of 8");
+            /* refusals: the exact variant, and a packed weight whose rows are not what pack wrote */
+            memset(y, 0x5a, sizeof(float) * ny);
+            cr_assert_eq(gemm_run("gemm_nt", "exact", g_st[ST_BEST3], &gp, 0, g.M, y, 0), RAD_E_SHAPE, "exact takes no packed weight");
+            if (g.N > 8) {
+                GemmData bad = gp;
+                bad.N = g.N - 1;
+                cr_assert_eq(gemm_run("gemm_nt", "q8act", g_st[ST_BEST3], &bad, 0, g.M, y, 0), RAD_E_SHAPE, "N not a multiple of 8");
+            }
+            assert_untouched(y, sizeof(float) * ny, "after refusals");
+            free(gp.w), free(want), free(y);
+            gemm_free(&g);
         }
-        assert_untouched(y, sizeof(float) * ny, "after refusals");
-        free(gp.w), free(want), free(y);
-        gemm_free(&g);
-    }
-    /* gemm_nt3 (q, k, v): packed parts against the chain of packed gemm_nt, M = 1 and 3 */
-    const int N3[3] = {576, 192, 192}, K = 576;
+    g_lib->fini(avx2);
+    /* gemm_nt3 (q, k, v): parts of three encodings, two packed (q5_0, q8_0) beside a stored
+     * q4_k (the quantised rows carry every part's layout), against the chain of gemm_nt */
+    const int N3[3] = {576, 192, 192}, K = 768;
+    const RadDType e3[3] = {RAD_Q5_0, RAD_Q4_K, RAD_Q8_0};
     for (int M = 1; M <= 40; M += M == 1 ? 2 : 37) {
         GemmData p[3];
         void *pw[3];
+        RadDType pt[3];
         float *chain[3], *got[3];
-        const RadDType pt = (RadDType)(RAD_Q4_1 | RAD_PACKED);
         for (int i = 0; i < 3; i++) {
-            gemm_make(&p[i], RAD_Q4_1, M, N3[i], K, 1);
-            pw[i] = aligned_alloc(64, g_lib->pack_size(NULL, RAD_Q4_1, (uint64_t)N3[i], K));
-            cr_assert_eq(g_lib->pack(NULL, RAD_Q4_1, (uint64_t)N3[i], K, p[i].w, row_bytes(RAD_Q4_1, K), pw[i]), RAD_OK);
+            gemm_make(&p[i], e3[i], M, N3[i], K, 1);
+            const size_t pb = g_lib->pack_size(NULL, e3[i], (uint64_t)N3[i], K);
+            pw[i] = pb ? aligned_alloc(64, pb) : NULL;
+            pt[i] = pb ? (RadDType)(e3[i] | RAD_PACKED) : e3[i];
+            if (pb) cr_assert_eq(g_lib->pack(NULL, e3[i], (uint64_t)N3[i], K, p[i].w, row_bytes(e3[i], K), pw[i]), RAD_OK);
             chain[i] = xmalloc(sizeof(float) * (size_t)M * N3[i]);
             got[i] = xmalloc(sizeof(float) * (size_t)M * N3[i]);
         }
+        cr_assert(!pw[1] && pw[0] && pw[2], "q4_k stays stored; q5_0, q8_0 are packed");
         RadParam prm[] = {RAD_RANGE("M", 1, 64), RAD_INT("N0", N3[0]), RAD_INT("N1", N3[1]), RAD_INT("N2", N3[2]), RAD_INT("K", K)};
         for (int st = 0; st < N_ST; st++) {
             RadKArg a[7];
             for (int i = 0; i < 3; i++) {
                 GemmData gi = p[i];
-                gi.x = p[0].x, gi.xs = p[0].xs, gi.w = pw[i], gi.t = pt;
+                gi.x = p[0].x, gi.xs = p[0].xs, gi.w = pw[i] ? pw[i] : p[i].w, gi.t = pt[i];
                 cr_assert_eq(gemm_run("gemm_nt", "q8act", g_st[st], &gi, 0, M, chain[i], 0), RAD_OK);
-                a[i] = weight(pw[i], pt, (uint64_t)N3[i], K);
+                a[i] = weight(gi.w, pt[i], (uint64_t)N3[i], K);
                 a[4 + i] = fbuf(got[i], (uint64_t)M, (uint64_t)N3[i]);
             }
             a[3] = fbuf_s(p[0].x, (uint64_t)M, K, (uint64_t)p[0].xs);

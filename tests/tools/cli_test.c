@@ -452,6 +452,49 @@ Test(cli, radiance_one_shot_stops_at_the_first_failed_write) {
     expect(&r, 1, need, "radiance -p to a closed pipe");
 }
 
+/* Reads the ids --print-ids wrote to path (one a line): their count, the first max into ids. */
+static int read_ids(const char *path, int *ids, int max) {
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s", path);
+    int n = 0, v;
+    while (fscanf(f, "%d", &v) == 1) {
+        if (n < max) ids[n] = v;
+        n++;
+    }
+    fclose(f);
+    return n;
+}
+
+/* --ignore-eos (a benchmark's tg128, as llama-bench): a prompt whose greedy continuation ends
+ * at EOS after a few tokens goes on to exactly -n tokens, the EOS among them, the same tokens
+ * before it. */
+Test(cli, radiance_ignore_eos_generates_exactly_n) {
+    char m[300], o1[300], o2[300];
+    snprintf(m, sizeof m, "%s/m.rad", dir);
+    snprintf(o1, sizeof o1, "%s/ids1", dir);
+    snprintf(o2, sizeof o2, "%s/ids2", dir);
+    for (int i = 0; i < 2; i++) { /* run() writes stdout into an existing file */
+        FILE *f = fopen(i ? o2 : o1, "w");
+        cr_assert_not_null(f);
+        fclose(f);
+    }
+    const char *conv[] = {bin("rad-convert"), GGUF, "-o", m, NULL};
+    Run r = run(conv, NULL, NULL);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    const char *a[] = {bin("radiance"), "--model", m, "--ids", "27690", "-n", "64", "--temp", "0", "--print-ids", NULL};
+    r = run(a, NULL, o1);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    const char *b[] = {bin("radiance"), "--model", m, "--ids", "27690", "-n", "64", "--temp", "0", "--print-ids", "--ignore-eos", NULL};
+    r = run(b, NULL, o2);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    int x[64], y[64];
+    const int n1 = read_ids(o1, x, 64), n2 = read_ids(o2, y, 64);
+    cr_assert(n1 < 64, "the prompt's continuation should end at EOS before 64 tokens (it gave %d)", n1);
+    cr_assert_eq(n2, 64, "--ignore-eos: %d tokens, not -n 64", n2);
+    for (int i = 0; i < n1; i++) cr_assert_eq(y[i], x[i], "token %d: %d with --ignore-eos, %d without", i, y[i], x[i]);
+    cr_assert_eq(y[n1], 2, "token %d: %d, not SmolLM2's EOS (2)", n1, y[n1]);
+}
+
 Test(cli, rad_convert_to_a_closed_pipe_is_an_error) {
     int pp[2];
     cr_assert_eq(pipe(pp), 0);

@@ -48,6 +48,7 @@ static void usage(FILE *f) {
             "  --tune FILE        a kernel tuning table (docs/TUNE.md); --tune-ignore-mismatch: warn, not refuse\n"
             "  --ids 1,2,3        the prompt as token ids instead of -p text\n"
             "  --print-ids        print generated token ids (one per line) instead of text\n"
+            "  --ignore-eos       one-shot: EOS/EOT do not end generation (exactly -n tokens, as llama-bench)\n"
             "  --deterministic    batch-invariant kernels first\n"
             "  --profile          at exit, time per op and kernel a step (one-shot and chat)\n"
             "  --mmap             kernels read the weights in the file's mapping (no copy: less memory\n"
@@ -55,7 +56,7 @@ static void usage(FILE *f) {
             "  --no-verify        skip the weights' checksums at load; default: every plane read is verified\n"
             "                     as it is copied, and a mismatch is refused naming the tensor\n"
             "  --no-repack        keep every weight in its stored layout; default: a kernel library may\n"
-            "                     pack the weights only it reads (libref: q4_1 under --fast) at load\n"
+            "                     pack the weights only it reads (libref: q4/q5/q8_0 under --fast) at load\n"
             "  --fast             allow kernels within 2e-2 of the reference (quantised GEMMs quantise\n"
             "                     activations to q8, as llama.cpp does); default: within 1e-3\n"
             "  --max-tolerance T  allow kernels whose stated tolerance is within T (--fast is 2e-2)\n"
@@ -105,7 +106,7 @@ static int parse_ids(const char *what, const char *s, int32_t **ids, size_t *n, 
 static int parse_args(int argc, char **argv, Opts *o) {
     enum { TEMP = 256, TOPK, TOPP, MINP, REP, PRES, FREQ, SEED, THREADS, CTX, BATCH, KERNELS, PDIR, IDS, TOKENIZE,
            DETOK, CHAT, DGRAPH, DPLACE, PIDS, DET, FAST, HOST, PORT, APIKEY, SNAME, MAXBODY, MAXHDR, MAXCONNS,
-           IDLE, MAXSEQS, MAXMIXED, MAXQUEUE, NOPREFIX, DRAIN, KVBLOCKS, PROFILE, MMAPW, KVTYPE, NOREPACK, NOVERIFY, CHATSPECIAL, HDRTIME, BODYTIME, DEFMAXTOK, TUNE, TUNEIGN, MAXTOL, KVCDT, CVEC, TPSPLIT, STATEDT, KVRES };
+           IDLE, MAXSEQS, MAXMIXED, MAXQUEUE, NOPREFIX, DRAIN, KVBLOCKS, PROFILE, MMAPW, KVTYPE, NOREPACK, NOVERIFY, CHATSPECIAL, HDRTIME, BODYTIME, DEFMAXTOK, TUNE, TUNEIGN, MAXTOL, KVCDT, CVEC, TPSPLIT, STATEDT, KVRES, IGNEOS };
     static const struct option lo[] = {
         {"model", required_argument, 0, 'm'}, {"prompt", required_argument, 0, 'p'}, {"temp", required_argument, 0, TEMP},
         {"top-k", required_argument, 0, TOPK}, {"top-p", required_argument, 0, TOPP}, {"min-p", required_argument, 0, MINP},
@@ -117,6 +118,7 @@ static int parse_args(int argc, char **argv, Opts *o) {
         {"tokenize", no_argument, 0, TOKENIZE}, {"detokenize", no_argument, 0, DETOK}, {"chat", no_argument, 0, CHAT},
         {"chat-special-tokens", no_argument, 0, CHATSPECIAL},
         {"debug-graph", no_argument, 0, DGRAPH}, {"debug-placement", no_argument, 0, DPLACE}, {"print-ids", no_argument, 0, PIDS},
+        {"ignore-eos", no_argument, 0, IGNEOS},
         {"deterministic", no_argument, 0, DET}, {"fast", no_argument, 0, FAST}, {"max-tolerance", required_argument, 0, MAXTOL}, {"profile", no_argument, 0, PROFILE}, {"mmap", no_argument, 0, MMAPW}, {"no-repack", no_argument, 0, NOREPACK}, {"no-verify", no_argument, 0, NOVERIFY}, {"kv-type", required_argument, 0, KVTYPE}, {"help", no_argument, 0, 'h'},
         {"kv-cache-dtype", required_argument, 0, KVCDT}, {"control-vector", required_argument, 0, CVEC},
         {"tp-attn-split", required_argument, 0, TPSPLIT}, {"state-cache-dtype", required_argument, 0, STATEDT},
@@ -196,6 +198,7 @@ static int parse_args(int argc, char **argv, Opts *o) {
         case DGRAPH: o->debug_graph = 1; break;
         case DPLACE: o->debug_placement = 1; break;
         case PIDS: o->print_ids = 1; break;
+        case IGNEOS: o->ignore_eos = 1; break;
         case DET: o->deterministic = 1; break;
         case FAST: o->fast = 1; break;
         case MAXTOL: if (!parse_num("--max-tolerance", optarg, 1e-9, 1, 0, &v)) return 2; o->max_tolerance = v; break;
@@ -342,11 +345,12 @@ static void gen_sink(void *user, const RadGenEvent *ev) {
  * one request, the scheduler's loop run until it is done. stop_ids end it (--chat's turn end);
  * the reply's text is kept in `text` when given. n_predict is cut to the context's room. */
 static int generate(RadSched *sched, const RadSamplerParams *sp, const int32_t *ids, size_t n, int n_predict,
-                    const int32_t *stop_ids, uint32_t n_stop_ids, int print_ids, RadBuf *text, GenStats *st,
+                    const int32_t *stop_ids, uint32_t n_stop_ids, int print_ids, int ignore_eos, RadBuf *text, GenStats *st,
                     RadErr *e) {
     uint32_t max_ctx = rad_sched_max_ctx(sched);
     uint32_t room = n < max_ctx ? max_ctx - (uint32_t)n : 0;
     RadGenReq r = {.prompt = ids, .n_prompt = (uint32_t)n, .sp = *sp, .stop_ids = stop_ids, .n_stop_ids = n_stop_ids,
+                   .ignore_eos = ignore_eos,
                    /* -n 0 computes the prompt all the same: one token, dropped */
                    .max_tokens = n_predict == 0 ? 1 : (uint32_t)n_predict < room ? (uint32_t)n_predict : room};
     if (!r.max_tokens) r.max_tokens = 1; /* no room at all: the scheduler says why */
@@ -465,7 +469,7 @@ static int run_chat(RadEngine *en, RadSched *sched, const RadTok *tok, Opts *o, 
         rc = rad_buf_put(&reply, "", 0, e);
         RadSamplerParams sp = o->sp;
         sp.seed += turn++;
-        if (!rc) rc = generate(sched, &sp, ids, n, o->n_predict, stop_ids, n_stop_ids, 0, &reply, st, e);
+        if (!rc) rc = generate(sched, &sp, ids, n, o->n_predict, stop_ids, n_stop_ids, 0, 0, &reply, st, e);
         free(ids);
         if (!rc) {
             printf("\n");
@@ -562,7 +566,7 @@ int main(int argc, char **argv) {
                 rc = rad_err_set(&e, RAD_E_ARG, "--ids: token %d outside the vocabulary (%u)", ids[i], rad_tok_n_vocab(tok));
         if (!rc) {
             if (o.prompt && !o.print_ids) fputs(o.prompt, stdout);
-            rc = generate(sched, &o.sp, ids, n_prompt, o.n_predict, NULL, 0, o.print_ids, NULL, &st, &e);
+            rc = generate(sched, &o.sp, ids, n_prompt, o.n_predict, NULL, 0, o.print_ids, o.ignore_eos, NULL, &st, &e);
             if (!o.print_ids) printf("\n");
         }
         free(ids);
