@@ -238,25 +238,24 @@ REF_VNNI static void tile_codes(const RefTileArgs *g, RadDType e, int64_t n0, in
 REF_VNNI static void tile_fill_x8(const RefTileArgs *g, RadDType e, int64_t n0, int nc, const Tile *t) {
     const int64_t nb = g->K / 32;
     const RefX8Fmt f = ref_x8_fmt(e);
-    const int bb = f.bb, hm = f.m, bo = f.bo, co = f.co;
     const __m256i m4 = _mm256_set1_epi8(0x0f), b5 = _mm256_set1_epi8(0x10), s8 = _mm256_set1_epi8((char)0x80);
     for (int h = 0; h < TC / 8; h++) {
         const int on = 8 * h < nc;
         const uint8_t *wg = on ? ref_wrow(g->w, (uint64_t)(n0 + 8 * h)) : NULL;
         for (int64_t b = 0; b < nb; b++) {
-            const uint8_t *blk = on ? wg + 8 * bb * b : NULL;
+            const uint8_t *blk = on ? wg + 8 * f.bb * b : NULL;
             uint8_t *o = t->codes + (size_t)b * TB + 32 * h;
 #define LD(p) (on ? _mm256_loadu_si256((const __m256i *)(const void *)(p)) : _mm256_setzero_si256())
 #define PUT(k, v) _mm256_storeu_si256((__m256i *)(void *)(o + 64 * (k)), (v))
             if (e == RAD_Q8_0) {
-                for (int k = 0; k < 8; k++) PUT(k, on ? _mm256_xor_si256(LD(blk + co + 32 * k), s8) : _mm256_setzero_si256());
+                for (int k = 0; k < 8; k++) PUT(k, on ? _mm256_xor_si256(LD(blk + f.co + 32 * k), s8) : _mm256_setzero_si256());
             } else {
                 for (int k = 0; k < 4; k++) {
-                    const __m256i v = LD(blk + co + 32 * k);
+                    const __m256i v = LD(blk + f.co + 32 * k);
                     __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-                    if (on && bo >= 0) {
-                        lo = _mm256_mask_add_epi8(lo, _cvtu32_mask32(ref_rd32(blk + bo + 8 * k)), lo, b5);
-                        hi = _mm256_mask_add_epi8(hi, _cvtu32_mask32(ref_rd32(blk + bo + 8 * k + 4)), hi, b5);
+                    if (on && f.bo >= 0) {
+                        lo = _mm256_mask_add_epi8(lo, _cvtu32_mask32(ref_rd32(blk + f.bo + 8 * k)), lo, b5);
+                        hi = _mm256_mask_add_epi8(hi, _cvtu32_mask32(ref_rd32(blk + f.bo + 8 * k + 4)), hi, b5);
                     }
                     PUT(k, lo);
                     PUT(k + 4, hi);
@@ -265,7 +264,7 @@ REF_VNNI static void tile_fill_x8(const RefTileArgs *g, RadDType e, int64_t n0, 
 #undef LD
 #undef PUT
             const __m256 d = on ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)blk)) : _mm256_setzero_ps();
-            const __m256 m = on && hm ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(blk + 16))) : _mm256_setzero_ps();
+            const __m256 m = on && f.m ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(blk + 16))) : _mm256_setzero_ps();
             _mm256_storeu_ps(t->a + b * TC + 8 * h, d);
             _mm256_storeu_ps(t->m + b * TC + 8 * h, m);
         }

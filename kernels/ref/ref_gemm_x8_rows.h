@@ -23,9 +23,15 @@ X8_ATTR REF_INLINE void X8_ROWS_FN(const int RM, const RadDType E, const uint8_t
     for (int64_t b = 0; b < nb; b++, wg += bl) {
         if (pf)
             for (int o = 0; o < bl; o += 64) _mm_prefetch(pf + (int64_t)bl * b + o, _MM_HINT_T0);
-        __m256i s[4], p[4], p2[4]; /* VNNI: two sums a row (low and high nibbles; q8_0's even and odd chunks) */
+#if X8_VNNI
+        __m256i p[4], p2[4]; /* two sums a row (low and high nibbles; q8_0's even and odd chunks) */
 #pragma GCC unroll 4
-        for (int r = 0; r < RM; r++) s[r] = p[r] = p2[r] = _mm256_setzero_si256();
+        for (int r = 0; r < RM; r++) p[r] = p2[r] = _mm256_setzero_si256();
+#else
+        __m256i s[4], p[4]; /* the i32 sums, the i16 ones not yet joined */
+#pragma GCC unroll 4
+        for (int r = 0; r < RM; r++) s[r] = p[r] = _mm256_setzero_si256();
+#endif
 #pragma GCC unroll 8
         for (int c = 0; c < f.nch; c++) {
             const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(wg + f.co + 32 * c));
@@ -81,10 +87,8 @@ X8_ATTR REF_INLINE void X8_ROWS_FN(const int RM, const RadDType E, const uint8_t
         for (int r = 0; r < RM; r++) {
 #if X8_VNNI
             __m256i si = _mm256_add_epi32(p[r], p2[r]);
-            (void)s[r];
 #else
             __m256i si = s[r];
-            (void)p2[r];
 #endif
             if (f.z) si = _mm256_sub_epi32(si, _mm256_set1_epi32(f.z * x[r].isum[b]));
             const __m256 sc = _mm256_mul_ps(d, _mm256_set1_ps(x[r].ds[2 * b]));
