@@ -128,9 +128,10 @@ static inline uint64_t ref_row_bytes(RadDType e, uint64_t cols) {
 }
 /* In a kernel's `encs`: it also reads libref's packed layouts (ref_gemm_x8.c; RAD_PACKED). */
 #define REF_TAKES_PACKED ((uint64_t)1 << 63)
-/* The encodings libref packs at load (RadKernelLib.pack): the 32-element block formats. */
+/* The encodings libref packs at load (RadKernelLib.pack): the 32-element block formats
+ * (ref_gemm_x8.c) and q4_k (ref_gemm_x8k.c). */
 #define REF_ENCS_PACKED (RAD_ENC_BIT(RAD_ENC_Q4_0) | RAD_ENC_BIT(RAD_ENC_Q4_1) | RAD_ENC_BIT(RAD_ENC_Q5_0) | \
-                         RAD_ENC_BIT(RAD_ENC_Q5_1) | RAD_ENC_BIT(RAD_ENC_Q8_0))
+                         RAD_ENC_BIT(RAD_ENC_Q5_1) | RAD_ENC_BIT(RAD_ENC_Q8_0) | RAD_ENC_BIT(RAD_ENC_Q4_K))
 size_t ref_pack_size(void *state, RadDType enc, uint64_t rows, uint64_t cols);
 int ref_pack(void *state, RadDType enc, uint64_t rows, uint64_t cols, const void *src, uint64_t src_row_stride, void *dst);
 /* A weight [rows, cols] in an encoding of `encs`, rows whole blocks apart; packed (dtype |

@@ -136,11 +136,34 @@ static inline RefX8Fmt ref_x8_fmt(RadDType e) {
     return f;
 }
 
-/* The packed layouts (ref_gemm_x8.c; q4_0, q4_1, q5_0, q5_1, q8_0, e without RAD_PACKED): one
+/* The packed layouts (ref_gemm_x8.c; q4_0, q4_1, q5_0, q5_1, q8_0, e without RAD_PACKED; q4_k
+ * goes to ref_x8k_dot): one
  * group of eight weight rows at wg against the rm quantised rows x[0 .. rm) (their (d, s) pairs;
  * q4_0 and q5_0 their integer sums too): out[8 r + j] for row j of the group. pf (or NULL): the
  * group's bytes are prefetched that far ahead as they are read. */
 void ref_x8_dot(int isa, RadDType e, const uint8_t *wg, int rm, const RefQRow *x, int64_t K, float *out, const uint8_t *pf);
+
+/* The packed q4_k layout (ref_gemm_x8k.c; "x8k": groups of 8 rows, K % 256 == 0): its bytes
+ * (0: not packed there; below AVX-512 VNNI a state keeps q4_k stored), its pack, and one group
+ * at wg against rm quantised rows (their d[], s[]): out[8 r + j], as ref_x8_dot. */
+size_t ref_x8k_pack_size(void *state, RadDType enc, uint64_t rows, uint64_t cols);
+int ref_x8k_pack(void *state, RadDType enc, uint64_t rows, uint64_t cols, const void *src, uint64_t src_row_stride, void *dst);
+void ref_x8k_dot(int isa, const uint8_t *wg, int rm, const RefQRow *x, int64_t K, float *out, const uint8_t *pf);
+#if REF_X86
+/* A packed q4_k super-block's 96 scale bytes (at wg + 32) as 6-bit values: sc[8i + j], mn[8i + j]
+ * are sub-block i's scale and min of row j (ref_scale_min_k4's, for eight rows at once). */
+REF_AVX2 REF_INLINE void ref_x8k_scales(const uint8_t *s, uint8_t sc[64], uint8_t mn[64]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m6 = _mm256_set1_epi8(0x3f), m30 = _mm256_set1_epi8(0x30);
+    const __m256i a = _mm256_loadu_si256((const __m256i *)(const void *)s);        /* bytes 0-3: sc 0-3, top bits of sc 4-7 */
+    const __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)(s + 32)); /* bytes 4-7: mn 0-3, top bits of mn 4-7 */
+    const __m256i c = _mm256_loadu_si256((const __m256i *)(const void *)(s + 64)); /* bytes 8-11: low bits of sc 4-7 | mn 4-7 */
+    _mm256_storeu_si256((__m256i *)(void *)sc, _mm256_and_si256(a, m6));
+    _mm256_storeu_si256((__m256i *)(void *)(sc + 32), _mm256_or_si256(_mm256_and_si256(c, m4), _mm256_and_si256(_mm256_srli_epi16(a, 2), m30)));
+    _mm256_storeu_si256((__m256i *)(void *)mn, _mm256_and_si256(b, m6));
+    _mm256_storeu_si256((__m256i *)(void *)(mn + 32),
+                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), m4), _mm256_and_si256(_mm256_srli_epi16(b, 2), m30)));
+}
+#endif
 
 /* The tiled many-row path (ref_gemm_tile.c): rows [0, M) of x (row(rows, i)) against weight
  * columns [c0, c1) of w (unpacked, one of REF_ENCS_Q8ACT), into y. Each output is the portable

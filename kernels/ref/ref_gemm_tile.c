@@ -271,11 +271,48 @@ REF_VNNI static void tile_fill_x8(const RefTileArgs *g, RadDType e, int64_t n0, 
     }
 }
 
+/* Packed q4_k (ref_gemm_x8k.c's layout): a group's code chunk 8p + c is 8 columns' stored bytes
+ * 4c..4c+3 of span p, so its low nibbles are tile chunk c of sub-block 2p and its high ones of
+ * 2p + 1; the scales decode eight columns at a time. The tile unpack_col writes. */
+REF_VNNI static void tile_fill_x8k(const RefTileArgs *g, int64_t n0, int nc, const Tile *t) {
+    const int64_t ns = g->K / 256;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    for (int h = 0; h < TC / 8; h++) {
+        const int on = 8 * h < nc;
+        const uint8_t *wg = on ? ref_wrow(g->w, (uint64_t)(n0 + 8 * h)) : NULL;
+        for (int64_t s = 0; s < ns; s++) {
+            const uint8_t *sb = on ? wg + 8 * 144 * s : NULL;
+            _Alignas(32) uint8_t sc[64], mn[64];
+            if (on) ref_x8k_scales(sb + 32, sc, mn);
+            else memset(sc, 0, sizeof sc), memset(mn, 0, sizeof mn);
+            for (int p = 0; p < 4; p++) {
+                uint8_t *o = t->codes + (size_t)(8 * s + 2 * p) * TB + 32 * h;
+                for (int c = 0; c < 8; c++) {
+                    const __m256i v = on ? _mm256_loadu_si256((const __m256i *)(const void *)(sb + 128 + 32 * (8 * p + c))) : _mm256_setzero_si256();
+                    _mm256_storeu_si256((__m256i *)(void *)(o + 64 * c), _mm256_and_si256(v, m4));
+                    _mm256_storeu_si256((__m256i *)(void *)(o + TB + 64 * c), _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+                }
+            }
+            for (int i = 0; i < 8; i++) {
+                const __m128i sci = _mm_loadl_epi64((const __m128i *)(const void *)(sc + 8 * i));
+                const __m128i mni = _mm_loadl_epi64((const __m128i *)(const void *)(mn + 8 * i));
+                _mm256_storeu_si256((__m256i *)(void *)(t->sc + (8 * s + i) * TC + 8 * h), _mm256_cvtepu8_epi32(sci));
+                _mm256_storeu_ps(t->m + (8 * s + i) * TC + 8 * h, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(mni)));
+            }
+            const __m256 d = on ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)sb)) : _mm256_setzero_ps();
+            const __m256 dm = on ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(sb + 16))) : _mm256_setzero_ps();
+            _mm256_storeu_ps(t->D + s * TC + 8 * h, d);
+            _mm256_storeu_ps(t->Dm + s * TC + 8 * h, dm);
+        }
+    }
+}
+
 /* The tile of weight rows [n0, n0 + nc) (nc <= TC; the other columns are zero). */
 static void tile_fill(const RefTileArgs *g, RadDType e, int64_t n0, int nc, const Tile *t) {
     const int64_t nb = g->K / 32;
     if (g->w->dtype & RAD_PACKED) {
-        tile_fill_x8(g, e, n0, nc, t);
+        if (e == RAD_Q4_K) tile_fill_x8k(g, n0, nc, t);
+        else tile_fill_x8(g, e, n0, nc, t);
         return;
     }
     /* gathers take 32-bit offsets: column 15's start must fit */

@@ -30,6 +30,7 @@
 
 size_t ref_pack_size(void *state, RadDType enc, uint64_t rows, uint64_t cols) {
     (void)state;
+    if (enc == RAD_Q4_K) return ref_x8k_pack_size(state, enc, rows, cols);
     const RefX8Fmt f = ref_x8_fmt(enc);
     if (!f.bb || !(REF_ENCS_PACKED & RAD_ENC_BIT(enc)) || rows == 0 || rows % X8_ROWS || cols == 0 || cols % 32) return 0;
     return (size_t)(rows * (cols / 32) * (uint64_t)f.bb);
@@ -40,6 +41,7 @@ static void put32(uint8_t *p, uint32_t v) {
 }
 
 int ref_pack(void *state, RadDType enc, uint64_t rows, uint64_t cols, const void *src, uint64_t src_row_stride, void *dst) {
+    if (enc == RAD_Q4_K) return ref_x8k_pack(state, enc, rows, cols, src, src_row_stride, dst);
     const uint64_t nb = cols / 32;
     const RefX8Fmt f = ref_x8_fmt(enc);
     if (!ref_pack_size(state, enc, rows, cols) || !src || !dst || src_row_stride < nb * (uint64_t)f.bb) return RAD_E_ARG;
@@ -150,6 +152,10 @@ static const x8_fn x8_fns[2][5][2] = {X8_FNS(avx2), X8_FNS(vnni)};
 #endif
 
 void ref_x8_dot(int isa, RadDType e, const uint8_t *wg, int rm, const RefQRow *x, int64_t K, float *out, const uint8_t *pf) {
+    if (e == RAD_Q4_K) {
+        ref_x8k_dot(isa, wg, rm, x, K, out, pf);
+        return;
+    }
     const int64_t nb = K / 32;
 #if REF_X86
     const int ei = e == RAD_Q4_0 ? 0 : e == RAD_Q4_1 ? 1 : e == RAD_Q5_0 ? 2 : e == RAD_Q5_1 ? 3 : 4;

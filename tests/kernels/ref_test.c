@@ -942,37 +942,50 @@ Test(ref, decode_from_both_ends_equals_halves) {
     g_lib->fini(ends);
 }
 
-/* libref packs the 32-element block formats at load, eight rows interleaved (ref_gemm_x8.c): the
- * q8act GEMMs reading the packed layout give, in every state (AVX-512 VNNI, AVX2, portable),
- * thread count and batch, the bits of the portable dot on the stored layout; gemm_nt3's packed
- * parts equal the chain; the exact variant and odd shapes refuse a packed weight, writing
- * nothing. */
+/* libref packs the 32-element block formats at load, eight rows interleaved (ref_gemm_x8.c), and
+ * q4_k at the AVX-512 VNNI level (ref_gemm_x8k.c): the q8act GEMMs reading the packed layout
+ * give, in every state (AVX-512 VNNI, AVX2, portable), thread count and batch, the bits of the
+ * portable dot on the stored layout; gemm_nt3's packed parts equal the chain; the exact variant
+ * and odd shapes refuse a packed weight, writing nothing. */
 Test(ref, packed_equals_the_stored_layout_portable) {
     cr_assert(g_lib->struct_size >= offsetof(RadKernelLib, pack) + sizeof g_lib->pack && g_lib->pack_size && g_lib->pack);
-    static const RadDType enc[] = {RAD_Q4_1, RAD_Q4_0, RAD_Q5_0, RAD_Q5_1, RAD_Q8_0};
+    static const RadDType enc[] = {RAD_Q4_1, RAD_Q4_0, RAD_Q5_0, RAD_Q5_1, RAD_Q8_0, RAD_Q4_K};
     for (size_t e = 0; e < N_OF(enc); e++)
         cr_assert(find("gemm_nt", "q8act")->packed_encs & RAD_ENC_BIT((RadEnc)enc[e]));
     cr_assert_eq(find("gemm_nt", "exact")->packed_encs, 0);
     cr_assert_eq(g_lib->pack_size(g_st[ST_BEST3], RAD_Q4_1, 12, 64), 0, "rows not a multiple of 8: stored layout");
-    cr_assert_eq(g_lib->pack_size(g_st[ST_BEST3], RAD_Q4_K, 16, 256), 0, "q4_k: stored layout");
     cr_assert_eq(g_lib->pack_size(g_st[ST_BEST3], RAD_Q4_1, 16, 64), 16 * 2 * 20);
+    cr_assert_eq(g_lib->pack_size(g_st[ST_BEST3], RAD_Q5_K, 16, 256), 0, "q5_k: stored layout");
+    cr_assert_eq(g_lib->pack_size(g_st[ST_BEST3], RAD_Q6_K, 16, 256), 0, "q6_k: stored layout");
     void *avx2 = init_state("avx2", 3, 1);
+    /* q4_k: packed by a state at the avx512 level (below it the stored layout's AVX2 dot is the
+     * faster one), 256 columns a super-block; every state reads a packed q4_k weight */
+    cr_assert_eq(g_lib->pack_size(g_st[ST_BEST3], RAD_Q4_K, 16, 512), cpu_has_vnni() ? (size_t)16 * 2 * 144 : 0);
+    cr_assert_eq(g_lib->pack_size(avx2, RAD_Q4_K, 16, 512), 0, "q4_k at avx2: stored layout");
+    cr_assert_eq(g_lib->pack_size(g_st[ST_GEN3], RAD_Q4_K, 16, 512), 0, "q4_k portable: stored layout");
+    cr_assert_eq(g_lib->pack_size(NULL, RAD_Q4_K, 16, 512), (size_t)16 * 2 * 144);
+    cr_assert_eq(g_lib->pack_size(NULL, RAD_Q4_K, 12, 512), 0, "q4_k rows not a multiple of 8");
+    cr_assert_eq(g_lib->pack_size(NULL, RAD_Q4_K, 16, 384), 0, "q4_k columns not whole super-blocks");
     void *const states[] = {g_st[ST_BEST3], g_st[ST_BEST1], avx2, g_st[ST_GEN3], g_st[ST_GEN1]};
     static const char *const names[] = {"best/3 threads", "best/1 thread", "avx2/3 threads", "generic/3 threads", "generic/1 thread"};
     static const struct { int M, N, K, real; } cases[] = {
         {40, 576, 576, 1}, {40, 1536, 576, 1}, {1, 1536, 576, 1}, {1, 8, 32, 0}, {5, 40, 96, 1}, {9, 64, 160, 0}, {3, 24, 576, 1}, {17, 16, 64, 1}, {2, 200, 256, 0}};
+    /* q4_k's: K whole super-blocks */
+    static const struct { int M, N, K, real; } kcases[] = {
+        {40, 256, 1536, 1}, {1, 1536, 512, 1}, {1, 8, 256, 0}, {5, 40, 768, 1}, {9, 64, 256, 0}, {3, 24, 1024, 1}, {17, 16, 512, 1}, {2, 200, 256, 0}, {1, 200, 2304, 1}};
     for (size_t e = 0; e < N_OF(enc); e++)
-        for (size_t ci = 0; ci < N_OF(cases); ci++) {
+        for (size_t ci = 0; ci < (enc[e] == RAD_Q4_K ? N_OF(kcases) : N_OF(cases)); ci++) {
             const RadDType t = enc[e];
             const char *en = rad_enc_info((RadEnc)t)->name;
             GemmData g;
-            gemm_make(&g, t, cases[ci].M, cases[ci].N, cases[ci].K, cases[ci].real);
-            const size_t pb = g_lib->pack_size(g_st[ST_BEST3], t, (uint64_t)g.N, (uint64_t)g.K);
+            if (t == RAD_Q4_K) gemm_make(&g, t, kcases[ci].M, kcases[ci].N, kcases[ci].K, kcases[ci].real);
+            else gemm_make(&g, t, cases[ci].M, cases[ci].N, cases[ci].K, cases[ci].real);
+            const size_t pb = g_lib->pack_size(NULL, t, (uint64_t)g.N, (uint64_t)g.K);
             cr_assert_eq(pb, (size_t)g.N * row_bytes(t, (uint64_t)g.K), "%s: packed bytes", en);
             GemmData gp = g;
             gp.w = aligned_alloc(64, (pb + 63) / 64 * 64);
             gp.t = (RadDType)(t | RAD_PACKED);
-            cr_assert_eq(g_lib->pack(g_st[ST_BEST3], t, (uint64_t)g.N, (uint64_t)g.K, g.w, row_bytes(t, (uint64_t)g.K), gp.w), RAD_OK);
+            cr_assert_eq(g_lib->pack(NULL, t, (uint64_t)g.N, (uint64_t)g.K, g.w, row_bytes(t, (uint64_t)g.K), gp.w), RAD_OK);
             const size_t ny = (size_t)g.M * g.N;
             float *want = xmalloc(sizeof(float) * ny), *y = xmalloc(sizeof(float) * ny);
             cr_assert_eq(gemm_run("gemm_nt", "q8act", g_st[ST_GEN1], &g, 0, g.M, want, 0), RAD_OK);
@@ -1005,11 +1018,12 @@ Test(ref, packed_equals_the_stored_layout_portable) {
             gemm_free(&g);
         }
     g_lib->fini(avx2);
-    /* gemm_nt3 (q, k, v): parts of three encodings, two packed (q5_0, q8_0) beside a stored
-     * q4_k (the quantised rows carry every part's layout), against the chain of gemm_nt */
+    /* gemm_nt3 (q, k, v): parts of three encodings, two packed (q5_0 or q4_k, and q8_0) beside a
+     * stored q6_k (the quantised rows carry every part's layout), against the chain of gemm_nt */
     const int N3[3] = {576, 192, 192}, K = 768;
-    const RadDType e3[3] = {RAD_Q5_0, RAD_Q4_K, RAD_Q8_0};
+    for (int cfg = 0; cfg < 2; cfg++)
     for (int M = 1; M <= 40; M += M == 1 ? 2 : 37) {
+        const RadDType e3[3] = {cfg ? RAD_Q4_K : RAD_Q5_0, RAD_Q6_K, RAD_Q8_0};
         GemmData p[3];
         void *pw[3];
         RadDType pt[3];
@@ -1023,7 +1037,7 @@ Test(ref, packed_equals_the_stored_layout_portable) {
             chain[i] = xmalloc(sizeof(float) * (size_t)M * N3[i]);
             got[i] = xmalloc(sizeof(float) * (size_t)M * N3[i]);
         }
-        cr_assert(!pw[1] && pw[0] && pw[2], "q4_k stays stored; q5_0, q8_0 are packed");
+        cr_assert(!pw[1] && pw[0] && pw[2], "q6_k stays stored; q5_0 or q4_k, and q8_0 are packed");
         RadParam prm[] = {RAD_RANGE("M", 1, 64), RAD_INT("N0", N3[0]), RAD_INT("N1", N3[1]), RAD_INT("N2", N3[2]), RAD_INT("K", K)};
         for (int st = 0; st < N_ST; st++) {
             RadKArg a[7];
