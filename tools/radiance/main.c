@@ -56,7 +56,7 @@ static void usage(FILE *f) {
             "  --no-verify        skip the weights' checksums at load; default: every plane read is verified\n"
             "                     as it is copied, and a mismatch is refused naming the tensor\n"
             "  --no-repack        keep every weight in its stored layout; default: a kernel library may\n"
-            "                     pack the weights only it reads (libref: q4/q5/q8_0 under --fast) at load\n"
+            "                     pack the weights only it reads (libref: q4/q5/q8_0, q4_k, under --fast) at load\n"
             "  --fast             allow kernels within 2e-2 of the reference (quantised GEMMs quantise\n"
             "                     activations to q8, as llama.cpp does); default: within 1e-3\n"
             "  --max-tolerance T  allow kernels whose stated tolerance is within T (--fast is 2e-2)\n"
