@@ -103,8 +103,6 @@ REF_X8K_VNNI REF_INLINE void x8k_rows_vnni(const int RM, const uint8_t *wg, cons
 #pragma GCC unroll 4
     for (int r = 0; r < RM; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t s = 0; s < ns; s++, wg += X8K_SB) {
-        if (pf)
-            for (int o = 0; o < X8K_SB; o += 64) _mm_prefetch(pf + (int64_t)X8K_SB * s + o, _MM_HINT_T0);
         _Alignas(32) uint8_t sc[64], mn[64]; /* sub-block i's scale (min) of row j at 8i + j */
         ref_x8k_scales(wg + 32, sc, mn);
         __m256 sp[4], sm[4];
@@ -112,6 +110,8 @@ REF_X8K_VNNI REF_INLINE void x8k_rows_vnni(const int RM, const uint8_t *wg, cons
         for (int r = 0; r < RM; r++) sp[r] = sm[r] = _mm256_setzero_ps();
 #pragma GCC unroll 1
         for (int p = 0; p < 4; p++) {
+            if (pf) /* a quarter of the super-block's lines a span, not 18 at once */
+                for (int o = 64 * (18 * p / 4); o < 64 * (18 * (p + 1) / 4); o += 64) _mm_prefetch(pf + (int64_t)X8K_SB * s + o, _MM_HINT_T0);
             __m256i lo[4][2], hi[4][2];
 #pragma GCC unroll 4
             for (int r = 0; r < RM; r++) lo[r][0] = lo[r][1] = hi[r][0] = hi[r][1] = _mm256_setzero_si256();
