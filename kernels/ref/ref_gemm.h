@@ -5,6 +5,7 @@
 #define REF_GEMM_H
 
 #include "ref_common.h"
+#include "ref_quant.h"
 
 typedef struct RefGemmArgs {
     const RadKArg *w, *x, *y;
@@ -109,6 +110,39 @@ typedef struct RefQRow {
     const int16_t *bsums; /* K-quants: [K / 16] Σq per 16 elements */
     const int32_t *isum;  /* the tiled path: [nb] Σq_b as an integer (offset codes' correction) */
 } RefQRow;
+
+/* The portable q4_k / q5_k dots' step for stored super-block b (q4_k: qh NULL, codes qs; q5_k:
+ * the fifth bit of sub-block j from bit j of qh[l]; scales at w + 4): acc plus, per 32-element
+ * sub-block j, d·dx_j·sc_j·Σ(code·q) − dmin·m_j·s_j, in this order of roundings (no FMA). The
+ * portable q8act dots (ref_gemm_q8.c) and the packed q4_k layout's portable reader
+ * (ref_gemm_x8k.c) are this, so their bits are equal by construction. */
+static inline float ref_k4_block_dot(const uint8_t *w, const uint8_t *qh, const uint8_t *qs, const RefQRow *x, int64_t b, float acc) {
+    uint8_t sc[8], mn[8];
+    ref_scales_k4(w + 4, sc, mn);
+    const int8_t *xq = x->q + 256 * b;
+    const float d = ref_f16_f32(ref_rd16(w)), dmin = ref_f16_f32(ref_rd16(w + 2));
+    float sp = 0.0f, sm = 0.0f;
+    for (int j = 0; j < 8; j++) {
+        int s = 0;
+        for (int l = 0; l < 32; l++) {
+            const int lo = j & 1 ? qs[32 * (j / 2) + l] >> 4 : qs[32 * (j / 2) + l] & 15;
+            s += (qh ? lo | (((qh[l] >> j) & 1) << 4) : lo) * xq[32 * j + l];
+        }
+        const float p = x->d[8 * b + j] * (float)(sc[j] * s), pm = (float)mn[j] * x->s[8 * b + j];
+        sp = sp + p;
+        sm = sm + pm;
+    }
+    const float t = d * sp, tm = dmin * sm;
+    acc = acc + t;
+    acc = acc - tm;
+    return acc;
+}
+static inline float ref_q4_k_block_dot(const uint8_t *w, const RefQRow *x, int64_t b, float acc) {
+    return ref_k4_block_dot(w, NULL, w + 16, x, b, acc);
+}
+static inline float ref_q5_k_block_dot(const uint8_t *w, const RefQRow *x, int64_t b, float acc) {
+    return ref_k4_block_dot(w, w + 16, w + 48, x, b, acc);
+}
 
 /* What a packed block (ref_gemm_x8.c: 8 rows' block) holds where, for encoding e (bb 0: e is
  * not packed). */

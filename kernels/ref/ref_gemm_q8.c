@@ -307,54 +307,15 @@ static float dot_q5_1_generic(const uint8_t *w, const QRow *x, int64_t K) {
     return acc + accm;
 }
 
-/* Per 32-element sub-block j of super-block b: d·dx_j·sc_j·Σ(code·q) − dmin·m_j·s_j. */
 static float dot_q4_k_generic(const uint8_t *w, const QRow *x, int64_t K) {
     float acc = 0.0f;
-    for (int64_t b = 0; b < K / 256; b++, w += 144) {
-        uint8_t sc[8], mn[8];
-        ref_scales_k4(w + 4, sc, mn);
-        const uint8_t *qs = w + 16;
-        const int8_t *xq = x->q + 256 * b;
-        const float d = ref_f16_f32(ref_rd16(w)), dmin = ref_f16_f32(ref_rd16(w + 2));
-        float sp = 0.0f, sm = 0.0f;
-        for (int j = 0; j < 8; j++) {
-            int s = 0;
-            for (int l = 0; l < 32; l++) s += (j & 1 ? qs[32 * (j / 2) + l] >> 4 : qs[32 * (j / 2) + l] & 15) * xq[32 * j + l];
-            const float p = x->d[8 * b + j] * (float)(sc[j] * s), pm = (float)mn[j] * x->s[8 * b + j];
-            sp = sp + p;
-            sm = sm + pm;
-        }
-        const float t = d * sp, tm = dmin * sm;
-        acc = acc + t;
-        acc = acc - tm;
-    }
+    for (int64_t b = 0; b < K / 256; b++, w += 144) acc = ref_q4_k_block_dot(w, x, b, acc);
     return acc;
 }
 
-/* q5_k: q4_k's sum with the fifth bit of sub-block j from bit j of qh[l]. */
 static float dot_q5_k_generic(const uint8_t *w, const QRow *x, int64_t K) {
     float acc = 0.0f;
-    for (int64_t b = 0; b < K / 256; b++, w += 176) {
-        uint8_t sc[8], mn[8];
-        ref_scales_k4(w + 4, sc, mn);
-        const uint8_t *qh = w + 16, *qs = w + 48;
-        const int8_t *xq = x->q + 256 * b;
-        const float d = ref_f16_f32(ref_rd16(w)), dmin = ref_f16_f32(ref_rd16(w + 2));
-        float sp = 0.0f, sm = 0.0f;
-        for (int j = 0; j < 8; j++) {
-            int s = 0;
-            for (int l = 0; l < 32; l++) {
-                const int lo = j & 1 ? qs[32 * (j / 2) + l] >> 4 : qs[32 * (j / 2) + l] & 15;
-                s += (lo | (((qh[l] >> j) & 1) << 4)) * xq[32 * j + l];
-            }
-            const float p = x->d[8 * b + j] * (float)(sc[j] * s), pm = (float)mn[j] * x->s[8 * b + j];
-            sp = sp + p;
-            sm = sm + pm;
-        }
-        const float t = d * sp, tm = dmin * sm;
-        acc = acc + t;
-        acc = acc - tm;
-    }
+    for (int64_t b = 0; b < K / 256; b++, w += 176) acc = ref_q5_k_block_dot(w, x, b, acc);
     return acc;
 }
 

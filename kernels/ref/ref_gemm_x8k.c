@@ -58,32 +58,20 @@ int ref_x8k_pack(void *state, RadDType enc, uint64_t rows, uint64_t cols, const 
     return RAD_OK;
 }
 
-/* One group against one quantised row: out[8]. */
+/* One group against one quantised row: out[8]. Each row's super-block is put back in its stored
+ * bytes (pack's inverse) and dotted by the portable step itself. */
 static void x8k_generic(const uint8_t *wg, const RefQRow *x, int64_t ns, float *out) {
     for (int j = 0; j < X8K_ROWS; j++) {
         float acc = 0.0f;
         const uint8_t *w = wg;
         for (int64_t s = 0; s < ns; s++, w += X8K_SB) {
-            uint8_t raw[12], sc[8], mn[8];
-            for (int k = 0; k < 12; k++) raw[k] = w[32 + 8 * k + j];
-            ref_scales_k4(raw, sc, mn);
-            const int8_t *xq = x->q + 256 * s;
-            const float d = ref_f16_f32(ref_rd16(w + 2 * j)), dmin = ref_f16_f32(ref_rd16(w + 16 + 2 * j));
-            float sp = 0.0f, sm = 0.0f;
-            for (int i = 0; i < 8; i++) {
-                int sum = 0;
-                for (int c = 0; c < 8; c++)
-                    for (int t = 0; t < 4; t++) {
-                        const uint8_t v = w[128 + 32 * (8 * (i / 2) + c) + 4 * j + t];
-                        sum += (i & 1 ? v >> 4 : v & 15) * xq[32 * i + 4 * c + t];
-                    }
-                const float p = x->d[8 * s + i] * (float)(sc[i] * sum), pm = (float)mn[i] * x->s[8 * s + i];
-                sp = sp + p;
-                sm = sm + pm;
-            }
-            const float t = d * sp, tm = dmin * sm;
-            acc = acc + t;
-            acc = acc - tm;
+            uint8_t blk[X8K_BB];
+            memcpy(blk, w + 2 * j, 2);
+            memcpy(blk + 2, w + 16 + 2 * j, 2);
+            for (int k = 0; k < 12; k++) blk[4 + k] = w[32 + 8 * k + j];
+            for (int p = 0; p < 4; p++)
+                for (int c = 0; c < 8; c++) memcpy(blk + 16 + 32 * p + 4 * c, w + 128 + 32 * (8 * p + c) + 4 * j, 4);
+            acc = ref_q4_k_block_dot(blk, x, s, acc);
         }
         out[j] = acc;
     }
