@@ -750,29 +750,43 @@ REF_AVX512BW REF_INLINE __m256 fold16(__m512 v) { /* 16 lanes to 8 (a fixed tree
     return _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
 }
 
-/* q4_k on AVX-512 BW (the avx512 level): a 32-byte chunk's low nibbles (sub-block 2j) and high
- * nibbles (2j + 1) in one 512-bit register against x's 64 elements at once, so a chunk is one
- * maddubs, one madd (the sub-block scales) and one FMA a row, where AVX2 takes two of each
- * (gemm_nt2 of Qwen2.5-Coder-1.5B's decode: 1.26x). The integer sums are AVX2's; the f32 sums
- * run in 16 lanes (the level's own order; dot, dot4 and the one-row range share it). */
-REF_AVX512BW REF_INLINE void q4_k_rows512(const int RM, const uint8_t *w, const QRow *x, int64_t K, float *out) {
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
+/* q4_k and q5_k on AVX-512 BW (the avx512 level): a 32-byte chunk's low nibbles (sub-block 2j)
+ * and high nibbles (2j + 1) in one 512-bit register against x's 64 elements at once, so a chunk
+ * is one maddubs, one madd (the sub-block scales) and one FMA a row, where AVX2 takes two of each
+ * (gemm_nt2 of Qwen2.5-Coder-1.5B's decode: 1.26x). q5_k (Q5 1, where inlined a constant) adds the
+ * fifth bits: a chunk's two sub-blocks' (bits 2j and 2j + 1 of each qh byte) tested into a mask
+ * that adds 16 to their codes. The integer sums are AVX2's; the f32 sums run in 16 lanes (the
+ * level's own order; dot, dot4 and the one-row range share it). */
+REF_AVX512BW REF_INLINE void k4_rows512(const int Q5, const int RM, const uint8_t *w, const QRow *x, int64_t K, float *out) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), b4 = _mm512_set1_epi8(0x10);
     const __m512i shv = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    const int bb = Q5 ? 176 : 144, qo = Q5 ? 48 : 16; /* the block's bytes, its codes' offset */
+    (void)b4;
     __m512 acc[4];
     __m256 accm[4], dd[4];
 #pragma GCC unroll 4
     for (int r = 0; r < RM; r++) acc[r] = _mm512_setzero_ps(), accm[r] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < K / 256; b++, w += 144) {
+    for (int64_t b = 0; b < K / 256; b++, w += bb) {
         const __m256i ms = _mm256_cvtepu8_epi16(k4_scales(w + 4)); /* [sc0..7 | m0..7] */
         const __m256 mins = _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(ms, 1)));
         const __m512i ms5 = _mm512_castsi256_si512(ms);
         const float d = _cvtsh_ss(ref_rd16(w)), dmin = _cvtsh_ss(ref_rd16(w + 2));
+        __m512i hh = _mm512_setzero_si512();
+        if (Q5) {
+            const __m256i h = ld32(w + 16);
+            hh = _mm512_inserti64x4(_mm512_castsi256_si512(h), h, 1);
+        }
 #pragma GCC unroll 4
         for (int r = 0; r < RM; r++) dd[r] = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_loadu_ps(x[r].d + 8 * b)); /* d·dx, each the scalar product */
 #pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
-            const __m256i q = ld32(w + 16 + 32 * j);
-            const __m512i wv = _mm512_and_si512(_mm512_srlv_epi16(_mm512_inserti64x4(_mm512_castsi256_si512(q), q, 1), shv), m4);
+            const __m256i q = ld32(w + qo + 32 * j);
+            __m512i wv = _mm512_and_si512(_mm512_srlv_epi16(_mm512_inserti64x4(_mm512_castsi256_si512(q), q, 1), shv), m4);
+            if (Q5) {
+                const __m512i bit = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi8((char)(1 << (2 * j)))),
+                                                       _mm256_set1_epi8((char)(1 << (2 * j + 1))), 1);
+                wv = _mm512_mask_add_epi8(wv, _mm512_test_epi8_mask(hh, bit), wv, b4);
+            }
             const __m512i idx = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)(2 * j))),
                                                    _mm256_set1_epi16((short)(2 * j + 1)), 1);
             const __m512i sc = _mm512_permutexvar_epi16(idx, ms5);
@@ -789,8 +803,10 @@ REF_AVX512BW REF_INLINE void q4_k_rows512(const int RM, const uint8_t *w, const 
 #pragma GCC unroll 4
     for (int r = 0; r < RM; r++) out[r] = ref_hsum8(fold16(acc[r])) - ref_hsum8(accm[r]);
 }
-DOT_PAIR_T(REF_AVX512BW, dot_q4_k_512, q4_k_rows512)
-RANGE1_T(REF_AVX512BW, range1_q4_k_512, q4_k_rows512)
+#define Q4_K_512(RM, w, x, K, o) k4_rows512(0, RM, w, x, K, o)
+#define Q5_K_512(RM, w, x, K, o) k4_rows512(1, RM, w, x, K, o)
+DOT_PAIR_T(REF_AVX512BW, dot_q4_k_512, Q4_K_512)
+RANGE1_T(REF_AVX512BW, range1_q4_k_512, Q4_K_512)
 
 /* q6_k on AVX-512 BW: a 64-byte ql span's low nibbles are elements 0..63 of its 128 and its high
  * nibbles 64..127, each with two bits of the 32-byte qh span (shifted per 256-bit half), so 64
@@ -842,49 +858,8 @@ REF_AVX512BW REF_INLINE void q6_k_rows512(const int RM, const uint8_t *w, const 
 DOT_PAIR_T(REF_AVX512BW, dot_q6_k_512, q6_k_rows512)
 RANGE1_T(REF_AVX512BW, range1_q6_k_512, q6_k_rows512)
 
-/* q5_k on AVX-512 BW: q4_k_rows512 with the fifth bits, a chunk's two sub-blocks' (bits 2j and
- * 2j + 1 of each qh byte) tested into a mask that adds 16 to their codes. */
-REF_AVX512BW REF_INLINE void q5_k_rows512(const int RM, const uint8_t *w, const QRow *x, int64_t K, float *out) {
-    const __m512i m4 = _mm512_set1_epi8(0x0f), b4 = _mm512_set1_epi8(0x10);
-    const __m512i shv = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
-    __m512 acc[4];
-    __m256 accm[4], dd[4];
-#pragma GCC unroll 4
-    for (int r = 0; r < RM; r++) acc[r] = _mm512_setzero_ps(), accm[r] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < K / 256; b++, w += 176) {
-        const __m256i ms = _mm256_cvtepu8_epi16(k4_scales(w + 4)); /* [sc0..7 | m0..7] */
-        const __m256 mins = _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(ms, 1)));
-        const __m512i ms5 = _mm512_castsi256_si512(ms);
-        const float d = _cvtsh_ss(ref_rd16(w)), dmin = _cvtsh_ss(ref_rd16(w + 2));
-        const __m256i h = ld32(w + 16);
-        const __m512i hh = _mm512_inserti64x4(_mm512_castsi256_si512(h), h, 1);
-#pragma GCC unroll 4
-        for (int r = 0; r < RM; r++) dd[r] = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_loadu_ps(x[r].d + 8 * b));
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) {
-            const __m256i q = ld32(w + 48 + 32 * j);
-            const __m512i lo = _mm512_and_si512(_mm512_srlv_epi16(_mm512_inserti64x4(_mm512_castsi256_si512(q), q, 1), shv), m4);
-            const __m512i bit = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi8((char)(1 << (2 * j)))),
-                                                   _mm256_set1_epi8((char)(1 << (2 * j + 1))), 1);
-            const __m512i wv = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(hh, bit), lo, b4);
-            const __m512i idx = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)(2 * j))),
-                                                   _mm256_set1_epi16((short)(2 * j + 1)), 1);
-            const __m512i sc = _mm512_permutexvar_epi16(idx, ms5);
-#pragma GCC unroll 4
-            for (int r = 0; r < RM; r++) {
-                const __m512i p = _mm512_madd_epi16(_mm512_maddubs_epi16(wv, _mm512_loadu_si512((const void *)(x[r].q + 256 * b + 64 * j))), sc);
-                acc[r] = _mm512_fmadd_ps(pair_ps(dd[r], 2 * j), _mm512_cvtepi32_ps(p), acc[r]);
-            }
-        }
-#pragma GCC unroll 4
-        for (int r = 0; r < RM; r++)
-            accm[r] = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_mul_ps(mins, _mm256_loadu_ps(x[r].s + 8 * b)), accm[r]);
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < RM; r++) out[r] = ref_hsum8(fold16(acc[r])) - ref_hsum8(accm[r]);
-}
-DOT_PAIR_T(REF_AVX512BW, dot_q5_k_512, q5_k_rows512)
-RANGE1_T(REF_AVX512BW, range1_q5_k_512, q5_k_rows512)
+DOT_PAIR_T(REF_AVX512BW, dot_q5_k_512, Q5_K_512)
+RANGE1_T(REF_AVX512BW, range1_q5_k_512, Q5_K_512)
 #endif
 
 /* ---- the run -------------------------------------------------------------------------------------- */

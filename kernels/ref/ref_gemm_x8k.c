@@ -2,7 +2,7 @@
  * 32-element formats' x8 in ref_gemm_x8.c), its pack, and the dots that read it
  * (kernels/README.md "Packed weights").
  *
- * Why: the stored q4_k dot (q4_k_rows512) spends ~0.35 instructions a weight byte on one row's
+ * Why: the stored q4_k dot (k4_rows512) spends ~0.35 instructions a weight byte on one row's
  * super-block (its scales unpacked and widened, a permute per chunk for the sub-block scales and
  * another for d·dx, a horizontal sum), so one core reads only ~21 GB/s of q4_k against ~32 GB/s
  * of q6_k (Qwen2.5-Coder-1.5B decode, --profile at one thread): compute, not memory, bounds it.
