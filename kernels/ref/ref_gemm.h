@@ -171,15 +171,15 @@ static inline RefX8Fmt ref_x8_fmt(RadDType e) {
 }
 
 /* The packed layouts (ref_gemm_x8.c; q4_0, q4_1, q5_0, q5_1, q8_0, e without RAD_PACKED; q4_k
- * goes to ref_x8k_dot): one
- * group of eight weight rows at wg against the rm quantised rows x[0 .. rm) (their (d, s) pairs;
- * q4_0 and q5_0 their integer sums too): out[8 r + j] for row j of the group. pf (or NULL): the
- * group's bytes are prefetched that far ahead as they are read. */
+ * goes on to ref_x8k_dot): one group of eight weight rows at wg against the rm quantised rows
+ * x[0 .. rm) (their (d, s) pairs; q4_0 and q5_0 their integer sums too): out[8 r + j] for row j of
+ * the group. pf (or NULL): the group's bytes are prefetched that far ahead as they are read. */
 void ref_x8_dot(int isa, RadDType e, const uint8_t *wg, int rm, const RefQRow *x, int64_t K, float *out, const uint8_t *pf);
 
 /* The packed q4_k layout (ref_gemm_x8k.c; "x8k": groups of 8 rows, K % 256 == 0): its bytes
  * (0: not packed there; below AVX-512 VNNI a state keeps q4_k stored), its pack, and one group
  * at wg against rm quantised rows (their d[], s[]): out[8 r + j], as ref_x8_dot. */
+#define REF_X8K_SB (8 * 144) /* bytes of one group's super-block */
 size_t ref_x8k_pack_size(void *state, RadDType enc, uint64_t rows, uint64_t cols);
 int ref_x8k_pack(void *state, RadDType enc, uint64_t rows, uint64_t cols, const void *src, uint64_t src_row_stride, void *dst);
 void ref_x8k_dot(int isa, const uint8_t *wg, int rm, const RefQRow *x, int64_t K, float *out, const uint8_t *pf);

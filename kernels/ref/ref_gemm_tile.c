@@ -281,7 +281,7 @@ REF_VNNI static void tile_fill_x8k(const RefTileArgs *g, int64_t n0, int nc, con
         const int on = 8 * h < nc;
         const uint8_t *wg = on ? ref_wrow(g->w, (uint64_t)(n0 + 8 * h)) : NULL;
         for (int64_t s = 0; s < ns; s++) {
-            const uint8_t *sb = on ? wg + 8 * 144 * s : NULL;
+            const uint8_t *sb = on ? wg + REF_X8K_SB * s : NULL;
             _Alignas(32) uint8_t sc[64], mn[64];
             if (on) ref_x8k_scales(sb + 32, sc, mn);
             else memset(sc, 0, sizeof sc), memset(mn, 0, sizeof mn);

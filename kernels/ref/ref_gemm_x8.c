@@ -29,7 +29,6 @@
 #define X8_ROWS 8
 
 size_t ref_pack_size(void *state, RadDType enc, uint64_t rows, uint64_t cols) {
-    (void)state;
     if (enc == RAD_Q4_K) return ref_x8k_pack_size(state, enc, rows, cols);
     const RefX8Fmt f = ref_x8_fmt(enc);
     if (!f.bb || !(REF_ENCS_PACKED & RAD_ENC_BIT(enc)) || rows == 0 || rows % X8_ROWS || cols == 0 || cols % 32) return 0;

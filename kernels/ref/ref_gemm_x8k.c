@@ -31,7 +31,7 @@
 
 #define X8K_ROWS 8
 #define X8K_BB 144                     /* stored bytes of one row's super-block */
-#define X8K_SB (X8K_ROWS * X8K_BB)     /* packed bytes of one group's super-block */
+#define X8K_SB REF_X8K_SB              /* packed bytes of one group's super-block (X8K_ROWS · X8K_BB) */
 
 size_t ref_x8k_pack_size(void *state, RadDType enc, uint64_t rows, uint64_t cols) {
     const RefState *st = state;
