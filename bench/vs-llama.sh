@@ -4,7 +4,7 @@
 # llama-bench generates) and one llama-bench run (-r 1) of
 # the same, the order alternating between rounds; then each side's median and range and the
 # median and range of the per-round ratio radiance / llama.cpp; then the generation bound: the
-# read bandwidth (bench/membw.c, before and after the rounds, the higher) over the bytes a token
+# read bandwidth (bench/membw.c before, between and after the rounds: the median) over the bytes a token
 # reads, and each side's tg128 median as a share of it. For a VM whose bandwidth moves
 # from one minute to the next: a ratio of runs seconds apart, never one run. Not a test.
 #
@@ -34,7 +34,7 @@ llama() {
 out=$B/vs-llama.tsv
 : > "$out"
 [ -x "$B/membw" ] && [ ! bench/membw.c -nt "$B/membw" ] || cc -O2 -march=native -pthread -o "$B/membw" bench/membw.c
-BW0=$("$B/membw" "$T" 1024 2>/dev/null)
+BW0=$("$B/membw" "$T" 1024 2>/dev/null) BWS=""
 load0=$(cut -d' ' -f1 /proc/loadavg)
 for r in $(seq 1 "$N"); do
     if [ $((r % 2)) -eq 1 ]; then sides="R L"; else sides="L R"; fi
@@ -42,10 +42,15 @@ for r in $(seq 1 "$N"); do
         if [ "$w" = R ]; then pp=$(rad "$ids" 1 prompt); tg=$(rad "${ids%%,*}" 128 generation); else set -- $(llama); pp=$1 tg=$2; fi
         printf '%s\t%s\t%s\t%s\n' "$r" "$w" "$pp" "$tg" >> "$out"
     done
+    BWS="$BWS $("$B/membw" "$T" 1024 2>/dev/null)" # the bandwidth of this round's minute
 done
 load1=$(cut -d' ' -f1 /proc/loadavg)
 BW1=$("$B/membw" "$T" 1024 2>/dev/null)
-BW=$(echo "$BW0 $BW1" | awk '{ print ($2 > $1) ? $2 : $1 }')
+# the bound's bandwidth: the median of membw before, after and between the rounds (the higher of
+# before and after alone took one fast moment for the whole run)
+BW=$(echo "$BW0 $BWS $BW1" | tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2), v[1], v[NR], NR }')
+set -- $BW
+BW=$1 BWLO=$2 BWHI=$3 BWN=$4
 # bytes a generated token reads: every weight but the embedding table (one row is gathered),
 # which a tied head (no output.weight) reads whole
 read_bytes=$(build/rad-info --json --tensors "$RADF" | jq '([.tensors[].name] | index("output.weight")) as $head
@@ -68,10 +73,10 @@ END {
                ma, lo(a, n), hi(a, n), mb, lo(b, n), hi(b, n), mq, lo(q, n), hi(q, n)
     }
 }' "$out"
-awk -v bw="$BW" -v bw0="$BW0" -v bw1="$BW1" -v rb="$read_bytes" '
+awk -v bw="$BW" -v bwlo="$BWLO" -v bwhi="$BWHI" -v bwn="$BWN" -v rb="$read_bytes" '
 function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
                                 return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
 $2 == "R" { r[++nr] = $4 } $2 == "L" { l[++nl] = $4 }
 END { bound = bw * 1e9 / rb
-      printf "bound  %.2f GB/s (membw %s before, %s after; the higher) / %d bytes a token = %.1f tok/s; tg128 radiance %.0f%%, llama.cpp %.0f%%\n",
-             bw, bw0, bw1, rb, bound, 100 * med(r, nr) / bound, 100 * med(l, nl) / bound }' "$out"
+      printf "bound  %.2f GB/s (membw: the median of %d runs before, between and after the rounds, range %s-%s) / %d bytes a token = %.1f tok/s; tg128 radiance %.0f%%, llama.cpp %.0f%%\n",
+             bw, bwn, bwlo, bwhi, rb, bound, 100 * med(r, nr) / bound, 100 * med(l, nl) / bound }' "$out"
