@@ -565,61 +565,32 @@ REF_AVX2 REF_INLINE __m256i bcast16(int lo, int hi) {
     return _mm256_set_m128i(_mm_set1_epi16((short)((2 * hi + 1) << 8 | 2 * hi)), _mm_set1_epi16((short)((2 * lo + 1) << 8 | 2 * lo)));
 }
 
-/* q4_k: per 32-element sub-block j the integer sum times sc_j (eight i32 lanes), scaled by
- * d·dx_j in f32; the mins' term Σ_j m_j·s_j eight lanes at once, scaled by dmin. */
-REF_AVX2 REF_INLINE void q4_k_rows(const int RM, const uint8_t *w, const QRow *x, int64_t K, float *out) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
-    __m256 acc[4], accm[4];
-#pragma GCC unroll 4
-    for (int r = 0; r < RM; r++) acc[r] = _mm256_setzero_ps(), accm[r] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < K / 256; b++, w += 144) {
-        const __m256i ms = _mm256_cvtepu8_epi16(k4_scales(w + 4)); /* [sc0..7 | m0..7] */
-        const __m256 mins = _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(ms, 1)));
-        const __m256i scales = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(ms));
-        const float d = _cvtsh_ss(ref_rd16(w)), dmin = _cvtsh_ss(ref_rd16(w + 2));
-        const uint8_t *qs = w + 16;
-        for (int j = 0; j < 4; j++) {
-            const __m256i q4 = ld32(qs + 32 * j);
-            const __m256i lo = _mm256_and_si256(q4, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
-            const __m256i sl = _mm256_shuffle_epi8(scales, bcast16(2 * j, 2 * j));
-            const __m256i sh = _mm256_shuffle_epi8(scales, bcast16(2 * j + 1, 2 * j + 1));
-#pragma GCC unroll 4
-            for (int r = 0; r < RM; r++) {
-                const int8_t *xq = x[r].q + 256 * b + 64 * j;
-                const __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ld32(xq)), sl);
-                const __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, ld32(xq + 32)), sh);
-                const float *dx = x[r].d + 8 * b + 2 * j;
-                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * dx[0]), _mm256_cvtepi32_ps(pl), acc[r]);
-                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * dx[1]), _mm256_cvtepi32_ps(ph), acc[r]);
-            }
-        }
-#pragma GCC unroll 4
-        for (int r = 0; r < RM; r++)
-            accm[r] = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_mul_ps(mins, _mm256_loadu_ps(x[r].s + 8 * b)), accm[r]);
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < RM; r++) out[r] = ref_hsum8(acc[r]) - ref_hsum8(accm[r]);
-}
-
-/* q5_k: q4_k's kernel with the fifth bits: sub-block j's from bit j of each qh byte (both
+/* q4_k and q5_k: per 32-element sub-block j the integer sum times sc_j (eight i32 lanes), scaled by
+ * d·dx_j in f32; the mins' term Σ_j m_j·s_j eight lanes at once, scaled by dmin. q5_k (Q5 1, where
+ * inlined a constant) adds the fifth bits: sub-block j's from bit j of each qh byte (both
  * sub-blocks of a step from bits 0 and 1, then the bytes shift down by two). */
-REF_AVX2 REF_INLINE void q5_k_rows(const int RM, const uint8_t *w, const QRow *x, int64_t K, float *out) {
+REF_AVX2 REF_INLINE void k4_rows(const int Q5, const int RM, const uint8_t *w, const QRow *x, int64_t K, float *out) {
     const __m256i m4 = _mm256_set1_epi8(0x0f), b0 = _mm256_set1_epi8(1), b1 = _mm256_set1_epi8(2);
+    const int bb = Q5 ? 176 : 144, qo = Q5 ? 48 : 16; /* the block's bytes, its codes' offset */
+    (void)b0, (void)b1;
     __m256 acc[4], accm[4];
 #pragma GCC unroll 4
     for (int r = 0; r < RM; r++) acc[r] = _mm256_setzero_ps(), accm[r] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < K / 256; b++, w += 176) {
+    for (int64_t b = 0; b < K / 256; b++, w += bb) {
         const __m256i ms = _mm256_cvtepu8_epi16(k4_scales(w + 4)); /* [sc0..7 | m0..7] */
         const __m256 mins = _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(ms, 1)));
         const __m256i scales = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(ms));
         const float d = _cvtsh_ss(ref_rd16(w)), dmin = _cvtsh_ss(ref_rd16(w + 2));
-        const uint8_t *qs = w + 48;
-        __m256i hb = ld32(w + 16);
+        const uint8_t *qs = w + qo;
+        __m256i hb = Q5 ? ld32(w + 16) : _mm256_setzero_si256();
         for (int j = 0; j < 4; j++) {
             const __m256i q4 = ld32(qs + 32 * j);
-            const __m256i lo = _mm256_or_si256(_mm256_and_si256(q4, m4), _mm256_slli_epi16(_mm256_and_si256(hb, b0), 4));
-            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4, 4), m4), _mm256_slli_epi16(_mm256_and_si256(hb, b1), 3));
-            hb = _mm256_srli_epi16(hb, 2);
+            __m256i lo = _mm256_and_si256(q4, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+            if (Q5) {
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(hb, b0), 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(hb, b1), 3));
+                hb = _mm256_srli_epi16(hb, 2);
+            }
             const __m256i sl = _mm256_shuffle_epi8(scales, bcast16(2 * j, 2 * j));
             const __m256i sh = _mm256_shuffle_epi8(scales, bcast16(2 * j + 1, 2 * j + 1));
 #pragma GCC unroll 4
@@ -639,6 +610,8 @@ REF_AVX2 REF_INLINE void q5_k_rows(const int RM, const uint8_t *w, const QRow *x
 #pragma GCC unroll 4
     for (int r = 0; r < RM; r++) out[r] = ref_hsum8(acc[r]) - ref_hsum8(accm[r]);
 }
+#define Q4_K_CALL(RM, w, x, K, o) k4_rows(0, RM, w, x, K, o)
+#define Q5_K_CALL(RM, w, x, K, o) k4_rows(1, RM, w, x, K, o)
 
 /* q6_k: per 32-element block i the integer sum (codes 0..63, two 16-element scale groups) in
  * eight i32 lanes, scaled by d·dx_i; the codes' offset 32 from the 16-element sums of q, one
@@ -698,11 +671,11 @@ REF_AVX2 REF_INLINE void q6_k_rows(const int RM, const uint8_t *w, const QRow *x
 DOT_PAIR(dot_q4_0_avx2, Q4_0_CALL)
 DOT_PAIR(dot_q4_1_avx2, Q4_1_CALL)
 DOT_PAIR(dot_q8_0_avx2, q8_0_rows)
-DOT_PAIR(dot_q4_k_avx2, q4_k_rows)
+DOT_PAIR(dot_q4_k_avx2, Q4_K_CALL)
 DOT_PAIR(dot_q6_k_avx2, q6_k_rows)
 DOT_PAIR(dot_q5_0_avx2, q5_0_rows)
 DOT_PAIR(dot_q5_1_avx2, q5_1_rows)
-DOT_PAIR(dot_q5_k_avx2, q5_k_rows)
+DOT_PAIR(dot_q5_k_avx2, Q5_K_CALL)
 
 /* Decode (M = 1) over weight rows [c0, c1) with the dot inlined: one prefetch per cache line,
  * kept about pf_bytes ahead of the row being read (the range's first pf_bytes at once), instead
@@ -728,11 +701,11 @@ DOT_PAIR(dot_q5_k_avx2, q5_k_rows)
 RANGE1(range1_q4_0_avx2, Q4_0_CALL)
 RANGE1(range1_q4_1_avx2, Q4_1_CALL)
 RANGE1(range1_q8_0_avx2, q8_0_rows)
-RANGE1(range1_q4_k_avx2, q4_k_rows)
+RANGE1(range1_q4_k_avx2, Q4_K_CALL)
 RANGE1(range1_q6_k_avx2, q6_k_rows)
 RANGE1(range1_q5_0_avx2, q5_0_rows)
 RANGE1(range1_q5_1_avx2, q5_1_rows)
-RANGE1(range1_q5_k_avx2, q5_k_rows)
+RANGE1(range1_q5_k_avx2, Q5_K_CALL)
 
 #define REF_AVX512BW __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
 /* [v[i] x8 | v[i + 1] x8]: the scales of a register's two 32-element blocks from eight (one
