@@ -2,6 +2,7 @@
  *
  *   cc -std=c11 -D_GNU_SOURCE -O2 -I. -o build/bench_ref_gemm bench/ref_gemm.c -ldl -lm
  *   build/bench_ref_gemm [path/to/kern_ref.so]
+ *   build/bench_ref_gemm --same-bits OLD/kern_ref.so NEW/kern_ref.so   (a same-bits change's check)
  *
  * For each shape (N x K weight, encoding) and variant ("exact", "q8act") it times M = 1 (decode)
  * and M = 64 (a prefill chunk) at 1 and 2 threads, and prints GFLOP/s (2·M·N·K per call) and the
@@ -42,7 +43,8 @@ static void *make_weight(RadDType e, int64_t N, int64_t K, uint64_t *row_bytes) 
             uint16_t s1 = rand_scale(), s2 = rand_scale();
             switch ((int)e) {
             case RAD_Q8_0: case RAD_Q4_0: memcpy(blk, &s1, 2); break;
-            case RAD_Q4_1: case RAD_Q4_K: memcpy(blk, &s1, 2); memcpy(blk + 2, &s2, 2); break;
+            case RAD_Q5_0: memcpy(blk, &s1, 2); break;
+            case RAD_Q4_1: case RAD_Q4_K: case RAD_Q5_1: case RAD_Q5_K: memcpy(blk, &s1, 2); memcpy(blk + 2, &s2, 2); break;
             case RAD_Q6_K: memcpy(blk + 208, &s1, 2); break;
             case RAD_F32: for (uint32_t j = 0; j < ei->block_bytes / 4; j++) { float f = frand(); memcpy(blk + 4 * j, &f, 4); } break;
             case RAD_F16: case RAD_BF16: { uint16_t h = (uint16_t)(e == RAD_F16 ? (0x3000 | (rnd() & 0x3ff)) : (0x3e00 | (rnd() & 0x7f))); memcpy(blk, &h, 2); } break;
@@ -68,7 +70,56 @@ static const RadKernel *find(const RadKernelLib *l, const char *op, const char *
     return NULL;
 }
 
+/* --same-bits A.so B.so: every GGML encoding's gemm_nt (exact, q8act) at M = 1, 4, 5, 7 through
+ * both libraries on the same weights and activations, outputs compared bit for bit (at the
+ * RAD_REF_ISA the environment gives): for a change meant to keep every bit. Exit 1 on a difference. */
+static int run_lib(const char *path, const char *var, RadDType e, int64_t M, int64_t N, int64_t K, void *w, uint64_t rb, float *x,
+                   float *y) {
+    void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!dl) { fprintf(stderr, "%s\n", dlerror()); return -1; }
+    rad_kernels_fn kf;
+    void *p = dlsym(dl, "rad_kernels");
+    memcpy(&kf, &p, sizeof p);
+    const RadKernelLib *lib = kf();
+    void *state = NULL;
+    RadKernelLibConfig cfg = {sizeof cfg, 2, 0, 0, 1, NULL};
+    const RadKernel *k = lib->init(&cfg, &state) ? NULL : find(lib, "gemm_nt", var);
+    RadParam prm[3] = {RAD_RANGE("M", M, M), RAD_INT("N", N), RAD_INT("K", K)};
+    RadKArg args[3] = {{w, e, (uint64_t)N, (uint64_t)K, rb, {w, 0, 0, 0}}, {x, RAD_F32, (uint64_t)M, (uint64_t)K, (uint64_t)K, {0}},
+                       {y, RAD_F32, (uint64_t)M, (uint64_t)N, (uint64_t)N, {0}}};
+    RadKernelArgs a = {sizeof a, prm, 3, M, args, 3, NULL, NULL, NULL, state, 2, 1, NULL, 0};
+    const int rc = k ? k->run(&a) : -1;
+    if (state) lib->fini(state);
+    dlclose(dl);
+    return rc;
+}
+static int same_bits(const char *pa, const char *pb) {
+    static const RadDType es[] = {RAD_Q8_0, RAD_Q4_0, RAD_Q4_1, RAD_Q5_0, RAD_Q5_1, RAD_Q4_K, RAD_Q5_K, RAD_Q6_K};
+    static const char *const vars[] = {"exact", "q8act"};
+    static const int64_t Ms[] = {1, 4, 5, 7};
+    const int64_t N = 301, K = 1024;
+    int bad = 0;
+    for (size_t ei = 0; ei < sizeof es / sizeof es[0]; ei++)
+        for (int vi = 0; vi < 2; vi++)
+            for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
+                const int64_t M = Ms[mi];
+                uint64_t rb;
+                void *w = make_weight(es[ei], N, K, &rb);
+                float *x = malloc(sizeof(float) * (size_t)(M * K)), *y0 = malloc(sizeof(float) * (size_t)(M * N)),
+                      *y1 = malloc(sizeof(float) * (size_t)(M * N));
+                for (int64_t i = 0; i < M * K; i++) x[i] = frand();
+                const int ra = run_lib(pa, vars[vi], es[ei], M, N, K, w, rb, x, y0), rb2 = run_lib(pb, vars[vi], es[ei], M, N, K, w, rb, x, y1);
+                const int same = ra == 0 && rb2 == 0 && !memcmp(y0, y1, sizeof(float) * (size_t)(M * N));
+                printf("%-5s %-6s M=%lld: %s\n", rad_enc_info((RadEnc)es[ei])->name, vars[vi], (long long)M,
+                       same ? "same bits" : ra || rb2 ? "FAILED TO RUN" : "DIFFERENT");
+                bad |= !same;
+                free(w), free(x), free(y0), free(y1);
+            }
+    return bad;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 4 && !strcmp(argv[1], "--same-bits")) return same_bits(argv[2], argv[3]);
     const char *path = argc > 1 ? argv[1] : "build/plugins/kern_ref.so";
     void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!dl) { fprintf(stderr, "%s\n", dlerror()); return 1; }
