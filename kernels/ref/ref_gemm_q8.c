@@ -780,6 +780,8 @@ REF_AVX512BW REF_INLINE void k4_rows512(const int Q5, const int RM, const uint8_
 #define Q5_K_512(RM, w, x, K, o) k4_rows512(1, RM, w, x, K, o)
 DOT_PAIR_T(REF_AVX512BW, dot_q4_k_512, Q4_K_512)
 RANGE1_T(REF_AVX512BW, range1_q4_k_512, Q4_K_512)
+DOT_PAIR_T(REF_AVX512BW, dot_q5_k_512, Q5_K_512)
+RANGE1_T(REF_AVX512BW, range1_q5_k_512, Q5_K_512)
 
 /* q6_k on AVX-512 BW: a 64-byte ql span's low nibbles are elements 0..63 of its 128 and its high
  * nibbles 64..127, each with two bits of the 32-byte qh span (shifted per 256-bit half), so 64
@@ -830,9 +832,6 @@ REF_AVX512BW REF_INLINE void q6_k_rows512(const int RM, const uint8_t *w, const 
 }
 DOT_PAIR_T(REF_AVX512BW, dot_q6_k_512, q6_k_rows512)
 RANGE1_T(REF_AVX512BW, range1_q6_k_512, q6_k_rows512)
-
-DOT_PAIR_T(REF_AVX512BW, dot_q5_k_512, Q5_K_512)
-RANGE1_T(REF_AVX512BW, range1_q5_k_512, Q5_K_512)
 #endif
 
 /* ---- the run -------------------------------------------------------------------------------------- */

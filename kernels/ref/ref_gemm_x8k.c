@@ -41,20 +41,27 @@ size_t ref_x8k_pack_size(void *state, RadDType enc, uint64_t rows, uint64_t cols
     return (size_t)(rows * (cols / 256) * X8K_BB);
 }
 
+/* Row j's super-block between its stored bytes and the packed super-block, either way (to_packed:
+ * src the stored block, dst the packed super-block; else the reverse): the one place that says
+ * where each byte goes. */
+static void x8k_move(uint8_t *dst, const uint8_t *src, int j, int to_packed) {
+#define X8K_MV(po, so, n) memcpy(dst + (to_packed ? (po) : (so)), src + (to_packed ? (so) : (po)), (n))
+    X8K_MV(2 * j, 0, 2);      /* d */
+    X8K_MV(16 + 2 * j, 2, 2); /* dmin */
+    for (int k = 0; k < 12; k++) X8K_MV(32 + 8 * k + j, 4 + k, 1);
+    for (int p = 0; p < 4; p++)
+        for (int c = 0; c < 8; c++) X8K_MV(128 + 32 * (8 * p + c) + 4 * j, 16 + 32 * p + 4 * c, 4);
+#undef X8K_MV
+}
+
 int ref_x8k_pack(void *state, RadDType enc, uint64_t rows, uint64_t cols, const void *src, uint64_t src_row_stride, void *dst) {
     const uint64_t ns = cols / 256;
     if (!ref_x8k_pack_size(state, enc, rows, cols) || !src || !dst || src_row_stride < ns * X8K_BB) return RAD_E_ARG;
     uint8_t *o = dst;
     for (uint64_t g = 0; g < rows / X8K_ROWS; g++)
         for (uint64_t s = 0; s < ns; s++, o += X8K_SB)
-            for (int j = 0; j < X8K_ROWS; j++) {
-                const uint8_t *blk = (const uint8_t *)src + (g * X8K_ROWS + (uint64_t)j) * src_row_stride + s * X8K_BB;
-                memcpy(o + 2 * j, blk, 2);
-                memcpy(o + 16 + 2 * j, blk + 2, 2);
-                for (int k = 0; k < 12; k++) o[32 + 8 * k + j] = blk[4 + k];
-                for (int p = 0; p < 4; p++)
-                    for (int c = 0; c < 8; c++) memcpy(o + 128 + 32 * (8 * p + c) + 4 * j, blk + 16 + 32 * p + 4 * c, 4);
-            }
+            for (int j = 0; j < X8K_ROWS; j++)
+                x8k_move(o, (const uint8_t *)src + (g * X8K_ROWS + (uint64_t)j) * src_row_stride + s * X8K_BB, j, 1);
     return RAD_OK;
 }
 
@@ -66,11 +73,7 @@ static void x8k_generic(const uint8_t *wg, const RefQRow *x, int64_t ns, float *
         const uint8_t *w = wg;
         for (int64_t s = 0; s < ns; s++, w += X8K_SB) {
             uint8_t blk[X8K_BB];
-            memcpy(blk, w + 2 * j, 2);
-            memcpy(blk + 2, w + 16 + 2 * j, 2);
-            for (int k = 0; k < 12; k++) blk[4 + k] = w[32 + 8 * k + j];
-            for (int p = 0; p < 4; p++)
-                for (int c = 0; c < 8; c++) memcpy(blk + 16 + 32 * p + 4 * c, w + 128 + 32 * (8 * p + c) + 4 * j, 4);
+            x8k_move(blk, w, j, 0);
             acc = ref_q4_k_block_dot(blk, x, s, acc);
         }
         out[j] = acc;
