@@ -29,19 +29,11 @@ static void *reader(void *arg) {
     size_t t = (size_t)(uintptr_t)arg, per = words / (size_t)nthreads;
     const v4u64 *p = (const v4u64 *)(const void *)(buf + t * per);
     v4u64 s[8] = {{0}};
-    if (prefetch)
-        for (size_t i = 0; i + 32 <= per; i += 32, p += 8) {
-            if (i * 8 + PF_BYTES < per * 8) {
-                __builtin_prefetch((const char *)p + PF_BYTES, 0, 3);
-                __builtin_prefetch((const char *)p + PF_BYTES + 64, 0, 3);
-                __builtin_prefetch((const char *)p + PF_BYTES + 128, 0, 3);
-                __builtin_prefetch((const char *)p + PF_BYTES + 192, 0, 3);
-            }
-            for (int j = 0; j < 8; j++) s[j] += p[j];
-        }
-    else
-        for (size_t i = 0; i + 32 <= per; i += 32, p += 8)
-            for (int j = 0; j < 8; j++) s[j] += p[j];
+    for (size_t i = 0; i + 32 <= per; i += 32, p += 8) {
+        if (prefetch && i * 8 + PF_BYTES < per * 8) /* the 256 bytes PF_BYTES ahead, a line at a time */
+            for (int o = 0; o < 256; o += 64) __builtin_prefetch((const char *)p + PF_BYTES + o, 0, 3);
+        for (int j = 0; j < 8; j++) s[j] += p[j];
+    }
     uint64_t r = 0;
     for (int j = 0; j < 8; j++) r += s[j][0] + s[j][1] + s[j][2] + s[j][3];
     sink += r;

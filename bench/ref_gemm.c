@@ -70,26 +70,35 @@ static const RadKernel *find(const RadKernelLib *l, const char *op, const char *
     return NULL;
 }
 
+/* The library at path, initialised with 2 threads: *dl and *state set, NULL on a failure (said). */
+static const RadKernelLib *open_lib(const char *path, void **dl, void **state) {
+    *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!*dl) { fprintf(stderr, "%s\n", dlerror()); return NULL; }
+    rad_kernels_fn kf;
+    void *p = dlsym(*dl, "rad_kernels");
+    memcpy(&kf, &p, sizeof p);
+    const RadKernelLib *lib = kf();
+    *state = NULL;
+    RadKernelLibConfig cfg = {sizeof cfg, 2, 0, 0, 1, NULL};
+    if (lib->init(&cfg, state)) { fprintf(stderr, "%s: init failed\n", path); dlclose(*dl); return NULL; }
+    return lib;
+}
+
 /* --same-bits A.so B.so: every GGML encoding's gemm_nt (exact, q8act) at M = 1, 4, 5, 7 through
  * both libraries on the same weights and activations, outputs compared bit for bit (at the
  * RAD_REF_ISA the environment gives): for a change meant to keep every bit. Exit 1 on a difference. */
 static int run_lib(const char *path, const char *var, RadDType e, int64_t M, int64_t N, int64_t K, void *w, uint64_t rb, float *x,
                    float *y) {
-    void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!dl) { fprintf(stderr, "%s\n", dlerror()); return -1; }
-    rad_kernels_fn kf;
-    void *p = dlsym(dl, "rad_kernels");
-    memcpy(&kf, &p, sizeof p);
-    const RadKernelLib *lib = kf();
-    void *state = NULL;
-    RadKernelLibConfig cfg = {sizeof cfg, 2, 0, 0, 1, NULL};
-    const RadKernel *k = lib->init(&cfg, &state) ? NULL : find(lib, "gemm_nt", var);
+    void *dl, *state;
+    const RadKernelLib *lib = open_lib(path, &dl, &state);
+    if (!lib) return -1;
+    const RadKernel *k = find(lib, "gemm_nt", var);
     RadParam prm[3] = {RAD_RANGE("M", M, M), RAD_INT("N", N), RAD_INT("K", K)};
     RadKArg args[3] = {{w, e, (uint64_t)N, (uint64_t)K, rb, {w, 0, 0, 0}}, {x, RAD_F32, (uint64_t)M, (uint64_t)K, (uint64_t)K, {0}},
                        {y, RAD_F32, (uint64_t)M, (uint64_t)N, (uint64_t)N, {0}}};
     RadKernelArgs a = {sizeof a, prm, 3, M, args, 3, NULL, NULL, NULL, state, 2, 1, NULL, 0};
     const int rc = k ? k->run(&a) : -1;
-    if (state) lib->fini(state);
+    lib->fini(state);
     dlclose(dl);
     return rc;
 }
@@ -120,16 +129,9 @@ static int same_bits(const char *pa, const char *pb) {
 
 int main(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[1], "--same-bits")) return same_bits(argv[2], argv[3]);
-    const char *path = argc > 1 ? argv[1] : "build/plugins/kern_ref.so";
-    void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!dl) { fprintf(stderr, "%s\n", dlerror()); return 1; }
-    rad_kernels_fn kf;
-    void *p = dlsym(dl, "rad_kernels");
-    memcpy(&kf, &p, sizeof p);
-    const RadKernelLib *lib = kf();
-    void *state = NULL;
-    RadKernelLibConfig cfg = {sizeof cfg, 2, 0, 0, 1, NULL};
-    if (lib->init(&cfg, &state)) { fprintf(stderr, "init failed\n"); return 1; }
+    void *dl, *state;
+    const RadKernelLib *lib = open_lib(argc > 1 ? argv[1] : "build/plugins/kern_ref.so", &dl, &state);
+    if (!lib) return 1;
     struct { int64_t N, K; RadDType e; } shapes[] = {
         {576, 1536, RAD_Q4_1}, {1536, 576, RAD_Q4_1}, {49152, 576, RAD_Q8_0},
         {576, 1536, RAD_Q4_0}, {576, 1536, RAD_Q8_0}, {576, 1536, RAD_Q4_K}, {576, 1536, RAD_Q6_K},
