@@ -103,14 +103,14 @@ int main(int argc, char **argv) {
     }
     /* the model: layers of PER weights [N, K] (encoding: q4_1, or for qwen15 q4_k with v and down
      * q6_k in even layers, as its Q4_K_M file), then the head */
-    enum { PER = 7 };
+    enum { PER = 7, LMAX = 30 }; /* LMAX: the most layers of the models below */
     const int qwen = getenv("DECODE_MODEL") && !strcmp(getenv("DECODE_MODEL"), "qwen15");
     static const int64_t smol[PER][2] = {{576, 576}, {192, 576}, {192, 576}, {576, 576}, {1536, 576}, {1536, 576}, {576, 1536}};
     static const int64_t qw[PER][2] = {{1536, 1536}, {256, 1536}, {256, 1536}, {1536, 1536}, {8960, 1536}, {8960, 1536}, {1536, 8960}};
     const int L = qwen ? 28 : 30;
     const int64_t(*shp)[2] = qwen ? qw : smol, HN = qwen ? 151936 : 49152, HK = qwen ? 1536 : 576;
     const RadDType HE = qwen ? RAD_Q6_K : RAD_Q8_0;
-    static Gemm g[30 * PER + 1];
+    static Gemm g[LMAX * PER + 1];
     double bytes = 0;
     for (int l = 0; l < L; l++)
         for (int j = 0; j < PER; j++) {
