@@ -291,8 +291,24 @@ typedef struct RadChatFormat {
     const char *default_system;    /* used when a chat has no system message, or NULL */
     const char *const *stop;       /* NULL-terminated strings that end a turn */
     const char *reasoning_start, *reasoning_end; /* to reasoning_content, or NULL */
-    const char *tool_call_start, *tool_call_end;
+    const char *tool_call_start, *tool_call_end; /* what the model writes around a call: JSON
+                                                    {"name": ..., "arguments": {...}} between them */
     uint32_t flags;                /* RAD_CHAT_* */
+    /* ABI 1.7: tools, tool calls and tool results as the template renders them (read only when
+     * struct_size covers them; tools_start NULL: the format renders no tools, and a request with
+     * `tools` is refused). A request's tools go in the system turn:
+     *   system_start [SYS tools_system_sep] tools_start (tools_sep TOOL_JSON)* tools_end system_end
+     * (SYS: the first system message, else default_system, else nothing; TOOL_JSON: the tool as
+     * Python's json.dumps writes it, Jinja's `tojson`). An assistant turn's calls follow its
+     * content, each as
+     *   [tool_calls_sep] tool_call_open NAME tool_call_mid ARGS_JSON tool_call_close
+     * (the separator before every call but a first one with no content before it). A run of
+     * `tool` messages is one turn:
+     *   tool_turn_start (tool_result_start CONTENT tool_result_end)* user_end */
+    const char *tools_system_sep;
+    const char *tools_start, *tools_sep, *tools_end;
+    const char *tool_calls_sep, *tool_call_open, *tool_call_mid, *tool_call_close;
+    const char *tool_turn_start, *tool_result_start, *tool_result_end;
 } RadChatFormat;
 
 enum {

@@ -28,22 +28,42 @@ static const RadChatFormat rad_chat_chatml_smollm = {
     RAD_CHAT_CHATML_FIELDS,
     .default_system = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"};
 
-/* Qwen2.5's template: ChatML whose chat opens with this system turn when it has none, and whose
- * tool calls are JSON inside <tool_call>...</tool_call> (the template's own instructions). */
+/* Tools as Qwen2.5's and Qwen3's templates render them (abi/rad_arch.h, ABI 1.7): the tool
+ * signatures as JSON lines inside <tools></tools> in the system turn with the template's
+ * instructions, a reply's calls as <tool_call> blocks after its content, and a run of tool
+ * results as one user turn of <tool_response> blocks. TOOLS_END is the instructions' tail,
+ * which Qwen2.5-Coder-1.5B-Instruct's template writes with its braces doubled. */
+#define RAD_CHAT_QWEN_TOOLS_END(LB, RB)                                                                          \
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "       \
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n" LB "\"name\": <function-name>, \"arguments\": "          \
+    "<args-json-object>" RB "\n</tool_call>"
+#define RAD_CHAT_QWEN_TOOLS_FIELDS(LB, RB)                                                                       \
+    .tool_call_start = "<tool_call>", .tool_call_end = "</tool_call>", .tools_system_sep = "\n\n",              \
+    .tools_start = "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are "   \
+                   "provided with function signatures within <tools></tools> XML tags:\n<tools>",               \
+    .tools_sep = "\n", .tools_end = RAD_CHAT_QWEN_TOOLS_END(LB, RB), .tool_calls_sep = "\n",                    \
+    .tool_call_open = "<tool_call>\n{\"name\": \"", .tool_call_mid = "\", \"arguments\": ",                     \
+    .tool_call_close = "}\n</tool_call>", .tool_turn_start = "<|im_start|>user",                               \
+    .tool_result_start = "\n<tool_response>\n", .tool_result_end = "\n</tool_response>"
+
+/* Qwen2.5's template: ChatML whose chat opens with this system turn when it has none, with
+ * Qwen's tools. */
+#define RAD_CHAT_QWEN_SYSTEM "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
 static const RadChatFormat rad_chat_chatml_qwen = {
-    RAD_CHAT_CHATML_FIELDS,
-    .default_system = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
-    .tool_call_start = "<tool_call>", .tool_call_end = "</tool_call>"};
+    RAD_CHAT_CHATML_FIELDS, .default_system = RAD_CHAT_QWEN_SYSTEM, RAD_CHAT_QWEN_TOOLS_FIELDS("{", "}")};
+/* Qwen2.5-Coder-1.5B-Instruct's template: the same, but its tool instructions show the call
+ * as "{{"name": ...}}" (a Jinja string literal's braces, doubled in that checkpoint). */
+static const RadChatFormat rad_chat_chatml_qwen_braces = {
+    RAD_CHAT_CHATML_FIELDS, .default_system = RAD_CHAT_QWEN_SYSTEM, RAD_CHAT_QWEN_TOOLS_FIELDS("{{", "}}")};
 
 /* Qwen3's template: ChatML with no default system turn, a reply that opens with its reasoning
- * inside <think>...</think> (split out as reasoning_content), and Qwen2.5's tool-call markup. The
- * generation prompt is the plain "<|im_start|>assistant\n" (thinking on: the model writes the
- * <think> itself). Not rendered as the template does: a final assistant turn after the last user
- * turn, which the template prefixes with an empty "<think>\n\n</think>\n\n" block, and tool
- * results, which it wraps as <tool_response> inside a user turn. */
+ * inside <think>...</think> (split out as reasoning_content), and Qwen's tools. The generation
+ * prompt is the plain "<|im_start|>assistant\n" (thinking on: the model writes the <think>
+ * itself). Not rendered as the template does: a final assistant turn after the last user turn,
+ * which the template prefixes with an empty "<think>\n\n</think>\n\n" block. */
 static const RadChatFormat rad_chat_chatml_qwen3 = {
     RAD_CHAT_CHATML_FIELDS, .default_system = NULL, .reasoning_start = "<think>", .reasoning_end = "</think>",
-    .tool_call_start = "<tool_call>", .tool_call_end = "</tool_call>"};
+    RAD_CHAT_QWEN_TOOLS_FIELDS("{", "}")};
 
 /* Llama 3 headers. The BOS is in the template; every turn ends with <|eot_id|>. */
 #define RAD_CHAT_LLAMA3_FIELDS                                                                          \
@@ -100,7 +120,8 @@ static const RadChatFormat rad_chat_gemma = {
 typedef struct RadChatHints {
     int smollm;   /* ChatML with SmolLM2's default system turn */
     int llama31;  /* Llama 3 with the 3.1+ knowledge-cutoff system turn */
-    int qwen;     /* ChatML with Qwen2.5's default system turn and tool-call markup */
+    int qwen;     /* ChatML with Qwen2.5's default system turn and tools */
+    int qwen_braces; /* Qwen2.5's, with the tool instructions' braces doubled (Qwen2.5-Coder-1.5B) */
     int think;    /* ChatML whose replies open with <think> reasoning (Qwen3) */
 } RadChatHints;
 
@@ -109,7 +130,7 @@ static inline const RadChatFormat *rad_chat_from_markup(const char *t, RadChatHi
     if (!t) return NULL;
     if (strstr(t, "<|im_start|>"))
         return h.smollm ? &rad_chat_chatml_smollm
-               : h.qwen ? &rad_chat_chatml_qwen
+               : h.qwen ? (h.qwen_braces ? &rad_chat_chatml_qwen_braces : &rad_chat_chatml_qwen)
                : h.think ? &rad_chat_chatml_qwen3
                          : &rad_chat_chatml;
     if (strstr(t, "<|start_header_id|>")) return h.llama31 ? &rad_chat_llama31 : &rad_chat_llama3;
@@ -127,7 +148,8 @@ static inline const RadChatFormat *rad_chat_format_pick(const RadModelMeta *m, c
     const RadChatFormat *f;
     h.smollm = tmpl ? strstr(tmpl, "named SmolLM") != NULL : strstr(name, "SmolLM") != NULL;
     h.llama31 = tmpl != NULL && strstr(tmpl, "Cutting Knowledge Date") != NULL;
-    h.qwen = tmpl != NULL && strstr(tmpl, "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.") != NULL;
+    h.qwen = tmpl != NULL && strstr(tmpl, RAD_CHAT_QWEN_SYSTEM) != NULL;
+    h.qwen_braces = tmpl != NULL && strstr(tmpl, "<tool_call>\\n{{\\\"name\\\": <function-name>") != NULL;
     /* Qwen3's template splits <think>...</think> out of past replies; Qwen2.5's has no <think> */
     h.think = tmpl != NULL && strstr(tmpl, "<think>") != NULL;
     if (kind) {

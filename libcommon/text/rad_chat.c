@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "libcommon/plugin/rad_plugins.h"
+#include "libcommon/text/rad_pyjson.h"
 
 static int add_str(RadBuf *b, const char *s, RadErr *e) { return s ? rad_buf_put(b, s, strlen(s), e) : RAD_OK; }
 
@@ -19,6 +20,51 @@ static int set_param(char *param, size_t cap, const char *fmt, size_t i, const c
     return RAD_E_ARG;
 }
 
+/* messages[i].tool_calls (an array) into out->calls[i]. */
+static int read_calls(json_t *tc, size_t i, RadChatMsgs *out, char *param, size_t cap, RadErr *e) {
+    const size_t k = json_array_size(tc);
+    if (k == 0) return RAD_OK; /* the templates render an empty list as no calls */
+    RadChatCall *c = calloc(k, sizeof *c);
+    if (!c) return rad_err_set(e, RAD_E_NOMEM, "out of memory (%zu tool calls)", k);
+    out->calls[i] = c;
+    out->m[i].calls = c;
+    for (size_t j = 0; j < k; j++) {
+        json_t *call = json_array_get(tc, j);
+        json_t *fn = json_object_get(call, "function");
+        const char *type = json_string_value(json_object_get(call, "type"));
+        json_t *name = json_object_get(fn, "name"), *args = json_object_get(fn, "arguments");
+        char field[40];
+        snprintf(field, sizeof field, "tool_calls[%zu]", j);
+        if (!json_is_object(call) || !json_is_object(fn) || (json_object_get(call, "type") && (!type || strcmp(type, "function")))) {
+            set_param(param, cap, "messages[%zu].%s", i, field);
+            return rad_err_set(e, RAD_E_ARG, "messages[%zu].%s is not a {\"type\": \"function\", \"function\": {...}} object", i, field);
+        }
+        if (!json_is_string(name) || !json_string_length(name) || strlen(json_string_value(name)) != json_string_length(name)) {
+            set_param(param, cap, "messages[%zu].%s", i, field);
+            return rad_err_set(e, RAD_E_ARG, "messages[%zu].%s.function.name is missing or not a non-empty string", i, field);
+        }
+        json_t *parsed = NULL;
+        if (json_is_string(args)) {
+            json_error_t je;
+            parsed = json_loadb(json_string_value(args), json_string_length(args), JSON_DECODE_ANY, &je);
+            if (!parsed) {
+                set_param(param, cap, "messages[%zu].%s", i, field);
+                return rad_err_set(e, RAD_E_ARG, "messages[%zu].%s.function.arguments is not JSON (%s at character %d)", i, field,
+                                   je.text, je.position);
+            }
+        } else if (args && !json_is_null(args)) {
+            parsed = json_incref(args);
+        } else {
+            set_param(param, cap, "messages[%zu].%s", i, field);
+            return rad_err_set(e, RAD_E_ARG, "messages[%zu].%s.function.arguments is missing", i, field);
+        }
+        c[j].name = json_string_value(name);
+        c[j].args = parsed;
+        out->m[i].n_calls = j + 1;
+    }
+    return RAD_OK;
+}
+
 int rad_chat_msgs_from_json(const json_t *messages, RadChatMsgs *out, char *param, size_t cap, RadErr *e) {
     memset(out, 0, sizeof *out);
     if (param && cap) snprintf(param, cap, "messages");
@@ -27,7 +73,8 @@ int rad_chat_msgs_from_json(const json_t *messages, RadChatMsgs *out, char *para
     if (n == 0) return rad_err_set(e, RAD_E_ARG, "'messages' is empty: a chat needs at least one message");
     out->m = calloc(n, sizeof *out->m);
     out->owned = calloc(n, sizeof *out->owned);
-    if (!out->m || !out->owned) {
+    out->calls = calloc(n, sizeof *out->calls);
+    if (!out->m || !out->owned || !out->calls) {
         rad_chat_msgs_free(out);
         return rad_err_set(e, RAD_E_NOMEM, "out of memory (%zu messages)", n);
     }
@@ -85,6 +132,16 @@ int rad_chat_msgs_from_json(const json_t *messages, RadChatMsgs *out, char *para
             rc = rad_err_set(e, RAD_E_ARG, "messages[%zu].content must be a string or an array of text parts", i);
             set_param(param, cap, "messages[%zu].%s", i, "content");
         }
+        json_t *tc = rc ? NULL : json_object_get(m, "tool_calls");
+        if (tc && !json_is_null(tc)) {
+            if (out->m[i].role != RAD_ROLE_ASSISTANT || !json_is_array(tc)) {
+                rc = rad_err_set(e, RAD_E_ARG, "messages[%zu].tool_calls: %s", i,
+                                 json_is_array(tc) ? "only an assistant message makes tool calls" : "not an array");
+                set_param(param, cap, "messages[%zu].%s", i, "tool_calls");
+            } else {
+                rc = read_calls(tc, i, out, param, cap, e);
+            }
+        }
         if (rc) {
             rad_chat_msgs_free(out);
             return rc;
@@ -96,6 +153,11 @@ int rad_chat_msgs_from_json(const json_t *messages, RadChatMsgs *out, char *para
 void rad_chat_msgs_free(RadChatMsgs *m) {
     if (m->owned)
         for (size_t i = 0; i < m->n; i++) free(m->owned[i]);
+    for (size_t i = 0; m->calls && m->m && i < m->n; i++) {
+        for (size_t j = 0; j < m->m[i].n_calls; j++) json_decref(m->calls[i][j].args);
+        free(m->calls[i]);
+    }
+    free(m->calls);
     free(m->owned);
     free(m->m);
     memset(m, 0, sizeof *m);
@@ -191,12 +253,56 @@ static int add_turn_content(const RadChatFormat *f, RadBuf *b, const char *s, Sp
     return rc;
 }
 
-static int render(const RadChatFormat *f, const RadChatMsg *msgs, size_t n, unsigned flags, char **text, size_t *len,
-                  int *add_special, Spans *sp, RadErr *e) {
+/* A field of ABI 1.7 or later: NULL when the plugin's struct ends before it. */
+#define CHAT_FIELD(f, field) \
+    ((f)->struct_size >= offsetof(RadChatFormat, field) + sizeof((f)->field) ? (f)->field : NULL)
+
+int rad_chat_has_tools(const RadChatFormat *f) { return f && CHAT_FIELD(f, tools_start) != NULL; }
+
+/* v as Jinja's tojson writes it, as content (a client's text: no special tokens in it). */
+static int add_json(RadBuf *b, const json_t *v, Spans *sp, RadErr *e) {
+    RadBuf j = {0};
+    int rc = rad_pyjson_dump(&j, v, e);
+    if (!rc) rc = add_content(b, j.p, sp, e);
+    rad_buf_free(&j);
+    return rc;
+}
+
+/* The system turn of a request with tools (see RadChatFormat's ABI 1.7 fields). */
+static int add_tools_turn(const RadChatFormat *f, RadBuf *b, const char *sys, Spans *sys_sp, const json_t *tools, Spans *sp,
+                          RadErr *e) {
+    int rc = add_str(b, f->system_start, e);
+    if (!rc && sys && !(rc = add_content(b, sys, sys_sp, e))) rc = add_str(b, CHAT_FIELD(f, tools_system_sep), e);
+    if (!rc) rc = add_str(b, CHAT_FIELD(f, tools_start), e);
+    for (size_t t = 0; !rc && t < json_array_size(tools); t++)
+        if (!(rc = add_str(b, CHAT_FIELD(f, tools_sep), e))) rc = add_json(b, json_array_get(tools, t), sp, e);
+    if (!rc && !(rc = add_str(b, CHAT_FIELD(f, tools_end), e))) rc = add_str(b, f->system_end, e);
+    return rc;
+}
+
+/* An assistant message's calls, after its content. */
+static int add_calls(const RadChatFormat *f, RadBuf *b, const RadChatMsg *m, size_t i, Spans *sp, RadErr *e) {
+    if (!CHAT_FIELD(f, tool_call_open))
+        return rad_err_set(e, RAD_E_ARG, "messages[%zu]: the %s chat format renders no tool calls", i, f->kind);
+    int rc = RAD_OK;
+    for (size_t j = 0; !rc && j < m->n_calls; j++) {
+        if ((j > 0 || m->content[0]) && (rc = add_str(b, CHAT_FIELD(f, tool_calls_sep), e))) break;
+        if (!(rc = add_str(b, CHAT_FIELD(f, tool_call_open), e)) && !(rc = add_content(b, m->calls[j].name, sp, e)) &&
+            !(rc = add_str(b, CHAT_FIELD(f, tool_call_mid), e)) && !(rc = add_json(b, m->calls[j].args, sp, e)))
+            rc = add_str(b, CHAT_FIELD(f, tool_call_close), e);
+    }
+    return rc;
+}
+
+static int render(const RadChatFormat *f, const RadChatMsg *msgs, size_t n, const json_t *tools, unsigned flags, char **text,
+                  size_t *len, int *add_special, Spans *sp, RadErr *e) {
     *text = NULL;
     *len = 0;
     if (!f) return rad_err_set(e, RAD_E_ARG, "no chat format");
     if (n == 0 && !(flags & RAD_CHAT_GEN_PROMPT)) return rad_err_set(e, RAD_E_ARG, "a chat needs at least one message");
+    const int with_tools = json_array_size(tools) > 0;
+    if (with_tools && (!rad_chat_has_tools(f) || (f->flags & RAD_CHAT_SYSTEM_IN_FIRST_USER)))
+        return rad_err_set(e, RAD_E_ARG, "the %s chat format renders no tools", f->kind);
     RadBuf b = {0};
     int rc = rad_buf_put(&b, "", 0, e);
     int in_first_user = (f->flags & RAD_CHAT_SYSTEM_IN_FIRST_USER) != 0;
@@ -207,6 +313,10 @@ static int render(const RadChatFormat *f, const RadChatMsg *msgs, size_t n, unsi
     const char *sys = f->default_system;
     Spans *sys_sp = NULL; /* the format's default system text is the template's, not content */
     if (n && msgs[0].role == RAD_ROLE_SYSTEM) sys = msgs[i++].content, sys_sp = sp;
+    if (!rc && with_tools) {
+        rc = add_tools_turn(f, &b, sys, sys_sp, tools, sp, e);
+        sys = NULL;
+    }
     if (!rc && sys && !in_first_user) {
         if (!(rc = add_str(&b, f->system_start, e)) && !(rc = add_content(&b, sys, sys_sp, e))) rc = add_str(&b, f->system_end, e);
         sys = NULL;
@@ -251,10 +361,18 @@ static int render(const RadChatFormat *f, const RadChatMsg *msgs, size_t n, unsi
             if (!rc && !(rc = add_turn_content(f, &b, m->content, sp, e))) rc = add_str(&b, f->user_end, e);
             break;
         case RAD_ROLE_ASSISTANT:
-            if (!(rc = add_str(&b, f->assistant_start, e)) && !(rc = add_turn_content(f, &b, m->content, sp, e)))
+            if (!(rc = add_str(&b, f->assistant_start, e)) && !(rc = add_turn_content(f, &b, m->content, sp, e)) &&
+                !(rc = m->n_calls ? add_calls(f, &b, m, i, sp, e) : RAD_OK))
                 rc = add_str(&b, f->assistant_end, e);
             break;
         case RAD_ROLE_TOOL:
+            if (CHAT_FIELD(f, tool_turn_start)) { /* a run of tool results is one turn */
+                if ((i == 0 || msgs[i - 1].role != RAD_ROLE_TOOL) && (rc = add_str(&b, CHAT_FIELD(f, tool_turn_start), e))) break;
+                if (!(rc = add_str(&b, CHAT_FIELD(f, tool_result_start), e)) && !(rc = add_turn_content(f, &b, m->content, sp, e)))
+                    rc = add_str(&b, CHAT_FIELD(f, tool_result_end), e);
+                if (!rc && (i + 1 == n || msgs[i + 1].role != RAD_ROLE_TOOL)) rc = add_str(&b, f->user_end, e);
+                break;
+            }
             if (!tstart && !(tstart = tool_start(f))) {
                 rc = rad_err_set(e, RAD_E_ARG, "messages[%zu]: the %s chat format has no %s role", i, f->kind ? f->kind : "model's",
                                  role_name(m->role));
@@ -277,11 +395,21 @@ static int render(const RadChatFormat *f, const RadChatMsg *msgs, size_t n, unsi
 
 int rad_chat_render(const RadChatFormat *f, const RadChatMsg *msgs, size_t n, unsigned flags, char **text, size_t *len,
                     int *add_special, RadErr *e) {
-    return render(f, msgs, n, flags, text, len, add_special, NULL, e);
+    return render(f, msgs, n, NULL, flags, text, len, add_special, NULL, e);
+}
+
+int rad_chat_render_tools(const RadChatFormat *f, const RadChatMsg *msgs, size_t n, const json_t *tools, unsigned flags,
+                          char **text, size_t *len, int *add_special, RadErr *e) {
+    return render(f, msgs, n, tools, flags, text, len, add_special, NULL, e);
 }
 
 int rad_chat_encode(const RadChatFormat *f, const RadTok *tok, const RadChatMsg *msgs, size_t n, unsigned flags,
                     int32_t **ids, size_t *n_ids, char **text, size_t *len, RadErr *e) {
+    return rad_chat_encode_tools(f, tok, msgs, n, NULL, flags, ids, n_ids, text, len, e);
+}
+
+int rad_chat_encode_tools(const RadChatFormat *f, const RadTok *tok, const RadChatMsg *msgs, size_t n, const json_t *tools,
+                          unsigned flags, int32_t **ids, size_t *n_ids, char **text, size_t *len, RadErr *e) {
     *ids = NULL;
     *n_ids = 0;
     if (text) *text = NULL;
@@ -293,7 +421,7 @@ int rad_chat_encode(const RadChatFormat *f, const RadTok *tok, const RadChatMsg 
     size_t tl;
     int add_special;
     int special = (flags & RAD_CHAT_SPECIAL_IN_CONTENT) != 0;
-    int rc = render(f, msgs, n, flags, &t, &tl, &add_special, special ? NULL : &sp, e);
+    int rc = render(f, msgs, n, tools, flags, &t, &tl, &add_special, special ? NULL : &sp, e);
     if (!rc) rc = rad_tok_encode_spans(tok, t, tl, add_special, sp.p, sp.n, ids, n_ids, e);
     free(sp.p);
     if (!rc && text) *text = t, t = NULL;
@@ -450,6 +578,28 @@ int rad_chat_format_check(const RadChatFormat *f, const char *plugin, RadErr *e)
         (rc = chat_str(f->tool_call_end, 1, plugin, "tool_call_end", e)))
         return rc;
     if (!f->kind[0]) return rad_err_set(e, RAD_E_FORMAT, "plugin '%s': RadChatFormat.kind is empty", plugin);
+    /* ABI 1.7's tool fields, where the struct has them: all or none of a group */
+    static const struct { size_t off; const char *name; } tool_fields[] = {
+#define TF(x) {offsetof(RadChatFormat, x), #x}
+        TF(tools_start), TF(tools_system_sep), TF(tools_sep), TF(tools_end), TF(tool_calls_sep), TF(tool_call_open),
+        TF(tool_call_mid), TF(tool_call_close), TF(tool_turn_start), TF(tool_result_start), TF(tool_result_end),
+#undef TF
+    };
+    int n_set = 0, n_have = 0;
+    for (size_t t = 0; t < sizeof tool_fields / sizeof tool_fields[0]; t++) {
+        if (f->struct_size < tool_fields[t].off + sizeof(const char *)) continue;
+        const char *v;
+        memcpy(&v, (const char *)f + tool_fields[t].off, sizeof v);
+        if ((rc = chat_str(v, 1, plugin, tool_fields[t].name, e))) return rc;
+        n_have++;
+        n_set += v != NULL;
+    }
+    if (n_set && n_set != n_have)
+        return rad_err_set(e, RAD_E_FORMAT, "plugin '%s': RadChatFormat's tool fields (tools_start .. tool_result_end): all or none",
+                           plugin);
+    if (n_set && (!f->tool_call_start || !*f->tool_call_start || !f->tool_call_end || !*f->tool_call_end))
+        return rad_err_set(e, RAD_E_FORMAT, "plugin '%s': RadChatFormat renders tools but names no tool_call_start/_end to read "
+                           "the model's calls by", plugin);
     if (f->flags & ~RAD_CHAT_FLAGS_KNOWN)
         return rad_err_set(e, RAD_E_FORMAT, "plugin '%s': RadChatFormat.flags 0x%x has bits this core does not know (0x%x)", plugin,
                            f->flags, f->flags & ~RAD_CHAT_FLAGS_KNOWN);

@@ -39,9 +39,17 @@ struct json_t;
 
 typedef enum RadChatRole { RAD_ROLE_SYSTEM = 0, RAD_ROLE_USER, RAD_ROLE_ASSISTANT, RAD_ROLE_TOOL } RadChatRole;
 
+/* A call an assistant message made (OpenAI's tool_calls[i].function). */
+typedef struct RadChatCall {
+    const char *name;
+    struct json_t *args;           /* the arguments, parsed (OpenAI sends them as a JSON string) */
+} RadChatCall;
+
 typedef struct RadChatMsg {
     RadChatRole role;
     const char *content;           /* NUL-terminated UTF-8 */
+    const RadChatCall *calls;      /* assistant: [n_calls] tool calls after the content */
+    size_t n_calls;
 } RadChatMsg;
 
 /* A messages list read from JSON: msgs[] point into storage owned here. */
@@ -49,11 +57,14 @@ typedef struct RadChatMsgs {
     RadChatMsg *m;
     size_t n;
     char **owned;                  /* [n] joined text parts (or NULL when borrowed from the JSON) */
+    RadChatCall **calls;           /* [n] each message's calls (owned; args a reference each) */
 } RadChatMsgs;
 
 /* Reads an OpenAI `messages` array: objects with "role" (system, developer = system, user,
  * assistant, tool) and "content" (a string, an array of {"type":"text","text":...} parts joined
- * with no separator, or null/absent for an assistant message). The strings are borrowed from
+ * with no separator, or null/absent for an assistant message). An assistant message's
+ * "tool_calls" ([{"type": "function", "function": {"name", "arguments"}}], arguments a JSON text
+ * or an object) are read into RadChatCall; arguments that are not JSON are refused. The strings are borrowed from
  * `messages`, which must outlive *out. RAD_E_ARG with a one-line message on a malformed list;
  * `param` (when non-NULL, cap bytes) receives the offending field as OpenAI names it
  * ("messages[2].content"). */
@@ -80,6 +91,15 @@ int rad_chat_format_get(const struct RadPlugin *plugin, const RadModelMeta *meta
 
 int rad_chat_render(const RadChatFormat *f, const RadChatMsg *msgs, size_t n, unsigned flags, char **text, size_t *len,
                     int *add_special, RadErr *e);
+/* The same with a request's `tools` (a JSON array of tool objects, each rendered whole as
+ * Jinja's tojson writes it; NULL or empty: none), in the system turn as the format's tools_*
+ * fields say. RAD_E_ARG when tools are given and the format renders none (tools_start NULL).
+ * Tool calls in assistant messages and tool results are rendered with the format's tool_* fields
+ * whether or not tools are given (as the templates do). */
+int rad_chat_render_tools(const RadChatFormat *f, const RadChatMsg *msgs, size_t n, const struct json_t *tools,
+                          unsigned flags, char **text, size_t *len, int *add_special, RadErr *e);
+/* Whether the format renders tools (ABI 1.7's tools_start, within its struct_size). */
+int rad_chat_has_tools(const RadChatFormat *f);
 
 /* Renders and encodes a chat prompt, what the server and --chat feed the model. The template's
  * markup (and the format's default system text) is encoded with special tokens matched; message
@@ -90,6 +110,11 @@ int rad_chat_render(const RadChatFormat *f, const RadChatMsg *msgs, size_t n, un
  * *ids is malloc'd; text/len (either may be NULL) receive the rendered text (malloc'd). */
 int rad_chat_encode(const RadChatFormat *f, const RadTok *tok, const RadChatMsg *msgs, size_t n, unsigned flags,
                     int32_t **ids, size_t *n_ids, char **text, size_t *len, RadErr *e);
+/* With tools (rad_chat_render_tools); the tools' JSON and the calls' names and arguments are
+ * content: encoded as text. */
+int rad_chat_encode_tools(const RadChatFormat *f, const RadTok *tok, const RadChatMsg *msgs, size_t n,
+                          const struct json_t *tools, unsigned flags, int32_t **ids, size_t *n_ids, char **text, size_t *len,
+                          RadErr *e);
 
 /* The tokens that end an assistant turn, for RadGenReq.stop_ids: each of the format's stop
  * strings, and its assistant_end, that the tokenizer encodes as exactly one special token

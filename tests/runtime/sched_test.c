@@ -417,7 +417,7 @@ Test(sched, a_chat_turn_end_that_is_not_eos_stops) {
     cr_assert_eq(n_stop, 1, "<|im_start|> is one special token; the rest are not");
     int32_t end = stop_ids[0];
     cr_assert(end != rad_tok_eos(f.tok) && end != rad_tok_eot(f.tok), "the turn end %d is EOS or EOT", end);
-    RadChatMsg msgs[] = {{RAD_ROLE_USER, "What is 2+2?"}};
+    RadChatMsg msgs[] = {{.role = RAD_ROLE_USER, .content = "What is 2+2?"}};
     int32_t *ids;
     size_t n;
     cr_assert_eq(rad_chat_encode(&cf, f.tok, msgs, 1, RAD_CHAT_GEN_PROMPT, &ids, &n, NULL, NULL, &e), RAD_OK, "%s", e.msg);

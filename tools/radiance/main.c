@@ -449,7 +449,7 @@ static int run_chat(RadEngine *en, RadSched *sched, const RadTok *tok, Opts *o, 
             break;
         }
         msgs = nm;
-        msgs[n_msgs++] = (RadChatMsg){RAD_ROLE_USER, user};
+        msgs[n_msgs++] = (RadChatMsg){.role = RAD_ROLE_USER, .content = user};
         int32_t *ids;
         size_t n;
         unsigned flags = RAD_CHAT_GEN_PROMPT | (o->chat_special ? RAD_CHAT_SPECIAL_IN_CONTENT : 0);
@@ -473,7 +473,7 @@ static int run_chat(RadEngine *en, RadSched *sched, const RadTok *tok, Opts *o, 
         free(ids);
         if (!rc) {
             printf("\n");
-            msgs[n_msgs++] = (RadChatMsg){RAD_ROLE_ASSISTANT, reply.p};
+            msgs[n_msgs++] = (RadChatMsg){.role = RAD_ROLE_ASSISTANT, .content = reply.p};
         } else {
             rad_buf_free(&reply);
         }

@@ -184,6 +184,89 @@ static int parse_prompt(json_t *p, const ApiCtx *cx, ApiReq *r, ApiErr *e) {
     return 0;
 }
 
+/* A function name as OpenAI takes it: [a-zA-Z0-9_-]{1,64}. */
+static int tool_name_ok(const char *s) {
+    size_t n = 0;
+    for (; s[n]; n++)
+        if (!((s[n] >= 'a' && s[n] <= 'z') || (s[n] >= 'A' && s[n] <= 'Z') || (s[n] >= '0' && s[n] <= '9') || s[n] == '_' || s[n] == '-'))
+            return 0;
+    return n >= 1 && n <= 64;
+}
+
+/* tools, tool_choice and parallel_tool_calls (docs/SERVER.md "Tool calls"). */
+static int parse_tools(json_t *j, const ApiCtx *cx, ApiReq *r, ApiErr *e) {
+    json_t *t = json_object_get(j, "tools"), *tc = json_object_get(j, "tool_choice");
+    int rc;
+    r->parallel_tool_calls = 1;
+    if ((rc = get_bool(j, "parallel_tool_calls", &r->parallel_tool_calls, e))) return rc;
+    size_t nt = 0;
+    if (t && !json_is_null(t)) {
+        if (!json_is_array(t)) return bad(e, "tools", "'%s' must be an array of {\"type\": \"function\", \"function\": {...}}%s", "");
+        nt = json_array_size(t);
+        for (size_t i = 0; i < nt; i++) {
+            json_t *o = json_array_get(t, i), *fn = json_object_get(o, "function");
+            const char *type = json_string_value(json_object_get(o, "type"));
+            const char *name = json_string_value(json_object_get(fn, "name"));
+            json_t *params = json_object_get(fn, "parameters"), *desc = json_object_get(fn, "description");
+            json_t *strict = json_object_get(fn, "strict");
+            char p[48];
+            snprintf(p, sizeof p, "tools[%zu]", i);
+            if (!json_is_object(o) || !type || strcmp(type, "function") || !json_is_object(fn))
+                return api_err(e, 400, "invalid_request_error", NULL, p, "'%s' must be {\"type\": \"function\", \"function\": {...}} "
+                               "(function tools only)", p);
+            if (!name || !tool_name_ok(name))
+                return api_err(e, 400, "invalid_request_error", NULL, p, "'%s.function.name' must be 1 to 64 of a-z, A-Z, 0-9, _ and -", p);
+            if ((params && !json_is_null(params) && !json_is_object(params)) || (desc && !json_is_null(desc) && !json_is_string(desc)))
+                return api_err(e, 400, "invalid_request_error", NULL, p, "'%s.function': 'parameters' must be an object and "
+                               "'description' a string", p);
+            if (json_is_true(strict))
+                return api_err(e, 400, "invalid_request_error", "unsupported_parameter", p, "'%s.function.strict': true is not served "
+                               "(arguments constrained to the schema need structured outputs, which this server does not have yet): "
+                               "send false or leave it out", p);
+            for (size_t k = 0; k < i; k++)
+                if (!strcmp(name, json_string_value(json_object_get(json_object_get(json_array_get(t, k), "function"), "name"))))
+                    return api_err(e, 400, "invalid_request_error", NULL, p, "'%s.function.name' '%s' is given twice", p, name);
+        }
+    }
+    /* tool_choice: "none" (the tools are not shown to the model), "auto", "required", or
+     * {"type": "function", "function": {"name": ...}}; the default "auto" with tools, else "none" */
+    const char *choice = nt ? "auto" : "none", *named = NULL;
+    if (tc && !json_is_null(tc)) {
+        if (json_is_string(tc)) choice = json_string_value(tc);
+        else named = json_string_value(json_object_get(json_object_get(tc, "function"), "name"));
+        if (json_is_string(tc) ? strcmp(choice, "none") && strcmp(choice, "auto") && strcmp(choice, "required")
+                               : !json_is_object(tc) || !named || strcmp(json_string_value(json_object_get(tc, "type")) ?
+                                                                          json_string_value(json_object_get(tc, "type")) : "", "function"))
+            return bad(e, "tool_choice", "'%s' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                       "\"function\": {\"name\": ...}}%s", "");
+        if (named) choice = "function";
+    }
+    if (!nt && strcmp(choice, "none"))
+        return bad(e, "tool_choice", "'%s' asks for a tool call, but the request offers no 'tools'%s", "");
+    if (named) {
+        int found = 0;
+        for (size_t i = 0; i < nt; i++)
+            found |= !strcmp(named, json_string_value(json_object_get(json_object_get(json_array_get(t, i), "function"), "name")));
+        if (!found) return api_err(e, 400, "invalid_request_error", NULL, "tool_choice", "'tool_choice' names '%.64s', which is not "
+                                   "among 'tools'", named);
+    }
+    if (!nt || !strcmp(choice, "none")) return 0;
+    if (!cx->chat || !rad_chat_has_tools(cx->chat))
+        return api_err(e, 400, "invalid_request_error", "unsupported_parameter", "tools", "this model's chat format (%s) describes "
+                       "no tool-call markup, so 'tools' cannot be served: leave it out (or send tool_choice \"none\")",
+                       cx->chat ? cx->chat->kind : "none");
+    r->tools = json_incref(t);
+    if (!strcmp(choice, "auto")) return 0;
+    if (!named && nt == 1) /* required with one tool: that one, named as a named choice would */
+        named = json_string_value(json_object_get(json_object_get(json_array_get(t, 0), "function"), "name"));
+    /* required or named: the reply opens with the call, the prompt ending with its opening */
+    const RadChatFormat *f = cx->chat;
+    size_t len = strlen(f->tool_call_open) + (named ? strlen(named) + strlen(f->tool_call_mid) : 0) + 1;
+    if (!(r->tool_prefix = malloc(len))) return api_err(e, 500, "server_error", NULL, NULL, "out of memory reading the tools");
+    snprintf(r->tool_prefix, len, "%s%s%s", f->tool_call_open, named ? named : "", named ? f->tool_call_mid : "");
+    return 0;
+}
+
 static int parse_messages(json_t *m, const ApiCtx *cx, ApiReq *r, ApiErr *e) {
     if (!cx->chat)
         return api_err(e, 400, "invalid_request_error", NULL, "messages",
@@ -199,12 +282,25 @@ static int parse_messages(json_t *m, const ApiCtx *cx, ApiReq *r, ApiErr *e) {
     /* content is text: special-token strings in it are not control tokens unless the server
      * runs with --chat-special-tokens (docs/SERVER.md) */
     unsigned flags = RAD_CHAT_GEN_PROMPT | (cx->chat_special ? RAD_CHAT_SPECIAL_IN_CONTENT : 0);
-    int rc = rad_chat_encode(cx->chat, cx->tok, msgs.m, msgs.n, flags, &ids, &n, &text, &len, &re);
+    int rc = rad_chat_encode_tools(cx->chat, cx->tok, msgs.m, msgs.n, r->tools, flags, &ids, &n, &text, &len, &re);
     rad_chat_msgs_free(&msgs);
     if (rc == RAD_E_NOMEM) return api_err(e, 500, "server_error", NULL, NULL, "out of memory reading the messages");
     if (rc) return api_err(e, 400, "invalid_request_error", NULL, "messages", "%s", re.msg);
     r->in_reasoning = rad_chat_prompt_opens_reasoning(cx->chat, text, len);
     free(text);
+    if (r->tool_prefix) { /* the forced call's opening, after the generation prompt */
+        int32_t *more, *all;
+        size_t k;
+        if (rad_tok_encode(cx->tok, r->tool_prefix, strlen(r->tool_prefix), 0, &more, &k, &re))
+            return free(ids), api_err(e, 500, "server_error", NULL, NULL, "the tool call's opening could not be tokenised: %s", re.msg);
+        if (!(all = realloc(ids, (n + k) * sizeof *ids))) {
+            free(ids), free(more);
+            return api_err(e, 500, "server_error", NULL, NULL, "out of memory reading the messages");
+        }
+        memcpy(all + n, more, k * sizeof *more);
+        free(more);
+        ids = all, n += k;
+    }
     if (n > UINT32_MAX) return free(ids), bad(e, "messages", "'%s' is too long%s", "");
     return push_prompt(r, ids, (uint32_t)n, e);
 }
@@ -268,7 +364,7 @@ enum { OK_FALSE, OK_TRUE, OK_ONE, OK_ZERO, OK_EMPTY_STR, OK_EMPTY_ARR, OK_NONE_A
 /* OpenAI's (and vLLM's) fields that would change the answer if honoured. Ignoring one would
  * answer another question than the one asked, so each is refused by name unless it is off or
  * null. Fields that change nothing in the answer (user, metadata, store, service_tier,
- * parallel_tool_calls, prediction, reasoning_effort) and unknown ones are ignored. */
+ * prediction, reasoning_effort) and unknown ones are ignored. */
 static const struct {
     const char *key;
     int ok;
@@ -277,10 +373,8 @@ static const struct {
     {"echo", OK_FALSE, "the prompt is not returned"},
     {"best_of", OK_ONE, "use 'n' for several choices"},
     {"suffix", OK_EMPTY_STR, "no text is inserted"},
-    {"tools", OK_EMPTY_ARR, "this server does not call tools"},
-    {"functions", OK_EMPTY_ARR, "this server does not call functions"},
-    {"tool_choice", OK_NONE_AUTO, "this server does not call tools"},
-    {"function_call", OK_NONE_AUTO, "this server does not call functions"},
+    {"functions", OK_EMPTY_ARR, "the deprecated functions API: use 'tools'"},
+    {"function_call", OK_NONE_AUTO, "the deprecated functions API: use 'tool_choice'"},
     {"response_format", OK_TEXT_FORMAT, "no JSON mode or schema"},
     {"modalities", OK_TEXT_ONLY, "text only"},
     {"audio", OK_NULL, "text only"},
@@ -449,8 +543,11 @@ static int parse_body(ApiKind kind, json_t *j, const ApiCtx *cx, ApiReq *r, ApiE
             if (!r->logprobs) return bad(e, "top_logprobs", "'%s' needs 'logprobs': true%s", "");
             r->top_logprobs = (uint32_t)ll;
         }
+        if ((rc = parse_tools(j, cx, r, e))) return rc;
         rc = parse_messages(json_object_get(j, "messages"), cx, r, e);
     } else {
+        if (json_object_get(j, "tools") && !json_is_null(json_object_get(j, "tools")))
+            return bad(e, "tools", "'%s' is a chat field: use /v1/chat/completions%s", "");
         if ((rc = get_int(j, "logprobs", 0, RAD_SCHED_MAX_TOP, &ll, &given, e))) return rc;
         if (given) r->logprobs = 1, r->top_logprobs = (uint32_t)ll;
         rc = parse_prompt(json_object_get(j, "prompt"), cx, r, e);
@@ -535,6 +632,8 @@ void api_req_free(ApiReq *r) {
     for (uint32_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->stop);
     free(r->bias);
+    json_decref(r->tools);
+    free(r->tool_prefix);
     memset(r, 0, sizeof *r);
 }
 
@@ -617,8 +716,22 @@ static json_t *choice_obj(const ApiReq *r, const ApiCtx *cx, const ApiChoice *c,
     } else {
         json_t *m = json_object();
         if (!stream || role_only) json_object_set_new(m, "role", json_string("assistant"));
-        if (!stream || role_only || c->len) json_object_set_new(m, "content", jstr(c->text, c->len));
+        if (!stream && c->n_calls && !c->len) json_object_set_new(m, "content", json_null()); /* a reply that only calls */
+        else if (!stream || role_only || c->len) json_object_set_new(m, "content", jstr(c->text, c->len));
         if (c->reasoning && (c->reasoning_len || !stream)) json_object_set_new(m, "reasoning_content", jstr(c->reasoning, c->reasoning_len));
+        if (c->n_calls) {
+            json_t *calls = json_array();
+            for (size_t k = 0; k < c->n_calls; k++) {
+                char id[64];
+                snprintf(id, sizeof id, "call_%.24s%02x%02x", c->call_id ? c->call_id : "", (unsigned)(c->index & 0xff),
+                         (unsigned)((c->call0 + k) & 0xff));
+                json_t *call = json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", id, "type", "function", "function", "name", c->calls[k].name,
+                                         "arguments", c->calls[k].arguments);
+                if (stream) json_object_set_new(call, "index", json_integer((json_int_t)(c->call0 + k)));
+                json_array_append_new(calls, call);
+            }
+            json_object_set_new(m, "tool_calls", calls);
+        }
         json_object_set_new(o, stream ? "delta" : "message", m);
     }
     json_object_set_new(o, "logprobs", lp);

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "libcommon/text/rad_chat.h"
+#include "libcommon/text/rad_chat_calls.h"
 #include "libcommon/runtime/rad_sched.h"
 #include "libcommon/tok/rad_tok.h"
 
@@ -63,6 +64,10 @@ typedef struct ApiReq {
     int logprobs;                     /* per-token logprobs wanted */
     uint32_t top_logprobs;
     int in_reasoning;                 /* chat: the prompt left the model inside reasoning */
+    json_t *tools;                    /* chat: the tools offered (a reference; NULL: none, or tool_choice "none") */
+    char *tool_prefix;                /* tool_choice "required" or a function: the call's opening the prompt ends
+                                         with (the format's tool_call_open [NAME tool_call_mid]); NULL otherwise */
+    int parallel_tool_calls;          /* 0: at most one call is returned */
 } ApiReq;
 
 /* Parses and checks a /v1/completions or /v1/chat/completions body. Returns 0 or the HTTP
@@ -86,7 +91,11 @@ typedef struct ApiChoice {
     size_t len;
     const char *reasoning;            /* chat: reasoning_content, or NULL */
     size_t reasoning_len;
-    const char *finish;               /* "stop", "length", or NULL (streaming, not finished) */
+    const char *finish;               /* "stop", "length", "tool_calls", or NULL (streaming, not finished) */
+    const RadToolCall *calls;         /* chat: tool calls (streaming: the ones not sent yet) */
+    size_t n_calls;
+    size_t call0;                     /* the index of calls[0] among the choice's calls */
+    const char *call_id;              /* ids are "call_" CALL_ID (choice, 2 hex) (index, 2 hex) */
     const ApiLp *lp;                  /* [n_lp] when logprobs were asked */
     size_t n_lp;
 } ApiChoice;

@@ -131,6 +131,8 @@ typedef struct Choice {
     RadBuf text;               /* completions: the text; chat: unused */
     RadChatSplit split;            /* chat */
     RadBuf content, reasoning;
+    RadChatCalls calls;            /* chat with tools: the calls read out of the content */
+    size_t calls_sent;             /* streaming: calls already in a chunk */
     ApiLp *lp;
     size_t n_lp, cap_lp;
     uint32_t n_prompt, n_cached, n_gen;
@@ -221,6 +223,7 @@ static void req_unref(Req *r) {
         rad_buf_free(&c->text);
         rad_buf_free(&c->content);
         rad_buf_free(&c->reasoning);
+        rad_chat_calls_free(&c->calls);
     }
     for (size_t i = 0; i < r->nq; i++) free(r->q[i].msg);
     free(r->q);
@@ -303,6 +306,10 @@ static void sink(void *user, const RadGenEvent *ev) {
 /* ---- events into responses (MHD's thread) ------------------------------------------------- */
 
 static const char *finish_name(RadGenFinish f) { return f == RAD_FINISH_LENGTH ? "length" : "stop"; }
+/* A chat choice's: "tool_calls" when a reply that ended by itself made calls. */
+static const char *chat_finish(const Choice *c, RadGenFinish f) {
+    return f != RAD_FINISH_LENGTH && c->calls.n ? "tool_calls" : finish_name(f);
+}
 
 static void out_add(Req *r, char *s) {
     if (s && rad_buf_put(&r->out, s, strlen(s), NULL)) r->stream_end = 1;
@@ -365,16 +372,24 @@ static void on_event(Req *r, const Ev *e, const char *text, const RadGenTop *top
     } else {
         if (want_lp && lp_push(c, e, top, 0)) r->q_oom = 1;
         RadBuf *bc = r->streaming ? &dc : &c->content, *br = r->streaming ? &dr : &c->reasoning;
-        if (rad_chat_split_feed(&c->split, text, e->len, bc, br, NULL)) r->q_oom = 1;
-        if (e->finish && rad_chat_split_flush(&c->split, bc, br, NULL)) r->q_oom = 1;
+        RadBuf said = {0}; /* the reply outside its reasoning: content and tool calls */
+        if (rad_chat_split_feed(&c->split, text, e->len, &said, br, NULL)) r->q_oom = 1;
+        if (e->finish && rad_chat_split_flush(&c->split, &said, br, NULL)) r->q_oom = 1;
+        if (rad_chat_calls_feed(&c->calls, said.p, said.len, bc, NULL)) r->q_oom = 1;
+        if (e->finish && rad_chat_calls_flush(&c->calls, bc, NULL)) r->q_oom = 1;
+        rad_buf_free(&said);
         out.text = dc.p, out.len = dc.len;
         out.reasoning = dr.len ? dr.p : NULL, out.reasoning_len = dr.len;
+        out.calls = c->calls.calls + c->calls_sent, out.n_calls = c->calls.n - c->calls_sent, out.call0 = c->calls_sent;
+        out.call_id = r->id + 9; /* the hex after "chatcmpl-" */
+        if (r->streaming) c->calls_sent = c->calls.n;
     }
     if (r->streaming) {
         out.lp = c->lp + lp_from, out.n_lp = c->n_lp - lp_from;
         int fin_ok = e->finish == RAD_FINISH_STOP || e->finish == RAD_FINISH_LENGTH;
-        out.finish = fin_ok ? finish_name(e->finish) : NULL;
-        if (out.len || out.reasoning_len || out.n_lp || fin_ok) out_add(r, api_chunk(&r->api, &s->cx, r->id, r->created, &out, 0));
+        out.finish = !fin_ok ? NULL : r->api.kind == API_CHAT ? chat_finish(c, e->finish) : finish_name(e->finish);
+        if (out.len || out.reasoning_len || out.n_lp || out.n_calls || fin_ok)
+            out_add(r, api_chunk(&r->api, &s->cx, r->id, r->created, &out, 0));
         c->n_lp = 0; /* a stream does not keep them */
     }
     rad_buf_free(&dc);
@@ -501,8 +516,9 @@ static enum MHD_Result respond_done(Req *r, struct MHD_Connection *c) {
         } else {
             out[i].text = ch->content.p, out[i].len = ch->content.len;
             out[i].reasoning = ch->split.start ? ch->reasoning.p : NULL, out[i].reasoning_len = ch->reasoning.len;
+            out[i].calls = ch->calls.calls, out[i].n_calls = ch->calls.n, out[i].call_id = r->id + 9;
         }
-        out[i].finish = finish_name(ch->fin);
+        out[i].finish = r->api.kind == API_CHAT ? chat_finish(ch, ch->fin) : finish_name(ch->fin);
         out[i].lp = ch->lp, out[i].n_lp = ch->n_lp;
     }
     ApiUsage u = usage(r);
@@ -631,6 +647,12 @@ static enum MHD_Result start_generation(Req *r, struct MHD_Connection *c, ApiKin
         ch->index = i;
         ch->prompt = i / r->api.n;
         rad_chat_split_init(&ch->split, kind == API_CHAT ? s->cx.chat : NULL, r->api.in_reasoning);
+        rad_chat_calls_init(&ch->calls, r->api.tools ? s->cx.chat : NULL, r->api.tools, r->api.parallel_tool_calls ? 0 : 1);
+        if (r->api.tool_prefix) { /* the call the prompt opened is the reply's start */
+            RadBuf none = {0};
+            if (rad_chat_calls_feed(&ch->calls, r->api.tool_prefix, strlen(r->api.tool_prefix), &none, NULL)) r->q_oom = 1;
+            rad_buf_free(&none);
+        }
     }
     r->created = (long)time(NULL);
     snprintf(r->id, sizeof r->id, "%s-%016" PRIx64, kind == API_CHAT ? "chatcmpl" : "cmpl", splitmix(&s->seed_state));
