@@ -306,7 +306,7 @@ class TestFields(E2E):
         comp = [("echo", True), ("best_of", 2), ("suffix", "x"), ("min_tokens", 3), ("ignore_eos", True),
                 ("stop_token_ids", [1]), ("use_beam_search", True), ("echo", "yes"), ("best_of", 1.5)]
         chat = [("tools", [{"type": "function", "function": {"name": "f", "parameters": {}}}]),
-                ("functions", [{"name": "f"}]), ("tool_choice", "required"), ("function_call", {"name": "f"}),
+                ("functions", [{"name": "f"}]), ("function_call", {"name": "f"}),
                 ("response_format", {"type": "json_object"}), ("response_format", {"type": "json_schema"}),
                 ("modalities", ["text", "audio"]), ("audio", {"voice": "alloy"}), ("web_search_options", {}),
                 ("guided_json", {}), ("chat_template", "x"), ("add_generation_prompt", False),
@@ -318,6 +318,10 @@ class TestFields(E2E):
                 st, body = http_json("POST", path, dict(base, **{field: v}))
                 self.assert_param(st, body, field, "%s %s=%r" % (path, field, v))
                 self.assertEqual(body["error"]["code"], "unsupported_parameter")
+        # a tool call asked for with no tools offered names tool_choice (test_tools.py has the rest)
+        st, body = http_json("POST", CHAT, {"model": model_id(), "messages": [{"role": "user", "content": "hi"}],
+                                            "max_tokens": 2, "tool_choice": "required"})
+        self.assert_param(st, body, "tool_choice", "tool_choice required without tools")
         # their off values, and the fields that change nothing in the answer, pass
         st, body = http_json("POST", COMPLETIONS, dict(self.base(), echo=False, best_of=1, suffix="", user="u",
                                                        min_tokens=0, ignore_eos=False, stop_token_ids=[]))
