@@ -17,13 +17,17 @@ else
 fi
 
 # The end-to-end tests' Python (tests/e2e/run.sh): a venv in .venv-e2e (git-ignored) with the
-# official openai client from PyPI, pinned; its dependencies (httpx2, pydantic, ...) come with it.
+# official openai client from PyPI, pinned; its dependencies (httpx2, pydantic, ...) come with it;
+# and jsonschema, the validator structured outputs are checked with (tests/e2e/test_structured.py).
 OPENAI_VERSION=3.57.0
+JSONSCHEMA_VERSION=4.25.1
 VENV="$(cd "$(dirname "$0")/.." && pwd)/.venv-e2e"
-if "$VENV/bin/python" -c "import sys, openai; sys.exit(openai.__version__ != '$OPENAI_VERSION')" 2>/dev/null; then
-    echo "install-deps: .venv-e2e has openai $OPENAI_VERSION"
+if "$VENV/bin/python" -c "import sys, openai, jsonschema, importlib.metadata as m
+sys.exit(openai.__version__ != '$OPENAI_VERSION' or m.version('jsonschema') != '$JSONSCHEMA_VERSION')" 2>/dev/null; then
+    echo "install-deps: .venv-e2e has openai $OPENAI_VERSION, jsonschema $JSONSCHEMA_VERSION"
 else
-    python3 -m venv "$VENV"
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "openai==$OPENAI_VERSION"
-    echo "install-deps: .venv-e2e: openai $OPENAI_VERSION installed"
+    [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "openai==$OPENAI_VERSION" \
+        "jsonschema==$JSONSCHEMA_VERSION"
+    echo "install-deps: .venv-e2e: openai $OPENAI_VERSION, jsonschema $JSONSCHEMA_VERSION installed"
 fi

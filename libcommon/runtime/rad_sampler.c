@@ -125,11 +125,13 @@ static int by_logit_desc(const void *a, const void *b, void *ctx) {
     return *(const int32_t *)a - *(const int32_t *)b; /* ties: lower id first, deterministically */
 }
 
-int32_t rad_sampler_sample(RadSampler *s, const float *logits) {
+int32_t rad_sampler_sample(RadSampler *s, const float *logits) { return rad_sampler_sample_masked(s, logits, NULL); }
+
+int32_t rad_sampler_sample_masked(RadSampler *s, const float *logits, const uint64_t *allow) {
     uint32_t n = s->n_vocab;
     const float rp = s->p.repetition_penalty;
     const int adjusted = s->p.n_bias || rp != 1.0f || s->p.presence_penalty != 0.0f || s->p.frequency_penalty != 0.0f;
-    if (s->p.temperature == 0.0f && !adjusted) return (int32_t)argmax_first(logits, n); /* plain greedy reads the logits in place */
+    if (s->p.temperature == 0.0f && !adjusted && !allow) return (int32_t)argmax_first(logits, n); /* plain greedy reads the logits in place */
     float *w = s->work;
     memcpy(w, logits, n * sizeof *w);
     for (uint32_t i = 0; i < s->p.n_bias; i++) w[s->p.bias[i].token] += s->p.bias[i].bias;
@@ -137,6 +139,24 @@ int32_t rad_sampler_sample(RadSampler *s, const float *logits) {
         const int32_t i = s->seen[j];
         if (rp != 1.0f) w[i] = w[i] > 0 ? w[i] / rp : w[i] * rp;
         w[i] -= s->p.presence_penalty + s->p.frequency_penalty * (float)s->counts[i];
+    }
+    if (allow) { /* a word at a time: most words of a mask are all 0 or all 1 */
+        int32_t any = -1;
+        for (uint32_t k = 0; k < (n + 63) / 64; k++) {
+            const uint64_t m = allow[k];
+            const uint32_t i0 = 64 * k, i1 = i0 + 64 < n ? i0 + 64 : n;
+            if (m == ~0ull) {
+                if (any < 0) any = (int32_t)i0;
+                continue;
+            }
+            for (uint32_t i = i0; i < i1; i++)
+                if (!(m >> (i - i0) & 1)) w[i] = -INFINITY;
+                else if (any < 0) any = (int32_t)i;
+        }
+        /* every allowed logit NaN or -inf would leave nothing ranked: the first allowed token */
+        float best = -INFINITY;
+        for (uint32_t i = 0; i < n && best == -INFINITY; i++) best = w[i] > best ? w[i] : best;
+        if (best == -INFINITY) return any < 0 ? 0 : any;
     }
     if (s->p.temperature == 0.0f) return (int32_t)argmax_first(w, n); /* greedy: the first maximum */
     /* candidates sorted by logit; top-k keeps a prefix. Tokens more than 40 temperature units

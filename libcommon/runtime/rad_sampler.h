@@ -46,5 +46,10 @@ void rad_sampler_free(RadSampler *s);
 void rad_sampler_accept(RadSampler *s, int32_t token);
 /* The next token from logits[n_vocab] (not modified). */
 int32_t rad_sampler_sample(RadSampler *s, const float *logits);
+/* The same among the tokens whose bit is set in allow[(n_vocab + 63) / 64] (a grammar's mask;
+ * NULL: all): the others are out after bias and penalties, before temperature, top-k/p and
+ * min-p, as llama.cpp's grammar sampler and vLLM's logits processors place it. The caller
+ * allows at least one token. */
+int32_t rad_sampler_sample_masked(RadSampler *s, const float *logits, const uint64_t *allow);
 
 #endif

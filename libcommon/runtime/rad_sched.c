@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "libcommon/runtime/rad_constrain.h"
 #include "libcommon/text/rad_stop.h"
 
 typedef struct Seq {
@@ -36,6 +37,8 @@ typedef struct Seq {
     uint32_t n_stop_ids;
     int ignore_eos, logprobs;
     uint32_t top_logprobs;
+    RadConstraint *con;            /* the reply's grammar (owned), or NULL */
+    char err[512];                 /* why emit ended it with RAD_FINISH_ERROR */
     atomic_int cancelled;
     double t_submit, t_admit, t_first;
     int admitted;                  /* t_admit is set (kept across preemption) */
@@ -88,6 +91,7 @@ static void seq_free(Seq *q) {
     free(q->stop_ids);
     rad_sampler_free(&q->smp);
     rad_stop_text_free(&q->text);
+    if (q->con) rad_constraint_free(q->con), free(q->con);
     free(q);
 }
 
@@ -195,6 +199,7 @@ int rad_sched_submit(RadSched *s, const RadGenReq *r, RadGenSink sink, void *use
     else if (queued >= s->o.max_queue + s->o.max_seqs)
         rc = rad_err_set(e, RAD_E_BUSY, "the queue is full (%u requests waiting)", s->o.max_queue);
     if (!rc) {
+        q->con = r->constraint; /* the scheduler's from here (the caller keeps it on a failure) */
         q->id = ++s->next_id;
         *id = q->id;
         if (s->inbox_tail) s->inbox_tail->next = q;
@@ -458,7 +463,17 @@ static void logprobs(RadSched *s, const Seq *q, const float *lg, int32_t tok, Ra
 
 /* After the step: the sequence's sampled token and its text; why it is done, or NONE. */
 static RadGenFinish emit(RadSched *s, Seq *q, const float *lg) {
-    int32_t t = rad_sampler_sample(&q->smp, lg);
+    const uint64_t *allow = NULL;
+    RadErr ce = {0};
+    if (q->con && rad_constraint_mask(q->con, &allow, &ce)) {
+        snprintf(q->err, sizeof q->err, "%s", ce.msg);
+        return RAD_FINISH_ERROR;
+    }
+    int32_t t = rad_sampler_sample_masked(&q->smp, lg, allow);
+    if (q->con && rad_constraint_accept(q->con, s->tok, t, &ce)) {
+        snprintf(q->err, sizeof q->err, "%s", ce.msg);
+        return RAD_FINISH_ERROR;
+    }
     RadGenEvent ev = {.token = t};
     RadGenTop top[RAD_SCHED_MAX_TOP];
     if (q->logprobs) logprobs(s, q, lg, t, &ev, top);
@@ -481,6 +496,7 @@ static RadGenFinish emit(RadSched *s, Seq *q, const float *lg) {
     ev.text = out, ev.len = len;
     q->sink(q->user, &ev);
     if (stopped) return RAD_FINISH_STOP;
+    if (q->con && rad_constraint_done(q->con)) return RAD_FINISH_STOP; /* the value is whole: only its end could follow */
     if (q->n_gen >= q->max_gen || q->n_tok >= s->max_ctx) return RAD_FINISH_LENGTH;
     return RAD_FINISH_NONE;
 }
@@ -561,7 +577,7 @@ static int step(RadSched *s) {
         q->n_done += s->chunk[k];
         publish(s, q);
         RadGenFinish why = s->row[k] >= 0 ? emit(s, q, lg + (size_t)s->row[k] * s->n_vocab) : RAD_FINISH_NONE;
-        if (why) retire(s, q, why, NULL);
+        if (why) retire(s, q, why, why == RAD_FINISH_ERROR ? q->err : NULL);
     }
     return 1;
 }

@@ -38,6 +38,9 @@ typedef struct RadGenReq {
      * ignore_eos or not: a chat format's turn end that is neither EOS nor EOT */
     const int32_t *stop_ids;
     uint32_t n_stop_ids;
+    /* a grammar the reply must follow (response_format; rad_constrain.h), or NULL: on a successful
+     * submit the scheduler owns it (freed with the request); on a failed one the caller does */
+    struct RadConstraint *constraint;
 } RadGenReq;
 
 typedef enum RadGenFinish {

@@ -30,8 +30,8 @@ QUICK=${E2E_QUICK:-$([ "$B" = build ] && echo 0 || echo 1)}
 [ "$QUICK" = 1 ] && { READY_S=300; STOP_S=60; } || { READY_S=120; STOP_S=$((DRAIN + 10)); }
 
 die() { echo "test-e2e: $*" >&2; exit 1; }
-[ -x "$PY" ] && "$PY" -c 'import openai' 2>/dev/null ||
-    die ".venv-e2e with the openai client is missing: run scripts/install-deps.sh (it creates .venv-e2e)"
+[ -x "$PY" ] && "$PY" -c 'import openai, jsonschema' 2>/dev/null ||
+    die ".venv-e2e with the openai client and jsonschema is missing: run scripts/install-deps.sh (it creates .venv-e2e)"
 [ -x "$B/radiance" ] && [ -x "$B/rad-convert" ] || die "$B/radiance or $B/rad-convert not built (make B=$B tools)"
 [ -f "$GGUF" ] || die "$GGUF missing (make model)"
 mkdir -p "$OUT" || exit 1

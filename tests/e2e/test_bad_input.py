@@ -307,7 +307,6 @@ class TestFields(E2E):
                 ("stop_token_ids", [1]), ("use_beam_search", True), ("echo", "yes"), ("best_of", 1.5)]
         chat = [("tools", [{"type": "function", "function": {"name": "f", "parameters": {}}}]),
                 ("functions", [{"name": "f"}]), ("function_call", {"name": "f"}),
-                ("response_format", {"type": "json_object"}), ("response_format", {"type": "json_schema"}),
                 ("modalities", ["text", "audio"]), ("audio", {"voice": "alloy"}), ("web_search_options", {}),
                 ("guided_json", {}), ("chat_template", "x"), ("add_generation_prompt", False),
                 ("continue_final_message", True)]
@@ -318,6 +317,11 @@ class TestFields(E2E):
                 st, body = http_json("POST", path, dict(base, **{field: v}))
                 self.assert_param(st, body, field, "%s %s=%r" % (path, field, v))
                 self.assertEqual(body["error"]["code"], "unsupported_parameter")
+        # response_format is served (test_structured.py); a malformed one names its place
+        for v, param in (({"type": "json_schema"}, "response_format.json_schema"), ({"type": "xml"}, "response_format")):
+            st, body = http_json("POST", CHAT, {"model": model_id(), "messages": [{"role": "user", "content": "hi"}],
+                                                "max_tokens": 2, "response_format": v})
+            self.assert_param(st, body, param, "response_format %r" % v)
         # a tool call asked for with no tools offered names tool_choice (test_tools.py has the rest)
         st, body = http_json("POST", CHAT, {"model": model_id(), "messages": [{"role": "user", "content": "hi"}],
                                             "max_tokens": 2, "tool_choice": "required"})
@@ -338,7 +342,7 @@ class TestFields(E2E):
             self.assertIn(list(kw)[0], str(cm.exception))
         with self.assertRaises(openai.BadRequestError):
             client().chat.completions.create(model=model_id(), messages=[{"role": "user", "content": "hi"}], max_tokens=2,
-                                             response_format={"type": "json_object"})
+                                             modalities=["audio"])
         self.assert_serving("unserved fields")
 
     def test_nul_in_strings(self):

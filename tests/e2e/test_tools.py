@@ -98,6 +98,22 @@ class QwenTools(unittest.TestCase):
         self.assertIsNone(r.choices[0].message.tool_calls)
         self.assertTrue(r.choices[0].message.content)
 
+    def test_json_schema_reply_validates(self):
+        """Structured outputs on a real instruction model (test_structured.py has the default model)."""
+        schema = WEATHER["function"]["parameters"]
+        r = self.c.chat.completions.create(
+            model=self.id, temperature=0, max_tokens=64,
+            messages=[{"role": "user", "content": "Give the weather query for Lisbon in fahrenheit as JSON."}],
+            response_format={"type": "json_schema", "json_schema": {"name": "q", "schema": schema}})
+        ch = r.choices[0]
+        self.assertEqual(ch.finish_reason, "stop", ch)
+        v = json.loads(ch.message.content)
+        self.assertEqual(v.get("city"), "Lisbon", v)
+        self.assertIn(v.get("unit"), ("celsius", "fahrenheit"))
+        with self.assertRaises(openai.BadRequestError) as cm:  # one or the other
+            self.ask(response_format={"type": "json_object"})
+        self.assertEqual(cm.exception.body.get("param"), "response_format")
+
     def test_malformed_tool_requests_are_refused_by_name(self):
         cases = [
             ({"tools": [{"type": "retrieval"}]}, "tools[0]"),

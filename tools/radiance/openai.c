@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "libcommon/base/rad_num.h"
+#include "libcommon/text/rad_grammar.h"
 
 int api_err(ApiErr *e, int status, const char *type, const char *code, const char *param, const char *fmt, ...) {
     e->status = status;
@@ -181,6 +182,46 @@ static int parse_prompt(json_t *p, const ApiCtx *cx, ApiReq *r, ApiErr *e) {
         else rc = bad(e, "prompt", "'%s' must be a string, an array of strings or an array of token ids%s", "");
         if (rc) return rc;
     }
+    return 0;
+}
+
+/* response_format: {"type": "text"}, {"type": "json_object"} or {"type": "json_schema",
+ * "json_schema": {"name", "schema", "strict"}} (docs/SERVER.md "Structured outputs"). The schema is
+ * compiled here once to check it (the server compiles one grammar per choice). */
+static int parse_format(json_t *j, ApiReq *r, ApiErr *e) {
+    json_t *f = json_object_get(j, "response_format");
+    if (!f || json_is_null(f)) return 0;
+    const char *type = json_string_value(json_object_get(f, "type"));
+    if (!json_is_object(f) || !type)
+        return bad(e, "response_format", "'%s' must be {\"type\": \"text\" | \"json_object\" | \"json_schema\", ...}%s", "");
+    if (!strcmp(type, "text")) return 0;
+    if (!strcmp(type, "json_object")) return r->json_mode = 1, 0;
+    if (strcmp(type, "json_schema"))
+        return bad(e, "response_format", "'%s' type must be \"text\", \"json_object\" or \"json_schema\"%s", "");
+    json_t *js = json_object_get(f, "json_schema"), *schema = json_object_get(js, "schema");
+    const char *name = json_string_value(json_object_get(js, "name"));
+    if (!json_is_object(js) || !name || !*name)
+        return bad(e, "response_format.json_schema", "'%s' must be an object with a 'name' and a 'schema'%s", "");
+    if (!schema) schema = json_true(); /* OpenAI: no schema is any JSON */
+    else json_incref(schema);
+    if (!json_is_object(schema) && !json_is_boolean(schema)) {
+        json_decref(schema);
+        return bad(e, "response_format.json_schema.schema", "'%s' must be a JSON Schema object%s", "");
+    }
+    RadGrammar *g = NULL;
+    RadErr re = {0};
+    char path[96] = "";
+    int rc = rad_grammar_from_schema(schema, &g, path, sizeof path, &re);
+    rad_grammar_free(g);
+    if (rc) {
+        json_decref(schema);
+        char param[160];
+        snprintf(param, sizeof param, "response_format.json_schema.schema%s%s", path[0] ? "." : "", path);
+        if (rc == RAD_E_NOMEM) return api_err(e, 500, "server_error", NULL, NULL, "out of memory compiling the schema");
+        return api_err(e, 400, "invalid_request_error", NULL, param, "'response_format' schema: %s", re.msg);
+    }
+    r->schema = schema;
+    r->json_mode = 1;
     return 0;
 }
 
@@ -375,7 +416,6 @@ static const struct {
     {"suffix", OK_EMPTY_STR, "no text is inserted"},
     {"functions", OK_EMPTY_ARR, "the deprecated functions API: use 'tools'"},
     {"function_call", OK_NONE_AUTO, "the deprecated functions API: use 'tool_choice'"},
-    {"response_format", OK_TEXT_FORMAT, "no JSON mode or schema"},
     {"modalities", OK_TEXT_ONLY, "text only"},
     {"audio", OK_NULL, "text only"},
     {"web_search_options", OK_NULL, "no web search"},
@@ -535,6 +575,7 @@ static int parse_body(ApiKind kind, json_t *j, const ApiCtx *cx, ApiReq *r, ApiE
         return api_err(e, 400, "invalid_request_error", "context_length_exceeded", mt,
                        "'%s' is %lld, more than this model's context of %u tokens", mt, ll, cx->max_ctx);
     if ((rc = parse_stop(json_object_get(j, "stop"), r, e))) return rc;
+    if ((rc = parse_format(j, r, e))) return rc;
     if ((rc = parse_bias(json_object_get(j, "logit_bias"), cx, r, e))) return rc;
     if (kind == API_CHAT) {
         if ((rc = get_bool(j, "logprobs", &r->logprobs, e))) return rc;
@@ -544,6 +585,9 @@ static int parse_body(ApiKind kind, json_t *j, const ApiCtx *cx, ApiReq *r, ApiE
             r->top_logprobs = (uint32_t)ll;
         }
         if ((rc = parse_tools(j, cx, r, e))) return rc;
+        if (r->tools && r->json_mode)
+            return api_err(e, 400, "invalid_request_error", "unsupported_parameter", "response_format", "'response_format' "
+                           "json_object/json_schema with 'tools' is not served (a reply is either calls or the JSON): send one");
         rc = parse_messages(json_object_get(j, "messages"), cx, r, e);
     } else {
         if (json_object_get(j, "tools") && !json_is_null(json_object_get(j, "tools")))
@@ -634,6 +678,7 @@ void api_req_free(ApiReq *r) {
     free(r->bias);
     json_decref(r->tools);
     free(r->tool_prefix);
+    json_decref(r->schema);
     memset(r, 0, sizeof *r);
 }
 

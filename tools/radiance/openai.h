@@ -68,6 +68,8 @@ typedef struct ApiReq {
     char *tool_prefix;                /* tool_choice "required" or a function: the call's opening the prompt ends
                                          with (the format's tool_call_open [NAME tool_call_mid]); NULL otherwise */
     int parallel_tool_calls;          /* 0: at most one call is returned */
+    int json_mode;                    /* response_format json_object or json_schema: the reply is constrained */
+    json_t *schema;                   /* json_schema's schema (a reference; checked: it compiles), or NULL */
 } ApiReq;
 
 /* Parses and checks a /v1/completions or /v1/chat/completions body. Returns 0 or the HTTP

@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "libcommon/plugin/rad_select.h"
+#include "libcommon/runtime/rad_constrain.h"
 #include "libcommon/text/rad_chat.h"
 #include "libcommon/runtime/rad_engine.h"
 #include "libcommon/runtime/rad_sched.h"
@@ -75,6 +76,7 @@ typedef struct Srv {
     atomic_int state;
     RadEngine *en;                 /* NULL until opened */
     RadTok *tok;
+    RadTokTrie *trie;              /* the vocabulary's bytes, for response_format's token masks */
     pthread_mutex_t gate;          /* sched and sched_live: calls into the scheduler from MHD's thread */
     RadSched *sched;
     int sched_live;
@@ -304,6 +306,27 @@ static void sink(void *user, const RadGenEvent *ev) {
 }
 
 /* ---- events into responses (MHD's thread) ------------------------------------------------- */
+
+#define RAD_JSON_MODE_DEPTH 16 /* json_object: nesting at most this deep */
+
+/* A choice's grammar (response_format): compiled for it alone (its automaton grows as it is
+ * walked), ending at the turn's end tokens and EOS/EOT. */
+static int constraint_new(Srv *s, const ApiReq *a, const int32_t *stop_ids, uint32_t n_stop, RadConstraint **out, RadErr *e) {
+    *out = NULL;
+    RadGrammar *g = NULL;
+    int rc = a->schema ? rad_grammar_from_schema(a->schema, &g, NULL, 0, e) : rad_grammar_json_object(RAD_JSON_MODE_DEPTH, &g, e);
+    if (rc) return rc;
+    int32_t end[8];
+    uint32_t n = 0;
+    if (rad_tok_eos(s->tok) >= 0) end[n++] = rad_tok_eos(s->tok);
+    if (rad_tok_eot(s->tok) >= 0) end[n++] = rad_tok_eot(s->tok);
+    for (uint32_t i = 0; i < n_stop && n < 8; i++) end[n++] = stop_ids[i];
+    RadConstraint *c = malloc(sizeof *c);
+    if (!c) return rad_grammar_free(g), rad_err_set(e, RAD_E_NOMEM, "out of memory");
+    if ((rc = rad_constraint_init(c, g, s->trie, end, n, e))) return free(c), rc;
+    *out = c;
+    return RAD_OK;
+}
 
 static const char *finish_name(RadGenFinish f) { return f == RAD_FINISH_LENGTH ? "length" : "stop"; }
 /* A chat choice's: "tool_calls" when a reply that ended by itself made calls. */
@@ -672,10 +695,15 @@ static enum MHD_Result start_generation(Req *r, struct MHD_Connection *c, ApiKin
                        .logprobs = r->api.logprobs, .top_logprobs = r->api.top_logprobs};
         if (kind == API_CHAT) g.stop_ids = s->cx.chat_stop_ids, g.n_stop_ids = s->cx.n_chat_stop_ids; /* the turn's end */
         g.sp.seed = base + i; /* choice i of a seeded request: seed + i */
+        if (r->api.json_mode && (rc = constraint_new(s, &r->api, g.stop_ids, g.n_stop_ids, &g.constraint, &re))) break;
         atomic_fetch_add(&r->refs, 1);
         rc = rad_sched_submit(s->sched, &g, sink, ch, &ch->sid, &re);
-        if (rc) atomic_fetch_sub(&r->refs, 1);
-        else ch->submitted = 1;
+        if (rc) {
+            atomic_fetch_sub(&r->refs, 1);
+            if (g.constraint) rad_constraint_free(g.constraint), free(g.constraint);
+        } else {
+            ch->submitted = 1;
+        }
     }
     int draining = atomic_load(&s->state) != ST_READY;
     pthread_mutex_unlock(&s->gate);
@@ -1332,6 +1360,7 @@ int serve(const Opts *o) {
         s->cx = (ApiCtx){.model = s->model_name, .tok = s->tok, .max_ctx = rad_sched_max_ctx(sched), .defaults = gen_defaults(rad_engine_meta(s->en))};
         rc = rad_chat_format_get(rad_engine_arch(s->en), rad_engine_meta(s->en), &s->cx.chat, &e); /* checked before it is read */
         if (!rc) rc = rad_chat_stop_ids(s->cx.chat, s->tok, s->cx.chat_stop_ids, &s->cx.n_chat_stop_ids, &e);
+        if (!rc) rc = rad_tok_trie_init(&s->trie, s->tok, &e);
         s->cx.chat_special = o->chat_special;
         s->cx.default_max_tokens = o->default_max_tokens;
     }
@@ -1386,6 +1415,7 @@ int serve(const Opts *o) {
             free(k);
         }
     watch_stop(s);
+    rad_tok_trie_free(s->trie);
     rad_tok_free(s->tok);
     rad_engine_close(s->en);
     met_free(&s->met);

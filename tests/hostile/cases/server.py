@@ -177,7 +177,7 @@ def numbers(port, T, proc):
 
 def unserved(port, T, proc):
     for field, v in (("echo", True), ("best_of", 2), ("suffix", "x"), ("tools", [{"type": "function"}]),
-                     ("response_format", {"type": "json_object"}), ("ignore_eos", True)):
+                     ("response_format", {"type": "xml"}), ("ignore_eos", True)):
         why = is_error(*post(port, "/v1/completions", {"prompt": "Hi", "max_tokens": 2, field: v}), 400, field)
         if why:
             return "%s %r: %s" % (field, v, why)
