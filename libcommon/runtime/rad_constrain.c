@@ -159,7 +159,7 @@ int rad_constraint_init(RadConstraint *c, RadGrammar *g, const RadTokTrie *trie,
         rad_constraint_free(c);
         return rad_err_set(e, RAD_E_NOMEM, "out of memory (a constrained request's masks)");
     }
-    for (uint32_t i = 0; i < c->n_masks; i++) c->mask_state[i] = -1;
+    for (uint32_t i = 0; i < c->n_masks; i++) c->mask_state[i] = RAD_GRAMMAR_DEAD; /* never a state */
     return RAD_OK;
 }
 
@@ -172,14 +172,41 @@ void rad_constraint_free(RadConstraint *c) {
     memset(c, 0, sizeof *c);
 }
 
+/* ---- the grammar, then a literal suffix ------------------------------------------------------
+ * A state is the grammar's (>= 0) until the value is whole and the suffix's first byte comes;
+ * then -(3 + p), p the suffix bytes written (-1 and -2 are the grammar's DEAD and FULL). */
+static int32_t cstep(const RadConstraint *c, int32_t cs, uint8_t b) {
+    if (cs >= 0) {
+        const int32_t ns = rad_grammar_step(c->g, cs, b);
+        if (ns != RAD_GRAMMAR_DEAD || !c->suffix_len) return ns;
+        return rad_grammar_accepting(c->g, cs) && b == (uint8_t)c->suffix[0] ? -(3 + 1) : RAD_GRAMMAR_DEAD;
+    }
+    const int32_t p = -(cs + 3);
+    return p < (int32_t)c->suffix_len && b == (uint8_t)c->suffix[p] ? -(3 + p + 1) : RAD_GRAMMAR_DEAD;
+}
+static int cwhole(const RadConstraint *c, int32_t cs) {
+    return c->suffix_len ? cs == -(3 + (int32_t)c->suffix_len) : rad_grammar_accepting(c->g, cs);
+}
+static int cdone(const RadConstraint *c, int32_t cs) {
+    return c->suffix_len ? cs == -(3 + (int32_t)c->suffix_len) : rad_grammar_done(c->g, cs);
+}
+
+int rad_constraint_set_suffix(RadConstraint *c, const char *suffix, RadErr *e) {
+    const size_t n = strlen(suffix);
+    if (n >= sizeof c->suffix) return rad_err_set(e, RAD_E_ARG, "a constraint's suffix is longer than %zu bytes", sizeof c->suffix - 1);
+    memcpy(c->suffix, suffix, n + 1);
+    c->suffix_len = (uint32_t)n;
+    return RAD_OK;
+}
+
 /* The tokens below `node` whose bytes keep state st alive, into m: a subtree is pruned at its
  * first dead byte. Recursion as deep as the longest piece (256 bytes). */
 static int walk_node(const RadConstraint *c, uint32_t node, int32_t st, uint64_t *m, RadErr *e) {
     const RadTokTrie *t = c->trie;
     for (uint32_t k = t->edge0[node], end = k + t->n_edge[node]; k < end; k++) {
-        const int32_t ns = rad_grammar_step(c->g, st, t->ebyte[k]);
+        const int32_t ns = cstep(c, st, t->ebyte[k]);
         if (ns == RAD_GRAMMAR_FULL) return rad_err_set(e, RAD_E_LIMIT, "the response format's grammar grew past its state limit");
-        if (ns < 0) continue;
+        if (ns == RAD_GRAMMAR_DEAD) continue;
         const uint32_t child = t->echild[k];
         for (uint32_t i = t->tok0[child], ie = i + t->n_tok[child]; i < ie; i++) m[t->ids[i] / 64] |= 1ull << (t->ids[i] % 64);
         int rc = t->n_edge[child] ? walk_node(c, child, ns, m, e) : RAD_OK;
@@ -196,7 +223,7 @@ static int walk(const RadConstraint *c, int32_t s, uint64_t *m, RadErr *e) {
 int rad_constraint_mask(RadConstraint *c, const uint64_t **allow, RadErr *e) {
     *allow = NULL;
     c->n_steps++;
-    const int done = rad_grammar_done(c->g, c->state), whole = rad_grammar_accepting(c->g, c->state);
+    const int done = cdone(c, c->state), whole = cwhole(c, c->state);
     uint64_t *a = c->allow;
     if (done) {
         memset(a, 0, c->words * sizeof *a);
@@ -205,7 +232,7 @@ int rad_constraint_mask(RadConstraint *c, const uint64_t **allow, RadErr *e) {
         if (c->mask_state[slot] != c->state || !c->masks[slot]) {
             if (!c->masks[slot] && !(c->masks[slot] = malloc(c->words * sizeof **c->masks)))
                 return rad_err_set(e, RAD_E_NOMEM, "out of memory (a token mask)");
-            c->mask_state[slot] = -1;
+            c->mask_state[slot] = RAD_GRAMMAR_DEAD;
             int rc = walk(c, c->state, c->masks[slot], e);
             if (rc) return rc;
             c->mask_state[slot] = c->state;
@@ -235,12 +262,12 @@ int rad_constraint_accept(RadConstraint *c, const RadTok *tok, int32_t token, Ra
         return rad_err_set(e, RAD_E_ARG, "token %d is not allowed by the response format's grammar", token);
     int32_t s = c->state;
     for (int i = 0; i < k; i++) {
-        s = rad_grammar_step(c->g, s, (uint8_t)buf[i]);
-        if (s < 0) return rad_err_set(e, RAD_E_ARG, "token %d is not allowed by the response format's grammar", token);
+        s = cstep(c, s, (uint8_t)buf[i]);
+        if (s == RAD_GRAMMAR_DEAD || s == RAD_GRAMMAR_FULL) return rad_err_set(e, RAD_E_ARG, "token %d is not allowed by the response format's grammar", token);
         c->ws_run = is_ws((unsigned char)buf[i]) ? c->ws_run + 1 : 0;
     }
     c->state = s;
     return RAD_OK;
 }
 
-int rad_constraint_done(const RadConstraint *c) { return rad_grammar_done(c->g, c->state); }
+int rad_constraint_done(const RadConstraint *c) { return cdone(c, c->state); }

@@ -21,7 +21,7 @@
 #include "libcommon/tok/rad_tok.h"
 
 #define RAD_CONSTRAIN_WS_MAX 64        /* white-space bytes in a row, at most */
-#define RAD_CONSTRAIN_MASKS_MAX 4096   /* cached masks per request (then the oldest are recomputed) */
+#define RAD_CONSTRAIN_MASKS_MAX 512    /* cached masks per request, by state id modulo this (a clash recomputes): 9.7 MB at Qwen's 151936 tokens */
 
 typedef struct RadTokTrie RadTokTrie;
 
@@ -33,7 +33,7 @@ uint32_t rad_tok_trie_vocab(const RadTokTrie *t);
 typedef struct RadConstraint {
     RadGrammar *g;                 /* owned */
     const RadTokTrie *trie;        /* shared, outlives the constraint */
-    int32_t state;                 /* the automaton's state after the reply so far */
+    int32_t state;                 /* after the reply so far: the grammar's (>= 0), or -(3 + p) once p suffix bytes followed */
     uint32_t ws_run;               /* white-space bytes at the reply's end */
     int32_t end[8];                /* the turn's end tokens */
     uint32_t n_end;
@@ -43,6 +43,8 @@ typedef struct RadConstraint {
     uint32_t n_masks;
     uint64_t *allow;               /* [words] this step's mask (the cached one, adjusted) */
     uint64_t n_steps, n_walks;     /* masks asked for, and trie walks they took (the rest hit the cache) */
+    char suffix[16];               /* bytes that must follow the grammar's value (rad_constraint_set_suffix) */
+    uint32_t suffix_len;
 } RadConstraint;
 
 /* Takes g (freed by rad_constraint_free, also on failure). end: the tokens that end the reply
@@ -57,6 +59,10 @@ int rad_constraint_mask(RadConstraint *c, const uint64_t **allow, RadErr *e);
 /* The sampled token's bytes step the automaton (an end token leaves it). RAD_E_ARG if the token
  * was not allowed. */
 int rad_constraint_accept(RadConstraint *c, const RadTok *tok, int32_t token, RadErr *e);
+/* The value must be followed by these bytes (at most 15) before the reply may end: a forced
+ * tool call's arguments, then the format's close of the call ("}\n</tool_call>"). Set before
+ * the first mask. */
+int rad_constraint_set_suffix(RadConstraint *c, const char *suffix, RadErr *e);
 /* 1 when the reply is a whole value and nothing but its end can follow. */
 int rad_constraint_done(const RadConstraint *c);
 

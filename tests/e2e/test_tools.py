@@ -11,6 +11,7 @@ did not fetch the 1.5B."""
 import json
 import unittest
 
+import jsonschema
 import openai
 
 from common import Server, client
@@ -41,7 +42,8 @@ class QwenTools(unittest.TestCase):
     def ask(self, messages=ASK, **kw):
         kw.setdefault("tools", [WEATHER, TIME])
         kw.setdefault("max_tokens", 64)
-        return self.c.chat.completions.create(model=self.id, messages=messages, temperature=0, **kw)
+        kw.setdefault("temperature", 0)
+        return self.c.chat.completions.create(model=self.id, messages=messages, **kw)
 
     def test_a_question_its_tool_answers_is_a_tool_call(self):
         r = self.ask()
@@ -98,6 +100,19 @@ class QwenTools(unittest.TestCase):
         self.assertIsNone(r.choices[0].message.tool_calls)
         self.assertTrue(r.choices[0].message.content)
 
+    def test_strict_forced_call_arguments_validate(self):
+        """strict: true with the function forced: the arguments are its parameters' JSON, whatever
+        the prompt (here one that asks for no weather at all), at a temperature."""
+        strict = {"type": "function", "function": dict(WEATHER["function"], strict=True, parameters=dict(
+            WEATHER["function"]["parameters"], required=["city", "unit"], additionalProperties=False))}
+        schema = strict["function"]["parameters"]
+        for q, choice in (("Hi there", "required"), ("What is 2 + 2?", {"type": "function", "function": {"name": "get_weather"}})):
+            r = self.ask([{"role": "user", "content": q}], tools=[strict], tool_choice=choice, temperature=0.8, seed=5)
+            ch = r.choices[0]
+            self.assertEqual(ch.finish_reason, "tool_calls", ch.message)
+            self.assertEqual(ch.message.tool_calls[0].function.name, "get_weather")
+            jsonschema.validate(json.loads(ch.message.tool_calls[0].function.arguments), schema)
+
     def test_json_schema_reply_validates(self):
         """Structured outputs on a real instruction model (test_structured.py has the default model)."""
         schema = WEATHER["function"]["parameters"]
@@ -119,7 +134,10 @@ class QwenTools(unittest.TestCase):
             ({"tools": [{"type": "retrieval"}]}, "tools[0]"),
             ({"tools": [{"type": "function", "function": {"name": "has space"}}]}, "tools[0]"),
             ({"tools": [WEATHER, WEATHER]}, "tools[1]"),
-            ({"tools": [{"type": "function", "function": dict(WEATHER["function"], strict=True)}]}, "tools[0]"),
+            ({"tools": [{"type": "function", "function": dict(WEATHER["function"], strict=True)}]}, "tools[0]"),  # not forced
+            ({"tools": [{"type": "function", "function": dict(WEATHER["function"], strict=True, parameters={
+                "type": "object", "properties": {"d": {"type": "string", "format": "date"}}})}],
+              "tool_choice": "required"}, "tools[0].function.parameters.properties.d.format"),
             ({"tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
             ({"tool_choice": "sometimes"}, "tool_choice"),
             ({"tools": [], "tool_choice": "required"}, "tool_choice"),

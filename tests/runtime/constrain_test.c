@@ -226,3 +226,43 @@ Test(constrain, end_tokens_done_and_white_space) {
     rad_constraint_free(c);
     free(c);
 }
+
+/* A forced tool call's arguments: the schema's value, then "}" (the call object's end), as one
+ * stream of bytes, so a token may cross from the value into the suffix ("}}"); the end is
+ * allowed only after the suffix, and the reply is done there. */
+Test(constrain, value_then_suffix) {
+    json_error_t je;
+    json_t *s = json_loads("{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\"}},\"required\":[\"x\"]}", 0, &je);
+    RadGrammar *g = NULL;
+    RadErr e = {0};
+    cr_assert_eq(rad_grammar_from_schema(s, &g, NULL, 0, &e), RAD_OK, "%s", e.msg);
+    json_decref(s);
+    RadConstraint *c = constraint(g);
+    cr_assert_eq(rad_constraint_set_suffix(c, "}", &e), RAD_OK);
+    const char *text = "{\"x\": 12";
+    for (const char *p = text; *p; p++) c->state = rad_grammar_step(c->g, c->state, (uint8_t)*p);
+    const uint64_t *allow;
+    cr_assert_eq(rad_constraint_mask(c, &allow, &e), RAD_OK, "%s", e.msg);
+    int32_t both = -1, one = -1;
+    for (int32_t id = 0; id < rad_tok_n_vocab(g_tok); id++) {
+        char b[8];
+        const int k = rad_tok_piece(g_tok, id, b, sizeof b);
+        if (k == 2 && b[0] == '}' && b[1] == '}') both = id;
+        if (k == 1 && b[0] == '}') one = id;
+    }
+    cr_assert(both >= 0 && one >= 0, "SmolLM2 spells '}' and '}}'");
+    cr_expect(allow[both / 64] >> (both % 64) & 1, "'}}' (the value's end and the suffix) not allowed");
+    cr_expect(allow[one / 64] >> (one % 64) & 1);
+    cr_expect_not(allow[end_ids[0] / 64] >> (end_ids[0] % 64) & 1, "the end allowed before the suffix");
+    cr_assert_eq(rad_constraint_accept(c, g_tok, one, &e), RAD_OK, "%s", e.msg);
+    cr_expect_not(rad_constraint_done(c), "done before the suffix");
+    cr_assert_eq(rad_constraint_mask(c, &allow, &e), RAD_OK);
+    cr_expect_not(allow[end_ids[0] / 64] >> (end_ids[0] % 64) & 1);
+    cr_expect(allow[one / 64] >> (one % 64) & 1, "the suffix's '}' not allowed");
+    cr_assert_eq(rad_constraint_accept(c, g_tok, one, &e), RAD_OK, "%s", e.msg);
+    cr_expect(rad_constraint_done(c));
+    cr_assert_eq(rad_constraint_mask(c, &allow, &e), RAD_OK);
+    cr_expect(allow[end_ids[0] / 64] >> (end_ids[0] % 64) & 1, "the end not allowed after the suffix");
+    rad_constraint_free(c);
+    free(c);
+}

@@ -249,7 +249,6 @@ static int parse_tools(json_t *j, const ApiCtx *cx, ApiReq *r, ApiErr *e) {
             const char *type = json_string_value(json_object_get(o, "type"));
             const char *name = json_string_value(json_object_get(fn, "name"));
             json_t *params = json_object_get(fn, "parameters"), *desc = json_object_get(fn, "description");
-            json_t *strict = json_object_get(fn, "strict");
             char p[48];
             snprintf(p, sizeof p, "tools[%zu]", i);
             if (!json_is_object(o) || !type || strcmp(type, "function") || !json_is_object(fn))
@@ -260,10 +259,7 @@ static int parse_tools(json_t *j, const ApiCtx *cx, ApiReq *r, ApiErr *e) {
             if ((params && !json_is_null(params) && !json_is_object(params)) || (desc && !json_is_null(desc) && !json_is_string(desc)))
                 return api_err(e, 400, "invalid_request_error", NULL, p, "'%s.function': 'parameters' must be an object and "
                                "'description' a string", p);
-            if (json_is_true(strict))
-                return api_err(e, 400, "invalid_request_error", "unsupported_parameter", p, "'%s.function.strict': true is not served "
-                               "(arguments constrained to the schema need structured outputs, which this server does not have yet): "
-                               "send false or leave it out", p);
+
             for (size_t k = 0; k < i; k++)
                 if (!strcmp(name, json_string_value(json_object_get(json_object_get(json_array_get(t, k), "function"), "name"))))
                     return api_err(e, 400, "invalid_request_error", NULL, p, "'%s.function.name' '%s' is given twice", p, name);
@@ -292,6 +288,35 @@ static int parse_tools(json_t *j, const ApiCtx *cx, ApiReq *r, ApiErr *e) {
                                    "among 'tools'", named);
     }
     if (!nt || !strcmp(choice, "none")) return 0;
+    /* strict functions: their arguments are constrained when the call is forced (one function
+     * named, or required with one offered); a strict function the model may or may not call is
+     * not served (the grammar would have to span free text and the markup) */
+    const char *forced = named ? named : !strcmp(choice, "required") && nt == 1 ?
+        json_string_value(json_object_get(json_object_get(json_array_get(t, 0), "function"), "name")) : NULL;
+    for (size_t i = 0; i < nt; i++) {
+        json_t *fn = json_object_get(json_array_get(t, i), "function");
+        if (!json_is_true(json_object_get(fn, "strict"))) continue;
+        char p[48];
+        snprintf(p, sizeof p, "tools[%zu]", i);
+        if (!forced || strcmp(forced, json_string_value(json_object_get(fn, "name"))))
+            return api_err(e, 400, "invalid_request_error", "unsupported_parameter", p, "'%s.function.strict': true is served "
+                           "when tool_choice forces that function (names it, or \"required\" with it alone): send false, or force it", p);
+        json_t *params = json_object_get(fn, "parameters");
+        json_t *schema = params && !json_is_null(params) ? json_incref(params) : json_pack("{s:s}", "type", "object");
+        RadGrammar *g = NULL;
+        RadErr re = {0};
+        char path[96] = "";
+        int rc = rad_grammar_from_schema(schema, &g, path, sizeof path, &re);
+        rad_grammar_free(g);
+        if (rc) {
+            json_decref(schema);
+            char param[160];
+            snprintf(param, sizeof param, "%s.function.parameters%s%s", p, path[0] ? "." : "", path);
+            if (rc == RAD_E_NOMEM) return api_err(e, 500, "server_error", NULL, NULL, "out of memory compiling the parameters");
+            return api_err(e, 400, "invalid_request_error", NULL, param, "'%s.function.parameters' (strict): %s", p, re.msg);
+        }
+        r->args_schema = schema;
+    }
     if (!cx->chat || !rad_chat_has_tools(cx->chat))
         return api_err(e, 400, "invalid_request_error", "unsupported_parameter", "tools", "this model's chat format (%s) describes "
                        "no tool-call markup, so 'tools' cannot be served: leave it out (or send tool_choice \"none\")",
@@ -679,6 +704,7 @@ void api_req_free(ApiReq *r) {
     json_decref(r->tools);
     free(r->tool_prefix);
     json_decref(r->schema);
+    json_decref(r->args_schema);
     memset(r, 0, sizeof *r);
 }
 

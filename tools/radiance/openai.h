@@ -70,6 +70,8 @@ typedef struct ApiReq {
     int parallel_tool_calls;          /* 0: at most one call is returned */
     int json_mode;                    /* response_format json_object or json_schema: the reply is constrained */
     json_t *schema;                   /* json_schema's schema (a reference; checked: it compiles), or NULL */
+    json_t *args_schema;              /* a forced call to a strict function: its parameters (a reference; checked),
+                                         the arguments constrained to them, then the call's closing "}" */
 } ApiReq;
 
 /* Parses and checks a /v1/completions or /v1/chat/completions body. Returns 0 or the HTTP

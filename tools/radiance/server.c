@@ -314,7 +314,8 @@ static void sink(void *user, const RadGenEvent *ev) {
 static int constraint_new(Srv *s, const ApiReq *a, const int32_t *stop_ids, uint32_t n_stop, RadConstraint **out, RadErr *e) {
     *out = NULL;
     RadGrammar *g = NULL;
-    int rc = a->schema ? rad_grammar_from_schema(a->schema, &g, NULL, 0, e) : rad_grammar_json_object(RAD_JSON_MODE_DEPTH, &g, e);
+    const json_t *schema = a->args_schema ? a->args_schema : a->schema;
+    int rc = schema ? rad_grammar_from_schema(schema, &g, NULL, 0, e) : rad_grammar_json_object(RAD_JSON_MODE_DEPTH, &g, e);
     if (rc) return rc;
     int32_t end[8];
     uint32_t n = 0;
@@ -324,6 +325,9 @@ static int constraint_new(Srv *s, const ApiReq *a, const int32_t *stop_ids, uint
     RadConstraint *c = malloc(sizeof *c);
     if (!c) return rad_grammar_free(g), rad_err_set(e, RAD_E_NOMEM, "out of memory");
     if ((rc = rad_constraint_init(c, g, s->trie, end, n, e))) return free(c), rc;
+    /* a forced call's arguments, then the format's close of the call ("}\n</tool_call>") */
+    if (a->args_schema && (rc = rad_constraint_set_suffix(c, s->cx.chat->tool_call_close, e)))
+        return rad_constraint_free(c), free(c), rc;
     *out = c;
     return RAD_OK;
 }
@@ -695,7 +699,8 @@ static enum MHD_Result start_generation(Req *r, struct MHD_Connection *c, ApiKin
                        .logprobs = r->api.logprobs, .top_logprobs = r->api.top_logprobs};
         if (kind == API_CHAT) g.stop_ids = s->cx.chat_stop_ids, g.n_stop_ids = s->cx.n_chat_stop_ids; /* the turn's end */
         g.sp.seed = base + i; /* choice i of a seeded request: seed + i */
-        if (r->api.json_mode && (rc = constraint_new(s, &r->api, g.stop_ids, g.n_stop_ids, &g.constraint, &re))) break;
+        if ((r->api.json_mode || r->api.args_schema) && (rc = constraint_new(s, &r->api, g.stop_ids, g.n_stop_ids, &g.constraint, &re)))
+            break;
         atomic_fetch_add(&r->refs, 1);
         rc = rad_sched_submit(s->sched, &g, sink, ch, &ch->sid, &re);
         if (rc) {
