@@ -1,7 +1,7 @@
 # tests/hostile/cases/server.py — the HTTP server's edges: slow clients (the header and body
 # deadlines, the share of --max-conns that incomplete requests may hold), bytes in a URL that are
 # not UTF-8, a long served name, numeric JSON fields out of range, fields that are not served,
-# \u0000 in strings, signals (SIGHUP and SIGQUIT drain; a second signal cuts the drain), clients
+# \u0000 in strings, hostile and heavy response_format schemas, signals (SIGHUP and SIGQUIT drain; a second signal cuts the drain), clients
 # that reset mid-stream (SIGPIPE ignored). Plain Python 3, stdlib only; imported by run.py.
 import json
 import os
@@ -199,6 +199,66 @@ def nul(port, T, proc):
     return is_error(*post(port, "/v1/completions", b'{"prompt": "a", "stop": ["\\u0000"]}'), 400, "stop[0]")
 
 
+# --- response_format and tools ---------------------------------------------------------------------
+# Hostile schemas are refused naming their place (a catastrophic regex, nesting past 64, an enum
+# past 10000 values, a recursion that cannot end); a heavy one that is served (an enum of 3000
+# values, 100 object alternatives) runs beside an ordinary request without starving it; tool
+# calls with arguments that are not JSON are refused by name.
+def schemas(port, T, proc):
+    import threading
+    chat = "/v1/chat/completions"
+    msgs = [{"role": "user", "content": "x"}]
+    deep = {"type": "string"}
+    for _ in range(100):
+        deep = {"type": "array", "items": deep}
+    rec = {"$defs": {"n": {"type": "object", "properties": {"next": {"$ref": "#/$defs/n"}}, "required": ["next"]}},
+           "$ref": "#/$defs/n"}
+    for schema, param in (({"type": "string", "pattern": "^(a+)+$"}, "response_format.json_schema.schema.pattern"),
+                          (deep, None), ({"enum": ["v%d" % i for i in range(10001)]}, "response_format.json_schema.schema.enum"),
+                          (rec, None), ({"type": "object", "properties": {"a": {"type": "integer", "minimum": 0}}},
+                                        "response_format.json_schema.schema.properties.a.minimum")):
+        st, b = post(port, chat, {"messages": msgs, "max_tokens": 4,
+                                  "response_format": {"type": "json_schema", "json_schema": {"name": "h", "schema": schema}}})
+        why = is_error(st, b, 400, param)
+        if why or not b["error"].get("param", "").startswith("response_format.json_schema.schema"):
+            return "schema %.60s: %s" % (json.dumps(schema), why or b)
+    st, b = post(port, chat, {"messages": msgs + [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{\"a\": "}}]}], "max_tokens": 2})
+    why = is_error(st, b, 400, "messages[1].tool_calls[0]")
+    if why:
+        return "arguments that are not JSON: %s" % why
+    heavy = {"type": "object", "properties": {
+        "word": {"type": "string", "enum": ["w%05d-%s" % (i, "x" * (i % 17)) for i in range(3000)]},
+        "pick": {"anyOf": [{"type": "object", "properties": {"k%d" % i: {"type": "string"}}, "required": ["k%d" % i],
+                            "additionalProperties": False} for i in range(100)]}},
+        "required": ["word", "pick"], "additionalProperties": False}
+    out = {}
+
+    def run_heavy():
+        out["heavy"] = post(port, chat, {"messages": msgs, "max_tokens": 120, "temperature": 1, "n": 8, "seed": 1,
+                                         "response_format": {"type": "json_schema", "json_schema": {"name": "h", "schema": heavy}}})
+    th = threading.Thread(target=run_heavy)
+    th.start()
+    time.sleep(0.5)
+    t0 = time.time()
+    why = completion_ok(port)
+    dt = time.time() - t0
+    th.join(200)
+    if why:
+        return "beside a heavy schema: %s" % why
+    if dt > 60:
+        return "an ordinary request took %.1f s beside a heavy schema" % dt
+    st, b = out.get("heavy", (None, None))
+    if st != 200:
+        return "the heavy schema: %r %r" % (st, b)
+    for ch in b["choices"]:
+        if ch["finish_reason"] == "stop":
+            v = json.loads(ch["message"]["content"])
+            if set(v) != {"word", "pick"} or not v["word"].startswith("w"):
+                return "the heavy schema's reply: %r" % (v,)
+    return None
+
+
 def kv_too_small(port, T, proc):
     st, body = post(port, "/v1/completions", {"prompt": "hello " * 100, "max_tokens": 4})
     return is_error(st, body, 400)  # never fits: not 429 ("try again")
@@ -291,6 +351,7 @@ SERVER_CASES = [
     dict(name="json-numbers-name-the-field", args=[], run=numbers, timeout=60, exit=0, quick=True),
     dict(name="json-unserved-fields", args=[], run=unserved, timeout=60, exit=0, quick=True),
     dict(name="json-nul-in-strings", args=[], run=nul, timeout=60, exit=0, quick=True),
+    dict(name="json-schemas-hostile-and-heavy", args=[], run=schemas, timeout=240, exit=0, quick=True),
     dict(name="request-larger-than-kv-pool-400", args=["--kv-blocks", "4"], run=kv_too_small, timeout=30, exit=0, quick=False),
     dict(name="sighup-drains-a-stream", args=["--drain-timeout", "60"], run=drains_on(signal.SIGHUP), timeout=90,
          exit=None, quick=True),
