@@ -185,6 +185,23 @@ static int parse_prompt(json_t *p, const ApiCtx *cx, ApiReq *r, ApiErr *e) {
     return 0;
 }
 
+/* Compiles schema once to check it (the server compiles one grammar per choice): 0, or a 400
+ * whose param is where (`at`, then the keyword's path inside the schema). Takes schema's reference
+ * on failure. */
+static int check_schema(json_t *schema, const char *at, ApiErr *e) {
+    RadGrammar *g = NULL;
+    RadErr re = {0};
+    char path[96] = "";
+    const int rc = rad_grammar_from_schema(schema, &g, path, sizeof path, &re);
+    rad_grammar_free(g);
+    if (!rc) return 0;
+    json_decref(schema);
+    char param[160];
+    snprintf(param, sizeof param, "%s%s%s", at, path[0] ? "." : "", path);
+    if (rc == RAD_E_NOMEM) return api_err(e, 500, "server_error", NULL, NULL, "out of memory compiling '%s'", at);
+    return api_err(e, 400, "invalid_request_error", NULL, param, "'%s': %s", at, re.msg);
+}
+
 /* response_format: {"type": "text"}, {"type": "json_object"} or {"type": "json_schema",
  * "json_schema": {"name", "schema", "strict"}} (docs/SERVER.md "Structured outputs"). The schema is
  * compiled here once to check it (the server compiles one grammar per choice). */
@@ -208,18 +225,8 @@ static int parse_format(json_t *j, ApiReq *r, ApiErr *e) {
         json_decref(schema);
         return bad(e, "response_format.json_schema.schema", "'%s' must be a JSON Schema object%s", "");
     }
-    RadGrammar *g = NULL;
-    RadErr re = {0};
-    char path[96] = "";
-    int rc = rad_grammar_from_schema(schema, &g, path, sizeof path, &re);
-    rad_grammar_free(g);
-    if (rc) {
-        json_decref(schema);
-        char param[160];
-        snprintf(param, sizeof param, "response_format.json_schema.schema%s%s", path[0] ? "." : "", path);
-        if (rc == RAD_E_NOMEM) return api_err(e, 500, "server_error", NULL, NULL, "out of memory compiling the schema");
-        return api_err(e, 400, "invalid_request_error", NULL, param, "'response_format' schema: %s", re.msg);
-    }
+    int rc = check_schema(schema, "response_format.json_schema.schema", e);
+    if (rc) return rc;
     r->schema = schema;
     r->json_mode = 1;
     return 0;
@@ -303,18 +310,10 @@ static int parse_tools(json_t *j, const ApiCtx *cx, ApiReq *r, ApiErr *e) {
                            "when tool_choice forces that function (names it, or \"required\" with it alone): send false, or force it", p);
         json_t *params = json_object_get(fn, "parameters");
         json_t *schema = params && !json_is_null(params) ? json_incref(params) : json_pack("{s:s}", "type", "object");
-        RadGrammar *g = NULL;
-        RadErr re = {0};
-        char path[96] = "";
-        int rc = rad_grammar_from_schema(schema, &g, path, sizeof path, &re);
-        rad_grammar_free(g);
-        if (rc) {
-            json_decref(schema);
-            char param[160];
-            snprintf(param, sizeof param, "%s.function.parameters%s%s", p, path[0] ? "." : "", path);
-            if (rc == RAD_E_NOMEM) return api_err(e, 500, "server_error", NULL, NULL, "out of memory compiling the parameters");
-            return api_err(e, 400, "invalid_request_error", NULL, param, "'%s.function.parameters' (strict): %s", p, re.msg);
-        }
+        char at[96];
+        snprintf(at, sizeof at, "%s.function.parameters", p);
+        int rc = check_schema(schema, at, e);
+        if (rc) return rc;
         r->args_schema = schema;
     }
     if (!cx->chat || !rad_chat_has_tools(cx->chat))
