@@ -775,6 +775,169 @@ static int read_merges(const char *file, const json_t *merges, RadDict *tok, Rad
     return rc;
 }
 
+/* WordPiece (tokenizer.model "bert"): BERT's pipeline, read strictly into the tokenizer.bert.* and
+ * tokenizer.wordpiece.* keys (docs/KEYS.md). rad_tok_wpm.c implements BertNormalizer,
+ * BertPreTokenizer, the WordPiece decoder and a [CLS] $A [SEP]-shaped template exactly; anything
+ * else would give other ids than Hugging Face's, so it is refused by name. */
+static int unsupported(const char *file, const char *field, const char *what, RadErr *e) {
+    return rad_err_set(e, RAD_E_UNSUPPORTED, "%s: %s: %s is not implemented for WordPiece (the ids or the text would "
+                       "differ from Hugging Face's)", file, field, what);
+}
+
+static int only_keys(const char *file, const char *label, const json_t *o, const char *const *keys, RadErr *e) {
+    const char *k;
+    json_t *x;
+    json_object_foreach((json_t *)o, k, x) {
+        bool ok = false;
+        for (const char *const *q = keys; *q && !ok; q++) ok = strcmp(*q, k) == 0;
+        if (!ok) {
+            char f[128];
+            snprintf(f, sizeof f, "%s.%.40s", label, k);
+            return unsupported(file, f, "the field", e);
+        }
+    }
+    return RAD_OK;
+}
+
+/* A template entry's special token: its one id. */
+static int wp_special(const char *file, const char *field, const json_t *pp, const json_t *st, const Vocab *v,
+                      int32_t *id, RadErr *e) {
+    const char *name;
+    int rc = want_str(file, field, jget(st, "id") ? jget(st, "id") : json_null(), &name, e);
+    if (rc) return rc;
+    json_t *ids = jget(jget(jget(pp, "special_tokens"), name), "ids");
+    int64_t x = vocab_find(v, name);
+    if (ids) {
+        if (!json_is_array(ids) || json_array_size(ids) != 1 || !json_is_integer(json_array_get(ids, 0)))
+            return unsupported(file, "post_processor.special_tokens", "a special token of other than one id", e);
+        x = json_integer_value(json_array_get(ids, 0));
+    }
+    if (x < 0 || (uint64_t)x >= v->n)
+        return rad_err_set(e, RAD_E_FORMAT, "%s: %s: '%s' is not a token of the vocabulary", file, field, name);
+    *id = (int32_t)x;
+    return RAD_OK;
+}
+
+static int read_wordpiece(const char *file, const json_t *root, const json_t *model, const Vocab *v, RadDict *tok,
+                          const char **pre_name, RadErr *e) {
+    int rc;
+    json_t *x;
+    /* model */
+    const char *prefix = "##";
+    int64_t max = 100;
+    if ((x = jget(model, "continuing_subword_prefix")) &&
+        (rc = want_str(file, "model.continuing_subword_prefix", x, &prefix, e)))
+        return rc;
+    if ((x = jget(model, "max_input_chars_per_word")) &&
+        (rc = want_int(file, "model.max_input_chars_per_word", x, 0, UINT32_MAX, &max, e)))
+        return rc;
+    if (!json_string_value(jget(model, "unk_token")))
+        return rad_err_set(e, RAD_E_FORMAT, "%s: field 'model.unk_token' is missing or not a string", file);
+    if ((rc = rad_dict_set_str(tok, "tokenizer.wordpiece.prefix", prefix, e)) ||
+        (rc = rad_dict_set_u32(tok, "tokenizer.wordpiece.max_chars", (uint32_t)max, e)))
+        return rc;
+    /* normalizer: none, or BertNormalizer */
+    json_t *nz = jget(root, "normalizer");
+    bool clean = false, cjk = false, lower = false, strip = false;
+    if (nz && !json_is_null(nz)) {
+        const char *t = json_string_value(jget(nz, "type"));
+        if (!t || strcmp(t, "BertNormalizer") != 0) return unsupported(file, "normalizer.type", t ? t : "a normalizer without a type", e);
+        static const char *const keys[] = {"type", "clean_text", "handle_chinese_chars", "strip_accents", "lowercase", NULL};
+        if ((rc = only_keys(file, "normalizer", nz, keys, e))) return rc;
+        clean = cjk = lower = true; /* HF's defaults */
+        if (((x = jget(nz, "clean_text")) && (rc = want_bool(file, "normalizer.clean_text", x, &clean, e))) ||
+            ((x = jget(nz, "handle_chinese_chars")) && (rc = want_bool(file, "normalizer.handle_chinese_chars", x, &cjk, e))) ||
+            ((x = jget(nz, "lowercase")) && (rc = want_bool(file, "normalizer.lowercase", x, &lower, e))))
+            return rc;
+        strip = lower; /* strip_accents null: follow lowercase */
+        if ((x = jget(nz, "strip_accents")) && !json_is_null(x) &&
+            (rc = want_bool(file, "normalizer.strip_accents", x, &strip, e)))
+            return rc;
+    }
+    if ((rc = rad_dict_set_bool(tok, "tokenizer.bert.clean_text", clean, e)) ||
+        (rc = rad_dict_set_bool(tok, "tokenizer.bert.chinese_chars", cjk, e)) ||
+        (rc = rad_dict_set_bool(tok, "tokenizer.bert.strip_accents", strip, e)) ||
+        (rc = rad_dict_set_bool(tok, "tokenizer.bert.lowercase", lower, e)))
+        return rc;
+    /* pre-tokenizer: BertPreTokenizer alone; none is recorded ("none") for rad_tok to refuse */
+    json_t *pre = jget(root, "pre_tokenizer");
+    const char *pt = json_string_value(jget(pre, "type"));
+    *pre_name = "none";
+    if (pre && !json_is_null(pre)) {
+        if (!pt || strcmp(pt, "BertPreTokenizer") != 0)
+            return unsupported(file, "pre_tokenizer.type", pt ? pt : "a pre-tokenizer without a type", e);
+        *pre_name = "bert";
+    }
+    /* decoder: WordPiece with the model's prefix; none leaves tokenizer.decoder unset (refused) */
+    json_t *dec = jget(root, "decoder");
+    if (dec && !json_is_null(dec)) {
+        const char *dt = json_string_value(jget(dec, "type")), *dp = "##";
+        bool cleanup = true;
+        if (!dt || strcmp(dt, "WordPiece") != 0)
+            return unsupported(file, "decoder.type", dt ? dt : "a decoder without a type", e);
+        if (((x = jget(dec, "prefix")) && (rc = want_str(file, "decoder.prefix", x, &dp, e))) ||
+            ((x = jget(dec, "cleanup")) && (rc = want_bool(file, "decoder.cleanup", x, &cleanup, e))))
+            return rc;
+        if (strcmp(dp, prefix) != 0) return unsupported(file, "decoder.prefix", "a prefix other than the model's", e);
+        if ((rc = rad_dict_set_str(tok, "tokenizer.decoder", "WordPiece", e)) ||
+            (rc = rad_dict_set_bool(tok, "tokenizer.wordpiece.cleanup", cleanup, e)))
+            return rc;
+    }
+    /* added tokens: matched in the raw text, as rad_tok does */
+    json_t *added = jget(root, "added_tokens");
+    for (size_t i = 0; i < json_array_size(added); i++) {
+        json_t *a = json_array_get(added, i);
+        static const char *const flags[] = {"single_word", "lstrip", "rstrip", "normalized"};
+        for (size_t k = 0; k < 4; k++) {
+            char f[64];
+            snprintf(f, sizeof f, "added_tokens[%zu].%s", i, flags[k]);
+            bool b = false;
+            if ((x = jget(a, flags[k])) && (rc = want_bool(file, f, x, &b, e))) return rc;
+            if (b) return unsupported(file, f, "true", e);
+        }
+    }
+    /* post-processor: [first] $A [last], each optional */
+    json_t *pp = jget(root, "post_processor");
+    int32_t cls = -1, sep = -1;
+    const char *ppt = json_string_value(jget(pp, "type"));
+    if (pp && !json_is_null(pp) && ppt && strcmp(ppt, "BertProcessing") == 0) {
+        json_t *c = jget(pp, "cls"), *sp = jget(pp, "sep");
+        if (!json_is_array(c) || json_array_size(c) != 2 || !json_is_integer(json_array_get(c, 1)) ||
+            !json_is_array(sp) || json_array_size(sp) != 2 || !json_is_integer(json_array_get(sp, 1)))
+            return rad_err_set(e, RAD_E_FORMAT, "%s: post_processor.cls/sep: expected [string, id]", file);
+        int64_t ci = json_integer_value(json_array_get(c, 1)), si = json_integer_value(json_array_get(sp, 1));
+        if (ci < 0 || (uint64_t)ci >= v->n || si < 0 || (uint64_t)si >= v->n)
+            return rad_err_set(e, RAD_E_FORMAT, "%s: post_processor.cls/sep: an id outside the vocabulary", file);
+        cls = (int32_t)ci, sep = (int32_t)si;
+    } else if (pp && !json_is_null(pp) && ppt && strcmp(ppt, "TemplateProcessing") == 0) {
+        json_t *single = jget(pp, "single");
+        size_t n = json_array_size(single), seq = n;
+        for (size_t i = 0; i < n; i++)
+            if (jget(json_array_get(single, i), "Sequence")) {
+                if (seq < n) return unsupported(file, "post_processor.single", "two sequences", e);
+                seq = i;
+            }
+        if (seq == n || seq > 1 || n - seq > 2)
+            return unsupported(file, "post_processor.single", "a template other than [special] $A [special]", e);
+        json_t *st;
+        if (seq == 1) {
+            if (!(st = jget(json_array_get(single, 0), "SpecialToken")))
+                return unsupported(file, "post_processor.single[0]", "an entry other than a SpecialToken", e);
+            if ((rc = wp_special(file, "post_processor.single[0]", pp, st, v, &cls, e))) return rc;
+        }
+        if (n - seq == 2) {
+            if (!(st = jget(json_array_get(single, n - 1), "SpecialToken")))
+                return unsupported(file, "post_processor.single", "an entry other than a SpecialToken", e);
+            if ((rc = wp_special(file, "post_processor.single", pp, st, v, &sep, e))) return rc;
+        }
+    } else if (pp && !json_is_null(pp)) {
+        return unsupported(file, "post_processor.type", ppt ? ppt : "a post-processor without a type", e);
+    }
+    if (cls >= 0 && (rc = rad_dict_set_i32(tok, "tokenizer.cls_id", cls, e))) return rc;
+    if (sep >= 0 && (rc = rad_dict_set_i32(tok, "tokenizer.sep_id", sep, e))) return rc;
+    return RAD_OK;
+}
+
 /* add_bos/add_eos (and the token texts) implied by a TemplateProcessing post-processor. */
 static void scan_post(const json_t *pp, int *add_bos, int *add_eos, const char **bos,
                       const char **eos) {
@@ -916,8 +1079,10 @@ int rad_hf_read_tokenizer(RadModelFile *m, const char *tok_name, const char *tok
     if ((rc = read_vocab(file, model, jget(root, "added_tokens"), unigram, byte_fallback, &v, e)))
         goto out;
     PreInfo pi = {.space_prefix = -1};
-    if ((rc = scan_pre(file, "pre_tokenizer", jget(root, "pre_tokenizer"), &pi, false, e)) ||
-        (rc = scan_pre(file, "decoder", jget(root, "decoder"), &pi, true, e)))
+    const char *wp_pre = NULL;
+    if (wordpiece ? (rc = read_wordpiece(file, root, model, &v, &m->tok, &wp_pre, e)) != RAD_OK
+                  : (rc = scan_pre(file, "pre_tokenizer", jget(root, "pre_tokenizer"), &pi, false, e)) ||
+                        (rc = scan_pre(file, "decoder", jget(root, "decoder"), &pi, true, e)))
         goto out;
     json_t *nz = jget(root, "normalizer");
     if (has_prepend(nz)) pi.space_prefix = 1;
@@ -934,7 +1099,7 @@ int rad_hf_read_tokenizer(RadModelFile *m, const char *tok_name, const char *tok
     const char *tmodel = wordpiece ? "bert" : unigram ? "t5"
                          : pi.byte_level ? "gpt2" : byte_fallback ? "llama" : "gpt2";
     if ((rc = rad_dict_set_str(&m->tok, "tokenizer.model", tmodel, e)) ||
-        (rc = rad_dict_set_str(&m->tok, "tokenizer.pre", pre_kind(&pi), e)) ||
+        (rc = rad_dict_set_str(&m->tok, "tokenizer.pre", wordpiece ? wp_pre : pre_kind(&pi), e)) ||
         (rc = rad_dict_set_strarr(&m->tok, "tokenizer.tokens", v.tok, v.n, e)) ||
         (rc = rad_dict_set_arr(&m->tok, "tokenizer.token_type", RAD_VAL_I32, v.type, v.n, e)))
         goto out;
@@ -950,7 +1115,8 @@ int rad_hf_read_tokenizer(RadModelFile *m, const char *tok_name, const char *tok
     /* BOS/EOS implied by the post-processor; tokenizer_config.json overrides them. */
     int add_bos = -1, add_eos = -1;
     const char *pbos = NULL, *peos = NULL;
-    scan_post(jget(root, "post_processor"), &add_bos, &add_eos, &pbos, &peos);
+    if (!wordpiece) /* BERT's template is tokenizer.cls_id / sep_id (read_wordpiece) */
+        scan_post(jget(root, "post_processor"), &add_bos, &add_eos, &pbos, &peos);
     if (add_bos >= 0 && (rc = rad_dict_set_bool(&m->tok, "tokenizer.add_bos", add_bos, e))) goto out;
     if (add_eos >= 0 && (rc = rad_dict_set_bool(&m->tok, "tokenizer.add_eos", add_eos, e))) goto out;
     if ((rc = set_id(&m->tok, "tokenizer.bos_id", &v, pbos, file, "post_processor's first special token", e)) ||

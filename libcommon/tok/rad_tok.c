@@ -157,6 +157,7 @@ static int read_tokens(RadTok *t, const RadDict *kv, RadErr *e) {
         return rad_err_set(e, RAD_E_LIMIT, "tokenizer.tokens: %" PRIu64 " tokens, more than %u", toks->n, TOK_MAX_VOCAB);
     rc = want_array(kv, "tokenizer.token_type", false, &types, e);
     if (rc && rc != RAD_E_NOTFOUND) return rc;
+    rc = RAD_OK; /* no token types: all normal */
     if (types && types->n != toks->n)
         return rad_err_set(e, RAD_E_FORMAT, "tokenizer.token_type: %" PRIu64 " types for %" PRIu64 " tokens",
                            types->n, toks->n);
@@ -184,7 +185,7 @@ static int read_tokens(RadTok *t, const RadDict *kv, RadErr *e) {
         size_t n = (size_t)ts[i].len;
         if ((rc = arena_put(&a, s, n, &k->text_off, e))) break;
         k->text_len = (uint32_t)n;
-        size_t rl = t->kind == TOKK_BPE ? respell_bytelevel(t, s, n, tmp) : respell_spm(s, n, tmp);
+        size_t rl = t->kind == TOKK_BPE ? respell_bytelevel(t, s, n, tmp) : t->kind == TOKK_SPM ? respell_spm(s, n, tmp) : 0;
         if (rl) {
             if ((rc = arena_put(&a, tmp, rl, &k->spell_off, e))) break;
             k->spell_len = (uint32_t)rl;
@@ -259,6 +260,51 @@ static int read_merges(RadTok *t, const RadDict *kv, RadErr *e) {
     return rc;
 }
 
+/* WordPiece: what rad_hf.c's import of a tokenizer.json writes (docs/KEYS.md). A GGUF "bert" table
+ * spells words with "▁" (llama.cpp's converter) and has none of these keys: refused by name. */
+static int read_wordpiece(RadTok *t, const RadDict *kv, const char *pre, RadErr *e) {
+    const char *prefix, *nz, *dec;
+    int64_t max = 100;
+    int rc = get_str(kv, "tokenizer.wordpiece.prefix", &prefix, e);
+    if (rc) return rc;
+    if (!prefix)
+        return rad_err_set(e, RAD_E_UNSUPPORTED, "tokenizer.wordpiece.prefix: missing (a 'bert' tokenizer is served "
+                           "from a tokenizer.json's WordPiece model only)");
+    if (strlen(prefix) >= sizeof t->wp_prefix)
+        return rad_err_set(e, RAD_E_LIMIT, "tokenizer.wordpiece.prefix: %zu bytes, more than %zu", strlen(prefix),
+                           sizeof t->wp_prefix - 1);
+    memcpy(t->wp_prefix, prefix, strlen(prefix) + 1);
+    t->wp_prefix_len = (uint32_t)strlen(prefix);
+    if (!pre || strcmp(pre, "bert") != 0)
+        return rad_err_set(e, RAD_E_UNSUPPORTED, "tokenizer.pre: '%.40s' is not implemented for WordPiece (bert is)",
+                           pre ? pre : "none");
+    if ((rc = get_str(kv, "tokenizer.decoder", &dec, e))) return rc;
+    if (!dec || strcmp(dec, "WordPiece") != 0)
+        return rad_err_set(e, RAD_E_UNSUPPORTED, "tokenizer.decoder: %s%.40s%s is not implemented for WordPiece "
+                           "(WordPiece is)", dec ? "'" : "", dec ? dec : "none", dec ? "'" : "");
+    if ((rc = get_str(kv, "tokenizer.normalizer", &nz, e))) return rc;
+    if (nz && strcmp(nz, "BertNormalizer") != 0)
+        return rad_err_set(e, RAD_E_UNSUPPORTED, "tokenizer.normalizer: '%.40s' is not implemented for WordPiece "
+                           "(BertNormalizer is)", nz);
+    rc = rad_dict_geti(kv, "tokenizer.wordpiece.max_chars", &max, e);
+    if (rc && rc != RAD_E_NOTFOUND) return rc;
+    if (max < 0 || max > UINT32_MAX)
+        return rad_err_set(e, RAD_E_FORMAT, "tokenizer.wordpiece.max_chars: %" PRId64 " is out of range", max);
+    t->wp_max_chars = (uint32_t)max;
+    /* absent: HF's BertNormalizer defaults (strip_accents follows lowercase) */
+    if ((rc = get_bool(kv, "tokenizer.bert.clean_text", true, &t->wp_clean, e)) ||
+        (rc = get_bool(kv, "tokenizer.bert.chinese_chars", true, &t->wp_cjk, e)) ||
+        (rc = get_bool(kv, "tokenizer.bert.lowercase", true, &t->wp_lower, e)) ||
+        (rc = get_bool(kv, "tokenizer.bert.strip_accents", t->wp_lower, &t->wp_strip, e)) ||
+        (rc = get_bool(kv, "tokenizer.wordpiece.cleanup", true, &t->wp_cleanup, e)) ||
+        (rc = get_id(kv, "tokenizer.cls_id", t->n, &t->cls, e)) ||
+        (rc = get_id(kv, "tokenizer.sep_id", t->n, &t->sep, e)))
+        return rc;
+    if (t->unk < 0) return rad_err_set(e, RAD_E_FORMAT, "tokenizer.unk_id: missing (WordPiece needs an unknown token)");
+    snprintf(t->pre, sizeof t->pre, "%s", "bert");
+    return RAD_OK;
+}
+
 int rad_tok_init(RadTok **out, const RadDict *kv, RadErr *e) {
     *out = NULL;
     if (!kv) return rad_err_set(e, RAD_E_ARG, "tokenizer: no table");
@@ -268,9 +314,10 @@ int rad_tok_init(RadTok **out, const RadDict *kv, RadErr *e) {
     if (!model)
         return rad_err_set(e, RAD_E_FORMAT, "tokenizer.model: missing (the input has no tokenizer%s)",
                            kv->n ? "" : " table");
-    int kind = strcmp(model, "gpt2") == 0 ? TOKK_BPE : strcmp(model, "llama") == 0 ? TOKK_SPM : 0;
+    int kind = strcmp(model, "gpt2") == 0 ? TOKK_BPE : strcmp(model, "llama") == 0 ? TOKK_SPM
+               : strcmp(model, "bert") == 0 ? TOKK_WPM : 0;
     if (!kind)
-        return rad_err_set(e, RAD_E_UNSUPPORTED, "tokenizer.model: '%.40s' is not supported (gpt2, llama are)", model);
+        return rad_err_set(e, RAD_E_UNSUPPORTED, "tokenizer.model: '%.40s' is not supported (gpt2, llama, bert are)", model);
     if ((rc = get_str(kv, "tokenizer.pre", &pre, e)) || (rc = get_str(kv, "tokenizer.pre_pattern", &pattern, e)))
         return rc;
     RadTok *t = calloc(1, sizeof *t);
@@ -289,8 +336,10 @@ int rad_tok_init(RadTok **out, const RadDict *kv, RadErr *e) {
         (rc = get_bool(kv, "tokenizer.add_eos", false, &t->add_eos, e)) ||
         (rc = get_bool(kv, "tokenizer.add_space_prefix", kind == TOKK_SPM, &t->add_space_prefix, e)))
         goto fail;
-    if ((rc = read_merges(t, kv, e))) goto fail;
-    if (kind == TOKK_BPE) {
+    if (kind != TOKK_WPM && (rc = read_merges(t, kv, e))) goto fail;
+    if (kind == TOKK_WPM) {
+        if ((rc = read_wordpiece(t, kv, pre, e))) goto fail;
+    } else if (kind == TOKK_BPE) {
         if ((rc = tok_pre_init(t, pre, pattern, e))) goto fail;
         for (int b = 0; b < 256; b++) {
             char s[2];
@@ -328,6 +377,7 @@ void rad_tok_free(RadTok *t) {
 static int encode_run(const RadTok *t, TokWork *w, const uint8_t *s, size_t n, IdVec *out, RadErr *e) {
     if (n == 0) return RAD_OK;
     if (t->kind == TOKK_SPM) return tok_encode_spm(t, w, s, n, out, e);
+    if (t->kind == TOKK_WPM) return tok_encode_wpm(t, s, n, out, e);
     if (t->add_space_prefix && s[0] != ' ') { /* ByteLevel(add_prefix_space=true) */
         uint8_t *q = malloc(n + 1);
         if (!q) return rad_err_set(e, RAD_E_NOMEM, "tokenizer: out of memory");
@@ -361,7 +411,10 @@ int rad_tok_encode_spans(const RadTok *t, const char *text, size_t n, int add_sp
     IdVec out = {0};
     TokWork w = {0};
     int rc = RAD_OK;
-    if (add_special && t->add_bos && t->bos >= 0) rc = tok_idvec_push(&out, t->bos, e);
+    /* BERT's template is [CLS] $A [SEP]; the others' BOS/EOS as the table says */
+    int32_t first = t->kind == TOKK_WPM ? t->cls : t->add_bos ? t->bos : -1;
+    int32_t last = t->kind == TOKK_WPM ? t->sep : t->add_eos ? t->eos : -1;
+    if (add_special && first >= 0) rc = tok_idvec_push(&out, first, e);
     size_t seg = 0, sp = 0;
     for (size_t i = 0; i < n && !rc;) {
         size_t len = 0;
@@ -385,7 +438,7 @@ int rad_tok_encode_spans(const RadTok *t, const char *text, size_t n, int add_sp
         seg = i;
     }
     if (!rc) rc = encode_run(t, &w, s + seg, n - seg, &out, e);
-    if (!rc && add_special && t->add_eos && t->eos >= 0) rc = tok_idvec_push(&out, t->eos, e);
+    if (!rc && add_special && last >= 0) rc = tok_idvec_push(&out, last, e);
     tok_work_free(&w);
     if (rc) {
         free(out.p);

@@ -8,6 +8,9 @@
  *                            a "▁" before each text run when add_space_prefix, merges by rank
  *                            when the table has them, else derived from the vocabulary as
  *                            transformers does (by score; by id for Gemma's tables)
+ *   tokenizer.model "bert"   WordPiece with BertNormalizer and BertPreTokenizer (a tokenizer.json's
+ *                            tokenizer.bert.* / tokenizer.wordpiece.* keys); add_special is the
+ *                            [CLS] $A [SEP] template (tokenizer.cls_id / sep_id)
  *
  * Added tokens (token_type 2 unknown, 3 control: special; 4 user-defined: not special) are
  * matched in the text before anything else, leftmost and longest first (special ones not in the

@@ -1,6 +1,7 @@
 /* rad_tok_decode.c — ids back to text, as Hugging Face's decoders do: ByteLevel (each token's
  * characters through GPT-2's byte map), or SentencePiece's Replace("▁", " ") + ByteFallback + Fuse
- * (+ Strip of one leading space when add_space_prefix); and one token at a time for streaming. */
+ * (+ Strip of one leading space when add_space_prefix), or WordPiece's (rad_tok_wpm.c); and one
+ * token at a time for streaming. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -131,7 +132,9 @@ int rad_tok_decode(const RadTok *t, const int32_t *ids, size_t n, int flags, cha
     bool skip = flags & RAD_TOK_SKIP_SPECIAL, lossy = flags & RAD_TOK_LOSSY;
     RadBuf b = {0};
     int rc = rad_buf_put(&b, "", 0, e);
-    if (t->kind == TOKK_BPE) {
+    if (t->kind == TOKK_WPM) {
+        if (!rc) rc = tok_decode_wpm(t, ids, n, skip, &b, e); /* token texts are UTF-8 already */
+    } else if (t->kind == TOKK_BPE) {
         for (size_t i = 0; i < n && !rc; i++)
             if (!(skip && (t->tok[ids[i]].flags & TF_SPECIAL))) rc = put_bytelevel(t, &b, ids[i], e);
         if (!rc && lossy && !valid_utf8((const uint8_t *)b.p, b.len)) {
@@ -184,7 +187,10 @@ int rad_tok_piece(const RadTok *t, int32_t id, char *buf, size_t cap) {
     if (!t || id < 0 || (uint32_t)id >= t->n) return -1;
     RadBuf b = {0};
     int rc;
-    if (t->kind == TOKK_BPE) {
+    if (t->kind == TOKK_WPM) {
+        rc = rad_buf_put(&b, "", 0, NULL);
+        if (!rc) rc = tok_piece_wpm(t, id, &b);
+    } else if (t->kind == TOKK_BPE) {
         rc = put_bytelevel(t, &b, id, NULL);
     } else if (t->tok[id].flags & TF_BYTE) {
         rc = rad_buf_put(&b, &t->tok[id].byte, 1, NULL);

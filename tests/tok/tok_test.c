@@ -695,7 +695,9 @@ Test(tok, refusals_name_the_key) {
         refuse(&kv, code, key); \
         rad_dict_free(&kv); \
     } while (0)
-    CASE(rad_dict_set_str(&kv, "tokenizer.model", "bert", &e), RAD_E_UNSUPPORTED, "tokenizer.model");
+    /* "bert" without the WordPiece keys a tokenizer.json import writes (a GGUF's table) */
+    CASE(rad_dict_set_str(&kv, "tokenizer.model", "bert", &e), RAD_E_UNSUPPORTED, "tokenizer.wordpiece.prefix");
+    CASE(rad_dict_set_str(&kv, "tokenizer.model", "t5", &e), RAD_E_UNSUPPORTED, "tokenizer.model");
     CASE(rad_dict_set_u32(&kv, "tokenizer.model", 1, &e), RAD_E_FORMAT, "tokenizer.model");
     CASE(rad_dict_set_str(&kv, "tokenizer.pre", "falcon", &e), RAD_E_UNSUPPORTED, "tokenizer.pre");
     CASE((rad_dict_set_str(&kv, "tokenizer.pre", "default", &e),
