@@ -14,43 +14,9 @@
 #include "libcommon/format/rad_hf.h"
 #include "libcommon/format/rad_model.h"
 #include "libcommon/tok/rad_tok.h"
+#include "tests/test_util.h"
 
 #define FIX "tests/fixtures/tok/"
-
-static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    cr_assert(f, "%s: cannot open", path);
-    fseek(f, 0, SEEK_END);
-    long l = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *p = malloc((size_t)l + 1);
-    cr_assert(p && fread(p, 1, (size_t)l, f) == (size_t)l);
-    fclose(f);
-    p[l] = 0;
-    *n = (size_t)l;
-    return p;
-}
-
-static char *unzstd(const char *path, size_t *n) {
-    size_t zn;
-    char *z = slurp(path, &zn);
-    size_t cap = zn * 8 + 1024, len = 0;
-    char *out = malloc(cap);
-    ZSTD_DStream *ds = ZSTD_createDStream();
-    ZSTD_inBuffer in = {z, zn, 0};
-    while (in.pos < in.size) {
-        if (cap - len < ZSTD_DStreamOutSize()) out = realloc(out, cap *= 2);
-        ZSTD_outBuffer o = {out, cap - 1, len};
-        size_t r = ZSTD_decompressStream(ds, &o, &in);
-        cr_assert(!ZSTD_isError(r), "%s: %s", path, ZSTD_getErrorName(r));
-        len = o.pos;
-    }
-    ZSTD_freeDStream(ds);
-    free(z);
-    out[len] = 0;
-    *n = len;
-    return out;
-}
 
 /* ---- units: corpus lines, blocks of 8, extra lines ------------------------------------------------ */
 
