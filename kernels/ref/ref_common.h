@@ -214,6 +214,12 @@ int ref_run_head_rmsnorm(const RadKernelArgs *a);
 int ref_run_head_rmsnorm_simd(const RadKernelArgs *a);
 int ref_run_silu_mul(const RadKernelArgs *a);
 int ref_run_all_reduce(const RadKernelArgs *a);
+/* the encoder ops (ref_encoder.c) */
+int ref_run_layernorm(const RadKernelArgs *a);
+int ref_run_gelu(const RadKernelArgs *a);
+int ref_run_attn_seq(const RadKernelArgs *a);
+int ref_run_pool(const RadKernelArgs *a);
+int ref_run_l2_normalize(const RadKernelArgs *a);
 
 /* Decodes one row of `cols` elements of encoding e (ref_row_bytes(e, cols) bytes) into dst,
  * bit-identical to libcommon's rad_dequant, with the ISA's path (ref_dequant.c). */

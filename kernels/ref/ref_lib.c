@@ -1,6 +1,7 @@
 /* ref_lib.c — libref, the CPU kernel library: its table, init/fini, ISA choice and threads.
  *
- * Every op of the Llama vocabulary (docs/OPS.md), f32 activations, on any x86-64 (AVX2 + FMA
+ * Every op of docs/OPS.md's vocabulary (the Llama family's, and the encoder ops of BERT and
+ * EmbeddingGemma: ref_encoder.c), f32 activations, on any x86-64 (AVX2 + FMA
  * paths chosen at run time, portable C otherwise) or other CPU (portable C). kernels/README.md
  * describes the kernels, their variants and exactness, and the environment knobs:
  *   RAD_REF_ISA=generic|avx2|avx512   cap the instruction set (read at init; default: the best)
@@ -213,9 +214,16 @@ static const RadKernel kernels[] = {
     K_("head_rmsnorm", "exact", RAD_ENC_PLAIN_FLOATS, BITWISE, NULL, ref_run_head_rmsnorm, 0, 0),
     K_("all_reduce", "generic", 0, BITWISE, NULL, ref_run_all_reduce, 0, 0),
     K_("logits_gather", "generic", 0, BITWISE, NULL, ref_run_logits_gather, 0, 0),
+    /* the encoder ops (ref_encoder.c): layernorm, pool and l2_normalize compute docs/OPS.md's
+     * double-precision reference itself; gelu's erf is the C library's; attn_seq scores in f32 lanes, sums in double */
+    K_("layernorm", "exact", RAD_ENC_PLAIN_FLOATS, BITWISE, NULL, ref_run_layernorm, 0, 0),
+    K_("gelu", "generic", 0, TOL(1e-6), NULL, ref_run_gelu, 0, 0),
+    K_("attn_seq", "generic", 0, TOL(1e-5), NULL, ref_run_attn_seq, 0, 0),
+    K_("pool", "generic", 0, BITWISE, NULL, ref_run_pool, 0, 0),
+    K_("l2_normalize", "generic", 0, BITWISE, NULL, ref_run_l2_normalize, 0, 0),
 };
 
 static const RadKernelLib lib = {sizeof(RadKernelLib), RAD_DEVICE_CPU, kernels, (uint32_t)(sizeof kernels / sizeof kernels[0]),
                                  ref_init, ref_fini, NULL, NULL, NULL, NULL, ref_pack_size, ref_pack};
 
-RAD_KERNEL_LIB(lib, "ref", "0.1.0", "libref: CPU kernels for the Llama vocabulary (AVX2+FMA or portable C, pthreads)")
+RAD_KERNEL_LIB(lib, "ref", "0.1.0", "libref: CPU kernels for the docs/OPS.md vocabulary, decoders and encoders (AVX2+FMA or portable C, pthreads)")

@@ -368,6 +368,33 @@ static int read_local_attention(RadModelFile *m, const char *file, const json_t 
     return rc;
 }
 
+/* What encoders (BERT, EmbeddingGemma) say beside the common fields: token types, the
+ * activation by name, absolute positions, bidirectional attention (docs/KEYS.md, "Encoders"). */
+static int read_encoder_fields(RadModelFile *m, const char *file, const json_t *root, RadErr *e) {
+    const json_t *v;
+    const char *s, *which;
+    int64_t n;
+    bool b = false;
+    int rc = RAD_OK;
+    if ((v = jget(root, "type_vocab_size")) &&
+        ((rc = want_int(file, "type_vocab_size", v, 0, UINT32_MAX, &n, e)) ||
+         (rc = rad_dict_set_u32(&m->meta, "model.n_token_types", (uint32_t)n, e))))
+        return rc;
+    static const char *act_fields[] = {"hidden_act", "hidden_activation", NULL};
+    if ((v = jfirst(root, act_fields, &which)) &&
+        ((rc = want_str(file, which, v, &s, e)) || (rc = rad_dict_set_str(&m->meta, "model.hidden_act", s, e))))
+        return rc;
+    if ((v = jget(root, "position_embedding_type")) &&
+        ((rc = want_str(file, "position_embedding_type", v, &s, e)) ||
+         (rc = rad_dict_set_str(&m->meta, "model.position_embedding_type", s, e))))
+        return rc;
+    if ((v = jget(root, "use_bidirectional_attention")) &&
+        ((rc = want_bool(file, "use_bidirectional_attention", v, &b, e)) ||
+         (rc = rad_dict_set_bool(&m->meta, "attention.bidirectional", b, e))))
+        return rc;
+    return rc;
+}
+
 int rad_hf_read_config(RadModelFile *m, const char *name, const char *json, size_t n,
                        const char *folder, RadErr *e) {
     json_t *root;
@@ -464,6 +491,7 @@ int rad_hf_read_config(RadModelFile *m, const char *name, const char *json, size
         goto out;
     }
     if ((rc = read_local_attention(m, name, root, rp_local, e))) goto out;
+    if ((rc = read_encoder_fields(m, name, root, e))) goto out;
     rc = flatten_into(&m->raw, "config", root, e);
 out:
     json_decref(root);
@@ -1283,6 +1311,112 @@ int rad_hf_load_weights(RadSrc *s, RadModelFile *m, RadErr *e) {
     return rad_safetensors_add(m, &in, NULL, e);
 }
 
+/* ---- a sentence-transformers folder: what follows the transformer -------------------------- */
+
+/* Pooling/config.json's one mode, as the `pool` op's names it (docs/KEYS.md, "Embedding models").
+ * Several modes at once (sentence-transformers concatenates them) and the weighted mean are refused. */
+static int read_st_pooling(RadSrc *s, RadModelFile *m, const char *rel, RadErr *e) {
+    RadIn in;
+    json_t *root = NULL;
+    int rc = rad_src_read(s, rel, &in, RAD_HF_MAX_JSON, e);
+    if (rc) return rc;
+    rc = json_open(rel, (const char *)in.data, (size_t)in.size, &root, e);
+    rad_in_close(&in);
+    if (rc) return rc;
+    static const struct { const char *field, *mode; } modes[] = {
+        {"pooling_mode_mean_tokens", "mean"}, {"pooling_mode_cls_token", "cls"}, {"pooling_mode_lasttoken", "last"},
+        {"pooling_mode_max_tokens", "max"},   {"pooling_mode_mean_sqrt_len_tokens", "mean_sqrt_len"},
+        {"pooling_mode_weightedmean_tokens", NULL},
+    };
+    const char *mode = NULL;
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0] && !rc; i++) {
+        const json_t *v = jget(root, modes[i].field);
+        bool on = false;
+        if (!v || (rc = want_bool(rel, modes[i].field, v, &on, e)) || !on) continue;
+        if (!modes[i].mode)
+            rc = rad_err_set(e, RAD_E_UNSUPPORTED, "%s: field '%s': weighted-mean pooling is not served", rel, modes[i].field);
+        else if (mode)
+            rc = rad_err_set(e, RAD_E_UNSUPPORTED, "%s: pooling modes '%s' and '%s' both on (concatenated poolings are not "
+                             "served)", rel, mode, modes[i].mode);
+        else
+            mode = modes[i].mode;
+    }
+    if (!rc && !mode) rc = rad_err_set(e, RAD_E_FORMAT, "%s: no pooling mode is on", rel);
+    if (!rc) rc = rad_dict_set_str(&m->meta, "pooling.mode", mode, e);
+    json_decref(root);
+    return rc;
+}
+
+/* modules.json (when present): Transformer first, then Pooling, then optionally Normalize, as
+ * the pooling.* keys; sentence_bert_config.json's max_seq_length as pooling.max_tokens. Any other
+ * module, or another order, is refused by name: a pipeline left half applied would be a silent
+ * substitution. */
+static int read_st_pipeline(RadSrc *s, RadModelFile *m, RadErr *e) {
+    if (!rad_src_has(s, "modules.json")) return RAD_OK;
+    RadIn in;
+    int rc = rad_src_read(s, "modules.json", &in, RAD_HF_MAX_JSON, e);
+    if (rc) return rc;
+    json_error_t je;
+    json_t *mods = json_loadb((const char *)in.data, (size_t)in.size, JSON_REJECT_DUPLICATES, &je);
+    rad_in_close(&in);
+    if (!mods) return rad_err_set(e, RAD_E_FORMAT, "modules.json: invalid JSON at line %d, column %d: %s", je.line, je.column, je.text);
+    int stage = 0; /* 0 nothing, 1 Transformer, 2 Pooling, 3 Normalize */
+    if (!json_is_array(mods)) rc = bad_type("modules.json", "(top level)", "array", mods, e);
+    for (size_t i = 0; !rc && i < json_array_size(mods); i++) {
+        const json_t *mo = json_array_get(mods, i), *v;
+        char lab[48], rel[600];
+        const char *type = NULL, *path = "";
+        snprintf(lab, sizeof lab, "[%zu].type", i);
+        if (!(v = jget(mo, "type"))) {
+            rc = rad_err_set(e, RAD_E_FORMAT, "modules.json: field '%s' is missing", lab);
+            break;
+        }
+        if ((rc = want_str("modules.json", lab, v, &type, e))) break;
+        snprintf(lab, sizeof lab, "[%zu].path", i);
+        if ((v = jget(mo, "path")) && (rc = want_str("modules.json", lab, v, &path, e))) break;
+        const char *t = strncmp(type, "sentence_transformers.models.", 29) == 0 ? type + 29 : type;
+        if (!strcmp(t, "Transformer") && stage == 0) {
+            if (*path) rc = rad_err_set(e, RAD_E_UNSUPPORTED, "modules.json: the Transformer module at '%s' (only the "
+                                        "folder's own model, path \"\", is read)", path);
+            stage = 1;
+        } else if (!strcmp(t, "Pooling") && stage == 1) {
+            snprintf(rel, sizeof rel, "%s%sconfig.json", path, *path ? "/" : "");
+            rc = read_st_pooling(s, m, rel, e);
+            stage = 2;
+        } else if (!strcmp(t, "Normalize") && stage == 2) {
+            rc = rad_dict_set_bool(&m->meta, "pooling.normalize", true, e);
+            stage = 3;
+        } else {
+            rc = rad_err_set(e, RAD_E_UNSUPPORTED, "modules.json: module %zu '%s'%s is not served%s", i, type,
+                             stage == 3 ? " after Normalize" : "",
+                             stage == 0 ? " (the pipeline must start with Transformer)" : " (served: Transformer, Pooling, Normalize)");
+        }
+    }
+    json_decref(mods);
+    if (!rc && stage < 2)
+        rc = rad_err_set(e, RAD_E_FORMAT, "modules.json: no Pooling module after the Transformer (an embedding model pools)");
+    if (rc || !rad_src_has(s, "sentence_bert_config.json")) return rc;
+    json_t *root;
+    if ((rc = rad_src_read(s, "sentence_bert_config.json", &in, RAD_HF_MAX_JSON, e))) return rc;
+    rc = json_open("sentence_bert_config.json", (const char *)in.data, (size_t)in.size, &root, e);
+    rad_in_close(&in);
+    if (rc) return rc;
+    const json_t *v;
+    int64_t n;
+    bool lower = false;
+    if ((v = jget(root, "max_seq_length")) &&
+        ((rc = want_int("sentence_bert_config.json", "max_seq_length", v, 1, UINT32_MAX, &n, e)) ||
+         (rc = rad_dict_set_u32(&m->meta, "pooling.max_tokens", (uint32_t)n, e))))
+        goto out;
+    /* do_lower_case lowercases the text before the tokenizer: not applied here, so refused */
+    if ((v = jget(root, "do_lower_case")) && !(rc = want_bool("sentence_bert_config.json", "do_lower_case", v, &lower, e)) &&
+        lower)
+        rc = rad_err_set(e, RAD_E_UNSUPPORTED, "sentence_bert_config.json: do_lower_case true is not served");
+out:
+    json_decref(root);
+    return rc;
+}
+
 /* ---- the folder ------------------------------------------------------------------------------ */
 
 /* Reads an optional JSON member into *in; *have false when absent. */
@@ -1347,6 +1481,7 @@ int rad_hf_load(RadSrc *s, RadModelFile *m, RadErr *e) {
         }
     }
 
+    if ((rc = read_st_pipeline(s, m, e))) return rc;
     if ((rc = rad_hf_load_weights(s, m, e))) return rc;
     if (!rad_dict_get(&m->meta, "model.tie_embeddings") && m->n_tensors > 0 &&
         (rc = rad_dict_set_bool(&m->meta, "model.tie_embeddings", !rad_model_find(m, "lm_head.weight"), e)))

@@ -45,6 +45,14 @@ static const Schema VOCAB[] = {
     {"all_reduce", "docs/OPS.md", 3, {"M", "N", "exact"}, {R, I, I}, 0, {RAD_PROLE_NONE}, 0},
     {"logits_gather", "docs/OPS.md", 2, {"M", "N"}, {R, I}, 0, {RAD_PROLE_NONE}, 0},
     {"logits_gemm", "docs/OPS.md", 3, {"M", "N", "K"}, {R, I, I}, 1, {RAD_PROLE_NONE}, 0},
+    /* the encoder ops (BERT, EmbeddingGemma) */
+    {"layernorm", "docs/OPS.md", 3, {"M", "N", "eps"}, {R, I, F}, 2, {RAD_PROLE_NONE}, 0},
+    {"gelu", "docs/OPS.md", 2, {"M", "N"}, {R, I}, 0, {RAD_PROLE_NONE}, 0},
+    /* M is never cut (a sequence's rows all attend each other); `window` optional, as attn_paged's */
+    {"attn_seq", "docs/OPS.md", 6, {"M", "n_head", "n_head_kv", "head_dim", "scale", "window"}, {R, I, I, I, F, I}, 0,
+     {RAD_PROLE_NONE}, 1},
+    {"pool", "docs/OPS.md", 3, {"M", "N", "mode"}, {R, I, I}, 0, {RAD_PROLE_NONE}, 0},
+    {"l2_normalize", "docs/OPS.md", 2, {"M", "N"}, {R, I}, 0, {RAD_PROLE_NONE}, 0},
 };
 #undef R
 #undef I

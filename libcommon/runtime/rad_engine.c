@@ -855,6 +855,62 @@ const float *rad_engine_logits(const RadEngine *en, uint32_t *n_vocab) {
     return (const float *)(void *)((b->d.kind == RAD_BUF_TRANSIENT ? en->arena : en->persist) + b->offset);
 }
 
+/* ---- an embedding program: pooled rows, no KV ------------------------------------------------ */
+
+uint32_t rad_engine_pooled_dim(const RadEngine *en) {
+    if (en->g.pooled.id < 0) return 0;
+    return (uint32_t)en->g.bufs[en->g.pooled.id].d.shape[1];
+}
+
+uint32_t rad_engine_embed_max(const RadEngine *en) {
+    uint32_t lim = en->ctx.max_ctx < en->ctx.max_tok ? en->ctx.max_ctx : en->ctx.max_tok, v = 0;
+    if (rad_meta_u32(&en->meta, "pooling.max_tokens", 0, &v) == 1 && v && v < lim) lim = v;
+    return lim;
+}
+
+/* The refusal of generation on an embedding program (and the reverse), one line each. */
+static int refuse_pooled(const RadEngine *en, RadErr *e) {
+    return rad_err_set(e, RAD_E_UNSUPPORTED, "%s: an embedding model (plugin '%s' declares a pooled output): it does not "
+                       "generate", en->o.model, en->arch->info->name);
+}
+
+int rad_engine_embed(RadEngine *en, const RadEngineText *texts, uint32_t n_seq, float *out, RadErr *e) {
+    const uint32_t dim = rad_engine_pooled_dim(en);
+    if (!dim)
+        return rad_err_set(e, RAD_E_UNSUPPORTED, "%s: a generation model (plugin '%s' declares logits): it has no pooled "
+                           "output (embeddings)", en->o.model, en->arch->info->name);
+    if (!n_seq) return rad_err_set(e, RAD_E_SHAPE, "an embedding step of zero sequences");
+    if (n_seq > en->ctx.max_seqs)
+        return rad_err_set(e, RAD_E_LIMIT, "an embedding step of %u sequences exceeds max_seqs %u", n_seq, en->ctx.max_seqs);
+    uint32_t S = en->ctx.max_seqs, T = en->ctx.max_tok, t = 0, max_q = 0;
+    int32_t *tok = en->step_i32, *posv = tok + T, *outs = posv + T, *cu = outs + T, *sid = cu + S + 1, *ql = sid + S,
+            *cl = ql + S;
+    cu[0] = 0;
+    for (uint32_t i = 0; i < n_seq; i++) {
+        const uint32_t n = texts[i].n;
+        if (!n || !texts[i].tokens) return rad_err_set(e, RAD_E_SHAPE, "text %u: zero tokens (an embedding needs one)", i);
+        if (n > rad_engine_embed_max(en))
+            return rad_err_set(e, RAD_E_LIMIT, "text %u: %u tokens exceed the %u an embedding takes (rad_engine_embed_max)", i, n,
+                               rad_engine_embed_max(en));
+        if ((uint64_t)t + n > T)
+            return rad_err_set(e, RAD_E_LIMIT, "an embedding step of %" PRIu64 " tokens exceeds max_tok %u", (uint64_t)t + n, T);
+        for (uint32_t j = 0; j < n; j++) tok[t + j] = texts[i].tokens[j], posv[t + j] = (int32_t)j;
+        t += n;
+        cu[i + 1] = (int32_t)t;
+        sid[i] = (int32_t)i;
+        ql[i] = cl[i] = (int32_t)n;
+        if (n > max_q) max_q = n;
+    }
+    RadBatch bt = {.struct_size = sizeof bt, .phase = RAD_PHASE_PREFILL, .n_tok = t, .n_seq = n_seq, .token_ids = tok,
+                   .positions = posv, .cu_seqlens = cu, .seq_ids = sid, .n_out = 0, .out_ids = outs, .q_lens = ql,
+                   .ctx_lens = cl, .max_q_len = max_q, .max_ctx_len = max_q, .kv = NULL, .n_kv = 0};
+    int rc = rad_engine_step(en, &bt, e);
+    if (rc) return rc;
+    const RadGBuf *b = &en->g.bufs[en->g.pooled.id];
+    memcpy(out, (en->arena + b->offset), (size_t)n_seq * dim * sizeof *out);
+    return RAD_OK;
+}
+
 /* A slot for seq_id in every group, or -1 (the slots this call took given back). */
 static int take_slots(RadEngine *en, int32_t seq_id, int *slot, RadErr *e) {
     for (int gi = 0; gi < en->g.n_kvs; gi++) {
@@ -916,6 +972,7 @@ static int check_rewind(const RadEngine *en, int32_t seq_id, uint32_t pos, RadEr
 }
 
 int rad_engine_step_seqs(RadEngine *en, const RadEngineSeq *seqs, uint32_t n_seq, int32_t *out_row, RadErr *e) {
+    if (rad_engine_pooled_dim(en)) return refuse_pooled(en, e);
     if (!n_seq) return rad_err_set(e, RAD_E_SHAPE, "a step of zero sequences");
     if (n_seq > en->ctx.max_seqs)
         return rad_err_set(e, RAD_E_LIMIT, "a step of %u sequences exceeds max_seqs %u", n_seq, en->ctx.max_seqs);
@@ -1002,6 +1059,7 @@ int rad_engine_step_seqs(RadEngine *en, const RadEngineSeq *seqs, uint32_t n_seq
  * every token into all_out (want == 2). */
 static int forward(RadEngine *en, int32_t seq_id, const int32_t *tokens, uint32_t n, uint32_t pos, int want,
                    float *all_out, RadErr *e) {
+    if (rad_engine_pooled_dim(en)) return refuse_pooled(en, e);
     if (!n) return rad_err_set(e, RAD_E_SHAPE, "a forward of zero tokens");
     int rc = check_rewind(en, seq_id, pos, e);
     if (rc) return rc;

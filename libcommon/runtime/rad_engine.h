@@ -200,6 +200,28 @@ int rad_engine_kv_publish(RadEngine *en, int32_t seq_id, const int32_t *tokens, 
 /* The logits the step produced: [n_out][n_vocab]. */
 const float *rad_engine_logits(const RadEngine *en, uint32_t *n_vocab);
 
+/* ---- an embedding program (the plugin declares a pooled output: one row a sequence) ----
+ * Such an engine has no KV cache and no logits: rad_engine_step_seqs / _forward / _forward_all
+ * refuse it (RAD_E_UNSUPPORTED, "...: an embedding model ...: it does not generate"), and
+ * rad_engine_embed refuses a generation model the same way. */
+
+/* The pooled row's width (the embedding's dimension), or 0 for a generation model. */
+uint32_t rad_engine_pooled_dim(const RadEngine *en);
+
+/* The most tokens one text may hold: the least of the context served, max_tok and the model's
+ * pooling.max_tokens (sentence-transformers' max_seq_length: what it was trained at). */
+uint32_t rad_engine_embed_max(const RadEngine *en);
+
+/* One text of an embedding step: its tokens, specials included. */
+typedef struct RadEngineText {
+    const int32_t *tokens;         /* [n] */
+    uint32_t n;                    /* 1..max_ctx */
+} RadEngineText;
+
+/* One step over n_seq whole texts (positions from 0 each; summed tokens <= max_tok, n_seq <=
+ * max_seqs): out[n_seq][rad_engine_pooled_dim] receives each text's pooled row. */
+int rad_engine_embed(RadEngine *en, const RadEngineText *texts, uint32_t n_seq, float *out, RadErr *e);
+
 /* One sequence's forward over `n` new tokens at positions [pos, pos+n), cut into steps of at
  * most max_tok; logits of the last token when want_logits. */
 int rad_engine_forward(RadEngine *en, int32_t seq_id, const int32_t *tokens, uint32_t n, uint32_t pos,

@@ -67,7 +67,8 @@ static uint64_t now_ns(void) {
 
 typedef enum OpKind {
     OP_NONE, OP_EMBED, OP_RMSNORM, OP_ADD_RMSNORM, OP_GEMM, OP_GEMM_MULTI, OP_ROPE, OP_ATTN, OP_SILU, OP_ADD,
-    OP_ALLREDUCE, OP_LGATHER, OP_ADD_BIAS, OP_GELU, OP_HEAD_NORM, OP_SCALE
+    OP_ALLREDUCE, OP_LGATHER, OP_ADD_BIAS, OP_GELU, OP_HEAD_NORM, OP_SCALE,
+    OP_LAYERNORM, OP_GELU_ERF, OP_ATTN_SEQ, OP_POOL, OP_L2NORM /* the encoder ops */
 } OpKind;
 
 static OpKind op_kind(const char *op) {
@@ -78,6 +79,8 @@ static OpKind op_kind(const char *op) {
         {"silu_mul", OP_SILU},      {"add", OP_ADD},             {"all_reduce", OP_ALLREDUCE},
         {"logits_gather", OP_LGATHER}, {"add_bias", OP_ADD_BIAS}, {"gelu_tanh_mul", OP_GELU},
         {"head_rmsnorm", OP_HEAD_NORM}, {"scale", OP_SCALE},
+        {"layernorm", OP_LAYERNORM}, {"gelu", OP_GELU_ERF}, {"attn_seq", OP_ATTN_SEQ}, {"pool", OP_POOL},
+        {"l2_normalize", OP_L2NORM},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         if (strcmp(op, t[i].name) == 0) return t[i].k;
@@ -189,7 +192,7 @@ typedef struct Case {
     int64_t n;
     const char *shape;
     int q8_x;                      /* GEMMs: the buffer of x (the q8 bound reads it); -1: none */
-    uint32_t ctx;                  /* attention: the longest context after the step */
+    uint32_t ctx;                  /* attention: the longest context after the step (attn_seq: the longest sequence) */
     uint32_t prior;                /* attention: the context before the step (the longest) */
     Opnd op[MAX_ARGS];
     int n_op;
@@ -211,6 +214,7 @@ typedef struct Case {
     int32_t *table;
     float *seqK[MAX_SEQ], *seqV[MAX_SEQ]; /* the reference's dense view after the append */
     uint64_t kv_read_bytes;
+    uint64_t pairs;                /* attn_seq: the (row, key) pairs its mask keeps */
 } Case;
 
 static void case_free(Case *cs) {
@@ -256,6 +260,49 @@ static int plain_batch(Case *cs, const int32_t *ids, const int32_t *pos) {
                            .n_tok = n, .n_seq = 1, .n_seq_decode = n == 1, .token_ids = cs->tok, .positions = cs->pos,
                            .cu_seqlens = cs->cu, .seq_ids = cs->sid, .q_lens = cs->ql, .ctx_lens = cs->cl,
                            .max_q_len = n, .max_ctx_len = n};
+    return RAD_OK;
+}
+
+/* The ops that read the step's sequences without a KV cache (attn_seq, pool) run at n rows as one
+ * sequence ("seq") and, when the step may hold several, as a few of uneven lengths ("seqs"). */
+static uint32_t seq_max(const RadGraph *g, int64_t n) {
+    uint32_t m = g->ctx->max_seqs ? g->ctx->max_seqs : MAX_SEQ;
+    if (m > 4) m = 4;
+    return (int64_t)m > n ? (uint32_t)n : m;
+}
+
+/* The step over the case's n rows: case 0 one sequence, case 1 seq_max of them with lengths in
+ * proportion 1 : 3 : 7 : 5 (at least one row each, the last the remainder: uneven, the first a
+ * single row at small sizes), positions from 0 in each. */
+static int seq_batch(Case *cs, const RadGraph *g, int which) {
+    const uint32_t n = (uint32_t)cs->n;
+    uint32_t ns = which ? seq_max(g, cs->n) : 1;
+    static const uint32_t wt[4] = {1, 3, 7, 5};
+    uint32_t W = 0, used = 0;
+    for (uint32_t s = 0; s < ns; s++) W += wt[s];
+    cs->cu[0] = 0;
+    for (uint32_t s = 0; s + 1 < ns; s++) {
+        uint32_t len = (uint32_t)((uint64_t)n * wt[s] / W);
+        if (len < 1) len = 1;
+        if (used + len > n - (ns - 1 - s)) len = n - (ns - 1 - s) - used; /* leave a row for each one after */
+        used += len;
+        cs->cu[s + 1] = (int32_t)used;
+    }
+    cs->cu[ns] = (int32_t)n;
+    cs->tok = calloc(n, sizeof *cs->tok), cs->pos = malloc(n * sizeof *cs->pos);
+    if (!cs->tok || !cs->pos) return RAD_E_NOMEM;
+    uint32_t longest = 0;
+    for (uint32_t s = 0; s < ns; s++) {
+        const uint32_t len = (uint32_t)(cs->cu[s + 1] - cs->cu[s]);
+        cs->ql[s] = cs->cl[s] = (int32_t)len, cs->sid[s] = (int32_t)s;
+        for (uint32_t r = 0; r < len; r++) cs->pos[(uint32_t)cs->cu[s] + r] = (int32_t)r;
+        if (len > longest) longest = len;
+    }
+    cs->ctx = longest;
+    cs->shape = ns > 1 ? "seqs" : "seq";
+    cs->batch = (RadBatch){.struct_size = sizeof cs->batch, .phase = RAD_PHASE_PREFILL, .n_tok = n, .n_seq = ns,
+                           .token_ids = cs->tok, .positions = cs->pos, .cu_seqlens = cs->cu, .seq_ids = cs->sid,
+                           .q_lens = cs->ql, .ctx_lens = cs->cl, .max_q_len = longest, .max_ctx_len = longest};
     return RAD_OK;
 }
 
@@ -315,6 +362,7 @@ static int attn_specs(int64_t n, uint32_t max_seqs, uint32_t max_ctx, int quick,
 }
 
 static int n_cases(const RadGOp *op, OpKind kind, int64_t n, const RadGraph *g, int quick) {
+    if (kind == OP_ATTN_SEQ || kind == OP_POOL) return seq_max(g, n) >= 2 ? 2 : 1;
     if (kind != OP_ATTN) return 1;
     (void)op;
     AttnSpec s[9];
@@ -605,6 +653,78 @@ static int build_case(Kb *c, const RadGOp *op, OpKind kind, Weight *w, int n_w, 
         NEED(!plain_batch(cs, NULL, NULL));
         return RAD_OK;
     }
+    case OP_LAYERNORM: { /* gamma, beta; x, out */
+        if (!rad_graph_op_int(op, "N", &N) || !rad_graph_op_f64(op, "eps", &eps) || n_w != 2 ||
+            w[0].stored.rows * w[0].stored.cols != (uint64_t)N || w[1].stored.rows * w[1].stored.cols != (uint64_t)N)
+            break;
+        Buf *x = add_buf(cs, M, (uint64_t)N, 1, 0), *out = add_buf(cs, M, (uint64_t)N, 0, 1);
+        NEED(x && out);
+        fill_act(x->init, M, (uint64_t)N, 1.0f, 2.0f, &c->rng);
+        for (uint64_t i = 0; i < M; i++) { /* a mean of its own in each row: what the op subtracts */
+            const float off = 0.5f * rng_normal(&c->rng);
+            for (uint64_t j = 0; j < (uint64_t)N; j++) x->init[i * (uint64_t)N + j] += off;
+        }
+        rad_kbench_ref_layernorm(x->init, w[0].deq, w[1].deq, out->ref, M, (uint64_t)N, eps, c->nt);
+        NEED(!plain_batch(cs, NULL, NULL));
+        return RAD_OK;
+    }
+    case OP_GELU_ERF: { /* x, out */
+        if (!rad_graph_op_int(op, "N", &N)) break;
+        Buf *x = add_buf(cs, M, (uint64_t)N, 1, 0), *out = add_buf(cs, M, (uint64_t)N, 0, 1);
+        NEED(x && out);
+        fill_act(x->init, M, (uint64_t)N, 2.0f, 2.0f, &c->rng);
+        rad_kbench_ref_gelu(x->init, out->ref, M * (uint64_t)N);
+        NEED(!plain_batch(cs, NULL, NULL));
+        return RAD_OK;
+    }
+    case OP_ATTN_SEQ: { /* q, k, v, out over the step's sequences */
+        int64_t nh = 0, nkv = 0, hd = 0, window = 0;
+        double scale = 0;
+        if (!rad_graph_op_int(op, "n_head", &nh) || !rad_graph_op_int(op, "n_head_kv", &nkv) ||
+            !rad_graph_op_int(op, "head_dim", &hd) || !rad_graph_op_f64(op, "scale", &scale) || nh < 1 || nkv < 1 || hd < 1 ||
+            nh % nkv)
+            break;
+        rad_graph_op_int(op, "window", &window); /* omitted: 0, every key of the sequence */
+        const uint64_t qw = (uint64_t)(nh * hd), kw = (uint64_t)(nkv * hd);
+        Buf *q = add_buf(cs, M, qw, 1, 0), *k = add_buf(cs, M, kw, 1, 0), *v = add_buf(cs, M, kw, 1, 0),
+            *out = add_buf(cs, M, qw, 0, 1);
+        NEED(q && k && v && out);
+        fill_act(q->init, M, qw, 1.0f, 1.0f, &c->rng);
+        fill_act(k->init, M, kw, 1.0f, 1.0f, &c->rng);
+        fill_act(v->init, M, kw, 1.0f, 1.0f, &c->rng);
+        NEED(!seq_batch(cs, c->g, which));
+        for (uint32_t s = 0; s < cs->batch.n_seq; s++) {
+            const uint64_t len = (uint64_t)cs->ql[s];
+            for (uint64_t i = 0; i < len; i++) {
+                const uint64_t lo = window > 0 && i + 1 > (uint64_t)window ? i + 1 - (uint64_t)window : 0;
+                const uint64_t hi = window > 0 && i + (uint64_t)window < len ? i + (uint64_t)window : len;
+                cs->pairs += hi - lo;
+            }
+        }
+        rad_kbench_ref_attn_seq(q->init, k->init, v->init, out->ref, cs->cu, cs->batch.n_seq, (uint32_t)nh, (uint32_t)nkv,
+                                (uint32_t)hd, scale, window > 0 ? (uint32_t)window : 0, c->nt);
+        return RAD_OK;
+    }
+    case OP_POOL: { /* x [n, N]; out [n_seq, N], one row per sequence of the step */
+        int64_t mode = 0;
+        if (!rad_graph_op_int(op, "N", &N) || !rad_graph_op_int(op, "mode", &mode) || mode < 0 || mode > 4) break;
+        NEED(!seq_batch(cs, c->g, which));
+        const uint64_t S = cs->batch.n_seq;
+        Buf *x = add_buf(cs, M, (uint64_t)N, 1, 0), *out = add_buf(cs, S, (uint64_t)N, 0, 1);
+        NEED(x && out);
+        fill_act(x->init, M, (uint64_t)N, 1.0f, 2.0f, &c->rng);
+        rad_kbench_ref_pool(x->init, out->ref, cs->cu, (uint32_t)S, (uint64_t)N, (int)mode);
+        return RAD_OK;
+    }
+    case OP_L2NORM: { /* x in place */
+        if (!rad_graph_op_int(op, "N", &N)) break;
+        Buf *x = add_buf(cs, M, (uint64_t)N, 1, 1);
+        NEED(x);
+        fill_act(x->init, M, (uint64_t)N, 1.0f, 2.0f, &c->rng);
+        rad_kbench_ref_l2_normalize(x->init, x->ref, M, (uint64_t)N);
+        NEED(!plain_batch(cs, NULL, NULL));
+        return RAD_OK;
+    }
     case OP_NONE:
         break;
     }
@@ -846,6 +966,7 @@ static void traffic(const Case *cs, OpKind kind, const Weight *w, int n_w, const
         b += (bf->init ? sz : 0) + (bf->ref ? sz : 0);
     }
     for (int i = 0; i < cs->n_raw; i++) b += cs->raw_n[i] * 4;
+    if (kind == OP_ATTN_SEQ) f += 4 * cs->pairs * cs->buf[0].cols; /* q·k and p·v over every kept pair and head */
     if (kind == OP_ATTN) {
         b += cs->kv_read_bytes;
         for (uint32_t s = 0; s < cs->batch.n_seq; s++) {

@@ -329,6 +329,155 @@ void rad_kbench_ref_attn(const float *q, float *out, const RadKbenchAttnSeq *seq
     free(row_seq);
 }
 
+/* ---- the encoder ops -------------------------------------------------------------------------- */
+
+typedef struct LayerNormCtx {
+    const float *x, *g, *b;
+    float *out;
+    uint64_t N;
+    double eps;
+} LayerNormCtx;
+
+static void layernorm_rows(void *c_, uint64_t r0, uint64_t r1) {
+    const LayerNormCtx *c = c_;
+    const double n = (double)c->N;
+    for (uint64_t i = r0; i < r1; i++) {
+        const float *row = c->x + i * c->N;
+        float *dst = c->out + i * c->N;
+        double sum = 0.0;
+        for (uint64_t j = 0; j < c->N; j++) sum = sum + (double)row[j];
+        double mean = sum / n, dev = 0.0;
+        for (uint64_t j = 0; j < c->N; j++) {
+            double t = (double)row[j] - mean;
+            double t2 = t * t;
+            dev = dev + t2;
+        }
+        double inv = 1.0 / sqrt(dev / n + c->eps);
+        for (uint64_t j = 0; j < c->N; j++) {
+            double t = (double)row[j] - mean;
+            double normed = t * inv;
+            double scaled = normed * (double)c->g[j];
+            dst[j] = (float)(scaled + (double)c->b[j]);
+        }
+    }
+}
+
+void rad_kbench_ref_layernorm(const float *x, const float *gamma, const float *beta, float *out, uint64_t M, uint64_t N,
+                              double eps, uint32_t n_threads) {
+    LayerNormCtx c = {x, gamma, beta, out, N, eps};
+    par_rows(M, n_threads, layernorm_rows, &c);
+}
+
+void rad_kbench_ref_gelu(const float *x, float *out, uint64_t n) {
+    for (uint64_t i = 0; i < n; i++) {
+        double v = x[i];
+        out[i] = (float)(0.5 * v * (1.0 + erf(v * 0.7071067811865476)));
+    }
+}
+
+typedef struct SeqAttnCtx {
+    const float *q, *k, *v;
+    float *out;
+    const int32_t *cu;
+    uint32_t n_seq, n_head, n_head_kv, hd, window;
+    double scale;
+} SeqAttnCtx;
+
+static void attn_seq_rows(void *c_, uint64_t r0, uint64_t r1) {
+    const SeqAttnCtx *c = c_;
+    const uint64_t qw = (uint64_t)c->n_head * c->hd, kw = (uint64_t)c->n_head_kv * c->hd;
+    const uint32_t group = c->n_head / c->n_head_kv;
+    const uint64_t n_tok = (uint64_t)c->cu[c->n_seq];
+    double *p = malloc((size_t)(n_tok ? n_tok : 1) * sizeof *p), *acc = malloc((size_t)c->hd * sizeof *acc);
+    if (!p || !acc) { /* the reference stays unwritten: a mismatch, not a pass */
+        free(p), free(acc);
+        return;
+    }
+    for (uint64_t t = r0; t < r1; t++) {
+        uint32_t s = 0;
+        while (s + 1 < c->n_seq && (uint64_t)c->cu[s + 1] <= t) s++; /* the sequence holding row t */
+        const int64_t first = c->cu[s], len = c->cu[s + 1] - first, i = (int64_t)t - first;
+        int64_t j0 = 0, j1 = len; /* keys [j0, j1) of the sequence */
+        if (c->window) {
+            if (i - (int64_t)c->window + 1 > 0) j0 = i - (int64_t)c->window + 1;
+            if (i + (int64_t)c->window < len) j1 = i + (int64_t)c->window;
+        }
+        for (uint32_t h = 0; h < c->n_head; h++) {
+            const uint32_t g = h / group;
+            const float *qh = c->q + t * qw + (uint64_t)h * c->hd;
+            double mx = -INFINITY;
+            for (int64_t j = j0; j < j1; j++) {
+                const float *kj = c->k + (uint64_t)(first + j) * kw + (uint64_t)g * c->hd;
+                double dot = 0.0;
+                for (uint32_t d = 0; d < c->hd; d++) dot += (double)qh[d] * (double)kj[d];
+                p[j] = dot * c->scale;
+                if (p[j] > mx) mx = p[j];
+            }
+            double l = 0.0;
+            for (int64_t j = j0; j < j1; j++) {
+                p[j] = exp(p[j] - mx);
+                l += p[j];
+            }
+            for (uint32_t d = 0; d < c->hd; d++) acc[d] = 0.0;
+            for (int64_t j = j0; j < j1; j++) {
+                const float *vj = c->v + (uint64_t)(first + j) * kw + (uint64_t)g * c->hd;
+                for (uint32_t d = 0; d < c->hd; d++) acc[d] += p[j] * (double)vj[d];
+            }
+            float *o = c->out + t * qw + (uint64_t)h * c->hd;
+            for (uint32_t d = 0; d < c->hd; d++) o[d] = (float)(acc[d] / l);
+        }
+    }
+    free(p), free(acc);
+}
+
+void rad_kbench_ref_attn_seq(const float *q, const float *k, const float *v, float *out, const int32_t *cu, uint32_t n_seq,
+                             uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim, double scale, uint32_t window,
+                             uint32_t n_threads) {
+    if (scale == 0.0) scale = 1.0 / sqrt((double)head_dim);
+    SeqAttnCtx c = {q, k, v, out, cu, n_seq, n_head, n_head_kv, head_dim, window, scale};
+    par_rows((uint64_t)cu[n_seq], n_threads, attn_seq_rows, &c);
+}
+
+void rad_kbench_ref_pool(const float *x, float *out, const int32_t *cu, uint32_t n_seq, uint64_t N, int mode) {
+    for (uint32_t s = 0; s < n_seq; s++) {
+        const uint64_t a = (uint64_t)cu[s], b = (uint64_t)cu[s + 1];
+        float *o = out + (uint64_t)s * N;
+        for (uint64_t j = 0; j < N; j++) {
+            if (mode == 1) {
+                o[j] = x[a * N + j];
+            } else if (mode == 2) {
+                o[j] = x[(b - 1) * N + j];
+            } else if (mode == 3) {
+                float m = x[a * N + j];
+                for (uint64_t r = a + 1; r < b; r++) {
+                    float e = x[r * N + j];
+                    if (isnan(e) || e > m) m = e;
+                }
+                o[j] = m;
+            } else {
+                double sum = 0.0;
+                for (uint64_t r = a; r < b; r++) sum = sum + (double)x[r * N + j];
+                const double len = (double)(b - a);
+                o[j] = (float)(mode == 4 ? sum / sqrt(len) : sum / len);
+            }
+        }
+    }
+}
+
+void rad_kbench_ref_l2_normalize(const float *x, float *out, uint64_t M, uint64_t N) {
+    for (uint64_t i = 0; i < M; i++) {
+        const float *row = x + i * N;
+        double ss = 0.0;
+        for (uint64_t j = 0; j < N; j++) {
+            double sq = (double)row[j] * (double)row[j];
+            ss = ss + sq;
+        }
+        double norm = sqrt(ss);
+        if (norm < 1e-12) norm = 1e-12;
+        for (uint64_t j = 0; j < N; j++) out[i * N + j] = (float)((double)row[j] / norm);
+    }
+}
+
 float rad_kbench_ref_round(float v, RadDType t) {
     if (t == RAD_F16) return rad_f16_to_f32(rad_f32_to_f16(v));
     if (t == RAD_BF16) return rad_bf16_to_f32(rad_f32_to_bf16(v));

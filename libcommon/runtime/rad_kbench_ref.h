@@ -52,6 +52,27 @@ typedef struct RadKbenchAttnSeq {
 void rad_kbench_ref_attn(const float *q, float *out, const RadKbenchAttnSeq *seqs, uint32_t n_seq, uint32_t n_head,
                          uint32_t n_head_kv, uint32_t head_dim, double scale, uint32_t window, uint32_t n_threads);
 
+/* ---- the encoder ops (docs/OPS.md: layernorm, gelu, attn_seq, pool, l2_normalize) ---------------
+ * Their references are written in double (the page's definitions), rounded once to f32. */
+
+/* out = ((x - mean) * (1 / sqrt(var + eps))) * gamma + beta, row by row (biased variance, the
+ * sums in double in index order); out may be x. */
+void rad_kbench_ref_layernorm(const float *x, const float *gamma, const float *beta, float *out, uint64_t M, uint64_t N,
+                              double eps, uint32_t n_threads);
+/* out[i] = 0.5 * x * (1 + erf(x / sqrt 2)) in double, rounded once; out may be x. */
+void rad_kbench_ref_gelu(const float *x, float *out, uint64_t n);
+/* Bidirectional GQA attention inside each sequence s (rows [cu[s], cu[s+1])), keys j of row i
+ * with |i - j| < window (0: every key of the sequence), all in double. scale 0: 1/sqrt(head_dim).
+ * q, out [cu[n_seq], n_head*hd]; k, v [cu[n_seq], n_head_kv*hd]; dense. */
+void rad_kbench_ref_attn_seq(const float *q, const float *k, const float *v, float *out, const int32_t *cu, uint32_t n_seq,
+                             uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim, double scale, uint32_t window,
+                             uint32_t n_threads);
+/* out[s] = the pool of rows [cu[s], cu[s+1]) of x [*, N] (every sequence non-empty): mode 0 mean,
+ * 1 the first row, 2 the last, 3 elementwise max (a NaN kept), 4 sum / sqrt(len). out [n_seq, N]. */
+void rad_kbench_ref_pool(const float *x, float *out, const int32_t *cu, uint32_t n_seq, uint64_t N, int mode);
+/* out = x / max(||x||_2, 1e-12) row by row, the norm in double; out may be x. */
+void rad_kbench_ref_l2_normalize(const float *x, float *out, uint64_t M, uint64_t N);
+
 /* v rounded to a cache element type (f32: itself; f16, bf16: to nearest even) and back. */
 float rad_kbench_ref_round(float v, RadDType t);
 

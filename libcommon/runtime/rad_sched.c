@@ -51,6 +51,9 @@ struct RadSched {
     RadSchedOpts o;
     uint32_t block_size;           /* what the prefix cache hashes by (RadEngineKvStats.block_size) */
     uint32_t max_ctx, n_vocab;
+    uint32_t pooled;               /* an embedding model: the pooled row's width (0: generation) */
+    RadEngineText *texts;          /* [max_seqs] an embedding step's texts */
+    float *vec;                    /* [max_seqs * pooled] its rows */
     int32_t eos, eot;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -145,6 +148,14 @@ static void retire(RadSched *s, Seq *q, RadGenFinish why, const char *msg) {
 
 int rad_sched_submit(RadSched *s, const RadGenReq *r, RadGenSink sink, void *user, uint64_t *id, RadErr *e) {
     if (!r->n_prompt || !r->prompt) return rad_err_set(e, RAD_E_ARG, "prompt: empty");
+    if (r->embed && !s->pooled)
+        return rad_err_set(e, RAD_E_UNSUPPORTED, "this is a generation model (its plugin declares logits): it has no embeddings");
+    if (!r->embed && s->pooled)
+        return rad_err_set(e, RAD_E_UNSUPPORTED, "this is an embedding model (its plugin declares a pooled output): it does not "
+                           "generate");
+    if (r->embed && r->n_prompt > rad_engine_embed_max(s->en))
+        return rad_err_set(e, RAD_E_LIMIT, "input: %u tokens; the model embeds at most %u", r->n_prompt,
+                           rad_engine_embed_max(s->en));
     if (!sink) return rad_err_set(e, RAD_E_ARG, "no sink for the request's results");
     for (uint32_t i = 0; i < r->n_prompt; i++)
         if (r->prompt[i] < 0 || (uint32_t)r->prompt[i] >= s->n_vocab)
@@ -159,15 +170,15 @@ int rad_sched_submit(RadSched *s, const RadGenReq *r, RadGenSink sink, void *use
             return rad_err_set(e, RAD_E_ARG, "stop_ids: token %d is outside the vocabulary (%u)", r->stop_ids[i], s->n_vocab);
     if (r->top_logprobs > RAD_SCHED_MAX_TOP)
         return rad_err_set(e, RAD_E_ARG, "top_logprobs: %u is more than %d", r->top_logprobs, RAD_SCHED_MAX_TOP);
-    if (r->n_prompt >= s->max_ctx)
+    if (!r->embed && r->n_prompt >= s->max_ctx)
         return rad_err_set(e, RAD_E_LIMIT, "prompt: %u tokens leave no room to generate in the context of %u", r->n_prompt,
                            s->max_ctx);
     if (r->max_tokens && (uint64_t)r->n_prompt + r->max_tokens > s->max_ctx)
         return rad_err_set(e, RAD_E_LIMIT, "max_tokens: %u prompt + %u generated tokens exceed the context of %u", r->n_prompt,
                            r->max_tokens, s->max_ctx);
-    uint32_t total = r->max_tokens ? r->n_prompt + r->max_tokens : s->max_ctx;
+    uint32_t total = r->embed ? r->n_prompt : r->max_tokens ? r->n_prompt + r->max_tokens : s->max_ctx;
     char why[200];
-    if (!rad_engine_kv_fits_pool(s->en, total, s->o.max_mixed_tok, why, sizeof why))
+    if (!r->embed && !rad_engine_kv_fits_pool(s->en, total, s->o.max_mixed_tok, why, sizeof why))
         return rad_err_set(e, RAD_E_LIMIT, "%s", why);
     Seq *q = calloc(1, sizeof *q);
     if (!q) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
@@ -181,7 +192,7 @@ int rad_sched_submit(RadSched *s, const RadGenReq *r, RadGenSink sink, void *use
         memcpy(q->stop_ids, r->stop_ids, r->n_stop_ids * sizeof *q->stop_ids), q->n_stop_ids = r->n_stop_ids;
     int rc = RAD_OK;
     if (!q->tok || !q->hash || (r->sp.n_bias && !q->bias) || (r->n_stop_ids && !q->stop_ids)) rc = rad_err_set(e, RAD_E_NOMEM, "out of memory");
-    if (!rc) rc = rad_sampler_init(&q->smp, &sp, s->n_vocab, e);
+    if (!rc && !r->embed) rc = rad_sampler_init(&q->smp, &sp, s->n_vocab, e);
     if (!rc) rc = rad_stop_text_init(&q->text, r->stop, r->n_stop, e);
     if (rc) return seq_free(q), rc;
     memcpy(q->tok, r->prompt, r->n_prompt * sizeof *q->tok);
@@ -233,9 +244,13 @@ int rad_sched_open(RadSched **out, RadEngine *en, const RadTok *tok, const RadSc
     RadEngineKvStats kv;
     rad_engine_kv_stats(en, &kv);
     const RadEngineLimits lim = rad_engine_limits(en);
-    if (kv.n_groups < 1) return rad_err_set(e, RAD_E_UNSUPPORTED, "the scheduler serves models with a KV cache (this has no group)");
+    const uint32_t pooled = rad_engine_pooled_dim(en);
+    if (kv.n_groups < 1 && !pooled)
+        return rad_err_set(e, RAD_E_UNSUPPORTED, "the scheduler serves models with a KV cache (this has no group)");
     uint32_t nv = 0;
-    if (!rad_engine_logits(en, &nv) || !nv) return rad_err_set(e, RAD_E_UNSUPPORTED, "the model has no logits head to sample from");
+    if (!pooled && (!rad_engine_logits(en, &nv) || !nv))
+        return rad_err_set(e, RAD_E_UNSUPPORTED, "the model has no logits head to sample from");
+    if (pooled) nv = rad_tok_n_vocab(tok);
     if (o->max_seqs > lim.max_seqs || o->max_mixed_tok > lim.max_tok)
         return rad_err_set(e, RAD_E_ARG, "scheduler: max_seqs %u / max_mixed_tok %u exceed the engine's %u / %u", o->max_seqs,
                            o->max_mixed_tok, lim.max_seqs, lim.max_tok);
@@ -247,7 +262,8 @@ int rad_sched_open(RadSched **out, RadEngine *en, const RadTok *tok, const RadSc
     if (!s->o.max_seqs) s->o.max_seqs = lim.max_seqs;
     if (!s->o.max_mixed_tok) s->o.max_mixed_tok = lim.max_tok;
     if (!s->o.max_queue) s->o.max_queue = 1024;
-    s->block_size = kv.block_size;
+    s->pooled = pooled;
+    s->block_size = kv.block_size ? kv.block_size : 1;
     s->max_ctx = lim.max_ctx;
     s->n_vocab = nv;
     s->eos = rad_tok_eos(tok);
@@ -261,7 +277,8 @@ int rad_sched_open(RadSched **out, RadEngine *en, const RadTok *tok, const RadSc
     s->row = calloc(S, sizeof *s->row);
     s->chunk = calloc(S, sizeof *s->chunk);
     s->lp = malloc(nv * sizeof *s->lp);
-    if (!s->run || !s->step || !s->step_seq || !s->row || !s->chunk || !s->lp) {
+    if (pooled) s->texts = calloc(S, sizeof *s->texts), s->vec = malloc((size_t)S * pooled * sizeof *s->vec);
+    if (!s->run || !s->step || !s->step_seq || !s->row || !s->chunk || !s->lp || (pooled && (!s->texts || !s->vec))) {
         rad_sched_close(s);
         return rad_err_set(e, RAD_E_NOMEM, "out of memory");
     }
@@ -299,6 +316,8 @@ void rad_sched_close(RadSched *s) {
     free(s->row);
     free(s->chunk);
     free(s->lp);
+    free(s->texts);
+    free(s->vec);
     free(s->cancels);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
@@ -502,7 +521,44 @@ static RadGenFinish emit(RadSched *s, Seq *q, const float *lg) {
 }
 
 /* One step: 0 when nothing could run. */
+/* An embedding model's step: the queue's head texts, FIFO, whole, while max_seqs and the token
+ * budget last; each finishes with its pooled row. */
+static int embed_step(RadSched *s) {
+    uint32_t n = 0, t = 0;
+    while (n < s->n_wait && n < s->o.max_seqs && t + s->wait[n]->n_prompt <= s->o.max_mixed_tok) {
+        Seq *q = s->wait[n];
+        s->texts[n] = (RadEngineText){q->tok, q->n_prompt};
+        t += q->n_prompt;
+        if (!q->admitted) q->admitted = 1, q->t_admit = now(), s->cnt.prompt_tokens += q->n_prompt;
+        s->step_seq[n++] = q;
+    }
+    if (!n) return 0;
+    memmove(s->wait, s->wait + n, (s->n_wait - n) * sizeof *s->wait);
+    s->n_wait -= n;
+    RadErr e = {0};
+    int rc = rad_engine_embed(s->en, s->texts, n, s->vec, &e);
+    s->cnt.steps++;
+    for (uint32_t k = 0; k < n; k++) {
+        Seq *q = s->step_seq[k];
+        if (rc) {
+            retire(s, q, RAD_FINISH_ERROR, e.msg);
+            continue;
+        }
+        q->t_first = now();
+        RadGenEvent ev = {.token = -1, .finish = RAD_FINISH_STOP, .embedding = s->vec + (size_t)k * s->pooled, .dim = s->pooled};
+        fill_event(q, &ev);
+        update_stats(s);
+        q->sink(q->user, &ev);
+        pthread_mutex_lock(&s->mu);
+        s->n_pending--;
+        pthread_mutex_unlock(&s->mu);
+        seq_free(q);
+    }
+    return 1;
+}
+
 static int step(RadSched *s) {
+    if (s->pooled) return embed_step(s);
     uint32_t budget = s->o.max_mixed_tok, n = 0;
     /* 1. decode rows, oldest first; a row that cannot get a block preempts the youngest */
     for (uint32_t i = 0; i < s->n_run && budget;) {

@@ -41,6 +41,9 @@ typedef struct RadGenReq {
     /* a grammar the reply must follow (response_format; rad_constrain.h), or NULL: on a successful
      * submit the scheduler owns it (freed with the request); on a failed one the caller does */
     struct RadConstraint *constraint;
+    /* 1: an embedding of the prompt (the whole text, specials included): one pooled row, nothing
+     * generated; only an embedding model takes it, and only it (rad_engine_pooled_dim) */
+    int embed;
 } RadGenReq;
 
 typedef enum RadGenFinish {
@@ -73,6 +76,9 @@ typedef struct RadGenEvent {
     double t_queue;                /* seconds from submit to admission */
     double t_first;                /* seconds from submit to the first token (0 before it) */
     const char *msg;               /* RAD_FINISH_ERROR: one line */
+    /* an embedding request's finish event (RAD_FINISH_STOP): its pooled row [dim]; else NULL */
+    const float *embedding;
+    uint32_t dim;
 } RadGenEvent;
 
 /* Called on the scheduler thread; text and top point into scheduler memory valid only during
@@ -115,6 +121,11 @@ void rad_sched_stop(RadSched *s);
  * scheduler open for more: a caller that submits and drives the loop on its own thread (the
  * CLI: submit, run until idle, the request's finish event has been seen). */
 void rad_sched_run_idle(RadSched *s);
+
+/* An embedding model's scheduler (the engine declares a pooled output) takes only embed
+ * requests, and a generation model's only generation ones; the other kind is refused at submit
+ * (RAD_E_UNSUPPORTED). Embed requests wait in the same queue and run FIFO, as many whole texts a
+ * step as max_seqs and max_mixed_tok allow; each finishes with one event carrying its row. */
 
 /* Queues a request. Refused at admission with a one-line message (nothing queued, the sink is
  * never called): RAD_E_ARG for an empty prompt or a bad parameter (a prompt token, logit bias

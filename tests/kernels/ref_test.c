@@ -361,13 +361,16 @@ Test(ref, zero_rows) {
             for (uint32_t j = 0; j < np; j++) a[j] = weight(w, wt, 4, 4), a[np + 1 + j] = fbuf(o, 4, 4);
             a[np] = fbuf(x, 4, 4), na = 2 * np + 1;
         } else if (!strcmp(op, "rope")) a[0] = fbuf(o, 4, 4), a[1] = raw_i32(ids, 4), na = 2;
-        else if (!strcmp(op, "attn_paged"))
+        else if (!strcmp(op, "attn_paged") || !strcmp(op, "attn_seq"))
             a[0] = fbuf(x, 4, 4), a[1] = fbuf(y, 4, 4), a[2] = fbuf(z, 4, 4), a[3] = fbuf(o, 4, 4), na = 4;
         else if (!strcmp(op, "silu_mul") || !strcmp(op, "add") || !strcmp(op, "gelu_tanh_mul"))
             a[0] = fbuf(x, 4, 4), a[1] = fbuf(y, 4, 4), a[2] = fbuf(o, 4, 4), na = 3;
         else if (!strcmp(op, "add_bias") || !strcmp(op, "head_rmsnorm")) a[0] = weight(w, RAD_F32, 1, 4), a[1] = fbuf(o, 4, 4), na = 2;
         else if (!strcmp(op, "scale")) a[0] = fbuf(o, 4, 4), na = 1;
-        else if (!strcmp(op, "all_reduce")) a[0] = fbuf(o, 4, 4), na = 1;
+        else if (!strcmp(op, "all_reduce") || !strcmp(op, "l2_normalize")) a[0] = fbuf(o, 4, 4), na = 1;
+        else if (!strcmp(op, "gelu") || !strcmp(op, "pool")) a[0] = fbuf(x, 4, 4), a[1] = fbuf(o, 4, 4), na = 2;
+        else if (!strcmp(op, "layernorm"))
+            a[0] = weight(w, RAD_F32, 1, 4), a[1] = weight(w, RAD_F32, 1, 4), a[2] = fbuf(x, 4, 4), a[3] = fbuf(o, 4, 4), na = 4;
         else if (!strcmp(op, "logits_gather")) a[0] = fbuf(x, 4, 4), a[1] = raw_i32(ids, 4), a[2] = fbuf(o, 4, 4), na = 3;
         else cr_assert_fail("untested op %s", op);
         for (int s = 0; s < N_ST; s++) {

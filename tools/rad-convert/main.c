@@ -229,6 +229,7 @@ static const char *arch_alias(const char *s) {
     static const struct { const char *from, *to; } t[] = {
         {"LlamaForCausalLM", "llama"}, {"MistralForCausalLM", "llama"}, {"mistral", "llama"},
         {"Qwen3ForCausalLM", "qwen3"}, {"Gemma3ForCausalLM", "gemma3"}, {"gemma3_text", "gemma3"},
+        {"BertModel", "bert"},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         if (strcmp(s, t[i].from) == 0) return t[i].to;

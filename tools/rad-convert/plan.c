@@ -206,6 +206,19 @@ static int plan_produce_from(const PlanItem *it, RadXTensor *in, const uint8_t *
     return RAD_OK;
 }
 
+/* transformers' position_ids / token_type_ids: integer buffers older versions saved beside the
+ * weights (BERT's embeddings.position_ids = 0..n_ctx-1). Not weights: left out without a word. */
+static int is_saved_buffer(const RadTensor *t) {
+    size_t n = strlen(t->name);
+    static const char *const tails[] = {"position_ids", "token_type_ids"};
+    if (t->enc != RAD_ENC_I64 && t->enc != RAD_ENC_I32) return 0;
+    for (size_t i = 0; i < 2; i++) {
+        size_t k = strlen(tails[i]);
+        if (n >= k && strcmp(t->name + n - k, tails[i]) == 0 && (n == k || t->name[n - k - 1] == '.')) return 1;
+    }
+    return 0;
+}
+
 int plan_check(const Plan *p, RadErr *e) {
     const RadModelFile *m = p->src;
     if (!m->tok.n && !p->no_tokenizer)
@@ -221,7 +234,7 @@ int plan_check(const Plan *p, RadErr *e) {
     char names[320] = "";
     size_t k = 0;
     for (uint64_t i = 0; i < m->n_tensors; i++) {
-        if (used[i]) continue;
+        if (used[i] || is_saved_buffer(&m->tensors[i])) continue;
         if (n++ < 3 && k < sizeof names)
             k += (size_t)snprintf(names + k, sizeof names - k, "%s'%.80s'", k ? ", " : "", m->tensors[i].name);
     }

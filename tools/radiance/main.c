@@ -25,6 +25,8 @@ static void usage(FILE *f) {
             "       radiance --model M.rad -p TEXT [options]     one-shot generation, streamed to stdout\n"
             "       radiance --model M.rad --chat [options]      interactive chat in the model's chat format\n"
             "       radiance --model M.rad --tokenize|--detokenize   text on stdin -> ids, or ids -> text\n"
+            "       radiance --model M.rad --embed               an embedding model: each line on stdin -> one\n"
+            "                  line of its vector's floats (docs/TOOLS.md, \"Embeddings\")\n"
             "       radiance --model M.rad --debug-graph|--debug-placement   the plan one-shot runs; with\n"
             "                  --max-seqs/--max-mixed-tok, the one the server makes under them\n"
             "  -n N               tokens to generate (default 128)\n"
@@ -106,7 +108,7 @@ static int parse_ids(const char *what, const char *s, int32_t **ids, size_t *n, 
 static int parse_args(int argc, char **argv, Opts *o) {
     enum { TEMP = 256, TOPK, TOPP, MINP, REP, PRES, FREQ, SEED, THREADS, CTX, BATCH, KERNELS, PDIR, IDS, TOKENIZE,
            DETOK, CHAT, DGRAPH, DPLACE, PIDS, DET, FAST, HOST, PORT, APIKEY, SNAME, MAXBODY, MAXHDR, MAXCONNS,
-           IDLE, MAXSEQS, MAXMIXED, MAXQUEUE, NOPREFIX, DRAIN, KVBLOCKS, PROFILE, MMAPW, KVTYPE, NOREPACK, NOVERIFY, CHATSPECIAL, HDRTIME, BODYTIME, DEFMAXTOK, TUNE, TUNEIGN, MAXTOL, KVCDT, CVEC, TPSPLIT, STATEDT, KVRES, IGNEOS };
+           IDLE, MAXSEQS, MAXMIXED, MAXQUEUE, NOPREFIX, DRAIN, KVBLOCKS, PROFILE, MMAPW, KVTYPE, NOREPACK, NOVERIFY, CHATSPECIAL, HDRTIME, BODYTIME, DEFMAXTOK, TUNE, TUNEIGN, MAXTOL, KVCDT, CVEC, TPSPLIT, STATEDT, KVRES, IGNEOS, EMBED };
     static const struct option lo[] = {
         {"model", required_argument, 0, 'm'}, {"prompt", required_argument, 0, 'p'}, {"temp", required_argument, 0, TEMP},
         {"top-k", required_argument, 0, TOPK}, {"top-p", required_argument, 0, TOPP}, {"min-p", required_argument, 0, MINP},
@@ -118,7 +120,7 @@ static int parse_args(int argc, char **argv, Opts *o) {
         {"tokenize", no_argument, 0, TOKENIZE}, {"detokenize", no_argument, 0, DETOK}, {"chat", no_argument, 0, CHAT},
         {"chat-special-tokens", no_argument, 0, CHATSPECIAL},
         {"debug-graph", no_argument, 0, DGRAPH}, {"debug-placement", no_argument, 0, DPLACE}, {"print-ids", no_argument, 0, PIDS},
-        {"ignore-eos", no_argument, 0, IGNEOS},
+        {"ignore-eos", no_argument, 0, IGNEOS}, {"embed", no_argument, 0, EMBED},
         {"deterministic", no_argument, 0, DET}, {"fast", no_argument, 0, FAST}, {"max-tolerance", required_argument, 0, MAXTOL}, {"profile", no_argument, 0, PROFILE}, {"mmap", no_argument, 0, MMAPW}, {"no-repack", no_argument, 0, NOREPACK}, {"no-verify", no_argument, 0, NOVERIFY}, {"kv-type", required_argument, 0, KVTYPE}, {"help", no_argument, 0, 'h'},
         {"kv-cache-dtype", required_argument, 0, KVCDT}, {"control-vector", required_argument, 0, CVEC},
         {"tp-attn-split", required_argument, 0, TPSPLIT}, {"state-cache-dtype", required_argument, 0, STATEDT},
@@ -192,6 +194,7 @@ static int parse_args(int argc, char **argv, Opts *o) {
             break;
         }
         case TOKENIZE: o->tokenize = 1; break;
+        case EMBED: o->embed = 1; break;
         case DETOK: o->detokenize = 1; break;
         case CHAT: o->chat = 1; break;
         case CHATSPECIAL: o->chat_special = 1; break;
@@ -484,13 +487,84 @@ static int run_chat(RadEngine *en, RadSched *sched, const RadTok *tok, Opts *o, 
     return rc;
 }
 
+/* --embed: every line of stdin (its newline dropped; the last may lack one) tokenized with the
+ * model's specials and checked before anything is printed, then embedded in steps of up to
+ * max_seqs texts and max_tok tokens; one line of floats (%.9g, f32 round-trip) per input line. */
+static int run_embed(const Opts *o) {
+    RadErr e = {0};
+    RadEngine *en = NULL;
+    RadTok *tok = NULL;
+    RadEngineOpts eo = {.model = o->model, .plugin_dirs = o->plugin_dirs, .n_plugin_dirs = o->n_plugin_dirs,
+                        .kernels = o->kernels, .n_threads = o->threads, .max_tok = o->batch ? o->batch : 512,
+                        .max_seqs = o->max_seqs, .max_ctx = o->ctx, .deterministic = o->deterministic,
+                        .max_tolerance = o->max_tolerance, .profile = o->profile, .mmap_weights = o->mmap_weights,
+                        .no_repack = o->no_repack, .no_verify = o->no_verify, .tune = o->tune,
+                        .tune_ignore_mismatch = o->tune_ignore_mismatch};
+    rad_engine_deploy_apply(&eo, &o->deploy);
+    size_t n_in = 0, n_lines = 0;
+    char *in = NULL;
+    RadEngineText *texts = NULL;
+    int32_t **ids = NULL;
+    float *vec = NULL;
+    int rc = rad_engine_open(&en, &eo, &e);
+    if (!rc && !rad_engine_pooled_dim(en))
+        rc = rad_err_set(&e, RAD_E_UNSUPPORTED, "%s: a generation model (plugin '%s' declares logits): --embed needs an "
+                         "embedding model", o->model, rad_engine_arch(en)->info->name);
+    if (!rc) rc = rad_tok_init(&tok, rad_engine_tok_data(en), &e);
+    if (!rc && !(in = read_all(stdin, &n_in))) rc = rad_err_set(&e, RAD_E_NOMEM, "out of memory reading stdin");
+    for (size_t i = 0; !rc && i < n_in; i++) n_lines += in[i] == '\n';
+    if (!rc && n_in && in[n_in - 1] != '\n') n_lines++;
+    if (!rc && n_lines && (!(texts = calloc(n_lines, sizeof *texts)) || !(ids = calloc(n_lines, sizeof *ids))))
+        rc = rad_err_set(&e, RAD_E_NOMEM, "out of memory for %zu lines", n_lines);
+    const uint32_t max = rc ? 0 : rad_engine_embed_max(en), dim = rc ? 0 : rad_engine_pooled_dim(en);
+    char *p = in;
+    for (size_t i = 0; !rc && i < n_lines; i++) {
+        char *nl = memchr(p, '\n', (size_t)(in + n_in - p));
+        size_t len = nl ? (size_t)(nl - p) : (size_t)(in + n_in - p), k = 0;
+        if (!(rc = rad_tok_encode(tok, p, len, 1, &ids[i], &k, &e))) {
+            if (!k) rc = rad_err_set(&e, RAD_E_ARG, "--embed: line %zu encodes to no tokens", i + 1);
+            else if (k > max)
+                rc = rad_err_set(&e, RAD_E_LIMIT, "--embed: line %zu is %zu tokens; the model takes at most %u", i + 1, k, max);
+        } else {
+            char why[sizeof e.msg];
+            snprintf(why, sizeof why, "%s", e.msg);
+            rc = rad_err_set(&e, rc, "--embed: line %zu: %s", i + 1, why);
+        }
+        texts[i] = (RadEngineText){ids[i], (uint32_t)k};
+        p += len + 1;
+    }
+    const RadEngineLimits lim = rc ? (RadEngineLimits){0} : rad_engine_limits(en);
+    if (!rc && n_lines && !(vec = malloc((size_t)lim.max_seqs * dim * sizeof *vec)))
+        rc = rad_err_set(&e, RAD_E_NOMEM, "out of memory");
+    for (size_t i = 0; !rc && i < n_lines;) {
+        uint32_t n = 0, t = 0;
+        while (i + n < n_lines && n < lim.max_seqs && t + texts[i + n].n <= lim.max_tok) t += texts[i + n++].n;
+        if ((rc = rad_engine_embed(en, texts + i, n, vec, &e))) break;
+        for (uint32_t s = 0; s < n; s++)
+            for (uint32_t d = 0; d < dim; d++) printf("%.9g%c", (double)vec[(size_t)s * dim + d], d + 1 < dim ? ' ' : '\n');
+        i += n;
+    }
+    for (size_t i = 0; ids && i < n_lines; i++) free(ids[i]);
+    free(ids);
+    free(texts);
+    free(vec);
+    free(in);
+    if (!rc) rc = rad_stdout_flush(&e);
+    if (rc) fprintf(stderr, "radiance: %s\n", e.msg);
+    if (!rc && o->profile) rad_engine_dump_profile(en, stderr);
+    rad_tok_free(tok);
+    rad_engine_close(en);
+    return rad_stdout_close("radiance", rc ? 1 : 0);
+}
+
 int main(int argc, char **argv) {
     rad_stdout_init(); /* first: --help too; a closed pipe is EPIPE, not a death by SIGPIPE */
     Opts o;
     memset(&o, 0, sizeof o);
     int rc = parse_args(argc, argv, &o);
     if (rc) return rc;
-    if (!o.prompt && !o.ids && !o.tokenize && !o.detokenize && !o.chat && !o.debug_graph && !o.debug_placement) return serve(&o);
+    if (!o.prompt && !o.ids && !o.tokenize && !o.detokenize && !o.chat && !o.debug_graph && !o.debug_placement && !o.embed)
+        return serve(&o);
     RadErr e = {0};
     RadTok *tok = NULL;
     RadEngine *en = NULL;
@@ -529,6 +603,7 @@ int main(int argc, char **argv) {
         if (rc) fprintf(stderr, "radiance: %s\n", e.msg);
         return rad_stdout_close("radiance", rc ? 1 : 0);
     }
+    if (o.embed) return run_embed(&o);
     RadEngineOpts eo = {.model = o.model, .plugin_dirs = o.plugin_dirs, .n_plugin_dirs = o.n_plugin_dirs, .kernels = o.kernels,
                         .n_threads = o.threads, .max_tok = o.batch ? o.batch : 512, .max_seqs = 1, .max_ctx = o.ctx,
                         .deterministic = o.deterministic, .max_tolerance = o.max_tolerance, .profile = o.profile,
@@ -538,6 +613,9 @@ int main(int argc, char **argv) {
     if (!o.chat && !o.prompt && !o.ids && !o.tokenize && !o.detokenize && o.bounds_given) /* the server's plan, shown */
         eo.max_seqs = o.max_seqs, eo.max_tok = o.max_mixed_tok;
     rc = rad_engine_open(&en, &eo, &e);
+    if (!rc && rad_engine_pooled_dim(en) && (o.chat || o.prompt || o.ids))
+        rc = rad_err_set(&e, RAD_E_UNSUPPORTED, "%s: an embedding model (plugin '%s' declares a pooled output): it does not "
+                         "generate; --embed embeds each line of stdin", o.model, rad_engine_arch(en)->info->name);
     if (!rc && rad_engine_tune_warning(en)) fprintf(stderr, "radiance: warning: %s\n", rad_engine_tune_warning(en));
     if (!rc && (o.chat || o.prompt || o.ids)) rc = rad_tok_init(&tok, rad_engine_tok_data(en), &e); /* a plan needs none */
     t_load = now() - t_load;

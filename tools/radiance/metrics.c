@@ -93,11 +93,11 @@ static void one(Page *b, const char *type, const char *name, const char *help, d
 }
 
 char *met_render(Metrics *m, const RadSchedStats *st, int ready, uint32_t connections) {
-    static const char *ep[] = {"completions", "chat_completions"};
+    static const char *ep[] = {"completions", "chat_completions", "embeddings"};
     static const char *oc[] = {"stop", "length", "cancelled", "error", "rejected"};
     Page b = {0};
     pthread_mutex_lock(&m->mu);
-    bprintf(&b, "# HELP radiance_requests_total Generation requests finished, by endpoint and outcome.\n"
+    bprintf(&b, "# HELP radiance_requests_total Generation and embedding requests finished, by endpoint and outcome.\n"
                 "# TYPE radiance_requests_total counter\n");
     for (int e = 0; e < MET_N_ENDPOINT; e++)
         for (int o = 0; o < MET_N_OUTCOME; o++)

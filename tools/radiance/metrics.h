@@ -27,7 +27,7 @@ typedef enum MetOutcome {
     MET_N_OUTCOME
 } MetOutcome;
 
-typedef enum MetEndpoint { MET_COMPLETIONS = 0, MET_CHAT, MET_N_ENDPOINT } MetEndpoint;
+typedef enum MetEndpoint { MET_COMPLETIONS = 0, MET_CHAT, MET_EMBEDDINGS, MET_N_ENDPOINT } MetEndpoint;
 
 /* Why the server closed a connection whose request had not arrived (the `reason` label). */
 typedef enum MetCut {

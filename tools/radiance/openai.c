@@ -849,6 +849,144 @@ char *api_usage_chunk(const ApiReq *r, const ApiCtx *cx, const char *id, long cr
 
 char *api_stream_error(const ApiErr *e) { return sse(err_obj(e)); }
 
+/* ---- /v1/embeddings ------------------------------------------------------------------------ */
+
+/* input: what parse_prompt takes, each text or id list non-empty (OpenAI refuses "" and []). */
+static int parse_input(json_t *p, const ApiCtx *cx, ApiReq *r, ApiErr *e) {
+    static const char *what = "'%s' must be a non-empty string, an array of them, an array of token ids or an array of such arrays%s";
+    if (!p || json_is_null(p)) return bad(e, "input", "'%s' is required%s", "");
+    if (json_is_string(p)) {
+        if (!json_string_length(p)) return bad(e, "input", what, "");
+        return encode(cx, json_string_value(p), json_string_length(p), 1, "input", r, e);
+    }
+    if (!json_is_array(p) || !json_array_size(p)) return bad(e, "input", what, "");
+    if (json_array_size(p) > API_MAX_INPUTS)
+        return api_err(e, 400, "invalid_request_error", NULL, "input", "'input' holds %zu inputs; at most %d a request",
+                       json_array_size(p), API_MAX_INPUTS);
+    if (json_is_integer(json_array_get(p, 0))) return ids_from_json(p, cx, "input", r, e);
+    for (size_t i = 0; i < json_array_size(p); i++) {
+        json_t *v = json_array_get(p, i);
+        int rc;
+        if (json_is_string(v) && json_string_length(v)) rc = encode(cx, json_string_value(v), json_string_length(v), 1, "input", r, e);
+        else if (json_is_array(v) && json_array_size(v)) rc = ids_from_json(v, cx, "input", r, e);
+        else rc = api_err(e, 400, "invalid_request_error", NULL, "input", "'input'[%zu] must be a non-empty string or a non-empty "
+                          "array of token ids", i);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+static int parse_embeddings(json_t *j, const ApiCtx *cx, ApiReq *r, ApiErr *e) {
+    if (!json_is_object(j)) return api_err(e, 400, "invalid_request_error", NULL, NULL, "the request body must be a JSON object");
+    json_t *model = json_object_get(j, "model");
+    if (model && !json_is_null(model) && !json_is_string(model)) return bad(e, "model", "'%s' must be a string%s", "");
+    if (json_is_string(model) && strcmp(json_string_value(model), cx->model))
+        return api_err(e, 404, "invalid_request_error", "model_not_found", "model",
+                       "The model '%.200s' does not exist; this server serves '%.200s'", json_string_value(model), cx->model);
+    if (!cx->embed_dim)
+        return api_err(e, 400, "invalid_request_error", "model_not_supported", "model", "the model '%.200s' generates text: it has "
+                       "no embeddings (serve an embedding model for /v1/embeddings)", cx->model);
+    json_t *f = json_object_get(j, "encoding_format");
+    if (f && !json_is_null(f)) {
+        if (!json_is_string(f) || (strcmp(json_string_value(f), "float") && strcmp(json_string_value(f), "base64")))
+            return bad(e, "encoding_format", "'%s' must be \"float\" or \"base64\"%s", "");
+        r->base64 = !strcmp(json_string_value(f), "base64");
+    }
+    json_t *u = json_object_get(j, "user");
+    if (u && !json_is_null(u) && !json_is_string(u)) return bad(e, "user", "'%s' must be a string%s", "");
+    long long d;
+    int given = 0, rc;
+    if ((rc = get_int(j, "dimensions", 1, cx->embed_dim, &d, &given, e))) return rc;
+    r->dimensions = given ? (uint32_t)d : cx->embed_dim;
+    int served = r->dimensions == cx->embed_dim;
+    for (uint32_t i = 0; i < cx->n_embed_dims; i++) served |= cx->embed_dims[i] == r->dimensions;
+    if (!served) {
+        char sizes[160] = "";
+        size_t k = 0;
+        for (uint32_t i = 0; i < cx->n_embed_dims && k < sizeof sizes; i++)
+            k += (size_t)snprintf(sizes + k, sizeof sizes - k, ", %u", cx->embed_dims[i]);
+        return api_err(e, 400, "invalid_request_error", NULL, "dimensions", "'dimensions' %u is not served: the model embeds in %u%s%s",
+                       r->dimensions, cx->embed_dim, cx->n_embed_dims ? " and was trained to be cut to" : " (it was not trained "
+                       "to be cut: no Matryoshka sizes)", sizes + (cx->n_embed_dims ? 1 : 0));
+    }
+    if ((rc = parse_input(json_object_get(j, "input"), cx, r, e))) return rc;
+    for (uint32_t i = 0; i < r->n_prompts; i++)
+        if (r->n_prompt[i] > cx->embed_max)
+            return api_err(e, 400, "invalid_request_error", "context_length_exceeded", "input", "'input'[%u] is %u tokens; the model "
+                           "embeds at most %u", i, r->n_prompt[i], cx->embed_max);
+    return 0;
+}
+
+int api_parse_embeddings(const char *body, size_t len, const ApiCtx *cx, ApiReq *out, ApiErr *e) {
+    memset(out, 0, sizeof *out);
+    out->kind = API_EMBEDDINGS;
+    out->n = 1;
+    json_t *j = load_json(body, len, e);
+    if (!j) return e->status;
+    int rc = parse_embeddings(j, cx, out, e);
+    json_decref(j);
+    if (rc) api_req_free(out);
+    return rc;
+}
+
+/* RFC 4648 base64 of n bytes (malloc'd, NUL-terminated), or NULL. */
+static char *b64(const uint8_t *p, size_t n) {
+    static const char A[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    char *o = malloc((n + 2) / 3 * 4 + 1), *w = o;
+    if (!o) return NULL;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0) | (i + 2 < n ? p[i + 2] : 0);
+        *w++ = A[v >> 18 & 63], *w++ = A[v >> 12 & 63];
+        *w++ = i + 1 < n ? A[v >> 6 & 63] : '=';
+        *w++ = i + 2 < n ? A[v & 63] : '=';
+    }
+    *w = 0;
+    return o;
+}
+
+char *api_embeddings_response(const ApiReq *r, const ApiCtx *cx, const float *const *vec, uint32_t n, uint32_t prompt_tokens) {
+    const uint32_t dim = r->dimensions;
+    json_t *data = json_array();
+    float *row = malloc(dim * sizeof *row);
+    int oom = !data || !row;
+    for (uint32_t i = 0; !oom && i < n; i++) {
+        memcpy(row, vec[i], dim * sizeof *row);
+        if (dim < cx->embed_dim && cx->embed_normalized) { /* a cut unit vector, made unit again (Matryoshka) */
+            double ss = 0;
+            for (uint32_t k = 0; k < dim; k++) ss += (double)row[k] * row[k];
+            double inv = 1.0 / (sqrt(ss) > 1e-12 ? sqrt(ss) : 1e-12);
+            for (uint32_t k = 0; k < dim; k++) row[k] = (float)(row[k] * inv);
+        }
+        json_t *emb;
+        if (r->base64) {
+            uint8_t *le = (uint8_t *)row; /* each float's bytes, little-endian, in place */
+            for (uint32_t k = 0; k < dim; k++) {
+                uint32_t w;
+                memcpy(&w, &row[k], 4);
+                le[4 * k] = (uint8_t)w, le[4 * k + 1] = (uint8_t)(w >> 8), le[4 * k + 2] = (uint8_t)(w >> 16),
+                le[4 * k + 3] = (uint8_t)(w >> 24);
+            }
+            char *t = b64(le, dim * sizeof *row);
+            emb = t ? json_string(t) : NULL;
+            free(t);
+        } else {
+            emb = json_array();
+            for (uint32_t k = 0; emb && k < dim; k++)
+                if (json_array_append_new(emb, json_real((double)row[k]))) json_decref(emb), emb = NULL;
+        }
+        json_t *o = emb ? json_pack("{s:s,s:I,s:o}", "object", "embedding", "index", (json_int_t)i, "embedding", emb) : NULL;
+        oom = !o || json_array_append_new(data, o);
+    }
+    free(row);
+    if (oom) return json_decref(data), NULL;
+    /* 9 significant digits: every f32 read back exactly, half the bytes of %.17g */
+    json_t *j = json_pack("{s:s,s:o,s:s,s:{s:I,s:I}}", "object", "list", "data", data, "model", cx->model, "usage",
+                          "prompt_tokens", (json_int_t)prompt_tokens, "total_tokens", (json_int_t)prompt_tokens);
+    char *out = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+    json_decref(j);
+    return out;
+}
+
 static json_t *model_obj(const ApiCtx *cx, long created) {
     return json_pack("{s:s,s:s,s:I,s:s,s:I}", "id", cx->model, "object", "model", "created", (json_int_t)created, "owned_by", "radiance",
                      "max_model_len", (json_int_t)cx->max_ctx);

@@ -42,9 +42,17 @@ typedef struct ApiCtx {
     uint32_t default_max_tokens;      /* --default-max-tokens: a request that omits max_tokens (0: OpenAI's) */
     uint32_t max_ctx;                 /* prompt + generated tokens */
     RadSamplerParams defaults;        /* from the container's generation.* keys */
+    /* an embedding model (0: a generation model, whose /v1/embeddings is refused) */
+    uint32_t embed_dim;               /* the pooled row's width */
+    uint32_t embed_max;               /* tokens an input may hold (rad_engine_embed_max) */
+    int embed_normalized;             /* the model's rows are unit length (pooling.normalize) */
+    const uint32_t *embed_dims;       /* [n_embed_dims] sizes `dimensions` may ask below embed_dim (pooling.dims) */
+    uint32_t n_embed_dims;
 } ApiCtx;
 
-typedef enum ApiKind { API_COMPLETIONS = 0, API_CHAT = 1 } ApiKind;
+typedef enum ApiKind { API_COMPLETIONS = 0, API_CHAT = 1, API_EMBEDDINGS = 2 } ApiKind;
+
+#define API_MAX_INPUTS 2048  /* /v1/embeddings: inputs per request (OpenAI's limit) */
 
 /* A parsed generation request. */
 typedef struct ApiReq {
@@ -72,12 +80,23 @@ typedef struct ApiReq {
     json_t *schema;                   /* json_schema's schema (a reference; checked: it compiles), or NULL */
     json_t *args_schema;              /* a forced call to a strict function: its parameters (a reference; checked),
                                          the arguments constrained to them, then the call's closing "}" */
+    /* /v1/embeddings: the inputs are prompt[0..n_prompts) */
+    int base64;                       /* encoding_format "base64": little-endian f32 bytes */
+    uint32_t dimensions;              /* the width returned (embed_dim, or one of embed_dims) */
 } ApiReq;
 
 /* Parses and checks a /v1/completions or /v1/chat/completions body. Returns 0 or the HTTP
  * status of the error in e (400 invalid_request_error with param, 404 model_not_found). */
 int api_parse(ApiKind kind, const char *body, size_t len, const ApiCtx *cx, ApiReq *out, ApiErr *e);
 void api_req_free(ApiReq *r);
+
+/* Parses and checks a /v1/embeddings body: model, input (a string, an array of strings, an
+ * array of token ids, or an array of such arrays; token ids are taken as given, specials not
+ * added), encoding_format, dimensions, user. 0 or the HTTP status of the error in e. */
+int api_parse_embeddings(const char *body, size_t len, const ApiCtx *cx, ApiReq *out, ApiErr *e);
+/* The /v1/embeddings response: vec[i] is input i's row of cx->embed_dim floats, cut to
+ * r->dimensions (and made unit length again when the model's rows are). */
+char *api_embeddings_response(const ApiReq *r, const ApiCtx *cx, const float *const *vec, uint32_t n, uint32_t prompt_tokens);
 
 /* One token's logprob record. */
 typedef struct ApiLp {

@@ -14,6 +14,7 @@ typedef struct Opts {
     int tune_ignore_mismatch; /* --tune-ignore-mismatch: a table for another key is ignored with a warning */
     const char *plugin_dirs[16];
     int n_plugin_dirs;
+    int embed;              /* --embed: stdin lines -> vectors (an embedding model) */
     int n_predict, tokenize, detokenize, chat, debug_graph, debug_placement, print_ids, ignore_eos, deterministic, fast, profile, mmap_weights, no_repack, no_verify;
     RadEngineOpts deploy;   /* the deployment switches only (rad_engine_deploy_flag, rad_engine_deploy_apply): the
                                KV cache's type and layout (--kv-type / --kv-cache-dtype), control_vector,

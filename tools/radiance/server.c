@@ -46,7 +46,7 @@
 #include "radiance.h"
 
 enum { ST_LOADING = 0, ST_READY, ST_DRAINING, ST_STOPPING };
-enum { R_NONE = 0, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE };
+enum { R_NONE = 0, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_EMBEDDINGS };
 
 /* A connection's phase. "Incomplete" ones (K_WAIT: no whole request head yet, from the accept
  * or from the end of the previous request on a kept-alive connection; K_BODY: the head is read,
@@ -81,6 +81,7 @@ typedef struct Srv {
     RadSched *sched;
     int sched_live;
     ApiCtx cx;
+    uint32_t embed_dims[16];       /* cx.embed_dims: the model's pooling.dims */
     char model_name[256];
     Metrics met;
     atomic_uint n_conns;
@@ -120,6 +121,8 @@ typedef struct Ev {
     uint32_t n_prompt, n_cached, n_gen;
     double t_queue, t_first, t_at;
     char *msg;                     /* RAD_FINISH_ERROR */
+    float *vec;                    /* an embedding's row [dim] (malloc'd), or NULL */
+    uint32_t dim;
 } Ev;
 
 typedef struct Choice {
@@ -139,6 +142,7 @@ typedef struct Choice {
     size_t n_lp, cap_lp;
     uint32_t n_prompt, n_cached, n_gen;
     double t_queue, t_first, t_last;
+    float *vec;                    /* /v1/embeddings: the input's row (malloc'd) */
 } Choice;
 
 typedef struct Req {
@@ -226,8 +230,9 @@ static void req_unref(Req *r) {
         rad_buf_free(&c->content);
         rad_buf_free(&c->reasoning);
         rad_chat_calls_free(&c->calls);
+        free(c->vec);
     }
-    for (size_t i = 0; i < r->nq; i++) free(r->q[i].msg);
+    for (size_t i = 0; i < r->nq; i++) free(r->q[i].msg), free(r->q[i].vec);
     free(r->q);
     free(r->q_top);
     rad_buf_free(&r->q_text);
@@ -276,6 +281,11 @@ static int q_push(Req *r, const RadGenEvent *ev, uint32_t choice) {
         r->n_qtop += e->n_top;
     }
     if (ev->finish == RAD_FINISH_ERROR && ev->msg) e->msg = strdup(ev->msg);
+    if (ev->embedding) {
+        if (!(e->vec = malloc(ev->dim * sizeof *e->vec))) return -1;
+        memcpy(e->vec, ev->embedding, ev->dim * sizeof *e->vec);
+        e->dim = ev->dim;
+    }
     r->nq++;
     return 0;
 }
@@ -291,7 +301,7 @@ static void sink(void *user, const RadGenEvent *ev) {
             r->q_oom = 1;
             if (ev->finish) { /* the finish must arrive: a bare one, without text */
                 RadGenEvent f = *ev;
-                f.text = NULL, f.len = 0, f.n_top = 0;
+                f.text = NULL, f.len = 0, f.n_top = 0, f.embedding = NULL; /* a lost row fails the request (q_oom) */
                 if (q_push(r, &f, c->index)) r->q_oom = 2;
             }
         }
@@ -386,6 +396,7 @@ static void on_event(Req *r, const Ev *e, const char *text, const RadGenTop *top
         }
         c->t_last = e->t_at;
     }
+    if (r->api.kind == API_EMBEDDINGS) return; /* the row is the finish event's (process_events) */
     int want_lp = r->api.logprobs && e->token >= 0;
     if (!e->len && !want_lp && !e->finish) return;
     size_t lp_from = c->n_lp;
@@ -462,7 +473,9 @@ static void process_events(Req *r) {
     for (size_t i = 0; i < nq; i++) {
         on_event(r, &q[i], qt.p ? qt.p + q[i].off : "", qtop ? qtop + q[i].top_off : NULL);
         if (q[i].finish) on_finish(r, &q[i]);
+        if (q[i].vec && !r->ch[q[i].choice].vec) r->ch[q[i].choice].vec = q[i].vec, q[i].vec = NULL;
         free(q[i].msg);
+        free(q[i].vec);
     }
     free(q);
     free(qtop);
@@ -483,7 +496,8 @@ static enum MHD_Result respond(Req *r, struct MHD_Connection *c, unsigned status
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     if (status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     if (status == 405) {
-        int post = r->route == R_COMPLETIONS || r->route == R_CHAT || r->route == R_TOKENIZE || r->route == R_DETOKENIZE;
+        int post = r->route == R_COMPLETIONS || r->route == R_CHAT || r->route == R_TOKENIZE || r->route == R_DETOKENIZE ||
+                   r->route == R_EMBEDDINGS;
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, post ? "POST" : "GET, HEAD");
     }
     if (status == 413 || status == 503) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
@@ -500,7 +514,7 @@ static enum MHD_Result respond_json(Req *r, struct MHD_Connection *c, unsigned s
 }
 
 static enum MHD_Result respond_err(Req *r, struct MHD_Connection *c, const ApiErr *e) {
-    if (r->route == R_COMPLETIONS || r->route == R_CHAT) r->outcome = MET_REJECTED;
+    if (r->route == R_COMPLETIONS || r->route == R_CHAT || r->route == R_EMBEDDINGS) r->outcome = MET_REJECTED;
     return respond_json(r, c, (unsigned)e->status, api_err_body(e));
 }
 
@@ -532,6 +546,21 @@ static enum MHD_Result respond_done(Req *r, struct MHD_Connection *c) {
     if (r->q_oom) {
         api_err(&e, 500, "server_error", NULL, NULL, "out of memory collecting the response");
         return respond_json(r, c, 500, api_err_body(&e));
+    }
+    if (r->api.kind == API_EMBEDDINGS) {
+        const float **vec = calloc(r->n_ch, sizeof *vec);
+        if (!vec) return respond_json(r, c, 500, NULL);
+        uint32_t tokens = 0;
+        for (uint32_t i = 0; i < r->n_ch; i++) vec[i] = r->ch[i].vec, tokens += r->api.n_prompt[i];
+        for (uint32_t i = 0; i < r->n_ch; i++)
+            if (!vec[i]) {
+                free(vec);
+                api_err(&e, 500, "server_error", NULL, NULL, "input %u: no embedding came back", i);
+                return respond_json(r, c, 500, api_err_body(&e));
+            }
+        char *body = api_embeddings_response(&r->api, &r->s->cx, vec, r->n_ch, tokens);
+        free(vec);
+        return respond_json(r, c, 200, body);
     }
     ApiChoice *out = calloc(r->n_ch, sizeof *out);
     if (!out) return respond_json(r, c, 500, NULL);
@@ -663,7 +692,13 @@ static enum MHD_Result start_generation(Req *r, struct MHD_Connection *c, ApiKin
     Srv *s = r->s;
     ApiErr e;
     r->outcome = MET_REJECTED;
-    if (api_parse(kind, r->body.p ? r->body.p : "", r->body.len, &s->cx, &r->api, &e)) return respond_err(r, c, &e);
+    if (kind != API_EMBEDDINGS && s->cx.embed_dim)
+        return api_err(&e, 400, "invalid_request_error", "model_not_supported", "model", "the model '%.200s' is an embedding model: "
+                       "it does not generate (use /v1/embeddings)", s->cx.model),
+               respond_err(r, c, &e);
+    if (kind == API_EMBEDDINGS ? api_parse_embeddings(r->body.p ? r->body.p : "", r->body.len, &s->cx, &r->api, &e)
+                               : api_parse(kind, r->body.p ? r->body.p : "", r->body.len, &s->cx, &r->api, &e))
+        return respond_err(r, c, &e);
     r->n_ch = r->api.n_prompts * r->api.n;
     r->ch = calloc(r->n_ch, sizeof *r->ch);
     if (!r->ch) return respond_json(r, c, 500, NULL);
@@ -682,7 +717,8 @@ static enum MHD_Result start_generation(Req *r, struct MHD_Connection *c, ApiKin
         }
     }
     r->created = (long)time(NULL);
-    snprintf(r->id, sizeof r->id, "%s-%016" PRIx64, kind == API_CHAT ? "chatcmpl" : "cmpl", splitmix(&s->seed_state));
+    snprintf(r->id, sizeof r->id, "%s-%016" PRIx64, kind == API_CHAT ? "chatcmpl" : kind == API_EMBEDDINGS ? "embd" : "cmpl",
+             splitmix(&s->seed_state));
     r->streaming = r->api.stream;
     r->t_submit = now();
     RadErr re = {0};
@@ -696,7 +732,7 @@ static enum MHD_Result start_generation(Req *r, struct MHD_Connection *c, ApiKin
         Choice *ch = &r->ch[i];
         RadGenReq g = {.prompt = r->api.prompt[ch->prompt], .n_prompt = r->api.n_prompt[ch->prompt], .sp = r->api.sp,
                        .max_tokens = r->api.max_tokens, .stop = (const char *const *)r->api.stop, .n_stop = r->api.n_stop,
-                       .logprobs = r->api.logprobs, .top_logprobs = r->api.top_logprobs};
+                       .logprobs = r->api.logprobs, .top_logprobs = r->api.top_logprobs, .embed = kind == API_EMBEDDINGS};
         if (kind == API_CHAT) g.stop_ids = s->cx.chat_stop_ids, g.n_stop_ids = s->cx.n_chat_stop_ids; /* the turn's end */
         g.sp.seed = base + i; /* choice i of a seeded request: seed + i */
         if ((r->api.json_mode || r->api.args_schema) && (rc = constraint_new(s, &r->api, g.stop_ids, g.n_stop_ids, &g.constraint, &re)))
@@ -768,7 +804,8 @@ static int route_of(const char *url) {
         const char *path;
         int route;
     } t[] = {{"/health", R_HEALTH}, {"/metrics", R_METRICS}, {"/v1/models", R_MODELS}, {"/v1/completions", R_COMPLETIONS},
-             {"/v1/chat/completions", R_CHAT}, {"/tokenize", R_TOKENIZE}, {"/detokenize", R_DETOKENIZE}};
+             {"/v1/chat/completions", R_CHAT}, {"/tokenize", R_TOKENIZE}, {"/detokenize", R_DETOKENIZE},
+             {"/v1/embeddings", R_EMBEDDINGS}};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         if (!strcmp(url, t[i].path)) return t[i].route;
     if (!strncmp(url, "/v1/models/", 11) && url[11]) return R_MODEL;
@@ -1007,7 +1044,7 @@ static enum MHD_Result on_request(Req *r, struct MHD_Connection *c) {
     }
     if (st == ST_LOADING)
         return api_err(&e, 503, "server_error", "loading", NULL, "the model is loading"), respond_err(r, c, &e);
-    if (st != ST_READY && (r->route == R_COMPLETIONS || r->route == R_CHAT))
+    if (st != ST_READY && (r->route == R_COMPLETIONS || r->route == R_CHAT || r->route == R_EMBEDDINGS))
         return api_err(&e, 503, "server_error", "shutting_down", NULL, "the server is shutting down"), respond_err(r, c, &e);
     const char *b = r->body.p ? r->body.p : "";
     char *out;
@@ -1027,6 +1064,7 @@ static enum MHD_Result on_request(Req *r, struct MHD_Connection *c) {
         return out ? respond_json(r, c, 200, out) : respond_err(r, c, &e);
     case R_COMPLETIONS: return start_generation(r, c, API_COMPLETIONS);
     case R_CHAT: return start_generation(r, c, API_CHAT);
+    case R_EMBEDDINGS: return start_generation(r, c, API_EMBEDDINGS);
     }
     return respond_json(r, c, 500, NULL);
 }
@@ -1101,7 +1139,9 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
         r->outcome = o;
         met_e2e(&s->met, total);
     }
-    if (r->outcome != -1) met_request(&s->met, r->route == R_CHAT ? MET_CHAT : MET_COMPLETIONS, (MetOutcome)r->outcome);
+    if (r->outcome != -1)
+        met_request(&s->met, r->route == R_CHAT ? MET_CHAT : r->route == R_EMBEDDINGS ? MET_EMBEDDINGS : MET_COMPLETIONS,
+                    (MetOutcome)r->outcome);
     double queue = 0, ttft = 0;
     for (uint32_t i = 0; i < r->n_ch; i++) {
         if (r->ch[i].t_queue > queue) queue = r->ch[i].t_queue;
@@ -1367,6 +1407,16 @@ int serve(const Opts *o) {
         if (!rc) rc = rad_chat_stop_ids(s->cx.chat, s->tok, s->cx.chat_stop_ids, &s->cx.n_chat_stop_ids, &e);
         if (!rc) rc = rad_tok_trie_init(&s->trie, s->tok, &e);
         s->cx.chat_special = o->chat_special;
+        if (!rc && (s->cx.embed_dim = rad_engine_pooled_dim(s->en))) { /* an embedding model */
+            const RadModelMeta *mm = rad_engine_meta(s->en);
+            bool norm = false;
+            rad_meta_bool(mm, "pooling.normalize", false, &norm);
+            s->cx.embed_normalized = norm;
+            s->cx.embed_max = rad_engine_embed_max(s->en);
+            if (rad_meta_u32s(mm, "pooling.dims", s->embed_dims, 16, &s->cx.n_embed_dims) < 0)
+                rc = rad_err_set(&e, RAD_E_FORMAT, "%s: metadata 'pooling.dims' is not a list of at most 16 sizes", o->model);
+            s->cx.embed_dims = s->embed_dims;
+        }
         s->cx.default_max_tokens = o->default_max_tokens;
     }
     int run = 0;
