@@ -99,6 +99,8 @@ static RadValType set_type(const RadDict *meta, const char *key) {
         {"generation.temperature", RAD_VAL_F64}, {"generation.top_p", RAD_VAL_F64}, {"generation.min_p", RAD_VAL_F64},
         {"generation.repetition_penalty", RAD_VAL_F64}, {"generation.top_k", RAD_VAL_I64},
         {"generation.do_sample", RAD_VAL_BOOL}, {"generation.max_new_tokens", RAD_VAL_I64},
+        /* an embedding model's pipeline (docs/KEYS.md, "Encoders and embedding models") */
+        {"pooling.normalize", RAD_VAL_BOOL}, {"pooling.max_tokens", RAD_VAL_U32}, {"pooling.dims", RAD_VAL_ARRAY},
     };
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (!strcmp(key, known[i].key)) return known[i].t;
@@ -117,6 +119,23 @@ static int apply_sets(const Opts *o, RadDict *meta, RadErr *e) {
         RadValue v = {.type = t};
         int rc = RAD_OK;
         double f = 0;
+        if (t == RAD_VAL_ARRAY) { /* pooling.dims: sizes "512,256,128", each a u32 */
+            uint32_t a[64];
+            uint64_t n = 0, x;
+            char item[32];
+            for (const char *p = val; *p; n++) {
+                size_t k = strcspn(p, ",");
+                if (n == 64 || k == 0 || k >= sizeof item)
+                    return rad_err_set(e, RAD_E_ARG, "--set %s: '%.40s' is not a list of at most 64 sizes like 512,256", key, val);
+                memcpy(item, p, k), item[k] = 0;
+                if ((rc = rad_num_u64(what, item, 1, UINT32_MAX, &x, e))) return rc;
+                a[n] = (uint32_t)x;
+                p += k + (p[k] == ',');
+            }
+            if (!n) return rad_err_set(e, RAD_E_ARG, "--set %s: an empty list", key);
+            if ((rc = rad_dict_set_arr(meta, key, RAD_VAL_U32, a, n, e))) return rc;
+            continue;
+        }
         switch (t) {
         case RAD_VAL_STRING: rc = rad_dict_set_str(meta, key, val, e); continue;
         case RAD_VAL_BOOL:
