@@ -235,9 +235,22 @@ def main():
         if r.returncode:
             sys.exit("hostile: rad-convert %s failed: %s" % (gguf, r.stderr.decode(errors="replace")))
         os.chmod(model, 0o444)  # cases copy it before changing it
+    # the embedding model (make model fetches its folder), for the cases that name {EMBED_MODEL}
+    folder = os.path.join(ROOT, "models/all-MiniLM-L6-v2")
+    embed = b + "/hostile/minilm.rad"
+    if os.path.exists(os.path.join(folder, "config.json")) and not os.path.exists(embed):
+        r = subprocess.run([b + "/rad-convert", folder, "-o", embed, "--force"], capture_output=True)
+        if r.returncode:
+            sys.exit("hostile: rad-convert %s failed: %s" % (folder, r.stderr.decode(errors="replace")))
+        os.chmod(embed, 0o444)
+    if not os.path.exists(embed):
+        skipped = [c["name"] for c in server_cases if "EMBED_MODEL" in c.get("model", "")]
+        server_cases = [c for c in server_cases if "EMBED_MODEL" not in c.get("model", "")]
+        if skipped:
+            print("hostile: %s not fetched (make model): skipped %s" % (folder, ", ".join(skipped)))
     # a sanitizer build is slower: its limits stretch, the verdicts do not
     slow = 4 if os.path.basename(b) != "build" else 1
-    base = dict(B=b, MODEL=model, GGUF=gguf, ROOT=ROOT, PLUGINS=b + "/plugins", SLOW=slow)
+    base = dict(B=b, MODEL=model, GGUF=gguf, ROOT=ROOT, PLUGINS=b + "/plugins", SLOW=slow, EMBED_MODEL=embed)
     os.environ.update(RAD_B=b, RAD_MODEL=model, RAD_GGUF=gguf, RAD_ROOT=ROOT)
     os.environ.setdefault("ASAN_OPTIONS", "detect_leaks=1")
 

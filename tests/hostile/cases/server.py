@@ -396,3 +396,58 @@ SERVER_CASES += [
     dict(name="server-default-max-tokens-past-the-context", args=["--default-max-tokens", "100000"],
          run=_default_max_tokens(512), timeout=300, quick=False),
 ]
+
+
+# /v1/embeddings on an embedding model (all-MiniLM-L6-v2): malformed inputs of every shape are a
+# 400 naming the field, the server keeps serving, and a good request after them is answered;
+# many inputs in one request and many requests at once are batched and all answered.
+def embeddings(port, T, proc):
+    import threading
+    path = "/v1/embeddings"
+    bads = [({"input": None}, "input"), ({"input": 5}, "input"), ({"input": {"a": 1}}, "input"), ({"input": [1.5]}, "input"),
+            ({"input": [[1, "x"]]}, "input"), ({"input": [-1]}, "input"), ({"input": [2 ** 40]}, "input"),
+            ({"input": ["a", None]}, "input"), ({"input": "x " * 500}, "input"), ({"input": ["x"] * 2049}, "input"),
+            ({"input": "x", "dimensions": 0}, "dimensions"), ({"input": "x", "dimensions": 10 ** 30}, "dimensions"),
+            ({"input": "x", "dimensions": "384"}, "dimensions"), ({"input": "x", "encoding_format": None, "user": 5}, "user"),
+            ({"input": "x", "encoding_format": ["float"]}, "encoding_format"), ({"input": "a\u0000b"}, None),
+            ({"input": "x", "model": "other"}, "model")]
+    for body, param in bads:
+        st, b = post(port, path, body)
+        if body.get("input") == "a\u0000b":  # a NUL inside text is a byte like any other: embedded
+            if st != 200:
+                return "NUL inside text: %s %r" % (st, b)
+            continue
+        want = 404 if param == "model" else 400
+        why = is_error(st, b, want, param)
+        if why:
+            return "%.80s: %s" % (json.dumps(body), why)
+    for junk in (b"", b"{", b"[]", b"null", b'{"input": "x"' + b" " * 10):
+        st, b = post(port, path, junk)
+        if is_error(st, b, 400):
+            return "body %r: %s" % (junk[:20], is_error(st, b, 400))
+    st, b = post(port, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})
+    if is_error(st, b, 400, "model"):
+        return "chat on an embedding model: %s" % is_error(st, b, 400, "model")
+    out, lock = [], threading.Lock()
+
+    def many(i):
+        st, b = post(port, path, {"input": ["text %d, part %d" % (i, k) for k in range(40)]})
+        with lock:
+            out.append((st, b))
+    ths = [threading.Thread(target=many, args=(i,)) for i in range(8)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    for st, b in out:
+        if st != 200 or len(b.get("data", [])) != 40 or [d["index"] for d in b["data"]] != list(range(40)):
+            return "40 inputs x 8 requests: %s %.200r" % (st, b)
+    st, b = post(port, path, {"input": "still serving", "encoding_format": "base64"})
+    if st != 200 or not isinstance(b["data"][0]["embedding"], str):
+        return "after the hostile ones: %s %.200r" % (st, b)
+    return None
+
+
+SERVER_CASES += [
+    dict(name="embeddings-hostile-inputs-and-batches", model="{EMBED_MODEL}", args=[], run=embeddings, timeout=120, quick=True),
+]
