@@ -24,7 +24,20 @@
  * arch/common/rad_block.h. Every norm multiplies by (1 + w), transformers' Gemma3RMSNorm: the
  * declared gammas hold (1 + w). llama.cpp's GGUF stores them so; a Hugging Face checkpoint
  * (Gemma3ForCausalLM, gemma3_text) stores w itself, and its name-map entries add the 1 at
- * convert (RadNameMap.add, in f32: the gamma is stored f32, docs/CONVERT.md). */
+ * convert (RadNameMap.add, in f32: the gamma is stored f32, docs/CONVERT.md).
+ *
+ * The embedding form (EmbeddingGemma: attention.bidirectional true and pooling.mode present, a
+ * sentence-transformers folder): the same blocks with attn_seq in place of attn_paged, no KV and
+ * no logits, and sentence-transformers' pipeline after the final norm:
+ *
+ *   o = attn_seq(q, k, v)    bidirectional within each sequence; local layers |i - j| < S/2 + 1
+ *                            (S = attention.sliding_window: transformers' Gemma3TextConfig halves it
+ *                            when use_bidirectional_attention), global layers the whole sequence
+ *   e = pool(rmsnorm(x, output_norm))                  pooling.mode (mean for EmbeddingGemma)
+ *   e = e·dense.k^T (+ dense.k.bias)   for k < pooling.n_dense (2_Dense, 3_Dense: identity activation)
+ *   e = l2_normalize(e)                                when pooling.normalize
+ *
+ * Every step holds whole sequences from position 0 (rope reads the batch's positions). */
 #include <arch/rad_arch.h>
 
 #include <stdlib.h>
@@ -58,6 +71,10 @@ static const uint64_t gemma_encs =
 #define GEMMA_NAME 160
 #define GEMMA_LOCAL_THETA 10000.0f /* transformers' rope_local_base_freq; llama.cpp's GGUF has no key */
 #define GEMMA_PATTERN 6            /* sliding_window_pattern: every 6th layer is global (GGUF has no key) */
+#define GEMMA_MAX_DENSE 8          /* the embedding form's dense layers after the pooling */
+
+/* The pool op's mode numbers (docs/OPS.md, `pool`), by pooling.mode's names. */
+static const char *const gemma_pool_modes[] = {"mean", "cls", "last", "max", "mean_sqrt_len"};
 
 /* What declare works from, read once (gemma_hparams). */
 typedef struct GemmaHparams {
@@ -72,6 +89,15 @@ typedef struct GemmaHparams {
     float embd_scale;         /* √n_embd, rounded once to f32 (transformers' normalizer) */
     const RadControlVector *cvec; /* RadBuildCtx::cvec (the core's; read at declare only), or NULL */
     char pfx[64];             /* "" or "<scope>." */
+    /* the embedding form (embed = 1): pooled output, no KV, no logits */
+    int embed;
+    uint32_t seq_window;      /* attn_seq's window on local layers: window / 2 + 1 (transformers') */
+    uint32_t pool_mode;       /* index into gemma_pool_modes */
+    int normalize;            /* pooling.normalize */
+    uint32_t max_seqs;        /* pooled rows: sequences a step may carry */
+    uint32_t n_dense;         /* pooling.n_dense */
+    uint32_t dense_in[GEMMA_MAX_DENSE], dense_out[GEMMA_MAX_DENSE]; /* pooling.dense.<k>.in / .out */
+    uint8_t dense_bias[GEMMA_MAX_DENSE];                           /* pooling.dense.<k>.bias */
 } GemmaHparams;
 
 /* One layer: the attention block as Gemma composes it (q/k norms before the rope, a norm after
@@ -84,7 +110,7 @@ typedef struct GemmaLayer {
     RadQkv qkv;               /* q, k, v */
     RadQkNorm qkn;            /* head_rmsnorm on q (n_head heads), k (n_head_kv heads) */
     RadRope rope;
-    rad_op attn;              /* attn_paged */
+    rad_op attn;              /* attn_paged; attn_seq in the embedding form */
     rad_op o;                 /* y = o·Wo^T */
     RadAllReduce ar;          /* of y, under TP (before the post-norm, which is not linear) */
     rad_op post_attn;         /* rmsnorm(y -> y), left pending */
@@ -110,6 +136,11 @@ typedef struct GemmaModel {
     GemmaLayer layers[GEMMA_MAX_LAYERS];
     RadPreNorm final_norm;
     rad_op op_gather, op_logits;
+    /* the embedding form */
+    rad_buf pooled;           /* [max_seqs, n_embd] pool's output */
+    rad_buf dense_y[GEMMA_MAX_DENSE];   /* [max_seqs, dense_out[k]]: the last is the declared output */
+    rad_weight w_dense[GEMMA_MAX_DENSE], b_dense[GEMMA_MAX_DENSE]; /* [out, in], [out] (b: id < 0 without) */
+    rad_op op_pool, op_dense[GEMMA_MAX_DENSE], op_dense_bias[GEMMA_MAX_DENSE], op_l2;
 } GemmaModel;
 
 #if defined(__GNUC__)
@@ -201,6 +232,65 @@ static int gemma_layer_kinds(RadBuilder *b, const RadModelMeta *meta, GemmaHpara
     return 0;
 }
 
+/* The embedding form: attention.bidirectional with pooling.mode (rad-convert writes both for an
+ * EmbeddingGemma folder). Either alone is refused: a bidirectional model does not generate, and a
+ * causal one pooled would need causal attention without a KV cache, which attn_seq is not. Sets
+ * hp->embed and the pipeline after the pooling; 0 for a generation model. */
+static int gemma_embed_hparams(RadBuilder *b, const RadModelMeta *meta, const RadBuildCtx *ctx, GemmaHparams *hp) {
+    bool bidir = false, norm = false;
+    const char *mode, *act;
+    if (rad_meta_bool(meta, "attention.bidirectional", false, &bidir) < 0)
+        return gemma_fail(b, GEMMA_PN ": attention.bidirectional is not a boolean");
+    const int pooled = rad_meta_str(meta, "pooling.mode", "", &mode) > 0;
+    if (!bidir && !pooled) return 0;
+    if (!pooled)
+        return gemma_fail(b, GEMMA_PN ": attention.bidirectional without pooling.mode: a bidirectional model does not "
+                             "generate (convert its sentence-transformers folder, modules.json, for the embedding form)");
+    if (!bidir)
+        return gemma_fail(b, GEMMA_PN ": pooling.mode \"%s\" on a causal Gemma 3 (attention.bidirectional absent or false) "
+                             "is not served: the embedding form is bidirectional", mode);
+    hp->embed = 1;
+    hp->pool_mode = 99;
+    for (uint32_t i = 0; i < sizeof gemma_pool_modes / sizeof gemma_pool_modes[0]; i++)
+        if (!strcmp(mode, gemma_pool_modes[i])) hp->pool_mode = i;
+    if (hp->pool_mode == 99)
+        return gemma_fail(b, GEMMA_PN ": pooling.mode \"%s\" is not served (mean, cls, last, max, mean_sqrt_len)", mode);
+    if (rad_meta_bool(meta, "pooling.normalize", false, &norm) < 0)
+        return gemma_fail(b, GEMMA_PN ": pooling.normalize is not a boolean");
+    hp->normalize = norm;
+    if (rad_meta_str(meta, "model.hidden_act", "gelu_pytorch_tanh", &act) < 0 || strcmp(act, "gelu_pytorch_tanh"))
+        return gemma_fail(b, GEMMA_PN ": model.hidden_act \"%s\" is not served (gelu_pytorch_tanh: GeGLU)", act);
+    /* the deployment switches an encoder has no use for, by name */
+    if (ctx->world_size > 1)
+        return gemma_fail(b, GEMMA_PN ": tensor parallelism (%u ranks) is not served for the embedding form", ctx->world_size);
+    if (ctx->cvec) return gemma_fail(b, GEMMA_PN ": a control vector is not served for the embedding form");
+    if (ctx->max_spec || ctx->is_draft)
+        return gemma_fail(b, GEMMA_PN ": speculative decoding is not served for the embedding form (it does not generate)");
+    if (rad_meta_u32(meta, "pooling.n_dense", 0, &hp->n_dense) < 0 || hp->n_dense > GEMMA_MAX_DENSE)
+        return gemma_fail(b, GEMMA_PN ": pooling.n_dense is not a count of at most %d", GEMMA_MAX_DENSE);
+    uint32_t width = (uint32_t)meta->n_embd;
+    for (uint32_t k = 0; k < hp->n_dense; k++) {
+        char key[64];
+        bool bias = false;
+        snprintf(key, sizeof key, "pooling.dense.%u.in", k);
+        if (rad_meta_u32(meta, key, 0, &hp->dense_in[k]) <= 0 || !hp->dense_in[k])
+            return gemma_fail(b, GEMMA_PN ": %s missing or zero (pooling.n_dense is %u)", key, hp->n_dense);
+        if (hp->dense_in[k] != width)
+            return gemma_fail(b, GEMMA_PN ": %s is %u, but %s gives %u (the dense layers do not chain)", key, hp->dense_in[k],
+                              k ? "the dense before it" : "the pooling (model.n_embd)", width);
+        snprintf(key, sizeof key, "pooling.dense.%u.out", k);
+        if (rad_meta_u32(meta, key, 0, &hp->dense_out[k]) <= 0 || !hp->dense_out[k])
+            return gemma_fail(b, GEMMA_PN ": %s missing or zero (pooling.n_dense is %u)", key, hp->n_dense);
+        snprintf(key, sizeof key, "pooling.dense.%u.bias", k);
+        if (rad_meta_bool(meta, key, false, &bias) < 0) return gemma_fail(b, GEMMA_PN ": %s is not a boolean", key);
+        hp->dense_bias[k] = bias;
+        width = hp->dense_out[k];
+    }
+    hp->seq_window = hp->window / 2 + 1; /* Gemma3TextConfig: sliding_window // 2 + 1, then |i - j| < it */
+    hp->max_seqs = ctx->max_seqs ? ctx->max_seqs : 1;
+    return 0;
+}
+
 static int gemma_hparams(RadBuilder *b, const RadModelMeta *meta, const RadBuildCtx *ctx, GemmaHparams *hp) {
     int rc;
     if ((rc = gemma_check_meta(b, meta, ctx)) != 0) return rc;
@@ -266,7 +356,7 @@ static int gemma_hparams(RadBuilder *b, const RadModelMeta *meta, const RadBuild
     hp->kv_dtype = ctx->kv_dtype;
     hp->embd_scale = (float)gemma_sqrt((double)g->n_embd);
     hp->cvec = ctx->cvec;
-    return 0;
+    return gemma_embed_hparams(b, meta, ctx, hp);
 }
 
 /* ---- 1. the name map: Hugging Face names, GGUF names (llama.cpp's gemma3) ------------------ */
@@ -307,7 +397,10 @@ static int map_copy1(RadBuilder *b, const char *dst, const char *src, float add)
 
 /* Hugging Face entries first, GGUF beside them (the first whose source is present wins). q/k
  * rows are transformers' in both (NEOX rope: llama.cpp does not permute Gemma's), so every entry
- * is a copy, the HF norms' with the 1 added. No head entry: the head is the embedding (tied). */
+ * is a copy, the HF norms' with the 1 added. No head entry: the head is the embedding (tied).
+ * Hugging Face names come with the "model." prefix (Gemma3ForCausalLM) or without it
+ * (Gemma3TextModel: EmbeddingGemma's embed_tokens, layers.N, norm). The embedding form's dense
+ * layers are rad-convert's dense.<k>.weight / .bias (a Dense module's linear.*), copied. */
 static int gemma_declare_map(RadBuilder *b, const GemmaHparams *hp) {
     char dst[GEMMA_NAME], src[GEMMA_NAME];
     int rc = 0;
@@ -317,6 +410,7 @@ static int gemma_declare_map(RadBuilder *b, const GemmaHparams *hp) {
     for (int i = 0; i < 2; i++) {
         if (gname(dst, sizeof dst, hp->pfx, -1, decl[i]) != 0) return gemma_fail(b, GEMMA_PN ": a declared name is too long");
         rc |= map_copy1(b, dst, hf[i], i == 1 ? 1.0f : 0.0f);
+        rc |= map_copy1(b, dst, hf[i] + 6, i == 1 ? 1.0f : 0.0f); /* without "model." */
         rc |= map_copy1(b, dst, gg[i], 0.0f);
     }
     for (uint32_t l = 0; l < hp->n_layers; l++)
@@ -324,8 +418,17 @@ static int gemma_declare_map(RadBuilder *b, const GemmaHparams *hp) {
             int k = snprintf(src, sizeof src, "model.layers.%u.%s", l, gemma_layer_tensors[t].hf);
             if (gname(dst, sizeof dst, hp->pfx, (int)l, gemma_layer_tensors[t].decl) != 0 || k < 0 || (size_t)k >= sizeof src)
                 return gemma_fail(b, GEMMA_PN ": a declared name is too long");
-            rc |= map_copy1(b, dst, src, gemma_layer_tensors[t].norm ? 1.0f : 0.0f);
+            const float add = gemma_layer_tensors[t].norm ? 1.0f : 0.0f;
+            rc |= map_copy1(b, dst, src, add);
+            rc |= map_copy1(b, dst, src + 6, add); /* without "model." */
             if (gname(src, sizeof src, "", (int)l, gemma_layer_tensors[t].decl) != 0)
+                return gemma_fail(b, GEMMA_PN ": a declared name is too long");
+            rc |= map_copy1(b, dst, src, 0.0f);
+        }
+    for (uint32_t k = 0; k < hp->n_dense; k++)
+        for (int bias = 0; bias <= hp->dense_bias[k]; bias++) {
+            int n = snprintf(src, sizeof src, "dense.%u.%s", k, bias ? "bias" : "weight");
+            if (n < 0 || (size_t)n >= sizeof src || gname(dst, sizeof dst, hp->pfx, -1, src) != 0)
                 return gemma_fail(b, GEMMA_PN ": a declared name is too long");
             rc |= map_copy1(b, dst, src, 0.0f);
         }
@@ -398,6 +501,30 @@ static int gemma_declare_weights(RadBuilder *b, GemmaHparams *hp, GemmaModel *m)
         L->g = L->global ? &hp->gg : &hp->gl;
         if ((rc = gemma_weights_layer(b, hp, l, L)) != 0) return rc;
     }
+    /* the embedding form's dense layers: [out, in] as stored, a bias f32 [out] */
+    for (uint32_t k = 0; k < hp->n_dense; k++) {
+        char sfx[48];
+        snprintf(sfx, sizeof sfx, "dense.%u.weight", k);
+        if (gname(name, sizeof name, hp->pfx, -1, sfx) != 0) return gemma_fail(b, GEMMA_PN ": name too long");
+        d.dtype = RAD_ANY;
+        d.rank = 2;
+        d.shape[0] = hp->dense_out[k];
+        d.shape[1] = hp->dense_in[k];
+        d.access = RAD_ACCESS_PER_REQUEST;
+        m->w_dense[k] = rad_decl_weight(b, name, &d);
+        if (m->w_dense[k].id < 0) return gemma_fail(b, GEMMA_PN ": weight %s was refused", name);
+        if ((rc = gemma_check_enc(b, m->w_dense[k], name)) != 0) return rc;
+        m->b_dense[k].id = -1;
+        if (!hp->dense_bias[k]) continue;
+        snprintf(sfx, sizeof sfx, "dense.%u.bias", k);
+        if (gname(name, sizeof name, hp->pfx, -1, sfx) != 0) return gemma_fail(b, GEMMA_PN ": name too long");
+        d.dtype = RAD_F32; /* a bf16/f16 bias widens exactly */
+        d.rank = 1;
+        d.shape[0] = hp->dense_out[k];
+        d.shape[1] = 0;
+        m->b_dense[k] = rad_decl_weight(b, name, &d);
+        if (m->b_dense[k].id < 0) return gemma_fail(b, GEMMA_PN ": weight %s was refused", name);
+    }
     return 0;
 }
 
@@ -408,6 +535,17 @@ static int gemma_declare_buffers(RadBuilder *b, const GemmaHparams *hp, GemmaMod
     if (rad_resid_declare(b, g, hp->pfx, &m->r) != 0 || rad_attn_scratch_declare(b, g, hp->pfx, &m->as) != 0 ||
         rad_mlp_scratch_declare(b, g, hp->pfx, &m->ms) != 0)
         return gemma_fail(b, GEMMA_PN ": a buffer was refused");
+    if (hp->embed) { /* pool's rows, then each dense layer's */
+        m->pooled = rad_block_buf(b, hp->pfx, "pooled", hp->max_seqs, g->n_embd);
+        if (m->pooled.id < 0) return gemma_fail(b, GEMMA_PN ": the pooled buffer was refused");
+        for (uint32_t k = 0; k < hp->n_dense; k++) {
+            char nm[32];
+            snprintf(nm, sizeof nm, "dense.%u.y", k);
+            m->dense_y[k] = rad_block_buf(b, hp->pfx, nm, hp->max_seqs, hp->dense_out[k]);
+            if (m->dense_y[k].id < 0) return gemma_fail(b, GEMMA_PN ": the buffer %s was refused", nm);
+        }
+        return 0;
+    }
     m->head_x = rad_block_buf(b, hp->pfx, "head.x", hp->out_rows, g->n_embd);
     m->logits = rad_block_buf(b, hp->pfx, "logits", hp->out_rows, hp->n_vocab);
     if (m->head_x.id < 0 || m->logits.id < 0) return gemma_fail(b, GEMMA_PN ": a head buffer was refused");
@@ -445,6 +583,20 @@ static rad_op gemma_post_norm(RadBuilder *b, const RadBlockGeom *g, rad_weight g
     return op;
 }
 
+/* o = attn_seq(q, k, v): the embedding form's attention, within each sequence; window 0 (a global
+ * layer) sees the whole sequence, else keys with |i - j| < window. */
+static rad_op gemma_attn_seq_declare(RadBuilder *b, const RadBlockGeom *g, uint32_t window, const RadAttnScratch *s) {
+    rad_op op = RAD_OP(b, "attn_seq",
+                       RAD_PARAMS(RAD_RANGE("M", 1, g->max_tok), RAD_INT("n_head", g->n_head), RAD_INT("n_head_kv", g->n_head_kv),
+                                  RAD_INT("head_dim", g->head_dim), RAD_FLOAT("scale", g->attn_scale), RAD_INT("window", window)),
+                       RAD_NO_WEIGHTS);
+    if (op.id >= 0) {
+        rad_op_reads(b, op, RAD_BUFS(s->q, s->k, s->v), 3);
+        rad_op_writes(b, op, RAD_BUFS(s->o), 1);
+    }
+    return op;
+}
+
 static int gemma_declare_layer(RadBuilder *b, GemmaModel *m, uint32_t l) {
     GemmaLayer *L = &m->layers[l];
     const RadBlockGeom *g = L->g;
@@ -453,7 +605,8 @@ static int gemma_declare_layer(RadBuilder *b, GemmaModel *m, uint32_t l) {
     if (rad_prenorm_declare(b, g, &m->r, L->w_attn_norm, &L->pre_attn) != 0) return -1;
     if (rad_qkv_declare_ops(b, g, m->r.h, s, &L->qkv) != 0) return -1;
     if (rad_qk_norm_declare(b, g, s->q, s->k, &L->qkn) != 0 || rad_rope_declare(b, g, s->q, s->k, &L->rope) != 0) return -1;
-    L->attn = rad_attn_paged_declare(b, g, L->global ? m->kv_global : m->kv_local, l, s);
+    L->attn = m->hp.embed ? gemma_attn_seq_declare(b, g, L->global ? 0 : m->hp.seq_window, s)
+                          : rad_attn_paged_declare(b, g, L->global ? m->kv_global : m->kv_local, l, s);
     L->o = rad_block_gemm(b, g, L->w_o, g->n_embd, qw, s->o, m->r.y);
     if (L->attn.id < 0 || L->o.id < 0 || rad_allreduce_declare(b, g, &L->ar, m->r.y, g->n_embd) != 0) return -1;
     L->post_attn = gemma_post_norm(b, g, L->w_post_attn, m->r.y);
@@ -463,6 +616,46 @@ static int gemma_declare_layer(RadBuilder *b, GemmaModel *m, uint32_t l) {
     L->post_ffw = gemma_post_norm(b, g, L->w_post_ffw, m->r.y);
     if (L->post_ffw.id < 0) return -1; /* r.pending stays set: the next pre-norm adds y, */
     return rad_cvec_declare(b, g, m->hp.cvec, l, &m->r, &L->cvec); /* unless a steered layer settles it here */
+}
+
+/* The embedding form's pipeline after the final norm: pool (over the step's tokens, one row a
+ * sequence), the dense layers over those rows, l2_normalize; the last buffer is the output. */
+static int gemma_declare_pooled(RadBuilder *b, const GemmaHparams *hp, GemmaModel *m) {
+    const RadBlockGeom *g = &hp->gg;
+    m->op_pool = RAD_OP(b, "pool", RAD_PARAMS(RAD_RANGE("M", 1, g->max_tok), RAD_INT("N", g->n_embd), RAD_INT("mode", hp->pool_mode)),
+                        RAD_NO_WEIGHTS);
+    if (m->op_pool.id < 0) return gemma_fail(b, GEMMA_PN ": the pooling was refused");
+    rad_op_reads(b, m->op_pool, RAD_BUFS(m->r.h), 1);
+    rad_op_writes(b, m->op_pool, RAD_BUFS(m->pooled), 1);
+    rad_buf x = m->pooled;
+    uint32_t width = g->n_embd;
+    for (uint32_t k = 0; k < hp->n_dense; k++) {
+        m->op_dense[k] = RAD_OP(b, "gemm_nt",
+                                RAD_PARAMS(RAD_RANGE("M", 1, hp->max_seqs), RAD_INT("N", hp->dense_out[k]), RAD_INT("K", hp->dense_in[k])),
+                                RAD_WEIGHTS(m->w_dense[k]));
+        if (m->op_dense[k].id < 0) return gemma_fail(b, GEMMA_PN ": dense layer %u was refused", k);
+        rad_op_reads(b, m->op_dense[k], RAD_BUFS(x), 1);
+        rad_op_writes(b, m->op_dense[k], RAD_BUFS(m->dense_y[k]), 1);
+        m->op_dense_bias[k].id = -1;
+        if (m->b_dense[k].id >= 0) {
+            m->op_dense_bias[k] = RAD_OP(b, "add_bias", RAD_PARAMS(RAD_RANGE("M", 1, hp->max_seqs), RAD_INT("N", hp->dense_out[k])),
+                                         RAD_WEIGHTS(m->b_dense[k]));
+            if (m->op_dense_bias[k].id < 0) return gemma_fail(b, GEMMA_PN ": dense layer %u's bias was refused", k);
+            rad_op_reads(b, m->op_dense_bias[k], RAD_BUFS(m->dense_y[k]), 1);
+            rad_op_writes(b, m->op_dense_bias[k], RAD_BUFS(m->dense_y[k]), 1);
+        }
+        x = m->dense_y[k];
+        width = hp->dense_out[k];
+    }
+    m->op_l2.id = -1;
+    if (hp->normalize) {
+        m->op_l2 = RAD_OP(b, "l2_normalize", RAD_PARAMS(RAD_RANGE("M", 1, hp->max_seqs), RAD_INT("N", width)), RAD_NO_WEIGHTS);
+        if (m->op_l2.id < 0) return gemma_fail(b, GEMMA_PN ": the normalisation was refused");
+        rad_op_reads(b, m->op_l2, RAD_BUFS(x), 1);
+        rad_op_writes(b, m->op_l2, RAD_BUFS(x), 1);
+    }
+    if (rad_declare_pooled(b, x) != 0) return gemma_fail(b, GEMMA_PN ": the pooled output was refused");
+    return 0;
 }
 
 static int gemma_declare_ops(RadBuilder *b, GemmaHparams *hp, GemmaModel *m) {
@@ -481,6 +674,7 @@ static int gemma_declare_ops(RadBuilder *b, GemmaHparams *hp, GemmaModel *m) {
         if (gemma_declare_layer(b, m, l) != 0) return gemma_fail(b, GEMMA_PN ": layer %u: an op was refused", l);
     if (rad_prenorm_declare(b, g, &m->r, m->w_out_norm, &m->final_norm) != 0)
         return gemma_fail(b, GEMMA_PN ": the final norm was refused");
+    if (hp->embed) return gemma_declare_pooled(b, hp, m);
     m->op_gather = RAD_OP(b, "logits_gather", RAD_PARAMS(RAD_RANGE("M", 1, hp->out_rows), RAD_INT("N", g->n_embd)),
                           RAD_NO_WEIGHTS);
     m->op_logits = RAD_OP(b, "logits_gemm",
@@ -510,6 +704,24 @@ static void gemma_notes(RadBuilder *b, const GemmaHparams *hp) {
                 "norm gammas 1 + w (GGUF stores them so; Hugging Face's w gets its 1 at convert)");
 }
 
+static void gemma_notes_embed(RadBuilder *b, const GemmaHparams *hp) {
+    const RadBlockGeom *g = &hp->gg;
+    rad_note(b, "%s: the embedding form (attention.bidirectional, pooling.mode): %u layers (%u local, attn_seq window %u = "
+                "sliding_window %u / 2 + 1, as transformers' bidirectional Gemma 3; %u global, the whole sequence), n_embd %u, "
+                "GQA %u:%u, head_dim %u, n_ff %u, vocab %u; no KV, no logits", GEMMA_PN, hp->n_layers, hp->n_layers - hp->n_global,
+             hp->seq_window, hp->window, hp->n_global, g->n_embd, g->n_head, g->n_head_kv, g->head_dim, g->n_ff, hp->n_vocab);
+    rad_note(b, "rope: local theta %g, global theta %g; attention scale %g; embedding scale %g", (double)hp->gl.rope_theta,
+             (double)g->rope_theta, (double)g->attn_scale, (double)hp->embd_scale);
+    char chain[256];
+    size_t k = 0;
+    uint32_t w = g->n_embd;
+    chain[0] = 0;
+    for (uint32_t i = 0; i < hp->n_dense && k < sizeof chain; i++, w = hp->dense_out[i - 1])
+        k += (size_t)snprintf(chain + k, sizeof chain - k, ", dense %u -> %u%s", w, hp->dense_out[i], hp->dense_bias[i] ? " + bias" : "");
+    rad_note(b, "pooled output: %s pooling%s%s, %u rows of %u", gemma_pool_modes[hp->pool_mode], chain,
+             hp->normalize ? ", l2_normalize" : "", hp->max_seqs, hp->n_dense ? hp->dense_out[hp->n_dense - 1] : g->n_embd);
+}
+
 static void gemma_note_cvec(RadBuilder *b, const GemmaModel *m) {
     uint32_t steered = 0;
     for (uint32_t l = 0; l < m->hp.n_layers; l++) steered += m->layers[l].cvec.on;
@@ -531,9 +743,10 @@ static int gemma_declare(RadBuilder *b, const RadModelMeta *meta, const RadBuild
     if ((rc = gemma_declare_map(b, hp)) != 0) return rc;
     if ((rc = gemma_declare_weights(b, hp, m)) != 0) return rc;
     if ((rc = gemma_declare_buffers(b, hp, m)) != 0) return rc;
-    if ((rc = gemma_declare_kv(b, hp, m)) != 0) return rc;
+    if (!hp->embed && (rc = gemma_declare_kv(b, hp, m)) != 0) return rc; /* the embedding form has no KV */
     if ((rc = gemma_declare_ops(b, hp, m)) != 0) return rc;
-    gemma_notes(b, hp);
+    if (hp->embed) gemma_notes_embed(b, hp);
+    else gemma_notes(b, hp);
     gemma_note_cvec(b, m);
     m->ready = 1;
     return 0;
@@ -549,13 +762,43 @@ static int gemma_layer_step(RadCtx *c, const GemmaModel *m, const GemmaLayer *L,
     if ((rc = rad_qkv_step(c, &L->qkv, n)) != 0) return rc;
     if ((rc = rad_qk_norm_step(c, &L->qkn, n)) != 0) return rc;
     if ((rc = rad_rope_step(c, &L->rope, bt->positions, n)) != 0) return rc;
-    if ((rc = rad_attn_paged_step(c, L->attn, s, n)) != 0) return rc;
+    if ((rc = rad_attn_paged_step(c, L->attn, s, n)) != 0) return rc; /* attn_seq's operands are the same */
     if ((rc = RAD_ISSUE_N(c, L->o, n, RAD_W(L->w_o), brows(s->o, n), brows(m->r.y, n))) != 0) return rc;
     if ((rc = rad_allreduce_step(c, &L->ar, m->r.y, n)) != 0) return rc;
     if ((rc = RAD_ISSUE_N(c, L->post_attn, n, RAD_W(L->w_post_attn), brows(m->r.y, n), brows(m->r.y, n))) != 0) return rc;
     if ((rc = rad_mlp_step(c, &L->mlp, bt)) != 0) return rc;
     if ((rc = RAD_ISSUE_N(c, L->post_ffw, n, RAD_W(L->w_post_ffw), brows(m->r.y, n), brows(m->r.y, n))) != 0) return rc;
     return rad_cvec_step(c, &L->cvec, &m->r, n);
+}
+
+/* The embedding form's step: whole sequences from position 0, one pooled row each. */
+static void gemma_step_embed(RadCtx *c, const GemmaModel *m, const RadBatch *bt) {
+    const uint64_t n = bt->n_tok, S = bt->n_seq;
+    if (n > m->hp.gg.max_tok || S > m->hp.max_seqs || (n && !S)) {
+        rad_step_fail(c, GEMMA_PN ": the step exceeds the declared bounds (n_tok, n_seq)");
+        return;
+    }
+    if (n == 0) return;
+    for (uint64_t i = 0; i < S; i++)
+        if (!bt->cu_seqlens || bt->cu_seqlens[i] >= (int32_t)n || bt->positions[bt->cu_seqlens[i]] != 0) {
+            rad_step_fail(c, GEMMA_PN ": every sequence of an embedding step must be whole, from position 0");
+            return;
+        }
+    if (RAD_ISSUE_N(c, m->op_embed, n, RAD_W(m->w_tok), praw(bt->token_ids, RAD_I32, n), brows(m->r.x, n)) != 0) return;
+    if (RAD_ISSUE_N(c, m->op_scale, n, brows(m->r.x, n)) != 0) return;
+    for (uint32_t l = 0; l < m->hp.n_layers; l++)
+        if (gemma_layer_step(c, m, &m->layers[l], bt) != 0) return;
+    if (rad_prenorm_step(c, &m->final_norm, n) != 0) return;
+    if (RAD_ISSUE_N(c, m->op_pool, n, brows(m->r.h, n), brows(m->pooled, S)) != 0) return;
+    rad_buf x = m->pooled;
+    for (uint32_t k = 0; k < m->hp.n_dense; k++) {
+        if (RAD_ISSUE_N(c, m->op_dense[k], S, RAD_W(m->w_dense[k]), brows(x, S), brows(m->dense_y[k], S)) != 0) return;
+        if (m->op_dense_bias[k].id >= 0 &&
+            RAD_ISSUE_N(c, m->op_dense_bias[k], S, RAD_W(m->b_dense[k]), brows(m->dense_y[k], S)) != 0)
+            return;
+        x = m->dense_y[k];
+    }
+    if (m->op_l2.id >= 0) (void)RAD_ISSUE_N(c, m->op_l2, S, brows(x, S));
 }
 
 static void gemma_step(RadCtx *c, const RadBatch *bt) {
@@ -567,6 +810,10 @@ static void gemma_step(RadCtx *c, const RadBatch *bt) {
     }
     if (bt->struct_size >= offsetof(RadBatch, draft_pass) + sizeof bt->draft_pass && bt->draft_pass != 0) {
         rad_step_fail(c, GEMMA_PN ": a draft pass, but no drafter is declared");
+        return;
+    }
+    if (m->hp.embed) {
+        gemma_step_embed(c, m, bt);
         return;
     }
     if (n > m->hp.gg.max_tok || bt->n_out > m->hp.out_rows || bt->n_out > n) {
@@ -589,11 +836,15 @@ static void gemma_step(RadCtx *c, const RadBatch *bt) {
 
 static int gemma_probe(const RadModelMeta *meta, RadArchProbe *out) {
     uint32_t s = out->struct_size;
-    (void)meta;
+    bool bidir = false;
+    const char *mode;
+    /* the embedding form steers nothing: --control-vector is refused at startup, by flag */
+    const int embed = rad_meta_bool(meta, "attention.bidirectional", false, &bidir) > 0 && bidir &&
+                      rad_meta_str(meta, "pooling.mode", "", &mode) > 0;
     memset(out, 0, s < sizeof *out ? s : sizeof *out);
     out->struct_size = s;
     if (s >= offsetof(RadArchProbe, shape_probe_ok) + sizeof out->shape_probe_ok) out->shape_probe_ok = 1;
-    if (s >= offsetof(RadArchProbe, control_vector_ok) + sizeof out->control_vector_ok) out->control_vector_ok = 1;
+    if (s >= offsetof(RadArchProbe, control_vector_ok) + sizeof out->control_vector_ok) out->control_vector_ok = !embed;
     return 0;
 }
 

@@ -554,6 +554,7 @@ typedef struct PreInfo {
     bool byte_level_regex;  /* a ByteLevel pre-tokenizer with use_regex (GPT-2's split) */
     bool digits;            /* a Digits pre-tokenizer with individual_digits */
     const char *split;      /* the first Split pre-tokenizer's regex, or NULL */
+    const char *split_str;  /* the first Split pre-tokenizer's plain string pattern, or NULL */
     int space_prefix;       /* -1 unknown, else add_space_prefix */
 } PreInfo;
 
@@ -590,6 +591,14 @@ static int scan_pre(const char *file, const char *label, const json_t *p, PreInf
             if ((x = jget(p, "add_prefix_space")) && (rc = want_bool(file, lab, x, &b, e))) return rc;
             if (x) pi->space_prefix = b;
         }
+    } else if (!is_decoder && strcmp(t, "Split") == 0 && jget(jget(p, "pattern"), "String")) {
+        /* a plain-string split (Gemma's " "): the caller checks it never fires */
+        snprintf(lab, sizeof lab, "%s.pattern.String", label);
+        const char *str;
+        if ((rc = want_str(file, lab, jget(jget(p, "pattern"), "String"), &str, e))) return rc;
+        if (pi->split_str)
+            return rad_err_set(e, RAD_E_UNSUPPORTED, "%s: %s: a second Split on a string is not implemented", file, label);
+        pi->split_str = str;
     } else if (!is_decoder && strcmp(t, "Split") == 0) {
         snprintf(lab, sizeof lab, "%s.pattern.Regex", label);
         const char *re;
@@ -628,6 +637,23 @@ static bool has_prepend(const json_t *nz) {
         json_t *a = jget(nz, "normalizers");
         for (size_t i = 0; i < json_array_size(a); i++)
             if (has_prepend(json_array_get(a, i))) return true;
+    }
+    return false;
+}
+
+/* A normalizer that replaces every " " by "▁" (SentencePiece's, Replace(String " ", "▁")),
+ * alone or in a Sequence. */
+static bool replaces_space(const json_t *nz) {
+    const char *t = json_string_value(jget(nz, "type"));
+    if (!t) return false;
+    if (strcmp(t, "Replace") == 0) {
+        const char *pat = json_string_value(jget(jget(nz, "pattern"), "String")), *to = json_string_value(jget(nz, "content"));
+        return pat && to && strcmp(pat, " ") == 0 && strcmp(to, "\xe2\x96\x81") == 0;
+    }
+    if (strcmp(t, "Sequence") == 0) {
+        json_t *a = jget(nz, "normalizers");
+        for (size_t i = 0; i < json_array_size(a); i++)
+            if (replaces_space(json_array_get(a, i))) return true;
     }
     return false;
 }
@@ -1114,6 +1140,17 @@ int rad_hf_read_tokenizer(RadModelFile *m, const char *tok_name, const char *tok
         goto out;
     json_t *nz = jget(root, "normalizer");
     if (has_prepend(nz)) pi.space_prefix = 1;
+    const bool spm = !wordpiece && !unigram && !pi.byte_level && byte_fallback;
+    /* SentencePiece's " " -> "▁" without a Prepend (Gemma's tokenizer.json): no dummy prefix */
+    if (spm && pi.space_prefix < 0 && replaces_space(nz)) pi.space_prefix = 0;
+    /* A Split on " " after that normalizer finds no space: the identity, as Gemma 3's. Any other
+     * string split would cut words this tokenizer keeps whole. */
+    if (pi.split_str && !(spm && strcmp(pi.split_str, " ") == 0 && replaces_space(nz))) {
+        rc = rad_err_set(e, RAD_E_UNSUPPORTED, "%s: pre_tokenizer Split on the string '%.40s' is not implemented (only "
+                         "' ' after a normalizer that replaces every ' ' by '\xe2\x96\x81', where it never splits)",
+                         file, pi.split_str);
+        goto out;
+    }
     /* The unknown token: model.unk_token (BPE, WordPiece) or model.unk_id (Unigram). */
     const char *unk = json_string_value(jget(model, "unk_token"));
     int64_t unk_id = unk ? vocab_find(&v, unk) : -1;
@@ -1347,11 +1384,141 @@ static int read_st_pooling(RadSrc *s, RadModelFile *m, const char *rel, RadErr *
     return rc;
 }
 
-/* modules.json (when present): Transformer first, then Pooling, then optionally Normalize, as
- * the pooling.* keys; sentence_bert_config.json's max_seq_length as pooling.max_tokens. Any other
- * module, or another order, is refused by name: a pipeline left half applied would be a silent
- * substitution. */
-static int read_st_pipeline(RadSrc *s, RadModelFile *m, RadErr *e) {
+/* The Dense modules of a pipeline, in order: their folders, read after the model's weights. */
+#define ST_MAX_DENSE 8
+typedef struct StDense {
+    char dir[512];            /* the module's path in the folder */
+    uint32_t in, out;         /* in_features, out_features */
+    bool bias;
+} StDense;
+typedef struct StPipe {
+    uint32_t n_dense;
+    StDense d[ST_MAX_DENSE];
+} StPipe;
+
+/* A Dense module's config.json: a linear layer (in_features -> out_features, bias or not) whose
+ * activation is the identity, as pooling.dense.<k>.in / .out / .bias (docs/KEYS.md). sentence-transformers'
+ * default activation (absent) is Tanh, which is not served; nor are any other activation, a
+ * residual, or other feature names: each is refused by name. */
+static int read_st_dense(RadSrc *s, RadModelFile *m, const char *dir, uint32_t k, StPipe *p, RadErr *e) {
+    static const char identity[] = "torch.nn.modules.linear.Identity";
+    static const char *const keys[] = {"in_features", "out_features", "bias", "activation_function", "module_input_name",
+                                       "module_output_name", "use_residual", NULL};
+    char rel[600], key[64];
+    if (k == ST_MAX_DENSE)
+        return rad_err_set(e, RAD_E_LIMIT, "modules.json: more than %d Dense modules are not served", ST_MAX_DENSE);
+    if (!*dir || strlen(dir) >= sizeof p->d[k].dir)
+        return rad_err_set(e, RAD_E_FORMAT, "modules.json: Dense module %u: path '%.80s' is %s", k, dir,
+                           *dir ? "too long" : "empty (a Dense module has a folder)");
+    snprintf(rel, sizeof rel, "%s/config.json", dir);
+    RadIn in;
+    json_t *root = NULL;
+    int rc = rad_src_read(s, rel, &in, RAD_HF_MAX_JSON, e);
+    if (rc) return rc;
+    rc = json_open(rel, (const char *)in.data, (size_t)in.size, &root, e);
+    rad_in_close(&in);
+    if (rc) return rc;
+    StDense *d = &p->d[k];
+    const char *f, *act = NULL, *name;
+    json_t *x;
+    int64_t v[2];
+    bool b = false;
+    json_object_foreach(root, f, x) {
+        const char *const *q = keys;
+        while (*q && strcmp(*q, f)) q++;
+        if (!*q) {
+            rc = rad_err_set(e, RAD_E_UNSUPPORTED, "%s: field '%.60s' is not served", rel, f);
+            goto out;
+        }
+    }
+    for (int i = 0; i < 2; i++) {
+        const char *field = i ? "out_features" : "in_features";
+        if (!(x = jget(root, field))) {
+            rc = rad_err_set(e, RAD_E_FORMAT, "%s: field '%s' is missing", rel, field);
+            goto out;
+        }
+        if ((rc = want_int(rel, field, x, 1, UINT32_MAX, &v[i], e))) goto out;
+    }
+    d->in = (uint32_t)v[0], d->out = (uint32_t)v[1], d->bias = true; /* sentence-transformers' default */
+    if ((x = jget(root, "bias")) && (rc = want_bool(rel, "bias", x, &d->bias, e))) goto out;
+    if ((x = jget(root, "activation_function")) && (rc = want_str(rel, "activation_function", x, &act, e))) goto out;
+    if (!act || strcmp(act, identity)) {
+        rc = rad_err_set(e, RAD_E_UNSUPPORTED, "%s: activation_function '%.80s' is not served (%s only)", rel,
+                         act ? act : "absent: sentence-transformers' default, torch.nn.modules.activation.Tanh", identity);
+        goto out;
+    }
+    if ((x = jget(root, "use_residual")) && (!(rc = want_bool(rel, "use_residual", x, &b, e))) && b)
+        rc = rad_err_set(e, RAD_E_UNSUPPORTED, "%s: use_residual true is not served", rel);
+    for (int i = 0; !rc && i < 2; i++) {
+        const char *field = i ? "module_output_name" : "module_input_name";
+        if ((x = jget(root, field)) && !json_is_null(x) && !(rc = want_str(rel, field, x, &name, e)) &&
+            strcmp(name, "sentence_embedding"))
+            rc = rad_err_set(e, RAD_E_UNSUPPORTED, "%s: %s '%.60s' is not served (sentence_embedding)", rel, field, name);
+    }
+    if (rc) goto out;
+    if (k > 0 && d->in != p->d[k - 1].out) {
+        rc = rad_err_set(e, RAD_E_FORMAT, "%s: in_features %u, but the Dense before it (%s) gives %u", rel, d->in,
+                         p->d[k - 1].dir, p->d[k - 1].out);
+        goto out;
+    }
+    snprintf(d->dir, sizeof d->dir, "%s", dir);
+    p->n_dense = k + 1;
+    snprintf(key, sizeof key, "pooling.dense.%u.in", k);
+    if ((rc = rad_dict_set_u32(&m->meta, key, d->in, e))) goto out;
+    snprintf(key, sizeof key, "pooling.dense.%u.out", k);
+    if ((rc = rad_dict_set_u32(&m->meta, key, d->out, e))) goto out;
+    snprintf(key, sizeof key, "pooling.dense.%u.bias", k);
+    if ((rc = rad_dict_set_bool(&m->meta, key, d->bias, e))) goto out;
+    rc = rad_dict_set_u32(&m->meta, "pooling.n_dense", k + 1, e);
+out:
+    json_decref(root);
+    return rc;
+}
+
+/* Each Dense module's <dir>/model.safetensors, taken in as dense.<k>.weight (and .bias): nn.Linear's
+ * linear.weight [out, in] and linear.bias [out], nothing else. The file's input moves into m->ins
+ * (the tensors' planes point into it), as a shard's does. */
+static int add_st_dense(RadSrc *s, RadModelFile *m, const StPipe *p, RadErr *e) {
+    for (uint32_t k = 0; k < p->n_dense; k++) {
+        const StDense *d = &p->d[k];
+        char rel[600], bin[600], name[64];
+        snprintf(rel, sizeof rel, "%s/model.safetensors", d->dir);
+        snprintf(bin, sizeof bin, "%s/pytorch_model.bin", d->dir);
+        if (!rad_src_has(s, rel))
+            return rad_src_has(s, bin) ? rad_err_set(e, RAD_E_UNSUPPORTED, "%s: the Dense module's weights are %s (pickle), "
+                                                     "which is not read; save them as safetensors", s->path, bin)
+                                       : rad_err_set(e, RAD_E_NOTFOUND, "%s: the Dense module has no %s", s->path, rel);
+        RadIn in;
+        uint64_t first = 0;
+        int rc = rad_src_read(s, rel, &in, RAD_SRC_NO_LIMIT, e);
+        if (rc || (rc = rad_safetensors_add(m, &in, &first, e))) return rc;
+        uint32_t seen = 0;
+        for (uint64_t i = first; i < m->n_tensors; i++) {
+            const RadTensor *t = &m->tensors[i];
+            const int w = !strcmp(t->name, "linear.weight"), bias = !strcmp(t->name, "linear.bias");
+            const uint64_t want[2] = {d->out, d->in};
+            if (!w && !(bias && d->bias))
+                return rad_err_set(e, RAD_E_FORMAT, "%s: tensor '%s' is not the Dense layer's (linear.weight%s)", rel, t->name,
+                                   d->bias ? ", linear.bias" : "; config.json says bias false");
+            if (t->rank != (w ? 2u : 1u) || t->shape[0] != want[0] || (w && t->shape[1] != want[1]))
+                return rad_err_set(e, RAD_E_FORMAT, "%s: tensor '%s' is not %s (config.json: in_features %u, out_features %u)",
+                                   rel, t->name, w ? "[out_features, in_features]" : "[out_features]", d->in, d->out);
+            seen |= w ? 1u : 2u;
+            snprintf(name, sizeof name, "dense.%u.%s", k, w ? "weight" : "bias");
+            if ((rc = rad_model_rename_tensor(m, i, name, e))) return rc;
+        }
+        if (!(seen & 1u) || (d->bias && !(seen & 2u)))
+            return rad_err_set(e, RAD_E_FORMAT, "%s: tensor '%s' is missing", rel, (seen & 1u) ? "linear.bias" : "linear.weight");
+    }
+    return RAD_OK;
+}
+
+/* modules.json (when present): Transformer first, then Pooling, then any Dense layers, then
+ * optionally Normalize, as the pooling.* keys; sentence_bert_config.json's max_seq_length as
+ * pooling.max_tokens. Any other module, or another order, is refused by name: a pipeline left
+ * half applied would be a silent substitution. The Dense modules' folders land in *p. */
+static int read_st_pipeline(RadSrc *s, RadModelFile *m, StPipe *p, RadErr *e) {
+    p->n_dense = 0;
     if (!rad_src_has(s, "modules.json")) return RAD_OK;
     RadIn in;
     int rc = rad_src_read(s, "modules.json", &in, RAD_HF_MAX_JSON, e);
@@ -1360,7 +1527,7 @@ static int read_st_pipeline(RadSrc *s, RadModelFile *m, RadErr *e) {
     json_t *mods = json_loadb((const char *)in.data, (size_t)in.size, JSON_REJECT_DUPLICATES, &je);
     rad_in_close(&in);
     if (!mods) return rad_err_set(e, RAD_E_FORMAT, "modules.json: invalid JSON at line %d, column %d: %s", je.line, je.column, je.text);
-    int stage = 0; /* 0 nothing, 1 Transformer, 2 Pooling, 3 Normalize */
+    int stage = 0; /* 0 nothing, 1 Transformer, 2 Pooling (and Dense), 3 Normalize */
     if (!json_is_array(mods)) rc = bad_type("modules.json", "(top level)", "array", mods, e);
     for (size_t i = 0; !rc && i < json_array_size(mods); i++) {
         const json_t *mo = json_array_get(mods, i), *v;
@@ -1383,13 +1550,16 @@ static int read_st_pipeline(RadSrc *s, RadModelFile *m, RadErr *e) {
             snprintf(rel, sizeof rel, "%s%sconfig.json", path, *path ? "/" : "");
             rc = read_st_pooling(s, m, rel, e);
             stage = 2;
+        } else if (!strcmp(t, "Dense") && stage == 2) {
+            rc = read_st_dense(s, m, path, p->n_dense, p, e);
         } else if (!strcmp(t, "Normalize") && stage == 2) {
             rc = rad_dict_set_bool(&m->meta, "pooling.normalize", true, e);
             stage = 3;
         } else {
             rc = rad_err_set(e, RAD_E_UNSUPPORTED, "modules.json: module %zu '%s'%s is not served%s", i, type,
                              stage == 3 ? " after Normalize" : "",
-                             stage == 0 ? " (the pipeline must start with Transformer)" : " (served: Transformer, Pooling, Normalize)");
+                             stage == 0 ? " (the pipeline must start with Transformer)"
+                                        : " (served: Transformer, Pooling, Dense, Normalize, in that order)");
         }
     }
     json_decref(mods);
@@ -1481,8 +1651,10 @@ int rad_hf_load(RadSrc *s, RadModelFile *m, RadErr *e) {
         }
     }
 
-    if ((rc = read_st_pipeline(s, m, e))) return rc;
+    StPipe pipe;
+    if ((rc = read_st_pipeline(s, m, &pipe, e))) return rc;
     if ((rc = rad_hf_load_weights(s, m, e))) return rc;
+    if ((rc = add_st_dense(s, m, &pipe, e))) return rc; /* after the model's: its input stays ins[0] */
     if (!rad_dict_get(&m->meta, "model.tie_embeddings") && m->n_tensors > 0 &&
         (rc = rad_dict_set_bool(&m->meta, "model.tie_embeddings", !rad_model_find(m, "lm_head.weight"), e)))
         return rc;

@@ -187,6 +187,27 @@ int rad_model_add_tensor(RadModelFile *m, RadTensor *t, RadErr *e) {
     return RAD_OK;
 }
 
+int rad_model_rename_tensor(RadModelFile *m, uint64_t i, const char *name, RadErr *e) {
+    if (i >= m->n_tensors) return rad_err_set(e, RAD_E_ARG, "%s: no tensor %" PRIu64 " to rename", m->path, i);
+    if (rad_model_find(m, name))
+        return rad_err_set(e, RAD_E_FORMAT, "%s: tensor '%s' (renamed from '%s') is already in the model", m->path, name,
+                           m->tensors[i].name);
+    char *nm = strdup(name);
+    uint64_t *ix = calloc(m->name_cap, sizeof *ix);
+    if (!nm || !ix) {
+        free(nm);
+        free(ix);
+        return rad_err_set(e, RAD_E_NOMEM, "%s: out of memory renaming a tensor", m->path);
+    }
+    free(m->tensors[i].name);
+    m->tensors[i].name = nm;
+    /* the old name's slot cannot be moved: the index is rebuilt, in table order as ever */
+    for (uint64_t j = 0; j < m->n_tensors; j++) name_ix_put(ix, m->name_cap, m->tensors, j);
+    free(m->name_ix);
+    m->name_ix = ix;
+    return RAD_OK;
+}
+
 const RadTensor *rad_model_find(const RadModelFile *m, const char *name) {
     if (!m->name_cap) return NULL; /* no tensor was ever added */
     /* an entry past n_tensors is a rolled-back add (a loader that failed part way): skipped */

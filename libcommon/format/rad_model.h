@@ -112,6 +112,9 @@ int rad_model_meta(const RadModelFile *m, RadModelMeta *out, RadErr *e);
 /* Helpers shared by the readers. */
 int rad_model_add_tensor(RadModelFile *m, RadTensor *t, RadErr *e); /* takes t->name */
 const RadTensor *rad_model_find(const RadModelFile *m, const char *name);
+/* Gives tensor i another name (a module's tensors taken in under the container's names) and
+ * rebuilds the name index; RAD_E_FORMAT, nothing changed, when a tensor already has the name. */
+int rad_model_rename_tensor(RadModelFile *m, uint64_t i, const char *name, RadErr *e);
 /* Element count and byte size of an encoded tensor with overflow checks; RAD_E_FORMAT when the
  * innermost dim is not a whole number of blocks or the product overflows u64. */
 int rad_tensor_bytes(RadEnc enc, uint32_t rank, const uint64_t *shape, uint64_t *n_elems,

@@ -247,7 +247,7 @@ static int parse_args(int argc, char **argv, Opts *o) {
 static const char *arch_alias(const char *s) {
     static const struct { const char *from, *to; } t[] = {
         {"LlamaForCausalLM", "llama"}, {"MistralForCausalLM", "llama"}, {"mistral", "llama"},
-        {"Qwen3ForCausalLM", "qwen3"}, {"Gemma3ForCausalLM", "gemma3"}, {"gemma3_text", "gemma3"},
+        {"Qwen3ForCausalLM", "qwen3"}, {"Gemma3ForCausalLM", "gemma3"}, {"Gemma3TextModel", "gemma3"}, {"gemma3_text", "gemma3"},
         {"BertModel", "bert"},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)

@@ -191,12 +191,12 @@ static int parse_prompt(json_t *p, const ApiCtx *cx, ApiReq *r, ApiErr *e) {
 static int check_schema(json_t *schema, const char *at, ApiErr *e) {
     RadGrammar *g = NULL;
     RadErr re = {0};
-    char path[96] = "";
+    char path[200] = "";
     const int rc = rad_grammar_from_schema(schema, &g, path, sizeof path, &re);
     rad_grammar_free(g);
     if (!rc) return 0;
     json_decref(schema);
-    char param[160];
+    char param[256];
     snprintf(param, sizeof param, "%s%s%s", at, path[0] ? "." : "", path);
     if (rc == RAD_E_NOMEM) return api_err(e, 500, "server_error", NULL, NULL, "out of memory compiling '%s'", at);
     return api_err(e, 400, "invalid_request_error", NULL, param, "'%s': %s", at, re.msg);

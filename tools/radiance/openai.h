@@ -21,7 +21,7 @@ typedef struct ApiErr {
     int status;              /* HTTP status */
     const char *type;        /* "invalid_request_error", "authentication_error", "server_error", ... */
     const char *code;        /* NULL or "model_not_found", "context_length_exceeded", ... */
-    char param[64];          /* "" when none */
+    char param[256];         /* "" when none; a schema keyword's path fits */
     char msg[512];
 } ApiErr;
 
