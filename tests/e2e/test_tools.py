@@ -113,6 +113,24 @@ class QwenTools(unittest.TestCase):
             self.assertEqual(ch.message.tool_calls[0].function.name, "get_weather")
             jsonschema.validate(json.loads(ch.message.tool_calls[0].function.arguments), schema)
 
+    def test_required_among_several_is_one_valid_call(self):
+        """tool_choice "required" with several tools: the whole call is constrained (the name one of
+        them; a strict one's arguments its parameters, another's a JSON object), at a temperature,
+        whatever the prompt asks."""
+        strict = {"type": "function", "function": dict(WEATHER["function"], strict=True, parameters=dict(
+            WEATHER["function"]["parameters"], required=["city", "unit"], additionalProperties=False))}
+        for q in ("Hi there", "What time is it in Tokyo?", "What is the weather in Paris?"):
+            r = self.ask([{"role": "user", "content": q}], tools=[strict, TIME], tool_choice="required", temperature=0.8, seed=3)
+            ch = r.choices[0]
+            self.assertEqual(ch.finish_reason, "tool_calls", ch.message)
+            self.assertEqual(len(ch.message.tool_calls), 1)
+            call = ch.message.tool_calls[0].function
+            self.assertIn(call.name, ("get_weather", "get_time"))
+            args = json.loads(call.arguments)
+            self.assertIsInstance(args, dict)
+            if call.name == "get_weather":
+                jsonschema.validate(args, strict["function"]["parameters"])
+
     def test_json_schema_reply_validates(self):
         """Structured outputs on a real instruction model (test_structured.py has the default model)."""
         schema = WEATHER["function"]["parameters"]
@@ -138,6 +156,9 @@ class QwenTools(unittest.TestCase):
             ({"tools": [{"type": "function", "function": dict(WEATHER["function"], strict=True, parameters={
                 "type": "object", "properties": {"d": {"type": "string", "format": "date"}}})}],
               "tool_choice": "required"}, "tools[0].function.parameters.properties.d.format"),
+            ({"tools": [TIME, {"type": "function", "function": dict(WEATHER["function"], strict=True, parameters={
+                "type": "object", "properties": {"d": {"type": "string", "pattern": "a+"}}})}],
+              "tool_choice": "required"}, "tools[1].function.parameters.properties.d.pattern"),  # required among several
             ({"tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
             ({"tool_choice": "sometimes"}, "tool_choice"),
             ({"tools": [], "tool_choice": "required"}, "tool_choice"),

@@ -295,19 +295,30 @@ static int parse_tools(json_t *j, const ApiCtx *cx, ApiReq *r, ApiErr *e) {
                                    "among 'tools'", named);
     }
     if (!nt || !strcmp(choice, "none")) return 0;
-    /* strict functions: their arguments are constrained when the call is forced (one function
-     * named, or required with one offered); a strict function the model may or may not call is
-     * not served (the grammar would have to span free text and the markup) */
+    /* strict functions: their arguments are constrained when a call is forced (one function
+     * named, or "required": the call to whichever one the model picks); under "auto" a strict
+     * function is not served (the grammar would have to span free text and the markup) */
     const char *forced = named ? named : !strcmp(choice, "required") && nt == 1 ?
         json_string_value(json_object_get(json_object_get(json_array_get(t, 0), "function"), "name")) : NULL;
+    const int required_many = !named && !strcmp(choice, "required") && nt > 1;
     for (size_t i = 0; i < nt; i++) {
         json_t *fn = json_object_get(json_array_get(t, i), "function");
         if (!json_is_true(json_object_get(fn, "strict"))) continue;
         char p[48];
         snprintf(p, sizeof p, "tools[%zu]", i);
+        if (required_many) { /* checked here, by its own path; constrained in the whole call's schema below */
+            json_t *params = json_object_get(fn, "parameters");
+            char at[96];
+            snprintf(at, sizeof at, "%s.function.parameters", p);
+            if (!params || json_is_null(params)) continue;
+            int rc = check_schema(json_incref(params), at, e); /* takes the reference on a refusal only */
+            if (rc) return rc;
+            json_decref(params);
+            continue;
+        }
         if (!forced || strcmp(forced, json_string_value(json_object_get(fn, "name"))))
             return api_err(e, 400, "invalid_request_error", "unsupported_parameter", p, "'%s.function.strict': true is served "
-                           "when tool_choice forces that function (names it, or \"required\" with it alone): send false, or force it", p);
+                           "when tool_choice forces a call (names the function, or \"required\"): send false, or force it", p);
         json_t *params = json_object_get(fn, "parameters");
         json_t *schema = params && !json_is_null(params) ? json_incref(params) : json_pack("{s:s}", "type", "object");
         char at[96];
@@ -324,8 +335,34 @@ static int parse_tools(json_t *j, const ApiCtx *cx, ApiReq *r, ApiErr *e) {
     if (!strcmp(choice, "auto")) return 0;
     if (!named && nt == 1) /* required with one tool: that one, named as a named choice would */
         named = json_string_value(json_object_get(json_object_get(json_array_get(t, 0), "function"), "name"));
-    /* required or named: the reply opens with the call, the prompt ending with its opening */
     const RadChatFormat *f = cx->chat;
+    const char *brace = strchr(f->tool_call_open, '{');
+    if (!named && brace && f->tool_call_close[0] == '}') {
+        /* required among several: the reply is one call to one of them, the whole call object
+         * constrained (vLLM's guided "required"): the prompt ends before the call's "{" */
+        json_t *any = json_array();
+        for (size_t i = 0; any && i < nt; i++) {
+            json_t *fn = json_object_get(json_array_get(t, i), "function"), *params = json_object_get(fn, "parameters");
+            json_t *args = json_is_true(json_object_get(fn, "strict")) && params && !json_is_null(params) ? json_incref(params)
+                                                                                                         : json_pack("{s:s}", "type", "object");
+            json_t *one = json_pack("{s:s,s:{s:{s:O},s:o},s:[s,s],s:b}", "type", "object", "properties", "name", "const",
+                                    json_object_get(fn, "name"), "arguments", args, "required", "name", "arguments",
+                                    "additionalProperties", 0);
+            if (!one || json_array_append_new(any, one)) json_decref(any), any = NULL;
+        }
+        json_t *schema = any ? json_pack("{s:o}", "anyOf", any) : NULL;
+        if (!schema) return api_err(e, 500, "server_error", NULL, NULL, "out of memory reading the tools");
+        int rc = check_schema(schema, "tools", e);
+        if (rc) return rc;
+        json_decref(r->args_schema);
+        r->args_schema = schema;
+        r->call_schema = 1;
+        size_t len = (size_t)(brace - f->tool_call_open) + 1;
+        if (!(r->tool_prefix = malloc(len))) return api_err(e, 500, "server_error", NULL, NULL, "out of memory reading the tools");
+        snprintf(r->tool_prefix, len, "%.*s", (int)(len - 1), f->tool_call_open);
+        return 0;
+    }
+    /* required or named: the reply opens with the call, the prompt ending with its opening */
     size_t len = strlen(f->tool_call_open) + (named ? strlen(named) + strlen(f->tool_call_mid) : 0) + 1;
     if (!(r->tool_prefix = malloc(len))) return api_err(e, 500, "server_error", NULL, NULL, "out of memory reading the tools");
     snprintf(r->tool_prefix, len, "%s%s%s", f->tool_call_open, named ? named : "", named ? f->tool_call_mid : "");

@@ -80,6 +80,9 @@ typedef struct ApiReq {
     json_t *schema;                   /* json_schema's schema (a reference; checked: it compiles), or NULL */
     json_t *args_schema;              /* a forced call to a strict function: its parameters (a reference; checked),
                                          the arguments constrained to them, then the call's closing "}" */
+    int call_schema;                  /* tool_choice "required" among several tools: args_schema is the whole call,
+                                         {"name": one of them, "arguments": its parameters if strict, else an object},
+                                         after tool_prefix (the format's opening up to the call's "{") */
     /* /v1/embeddings: the inputs are prompt[0..n_prompts) */
     int base64;                       /* encoding_format "base64": little-endian f32 bytes */
     uint32_t dimensions;              /* the width returned (embed_dim, or one of embed_dims) */

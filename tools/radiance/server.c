@@ -336,7 +336,8 @@ static int constraint_new(Srv *s, const ApiReq *a, const int32_t *stop_ids, uint
     if (!c) return rad_grammar_free(g), rad_err_set(e, RAD_E_NOMEM, "out of memory");
     if ((rc = rad_constraint_init(c, g, s->trie, end, n, e))) return free(c), rc;
     /* a forced call's arguments, then the format's close of the call ("}\n</tool_call>") */
-    if (a->args_schema && (rc = rad_constraint_set_suffix(c, s->cx.chat->tool_call_close, e)))
+    /* (the whole call's schema closes its own "}": the suffix is the rest of the close) */
+    if (a->args_schema && (rc = rad_constraint_set_suffix(c, s->cx.chat->tool_call_close + (a->call_schema ? 1 : 0), e)))
         return rad_constraint_free(c), free(c), rc;
     *out = c;
     return RAD_OK;
