@@ -70,24 +70,11 @@ typedef struct BertModel {
     rad_op pool, norm;        /* norm: l2_normalize (id < 0 without pooling.normalize) */
 } BertModel;
 
-#if defined(__GNUC__)
-__attribute__((format(printf, 2, 3)))
-#endif
-static int bert_fail(RadBuilder *b, const char *fmt, ...) {
-    char line[400];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    rad_declare_fail(b, line);
-    return RAD_E_UNSUPPORTED;
-}
-
 /* ---- 0. hyperparameters ------------------------------------------------------------------- */
 
 static int bert_hparams(RadBuilder *b, const RadModelMeta *m, const RadBuildCtx *ctx, BertHparams *hp) {
 #define BERT_POS(field)                                                                       \
-    if (m->field <= 0) return bert_fail(b, BERT_PN ": model." #field " is %d (must be positive)", (int)m->field)
+    if (m->field <= 0) return rad_block_fail(b, BERT_PN ": model." #field " is %d (must be positive)", (int)m->field)
     BERT_POS(n_layers);
     BERT_POS(n_embd);
     BERT_POS(n_head);
@@ -97,38 +84,38 @@ static int bert_hparams(RadBuilder *b, const RadModelMeta *m, const RadBuildCtx 
     BERT_POS(n_ctx_train);
 #undef BERT_POS
     if (m->n_layers > BERT_MAX_LAYERS)
-        return bert_fail(b, BERT_PN ": model.n_layers %d exceeds the plugin's %d", (int)m->n_layers, BERT_MAX_LAYERS);
+        return rad_block_fail(b, BERT_PN ": model.n_layers %d exceeds the plugin's %d", (int)m->n_layers, BERT_MAX_LAYERS);
     if (m->n_head_kv != m->n_head)
-        return bert_fail(b, BERT_PN ": model.n_head_kv %d differs from model.n_head %d (BERT has no GQA)", (int)m->n_head_kv,
+        return rad_block_fail(b, BERT_PN ": model.n_head_kv %d differs from model.n_head %d (BERT has no GQA)", (int)m->n_head_kv,
                          (int)m->n_head);
     if ((int64_t)m->n_head * m->head_dim != m->n_embd)
-        return bert_fail(b, BERT_PN ": model.n_head %d x model.head_dim %d is not model.n_embd %d", (int)m->n_head,
+        return rad_block_fail(b, BERT_PN ": model.n_head %d x model.head_dim %d is not model.n_embd %d", (int)m->n_head,
                          (int)m->head_dim, (int)m->n_embd);
-    if (!(m->rms_eps > 0)) return bert_fail(b, BERT_PN ": model.rms_eps (the LayerNorm eps) is %g", (double)m->rms_eps);
-    if (ctx->max_tok == 0) return bert_fail(b, BERT_PN ": RadBuildCtx.max_tok is 0");
-    if (ctx->world_size > 1) return bert_fail(b, BERT_PN ": tensor parallelism (%u ranks) is not served", ctx->world_size);
-    if (ctx->cvec) return bert_fail(b, BERT_PN ": a control vector is not served (an encoder)");
-    if (ctx->kv_quant != RAD_KVQ_NONE) return bert_fail(b, BERT_PN ": RadBuildCtx.kv_quant is not served (an encoder has no KV)");
-    if (ctx->tp_attn_rows) return bert_fail(b, BERT_PN ": RadBuildCtx.tp_attn_rows is not served");
-    if (ctx->max_spec) return bert_fail(b, BERT_PN ": speculative decoding (max_spec %u) is not served: an encoder does not generate",
+    if (!(m->rms_eps > 0)) return rad_block_fail(b, BERT_PN ": model.rms_eps (the LayerNorm eps) is %g", (double)m->rms_eps);
+    if (ctx->max_tok == 0) return rad_block_fail(b, BERT_PN ": RadBuildCtx.max_tok is 0");
+    if (ctx->world_size > 1) return rad_block_fail(b, BERT_PN ": tensor parallelism (%u ranks) is not served", ctx->world_size);
+    if (ctx->cvec) return rad_block_fail(b, BERT_PN ": a control vector is not served (an encoder)");
+    if (ctx->kv_quant != RAD_KVQ_NONE) return rad_block_fail(b, BERT_PN ": RadBuildCtx.kv_quant is not served (an encoder has no KV)");
+    if (ctx->tp_attn_rows) return rad_block_fail(b, BERT_PN ": RadBuildCtx.tp_attn_rows is not served");
+    if (ctx->max_spec) return rad_block_fail(b, BERT_PN ": speculative decoding (max_spec %u) is not served: an encoder does not generate",
                                         ctx->max_spec);
     const char *s;
     if (rad_meta_str(m, "model.hidden_act", "gelu", &s) < 0 || strcmp(s, "gelu"))
-        return bert_fail(b, BERT_PN ": model.hidden_act \"%s\" is not served (gelu: the erf form)", s);
+        return rad_block_fail(b, BERT_PN ": model.hidden_act \"%s\" is not served (gelu: the erf form)", s);
     if (rad_meta_str(m, "model.position_embedding_type", "absolute", &s) < 0 || strcmp(s, "absolute"))
-        return bert_fail(b, BERT_PN ": model.position_embedding_type \"%s\" is not served (absolute)", s);
+        return rad_block_fail(b, BERT_PN ": model.position_embedding_type \"%s\" is not served (absolute)", s);
     if (rad_meta_u32(m, "model.n_token_types", 2, &hp->n_types) < 0 || hp->n_types == 0)
-        return bert_fail(b, BERT_PN ": model.n_token_types must be a positive count");
+        return rad_block_fail(b, BERT_PN ": model.n_token_types must be a positive count");
     if (rad_meta_str(m, "pooling.mode", "", &s) <= 0)
-        return bert_fail(b, BERT_PN ": pooling.mode is missing: convert a sentence-transformers folder (modules.json) or "
+        return rad_block_fail(b, BERT_PN ": pooling.mode is missing: convert a sentence-transformers folder (modules.json) or "
                                     "--set pooling.mode=mean|cls|last|max|mean_sqrt_len");
     hp->pool_mode = 99;
     for (uint32_t i = 0; i < sizeof bert_pool_modes / sizeof bert_pool_modes[0]; i++)
         if (!strcmp(s, bert_pool_modes[i])) hp->pool_mode = i;
     if (hp->pool_mode == 99)
-        return bert_fail(b, BERT_PN ": pooling.mode \"%s\" is not served (mean, cls, last, max, mean_sqrt_len)", s);
+        return rad_block_fail(b, BERT_PN ": pooling.mode \"%s\" is not served (mean, cls, last, max, mean_sqrt_len)", s);
     bool norm;
-    if (rad_meta_bool(m, "pooling.normalize", false, &norm) < 0) return bert_fail(b, BERT_PN ": pooling.normalize is not a boolean");
+    if (rad_meta_bool(m, "pooling.normalize", false, &norm) < 0) return rad_block_fail(b, BERT_PN ": pooling.normalize is not a boolean");
     hp->normalize = norm;
     RadBlockGeom *g = &hp->g;
     memset(g, 0, sizeof *g);
@@ -205,10 +192,10 @@ static int bert_declare_map(RadBuilder *b, const BertHparams *hp) {
         for (int t = 0; t < B_COUNT; t++) {
             int k1 = snprintf(dst, sizeof dst, "blk.%u.%s", l, bert_layer_tensors[t].decl);
             int k2 = snprintf(hf, sizeof hf, "encoder.layer.%u.%s", l, bert_layer_tensors[t].hf);
-            if (k1 < 0 || (size_t)k1 >= sizeof dst || k2 < 0 || (size_t)k2 >= sizeof hf) return bert_fail(b, BERT_PN ": a name is too long");
+            if (k1 < 0 || (size_t)k1 >= sizeof dst || k2 < 0 || (size_t)k2 >= sizeof hf) return rad_block_fail(b, BERT_PN ": a name is too long");
             rc |= bert_map(b, dst, hf, dst);
         }
-    return rc ? bert_fail(b, BERT_PN ": a name-map entry was refused") : 0;
+    return rc ? rad_block_fail(b, BERT_PN ": a name-map entry was refused") : 0;
 }
 
 /* ---- 2. weights ----------------------------------------------------------------------------- */
@@ -230,7 +217,7 @@ static int bert_check_enc(RadBuilder *b, rad_weight w, const char *name) {
     RadEnc e = rad_weight_encoding(b, w);
     if ((unsigned)e >= RAD_ENC_COUNT || e == RAD_ENC_F32 || e == RAD_ENC_F16 || e == RAD_ENC_BF16) return 0;
     const RadEncInfo *info = rad_enc_info(e);
-    return bert_fail(b, BERT_PN ": weight %s is stored as %s (served: f32, f16, bf16)", name, info ? info->name : "?");
+    return rad_block_fail(b, BERT_PN ": weight %s is stored as %s (served: f32, f16, bf16)", name, info ? info->name : "?");
 }
 
 static int bert_weights_layer(RadBuilder *b, const BertHparams *hp, uint32_t l, BertLayer *L) {
@@ -253,7 +240,7 @@ static int bert_weights_layer(RadBuilder *b, const BertHparams *hp, uint32_t l, 
     L->b_ln2 = rad_block_norm_weight(b, g, nm[B_LN2B], grp, g->n_embd);
     const rad_weight all[] = {L->w_o, L->b_o, L->w_ln1, L->b_ln1, L->w_up, L->b_up, L->w_down, L->b_down, L->w_ln2, L->b_ln2};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) bad |= all[i].id < 0;
-    if (bad) return bert_fail(b, BERT_PN ": layer %u: a weight was refused", l);
+    if (bad) return rad_block_fail(b, BERT_PN ": layer %u: a weight was refused", l);
     const rad_weight lin[] = {L->qkv.w_q, L->qkv.w_k, L->qkv.w_v, L->w_o, L->w_up, L->w_down};
     const int lt[] = {B_Q, B_K, B_V, B_O, B_UP, B_DOWN};
     for (int i = 0; i < 6; i++) {
@@ -272,7 +259,7 @@ static int bert_declare_weights(RadBuilder *b, const BertHparams *hp, BertModel 
     m->w_eln = rad_block_norm_weight(b, g, "token_embd_norm.weight", none, g->n_embd);
     m->b_eln = rad_block_norm_weight(b, g, "token_embd_norm.bias", none, g->n_embd);
     if (m->w_tok.id < 0 || m->w_pos.id < 0 || m->w_type.id < 0 || m->w_eln.id < 0 || m->b_eln.id < 0)
-        return bert_fail(b, BERT_PN ": an embedding weight was refused");
+        return rad_block_fail(b, BERT_PN ": an embedding weight was refused");
     const rad_weight tables[] = {m->w_tok, m->w_pos, m->w_type};
     for (int i = 0; i < 3; i++) {
         int rc = bert_check_enc(b, tables[i], bert_top_tensors[i].decl);
@@ -286,9 +273,9 @@ static int bert_declare_weights(RadBuilder *b, const BertHparams *hp, BertModel 
     d.shape[0] = d.shape[1] = g->n_embd;
     d.access = RAD_ACCESS_RARE;
     d.optional = 1;
-    if (rad_decl_weight(b, "pooler.weight", &d).id < 0) return bert_fail(b, BERT_PN ": pooler.weight was refused");
+    if (rad_decl_weight(b, "pooler.weight", &d).id < 0) return rad_block_fail(b, BERT_PN ": pooler.weight was refused");
     d.rank = 1;
-    if (rad_decl_weight(b, "pooler.bias", &d).id < 0) return bert_fail(b, BERT_PN ": pooler.bias was refused");
+    if (rad_decl_weight(b, "pooler.bias", &d).id < 0) return rad_block_fail(b, BERT_PN ": pooler.bias was refused");
     for (uint32_t l = 0; l < hp->n_layers; l++) {
         int rc = bert_weights_layer(b, hp, l, &m->layers[l]);
         if (rc) return rc;
@@ -305,9 +292,9 @@ static int bert_declare_buffers(RadBuilder *b, const BertHparams *hp, BertModel 
     m->ff = rad_block_buf(b, "", "ffn", g->max_tok, g->n_ff);
     m->pooled = rad_block_buf(b, "", "pooled", hp->max_seqs, g->n_embd);
     if (m->x.id < 0 || m->y.id < 0 || m->ff.id < 0 || m->pooled.id < 0 || rad_attn_scratch_declare(b, g, "", &m->as) != 0)
-        return bert_fail(b, BERT_PN ": a buffer was refused");
+        return rad_block_fail(b, BERT_PN ": a buffer was refused");
     m->zeros = rad_builder_alloc(b, (size_t)g->max_tok * sizeof *m->zeros);
-    if (!m->zeros) return bert_fail(b, BERT_PN ": out of memory for %u token types", g->max_tok);
+    if (!m->zeros) return rad_block_fail(b, BERT_PN ": out of memory for %u token types", g->max_tok);
     memset(m->zeros, 0, (size_t)g->max_tok * sizeof *m->zeros);
     return 0;
 }
@@ -379,21 +366,21 @@ static int bert_declare_ops(RadBuilder *b, const BertHparams *hp, BertModel *m) 
     m->add_type = bert_add(b, hp, m->x, m->y);
     m->eln = bert_layernorm(b, hp, m->w_eln, m->b_eln, m->x);
     if (m->emb_tok.id < 0 || m->emb_pos.id < 0 || m->add_pos.id < 0 || m->emb_type.id < 0 || m->add_type.id < 0 || m->eln.id < 0)
-        return bert_fail(b, BERT_PN ": the embedding was refused");
+        return rad_block_fail(b, BERT_PN ": the embedding was refused");
     for (uint32_t l = 0; l < hp->n_layers; l++)
-        if (bert_declare_layer(b, hp, m, &m->layers[l]) != 0) return bert_fail(b, BERT_PN ": layer %u: an op was refused", l);
+        if (bert_declare_layer(b, hp, m, &m->layers[l]) != 0) return rad_block_fail(b, BERT_PN ": layer %u: an op was refused", l);
     m->pool = RAD_OP(b, "pool",
                      RAD_PARAMS(RAD_RANGE("M", 1, g->max_tok), RAD_INT("N", g->n_embd), RAD_INT("mode", hp->pool_mode)),
                      RAD_NO_WEIGHTS);
     bert_op_rw(b, m->pool, RAD_BUFS(m->x), 1, RAD_BUFS(m->pooled), 1);
-    if (m->pool.id < 0) return bert_fail(b, BERT_PN ": the pooling was refused");
+    if (m->pool.id < 0) return rad_block_fail(b, BERT_PN ": the pooling was refused");
     m->norm.id = -1;
     if (hp->normalize) {
         m->norm = RAD_OP(b, "l2_normalize", RAD_PARAMS(RAD_RANGE("M", 1, hp->max_seqs), RAD_INT("N", g->n_embd)), RAD_NO_WEIGHTS);
         bert_op_rw(b, m->norm, RAD_BUFS(m->pooled), 1, RAD_BUFS(m->pooled), 1);
-        if (m->norm.id < 0) return bert_fail(b, BERT_PN ": the normalisation was refused");
+        if (m->norm.id < 0) return rad_block_fail(b, BERT_PN ": the normalisation was refused");
     }
-    if (rad_declare_pooled(b, m->pooled) != 0) return bert_fail(b, BERT_PN ": the pooled output was refused");
+    if (rad_declare_pooled(b, m->pooled) != 0) return rad_block_fail(b, BERT_PN ": the pooled output was refused");
     return 0;
 }
 
@@ -402,7 +389,7 @@ static int bert_declare(RadBuilder *b, const RadModelMeta *meta, const RadBuildC
     memset(&ctx, 0, sizeof ctx);
     memcpy(&ctx, ctx_in, ctx_in->struct_size < sizeof ctx ? ctx_in->struct_size : sizeof ctx);
     if (meta->struct_size < offsetof(RadModelMeta, rope_theta) + sizeof meta->rope_theta)
-        return bert_fail(b, BERT_PN ": RadModelMeta too old (struct_size %u)", (unsigned)meta->struct_size);
+        return rad_block_fail(b, BERT_PN ": RadModelMeta too old (struct_size %u)", (unsigned)meta->struct_size);
     BertModel *m = rad_builder_alloc(b, sizeof *m);
     if (!m) return 1;
     rad_builder_set_model(b, m);

@@ -22,6 +22,20 @@
 
 #include <arch/rad_arch.h>
 
+/* A declare refusal: the formatted one-line message to rad_declare_fail; RAD_E_UNSUPPORTED. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static inline int rad_block_fail(RadBuilder *b, const char *fmt, ...) {
+    char line[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    rad_declare_fail(b, line);
+    return RAD_E_UNSUPPORTED;
+}
+
 /* ---- geometry ------------------------------------------------------------------------------ */
 
 typedef enum RadRopeScaling {

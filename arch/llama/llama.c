@@ -133,19 +133,6 @@ typedef struct LlamaModel {
     rad_op op_logits;         /* logits_gemm head_x -> logits */
 } LlamaModel;
 
-#if defined(__GNUC__)
-__attribute__((format(printf, 2, 3)))
-#endif
-static int llama_fail(RadBuilder *b, const char *fmt, ...) {
-    char line[400];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    rad_declare_fail(b, line);
-    return RAD_E_UNSUPPORTED;
-}
-
 /* ---- names --------------------------------------------------------------------------------- */
 
 /* A declared name: the scope's prefix ("draft.") then the canonical name. */
@@ -235,7 +222,7 @@ static int llama_rope(RadBuilder *b, const RadModelMeta *meta, RadBlockGeom *g) 
     if (!*type || !strcmp(type, "none") || !strcmp(type, "default")) {
         /* older GGUFs carry a linear factor as rope.scale_linear, with no type */
         if (rad_meta_f32(meta, "rope.scale_linear", 1.0f, &f) < 0 || !(f > 0))
-            return llama_fail(b, LLAMA_PN ": rope.scale_linear is not a positive number");
+            return rad_block_fail(b, LLAMA_PN ": rope.scale_linear is not a positive number");
         if (f != 1.0f) {
             g->rope_scaling = RAD_ROPE_SCALING_LINEAR;
             g->rope_factor = f;
@@ -245,19 +232,19 @@ static int llama_rope(RadBuilder *b, const RadModelMeta *meta, RadBlockGeom *g) 
     if (!strcmp(type, "linear")) g->rope_scaling = RAD_ROPE_SCALING_LINEAR;
     else if (!strcmp(type, "llama3")) g->rope_scaling = RAD_ROPE_SCALING_LLAMA3;
     else
-        return llama_fail(b, LLAMA_PN ": rope.scaling.type \"%s\" is not served (none, linear, llama3)", type);
+        return rad_block_fail(b, LLAMA_PN ": rope.scaling.type \"%s\" is not served (none, linear, llama3)", type);
     if (rad_meta_f32(meta, "rope.scaling.factor", 0, &f) <= 0 || !(f > 0))
-        return llama_fail(b, LLAMA_PN ": rope.scaling.factor missing or not positive for rope.scaling.type %s", type);
+        return rad_block_fail(b, LLAMA_PN ": rope.scaling.factor missing or not positive for rope.scaling.type %s", type);
     g->rope_factor = f;
     if (g->rope_scaling != RAD_ROPE_SCALING_LLAMA3) return 0;
     if (rad_meta_f32(meta, "rope.scaling.low_freq_factor", 0, &lo) <= 0 || !(lo > 0))
-        return llama_fail(b, LLAMA_PN ": rope.scaling.low_freq_factor missing or not positive (llama3 rope)");
+        return rad_block_fail(b, LLAMA_PN ": rope.scaling.low_freq_factor missing or not positive (llama3 rope)");
     if (rad_meta_f32(meta, "rope.scaling.high_freq_factor", 0, &hi) <= 0 || !(hi > lo))
-        return llama_fail(b, LLAMA_PN ": rope.scaling.high_freq_factor missing or not above low_freq_factor (llama3 rope)");
+        return rad_block_fail(b, LLAMA_PN ": rope.scaling.high_freq_factor missing or not above low_freq_factor (llama3 rope)");
     /* absent: transformers takes max_position_embeddings (model.n_ctx_train) */
     if (rad_meta_u32(meta, "rope.scaling.original_context_length", meta->n_ctx_train > 0 ? (uint32_t)meta->n_ctx_train : 0,
                      &orig) < 0 || orig == 0)
-        return llama_fail(b, LLAMA_PN ": rope.scaling.original_context_length (or model.n_ctx_train) missing or zero "
+        return rad_block_fail(b, LLAMA_PN ": rope.scaling.original_context_length (or model.n_ctx_train) missing or zero "
                              "(llama3 rope)");
     g->rope_low_freq_factor = lo;
     g->rope_high_freq_factor = hi;
@@ -267,9 +254,9 @@ static int llama_rope(RadBuilder *b, const RadModelMeta *meta, RadBlockGeom *g) 
 
 static int llama_check_meta(RadBuilder *b, const RadModelMeta *m, const RadBuildCtx *ctx) {
     if (m->struct_size < offsetof(RadModelMeta, rope_theta) + sizeof m->rope_theta)
-        return llama_fail(b, LLAMA_PN ": RadModelMeta too old (struct_size %u)", (unsigned)m->struct_size);
+        return rad_block_fail(b, LLAMA_PN ": RadModelMeta too old (struct_size %u)", (unsigned)m->struct_size);
 #define LLAMA_POS(field)                                                                      \
-    if (m->field <= 0) return llama_fail(b, LLAMA_PN ": model." #field " is %d (must be positive)", (int)m->field)
+    if (m->field <= 0) return rad_block_fail(b, LLAMA_PN ": model." #field " is %d (must be positive)", (int)m->field)
     LLAMA_POS(n_layers);
     LLAMA_POS(n_embd);
     LLAMA_POS(n_head);
@@ -279,28 +266,28 @@ static int llama_check_meta(RadBuilder *b, const RadModelMeta *m, const RadBuild
     LLAMA_POS(n_vocab);
 #undef LLAMA_POS
     if (m->n_layers > LLAMA_MAX_LAYERS)
-        return llama_fail(b, LLAMA_PN ": model.n_layers %d exceeds the plugin's %d", (int)m->n_layers, LLAMA_MAX_LAYERS);
+        return rad_block_fail(b, LLAMA_PN ": model.n_layers %d exceeds the plugin's %d", (int)m->n_layers, LLAMA_MAX_LAYERS);
     if (m->n_head % m->n_head_kv != 0)
-        return llama_fail(b, LLAMA_PN ": model.n_head_kv %d does not divide model.n_head %d", (int)m->n_head_kv,
+        return rad_block_fail(b, LLAMA_PN ": model.n_head_kv %d does not divide model.n_head %d", (int)m->n_head_kv,
                           (int)m->n_head);
     if (m->head_dim % 2 != 0)
-        return llama_fail(b, LLAMA_PN ": model.head_dim %d is odd (rope rotates pairs)", (int)m->head_dim);
+        return rad_block_fail(b, LLAMA_PN ": model.head_dim %d is odd (rope rotates pairs)", (int)m->head_dim);
     if (m->n_expert > 0)
-        return llama_fail(b, LLAMA_PN ": model.n_expert is %d: mixture-of-experts is not served by llama", (int)m->n_expert);
-    if (!(m->rms_eps > 0)) return llama_fail(b, LLAMA_PN ": model.rms_eps is %g (must be positive)", (double)m->rms_eps);
-    if (!(m->rope_theta > 0)) return llama_fail(b, LLAMA_PN ": model.rope_theta is %g (must be positive)", (double)m->rope_theta);
-    if (ctx->max_tok == 0) return llama_fail(b, LLAMA_PN ": RadBuildCtx.max_tok is 0");
+        return rad_block_fail(b, LLAMA_PN ": model.n_expert is %d: mixture-of-experts is not served by llama", (int)m->n_expert);
+    if (!(m->rms_eps > 0)) return rad_block_fail(b, LLAMA_PN ": model.rms_eps is %g (must be positive)", (double)m->rms_eps);
+    if (!(m->rope_theta > 0)) return rad_block_fail(b, LLAMA_PN ": model.rope_theta is %g (must be positive)", (double)m->rope_theta);
+    if (ctx->max_tok == 0) return rad_block_fail(b, LLAMA_PN ": RadBuildCtx.max_tok is 0");
     if (ctx->world_size > 1) {
         uint32_t w = ctx->world_size;
         if ((uint32_t)m->n_head_kv % w != 0)
-            return llama_fail(b, LLAMA_PN ": model.n_head_kv %d does not split over %u ranks", (int)m->n_head_kv, w);
+            return rad_block_fail(b, LLAMA_PN ": model.n_head_kv %d does not split over %u ranks", (int)m->n_head_kv, w);
         if ((uint32_t)m->n_ff % w != 0)
-            return llama_fail(b, LLAMA_PN ": model.n_ff %d does not split over %u ranks", (int)m->n_ff, w);
+            return rad_block_fail(b, LLAMA_PN ": model.n_ff %d does not split over %u ranks", (int)m->n_ff, w);
     }
-    if (ctx->kv_quant != RAD_KVQ_NONE) return llama_fail(b, LLAMA_PN ": RadBuildCtx.kv_quant (narrow fp8 KV) is not served");
+    if (ctx->kv_quant != RAD_KVQ_NONE) return rad_block_fail(b, LLAMA_PN ": RadBuildCtx.kv_quant (narrow fp8 KV) is not served");
     if (ctx->cvec && rad_cvec_check(b, LLAMA_PN, ctx->cvec, (uint32_t)m->n_layers, (uint32_t)m->n_embd) != 0)
         return RAD_E_UNSUPPORTED;
-    if (ctx->tp_attn_rows) return llama_fail(b, LLAMA_PN ": RadBuildCtx.tp_attn_rows (row-split attention) is not served");
+    if (ctx->tp_attn_rows) return rad_block_fail(b, LLAMA_PN ": RadBuildCtx.tp_attn_rows (row-split attention) is not served");
     return 0;
 }
 
@@ -315,7 +302,7 @@ static int llama_geom(RadBuilder *b, const RadModelMeta *meta, const RadBuildCtx
     g->rope_theta = meta->rope_theta;
     int r = rad_meta_u32(meta, "rope.dimension_count", g->head_dim, &g->n_rot);
     if (r < 0 || g->n_rot == 0 || g->n_rot > g->head_dim || g->n_rot % 2)
-        return llama_fail(b, LLAMA_PN ": rope.dimension_count must be even and within head_dim %u", g->head_dim);
+        return rad_block_fail(b, LLAMA_PN ": rope.dimension_count must be even and within head_dim %u", g->head_dim);
     int rc = llama_rope(b, meta, g);
     if (rc != 0) return rc;
     g->attn_scale = rad_block_rsqrt(g->head_dim);
@@ -334,7 +321,7 @@ static int llama_hparams(RadBuilder *b, const RadModelMeta *meta, const RadBuild
     if ((rc = llama_check_meta(b, meta, ctx)) != 0) return rc;
     if (ctx->scope && *ctx->scope) {
         int k = snprintf(hp->pfx, sizeof hp->pfx, "%s.", ctx->scope);
-        if (k < 0 || (size_t)k >= sizeof hp->pfx) return llama_fail(b, LLAMA_PN ": RadBuildCtx.scope too long");
+        if (k < 0 || (size_t)k >= sizeof hp->pfx) return rad_block_fail(b, LLAMA_PN ": RadBuildCtx.scope too long");
     }
     hp->world = ctx->world_size ? ctx->world_size : 1;
     hp->rank = ctx->rank;
@@ -389,7 +376,7 @@ static int llama_declare_map(RadBuilder *b, const LlamaHparams *hp) {
             }
         }
     }
-    if (rc || nn.overflow) return llama_fail(b, LLAMA_PN ": a name-map entry was refused");
+    if (rc || nn.overflow) return rad_block_fail(b, LLAMA_PN ": a name-map entry was refused");
     return 0;
 }
 
@@ -401,7 +388,7 @@ static int llama_check_enc(RadBuilder *b, rad_weight w, const char *name) {
     if ((unsigned)e >= RAD_ENC_COUNT) return 0; /* not known yet (absent, or a plan): the core checks */
     if (llama_encs & (1ull << e)) return 0;
     const RadEncInfo *info = rad_enc_info(e);
-    return llama_fail(b, LLAMA_PN ": weight %s is stored as %s, which this plugin does not serve%s", name,
+    return rad_block_fail(b, LLAMA_PN ": weight %s is stored as %s, which this plugin does not serve%s", name,
                       info ? info->name : "?", RAD_LLAMA_QUANTISED ? "" : " (GGUF block quantisations: " LLAMA_ID "_ggml)");
 }
 
@@ -429,17 +416,17 @@ static int llama_weights_ends(RadBuilder *b, const LlamaHparams *hp, LlamaModel 
     int rc;
     RadWeightDecl d = llama_vocab_decl(hp, 0);
     m->w_tok = rad_decl_weight(b, dname(&nn, name, sizeof name, "tok_embd.weight"), &d);
-    if (m->w_tok.id < 0) return llama_fail(b, LLAMA_PN ": weight %s was refused", name);
+    if (m->w_tok.id < 0) return rad_block_fail(b, LLAMA_PN ": weight %s was refused", name);
     if ((rc = llama_check_enc(b, m->w_tok, name)) != 0) return rc;
     d = llama_vocab_decl(hp, hp->head_optional);
     m->w_out = rad_decl_weight(b, dname(&nn, name, sizeof name, "output.weight"), &d);
-    if (m->w_out.id < 0) return llama_fail(b, LLAMA_PN ": weight %s was refused", name);
+    if (m->w_out.id < 0) return rad_block_fail(b, LLAMA_PN ": weight %s was refused", name);
     m->head_tied = (unsigned)rad_weight_encoding(b, m->w_out) >= RAD_ENC_COUNT;
     if (m->head_tied) m->w_out = m->w_tok; /* its encoding was checked above */
     else if ((rc = llama_check_enc(b, m->w_out, name)) != 0) return rc;
     m->w_out_norm = rad_block_norm_weight(b, &hp->g, dname(&nn, name, sizeof name, "output_norm.weight"),
                                           (RadGroup){RAD_GROUP_NONE, 0, 0}, hp->g.n_embd);
-    if (m->w_out_norm.id < 0) return llama_fail(b, LLAMA_PN ": weight %s was refused", name);
+    if (m->w_out_norm.id < 0) return rad_block_fail(b, LLAMA_PN ": weight %s was refused", name);
     return 0;
 }
 
@@ -460,10 +447,10 @@ static int llama_weights_rope(RadBuilder *b, LlamaHparams *hp, LlamaModel *m) {
     d.shard = RAD_SHARD_NONE;
     d.optional = 1;
     m->w_rope_freqs = rad_decl_weight(b, dname(&nn, name, sizeof name, "rope_freqs.weight"), &d);
-    if (m->w_rope_freqs.id < 0) return llama_fail(b, LLAMA_PN ": weight %s was refused", name);
+    if (m->w_rope_freqs.id < 0) return rad_block_fail(b, LLAMA_PN ": weight %s was refused", name);
     if ((unsigned)rad_weight_encoding(b, m->w_rope_freqs) >= RAD_ENC_COUNT) return 0;
     if (hp->g.rope_scaling == RAD_ROPE_SCALING_LLAMA3)
-        return llama_fail(b, LLAMA_PN ": %s and rope.scaling.type llama3 both scale the rope (the scaling would apply "
+        return rad_block_fail(b, LLAMA_PN ": %s and rope.scaling.type llama3 both scale the rope (the scaling would apply "
                              "twice): a checkpoint carries one of them", name);
     hp->g.rope_has_freqs = 1;
     hp->g.rope_freqs = m->w_rope_freqs;
@@ -476,7 +463,7 @@ static int llama_weights_layer(RadBuilder *b, const LlamaHparams *hp, uint32_t l
     char nmv[T_COUNT][LLAMA_NAME];
     int rc;
     for (int t = 0; t < T_COUNT; t++) dname(&nn, nmv[t], sizeof nmv[t], "blk.%u.%s", l, llama_layer_tensors[t].decl);
-    if (nn.overflow) return llama_fail(b, LLAMA_PN ": a declared name is too long");
+    if (nn.overflow) return rad_block_fail(b, LLAMA_PN ": a declared name is too long");
     RadAttnNames an = {.norm = nmv[T_ATTN_NORM], .q = nmv[T_Q], .k = nmv[T_K], .v = nmv[T_V], .o = nmv[T_O]};
 #if LLAMA_QKV_BIAS
     an.bq = nmv[T_BQ], an.bk = nmv[T_BK], an.bv = nmv[T_BV];
@@ -486,9 +473,9 @@ static int llama_weights_layer(RadBuilder *b, const LlamaHparams *hp, uint32_t l
 #endif
     RadMlpNames mn = {nmv[T_FFN_NORM], nmv[T_GATE], nmv[T_UP], nmv[T_DOWN]};
     if (rad_attn_declare_weights(b, &hp->g, l, &an, &L->attn) != 0)
-        return llama_fail(b, LLAMA_PN ": layer %u: an attention weight was refused", l);
+        return rad_block_fail(b, LLAMA_PN ": layer %u: an attention weight was refused", l);
     if (rad_mlp_declare_weights(b, &hp->g, l, &mn, &L->mlp) != 0)
-        return llama_fail(b, LLAMA_PN ": layer %u: an MLP weight was refused", l);
+        return rad_block_fail(b, LLAMA_PN ": layer %u: an MLP weight was refused", l);
     const rad_weight lw[] = {L->attn.qkv.w_q, L->attn.qkv.w_k, L->attn.qkv.w_v, L->attn.w_o,
                              L->mlp.w_gate,   L->mlp.w_up,     L->mlp.w_down};
     const int lt[] = {T_Q, T_K, T_V, T_O, T_GATE, T_UP, T_DOWN};
@@ -512,10 +499,10 @@ static int llama_declare_buffers(RadBuilder *b, const LlamaHparams *hp, LlamaMod
     const RadBlockGeom *g = &hp->g;
     if (rad_resid_declare(b, g, hp->pfx, &m->r) != 0 || rad_attn_scratch_declare(b, g, hp->pfx, &m->as) != 0 ||
         rad_mlp_scratch_declare(b, g, hp->pfx, &m->ms) != 0)
-        return llama_fail(b, LLAMA_PN ": a buffer was refused");
+        return rad_block_fail(b, LLAMA_PN ": a buffer was refused");
     m->head_x = rad_block_buf(b, hp->pfx, "head.x", hp->out_rows, g->n_embd);
     m->logits = rad_block_buf(b, hp->pfx, "logits", hp->out_rows, hp->n_vocab);
-    if (m->head_x.id < 0 || m->logits.id < 0) return llama_fail(b, LLAMA_PN ": a head buffer was refused");
+    if (m->head_x.id < 0 || m->logits.id < 0) return rad_block_fail(b, LLAMA_PN ": a head buffer was refused");
     return 0;
 }
 
@@ -527,8 +514,8 @@ static int llama_declare_kv(RadBuilder *b, const LlamaHparams *hp, LlamaModel *m
     uint32_t l;
     m->kv = rad_attn_kv_declare(b, &hp->g, dname(&nn, name, sizeof name, "kv"),
                                 hp->sliding_window ? RAD_KV_WINDOW : RAD_KV_FULL, hp->kv_dtype, hp->sliding_window);
-    if (m->kv.id < 0) return llama_fail(b, LLAMA_PN ": the KV group was refused");
-    if (rad_attn_kv_bind(b, m->kv, 0, hp->n_layers, &l) != 0) return llama_fail(b, LLAMA_PN ": layer %u: KV binding refused", l);
+    if (m->kv.id < 0) return rad_block_fail(b, LLAMA_PN ": the KV group was refused");
+    if (rad_attn_kv_bind(b, m->kv, 0, hp->n_layers, &l) != 0) return rad_block_fail(b, LLAMA_PN ": layer %u: KV binding refused", l);
     return 0;
 }
 
@@ -539,16 +526,16 @@ static int llama_declare_layers(RadBuilder *b, const LlamaHparams *hp, LlamaMode
     m->op_embed = RAD_OP(b, "embed_gather",
                          RAD_PARAMS(RAD_RANGE("M", 1, g->max_tok), RAD_INT("N", g->n_embd), RAD_INT("V", hp->n_vocab)),
                          RAD_WEIGHTS(m->w_tok));
-    if (m->op_embed.id < 0) return llama_fail(b, LLAMA_PN ": embed_gather was refused");
+    if (m->op_embed.id < 0) return rad_block_fail(b, LLAMA_PN ": embed_gather was refused");
     rad_op_writes(b, m->op_embed, RAD_BUFS(m->r.x), 1);
     for (uint32_t l = 0; l < hp->n_layers; l++) {
         LlamaLayer *L = &m->layers[l];
         if (rad_attn_declare_ops(b, g, m->kv, &m->r, &m->as, &L->attn) != 0)
-            return llama_fail(b, LLAMA_PN ": layer %u: an attention op was refused", l);
+            return rad_block_fail(b, LLAMA_PN ": layer %u: an attention op was refused", l);
         if (rad_mlp_declare_ops(b, g, &m->r, &m->ms, &L->mlp) != 0)
-            return llama_fail(b, LLAMA_PN ": layer %u: an MLP op was refused", l);
+            return rad_block_fail(b, LLAMA_PN ": layer %u: an MLP op was refused", l);
         if (rad_cvec_declare(b, g, hp->cvec, l, &m->r, &L->cvec) != 0)
-            return llama_fail(b, LLAMA_PN ": layer %u: the control vector's weight or add_bias was refused", l);
+            return rad_block_fail(b, LLAMA_PN ": layer %u: the control vector's weight or add_bias was refused", l);
     }
     return 0;
 }
@@ -558,18 +545,18 @@ static int llama_declare_layers(RadBuilder *b, const LlamaHparams *hp, LlamaMode
 static int llama_declare_head(RadBuilder *b, const LlamaHparams *hp, LlamaModel *m) {
     const RadBlockGeom *g = &hp->g;
     if (rad_prenorm_declare(b, g, &m->r, m->w_out_norm, &m->final_norm) != 0)
-        return llama_fail(b, LLAMA_PN ": the final norm was refused");
+        return rad_block_fail(b, LLAMA_PN ": the final norm was refused");
     m->op_gather = RAD_OP(b, "logits_gather",
                           RAD_PARAMS(RAD_RANGE("M", 1, hp->out_rows), RAD_INT("N", g->n_embd)), RAD_NO_WEIGHTS);
     m->op_logits = RAD_OP(b, "logits_gemm",
                           RAD_PARAMS(RAD_RANGE("M", 1, hp->out_rows), RAD_INT("N", hp->n_vocab), RAD_INT("K", g->n_embd)),
                           RAD_WEIGHTS(m->w_out));
-    if (m->op_gather.id < 0 || m->op_logits.id < 0) return llama_fail(b, LLAMA_PN ": the head was refused");
+    if (m->op_gather.id < 0 || m->op_logits.id < 0) return rad_block_fail(b, LLAMA_PN ": the head was refused");
     rad_op_reads(b, m->op_gather, RAD_BUFS(m->r.h), 1);
     rad_op_writes(b, m->op_gather, RAD_BUFS(m->head_x), 1);
     rad_op_reads(b, m->op_logits, RAD_BUFS(m->head_x), 1);
     rad_op_writes(b, m->op_logits, RAD_BUFS(m->logits), 1);
-    if (rad_declare_logits(b, m->logits) != 0) return llama_fail(b, LLAMA_PN ": the logits buffer was refused");
+    if (rad_declare_logits(b, m->logits) != 0) return rad_block_fail(b, LLAMA_PN ": the logits buffer was refused");
     return 0;
 }
 
