@@ -143,19 +143,6 @@ typedef struct GemmaModel {
     rad_op op_pool, op_dense[GEMMA_MAX_DENSE], op_dense_bias[GEMMA_MAX_DENSE], op_l2;
 } GemmaModel;
 
-#if defined(__GNUC__)
-__attribute__((format(printf, 2, 3)))
-#endif
-static int gemma_fail(RadBuilder *b, const char *fmt, ...) {
-    char line[400];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    rad_declare_fail(b, line);
-    return RAD_E_UNSUPPORTED;
-}
-
 /* "<pfx>blk.<l>.<suffix>" (l < 0: "<pfx><suffix>"); 0, or -1 when it does not fit. */
 static int gname(char *dst, size_t cap, const char *pfx, int l, const char *suffix) {
     int k = l < 0 ? snprintf(dst, cap, "%s%s", pfx, suffix) : snprintf(dst, cap, "%sblk.%d.%s", pfx, l, suffix);
@@ -166,9 +153,9 @@ static int gname(char *dst, size_t cap, const char *pfx, int l, const char *suff
 
 static int gemma_check_meta(RadBuilder *b, const RadModelMeta *m, const RadBuildCtx *ctx) {
     if (m->struct_size < offsetof(RadModelMeta, rope_theta) + sizeof m->rope_theta)
-        return gemma_fail(b, GEMMA_PN ": RadModelMeta too old (struct_size %u)", (unsigned)m->struct_size);
+        return rad_block_fail(b, GEMMA_PN ": RadModelMeta too old (struct_size %u)", (unsigned)m->struct_size);
 #define GEMMA_POS(field)                                                                      \
-    if (m->field <= 0) return gemma_fail(b, GEMMA_PN ": model." #field " is %d (must be positive)", (int)m->field)
+    if (m->field <= 0) return rad_block_fail(b, GEMMA_PN ": model." #field " is %d (must be positive)", (int)m->field)
     GEMMA_POS(n_layers);
     GEMMA_POS(n_embd);
     GEMMA_POS(n_head);
@@ -178,26 +165,27 @@ static int gemma_check_meta(RadBuilder *b, const RadModelMeta *m, const RadBuild
     GEMMA_POS(n_vocab);
 #undef GEMMA_POS
     if (m->n_layers > GEMMA_MAX_LAYERS)
-        return gemma_fail(b, GEMMA_PN ": model.n_layers %d exceeds the plugin's %d", (int)m->n_layers, GEMMA_MAX_LAYERS);
+        return rad_block_fail(b, GEMMA_PN ": model.n_layers %d exceeds the plugin's %d", (int)m->n_layers, GEMMA_MAX_LAYERS);
     if (m->n_head % m->n_head_kv != 0)
-        return gemma_fail(b, GEMMA_PN ": model.n_head_kv %d does not divide model.n_head %d", (int)m->n_head_kv,
-                          (int)m->n_head);
-    if (m->head_dim % 2 != 0) return gemma_fail(b, GEMMA_PN ": model.head_dim %d is odd (rope rotates pairs)", (int)m->head_dim);
-    if (m->n_expert > 0) return gemma_fail(b, GEMMA_PN ": model.n_expert is %d: not a Gemma 3 text model", (int)m->n_expert);
-    if (!(m->rms_eps > 0)) return gemma_fail(b, GEMMA_PN ": model.rms_eps is %g (must be positive)", (double)m->rms_eps);
-    if (!(m->rope_theta > 0)) return gemma_fail(b, GEMMA_PN ": model.rope_theta is %g (must be positive)", (double)m->rope_theta);
-    if (ctx->max_tok == 0) return gemma_fail(b, GEMMA_PN ": RadBuildCtx.max_tok is 0");
+        return rad_block_fail(b, GEMMA_PN ": model.n_head_kv %d does not divide model.n_head %d", (int)m->n_head_kv,
+                              (int)m->n_head);
+    if (m->head_dim % 2 != 0) return rad_block_fail(b, GEMMA_PN ": model.head_dim %d is odd (rope rotates pairs)", (int)m->head_dim);
+    if (m->n_expert > 0) return rad_block_fail(b, GEMMA_PN ": model.n_expert is %d: not a Gemma 3 text model", (int)m->n_expert);
+    if (!(m->rms_eps > 0)) return rad_block_fail(b, GEMMA_PN ": model.rms_eps is %g (must be positive)", (double)m->rms_eps);
+    if (!(m->rope_theta > 0)) return rad_block_fail(b, GEMMA_PN ": model.rope_theta is %g (must be positive)", (double)m->rope_theta);
+    if (ctx->max_tok == 0) return rad_block_fail(b, GEMMA_PN ": RadBuildCtx.max_tok is 0");
     if (ctx->world_size > 1) {
         uint32_t w = ctx->world_size;
         if ((uint32_t)m->n_head_kv % w != 0 || (uint32_t)m->n_head % w != 0)
-            return gemma_fail(b, GEMMA_PN ": model.n_head_kv %d does not split over %u ranks", (int)m->n_head_kv, w);
-        if ((uint32_t)m->n_ff % w != 0) return gemma_fail(b, GEMMA_PN ": model.n_ff %d does not split over %u ranks", (int)m->n_ff, w);
+            return rad_block_fail(b, GEMMA_PN ": model.n_head_kv %d does not split over %u ranks", (int)m->n_head_kv, w);
+        if ((uint32_t)m->n_ff % w != 0)
+            return rad_block_fail(b, GEMMA_PN ": model.n_ff %d does not split over %u ranks", (int)m->n_ff, w);
     }
     if (ctx->cvec && rad_cvec_check(b, GEMMA_PN, ctx->cvec, (uint32_t)m->n_layers, (uint32_t)m->n_embd) != 0)
         return RAD_E_UNSUPPORTED;
     /* the deployment switches the probe does not grant (the core refuses them first, by flag) */
-    if (ctx->kv_quant != RAD_KVQ_NONE) return gemma_fail(b, GEMMA_PN ": RadBuildCtx.kv_quant (narrow fp8 KV) is not served");
-    if (ctx->tp_attn_rows) return gemma_fail(b, GEMMA_PN ": RadBuildCtx.tp_attn_rows (row-split attention) is not served");
+    if (ctx->kv_quant != RAD_KVQ_NONE) return rad_block_fail(b, GEMMA_PN ": RadBuildCtx.kv_quant (narrow fp8 KV) is not served");
+    if (ctx->tp_attn_rows) return rad_block_fail(b, GEMMA_PN ": RadBuildCtx.tp_attn_rows (row-split attention) is not served");
     return 0;
 }
 
@@ -218,14 +206,14 @@ static int gemma_layer_kinds(RadBuilder *b, const RadModelMeta *meta, GemmaHpara
     uint32_t slide[GEMMA_MAX_LAYERS + 1]; /* one more than served: a longer list is refused */
     int rc = rad_meta_u32(meta, key, GEMMA_PATTERN, &pattern);
     if (rc >= 0) {
-        if (pattern == 0) return gemma_fail(b, GEMMA_PN ": %s is 0 (a period must be positive)", key);
+        if (pattern == 0) return rad_block_fail(b, GEMMA_PN ": %s is 0 (a period must be positive)", key);
         for (uint32_t l = 0; l < nl; l++) slide[l] = (l + 1) % pattern != 0;
     } else if (rad_meta_u32s(meta, key, slide, GEMMA_MAX_LAYERS + 1, &n) != 1 || n != nl) {
-        return gemma_fail(b, GEMMA_PN ": %s is neither a period nor one flag per layer (%u flags for %u layers)", key, n, nl);
+        return rad_block_fail(b, GEMMA_PN ": %s is neither a period nor one flag per layer (%u flags for %u layers)", key, n, nl);
     }
     hp->n_global = 0;
     for (uint32_t l = 0; l < nl; l++) {
-        if (slide[l] > 1) return gemma_fail(b, GEMMA_PN ": %s[%u] is %u, not a flag", key, l, slide[l]);
+        if (slide[l] > 1) return rad_block_fail(b, GEMMA_PN ": %s[%u] is %u, not a flag", key, l, slide[l]);
         hp->global[l] = slide[l] == 0;
         hp->n_global += hp->global[l];
     }
@@ -240,49 +228,49 @@ static int gemma_embed_hparams(RadBuilder *b, const RadModelMeta *meta, const Ra
     bool bidir = false, norm = false;
     const char *mode, *act;
     if (rad_meta_bool(meta, "attention.bidirectional", false, &bidir) < 0)
-        return gemma_fail(b, GEMMA_PN ": attention.bidirectional is not a boolean");
+        return rad_block_fail(b, GEMMA_PN ": attention.bidirectional is not a boolean");
     const int pooled = rad_meta_str(meta, "pooling.mode", "", &mode) > 0;
     if (!bidir && !pooled) return 0;
     if (!pooled)
-        return gemma_fail(b, GEMMA_PN ": attention.bidirectional without pooling.mode: a bidirectional model does not "
-                             "generate (convert its sentence-transformers folder, modules.json, for the embedding form)");
+        return rad_block_fail(b, GEMMA_PN ": attention.bidirectional without pooling.mode: a bidirectional model does not "
+                                 "generate (convert its sentence-transformers folder, modules.json, for the embedding form)");
     if (!bidir)
-        return gemma_fail(b, GEMMA_PN ": pooling.mode \"%s\" on a causal Gemma 3 (attention.bidirectional absent or false) "
-                             "is not served: the embedding form is bidirectional", mode);
+        return rad_block_fail(b, GEMMA_PN ": pooling.mode \"%s\" on a causal Gemma 3 (attention.bidirectional absent or false) "
+                                 "is not served: the embedding form is bidirectional", mode);
     hp->embed = 1;
     hp->pool_mode = 99;
     for (uint32_t i = 0; i < sizeof gemma_pool_modes / sizeof gemma_pool_modes[0]; i++)
         if (!strcmp(mode, gemma_pool_modes[i])) hp->pool_mode = i;
     if (hp->pool_mode == 99)
-        return gemma_fail(b, GEMMA_PN ": pooling.mode \"%s\" is not served (mean, cls, last, max, mean_sqrt_len)", mode);
+        return rad_block_fail(b, GEMMA_PN ": pooling.mode \"%s\" is not served (mean, cls, last, max, mean_sqrt_len)", mode);
     if (rad_meta_bool(meta, "pooling.normalize", false, &norm) < 0)
-        return gemma_fail(b, GEMMA_PN ": pooling.normalize is not a boolean");
+        return rad_block_fail(b, GEMMA_PN ": pooling.normalize is not a boolean");
     hp->normalize = norm;
     if (rad_meta_str(meta, "model.hidden_act", "gelu_pytorch_tanh", &act) < 0 || strcmp(act, "gelu_pytorch_tanh"))
-        return gemma_fail(b, GEMMA_PN ": model.hidden_act \"%s\" is not served (gelu_pytorch_tanh: GeGLU)", act);
+        return rad_block_fail(b, GEMMA_PN ": model.hidden_act \"%s\" is not served (gelu_pytorch_tanh: GeGLU)", act);
     /* the deployment switches an encoder has no use for, by name */
     if (ctx->world_size > 1)
-        return gemma_fail(b, GEMMA_PN ": tensor parallelism (%u ranks) is not served for the embedding form", ctx->world_size);
-    if (ctx->cvec) return gemma_fail(b, GEMMA_PN ": a control vector is not served for the embedding form");
+        return rad_block_fail(b, GEMMA_PN ": tensor parallelism (%u ranks) is not served for the embedding form", ctx->world_size);
+    if (ctx->cvec) return rad_block_fail(b, GEMMA_PN ": a control vector is not served for the embedding form");
     if (ctx->max_spec || ctx->is_draft)
-        return gemma_fail(b, GEMMA_PN ": speculative decoding is not served for the embedding form (it does not generate)");
+        return rad_block_fail(b, GEMMA_PN ": speculative decoding is not served for the embedding form (it does not generate)");
     if (rad_meta_u32(meta, "pooling.n_dense", 0, &hp->n_dense) < 0 || hp->n_dense > GEMMA_MAX_DENSE)
-        return gemma_fail(b, GEMMA_PN ": pooling.n_dense is not a count of at most %d", GEMMA_MAX_DENSE);
+        return rad_block_fail(b, GEMMA_PN ": pooling.n_dense is not a count of at most %d", GEMMA_MAX_DENSE);
     uint32_t width = (uint32_t)meta->n_embd;
     for (uint32_t k = 0; k < hp->n_dense; k++) {
         char key[64];
         bool bias = false;
         snprintf(key, sizeof key, "pooling.dense.%u.in", k);
         if (rad_meta_u32(meta, key, 0, &hp->dense_in[k]) <= 0 || !hp->dense_in[k])
-            return gemma_fail(b, GEMMA_PN ": %s missing or zero (pooling.n_dense is %u)", key, hp->n_dense);
+            return rad_block_fail(b, GEMMA_PN ": %s missing or zero (pooling.n_dense is %u)", key, hp->n_dense);
         if (hp->dense_in[k] != width)
-            return gemma_fail(b, GEMMA_PN ": %s is %u, but %s gives %u (the dense layers do not chain)", key, hp->dense_in[k],
-                              k ? "the dense before it" : "the pooling (model.n_embd)", width);
+            return rad_block_fail(b, GEMMA_PN ": %s is %u, but %s gives %u (the dense layers do not chain)", key, hp->dense_in[k],
+                                  k ? "the dense before it" : "the pooling (model.n_embd)", width);
         snprintf(key, sizeof key, "pooling.dense.%u.out", k);
         if (rad_meta_u32(meta, key, 0, &hp->dense_out[k]) <= 0 || !hp->dense_out[k])
-            return gemma_fail(b, GEMMA_PN ": %s missing or zero (pooling.n_dense is %u)", key, hp->n_dense);
+            return rad_block_fail(b, GEMMA_PN ": %s missing or zero (pooling.n_dense is %u)", key, hp->n_dense);
         snprintf(key, sizeof key, "pooling.dense.%u.bias", k);
-        if (rad_meta_bool(meta, key, false, &bias) < 0) return gemma_fail(b, GEMMA_PN ": %s is not a boolean", key);
+        if (rad_meta_bool(meta, key, false, &bias) < 0) return rad_block_fail(b, GEMMA_PN ": %s is not a boolean", key);
         hp->dense_bias[k] = bias;
         width = hp->dense_out[k];
     }
@@ -295,7 +283,7 @@ static int gemma_hparams(RadBuilder *b, const RadModelMeta *meta, const RadBuild
     int rc;
     if ((rc = gemma_check_meta(b, meta, ctx)) != 0) return rc;
     if (ctx->scope && *ctx->scope && gname(hp->pfx, sizeof hp->pfx, ctx->scope, -1, ".") != 0)
-        return gemma_fail(b, GEMMA_PN ": RadBuildCtx.scope too long");
+        return rad_block_fail(b, GEMMA_PN ": RadBuildCtx.scope too long");
     const uint32_t world = ctx->world_size ? ctx->world_size : 1;
     RadBlockGeom *g = &hp->gg;
     memset(g, 0, sizeof *g);
@@ -314,16 +302,16 @@ static int gemma_hparams(RadBuilder *b, const RadModelMeta *meta, const RadBuild
     if (*type && strcmp(type, "none") && strcmp(type, "default")) {
         float f;
         if (strcmp(type, "linear"))
-            return gemma_fail(b, GEMMA_PN ": rope.scaling.type \"%s\" is not served (none, linear)", type);
+            return rad_block_fail(b, GEMMA_PN ": rope.scaling.type \"%s\" is not served (none, linear)", type);
         if (rad_meta_f32(meta, "rope.scaling.factor", 0, &f) <= 0 || !(f > 0))
-            return gemma_fail(b, GEMMA_PN ": rope.scaling.factor missing or not positive for rope.scaling.type linear");
+            return rad_block_fail(b, GEMMA_PN ": rope.scaling.factor missing or not positive for rope.scaling.type linear");
         g->rope_scaling = RAD_ROPE_SCALING_LINEAR; /* the global layers' (Gemma 3 4B+); local ones are unscaled */
         g->rope_factor = f;
     }
     /* query_pre_attn_scalar: head_dim on every size but 27B (where it is n_embd / n_head) */
     float qpas;
     if (rad_meta_f32(meta, "attention.query_pre_attn_scalar", (float)g->head_dim, &qpas) < 0 || !(qpas > 0))
-        return gemma_fail(b, GEMMA_PN ": attention.query_pre_attn_scalar is not a positive number");
+        return rad_block_fail(b, GEMMA_PN ": attention.query_pre_attn_scalar is not a positive number");
     g->attn_scale = rad_block_rsqrt(qpas);
     g->prefill_fp8 = ctx->attn_prefill_fp8;
     g->max_tok = ctx->max_tok;
@@ -335,14 +323,14 @@ static int gemma_hparams(RadBuilder *b, const RadModelMeta *meta, const RadBuild
     g->mlp_act = "gelu_tanh_mul";
     g->attn_window = 0;
     if (rad_meta_u32(meta, "attention.sliding_window", 0, &hp->window) <= 0 || hp->window == 0)
-        return gemma_fail(b, GEMMA_PN ": attention.sliding_window missing or zero (Gemma 3's local layers need it)");
+        return rad_block_fail(b, GEMMA_PN ": attention.sliding_window missing or zero (Gemma 3's local layers need it)");
     if ((rc = gemma_layer_kinds(b, meta, hp)) != 0) return rc;
     float local_theta;
     if (rad_meta_f32(meta, "rope.local_freq_base", GEMMA_LOCAL_THETA, &local_theta) < 0 || !(local_theta > 0))
-        return gemma_fail(b, GEMMA_PN ": rope.local_freq_base is not a positive number");
+        return rad_block_fail(b, GEMMA_PN ": rope.local_freq_base is not a positive number");
     rad_meta_str(meta, "rope.local_scaling.type", "", &type);
     if (*type && strcmp(type, "default"))
-        return gemma_fail(b, GEMMA_PN ": rope.local_scaling.type \"%s\" is not served (the local layers' rope is unscaled)", type);
+        return rad_block_fail(b, GEMMA_PN ": rope.local_scaling.type \"%s\" is not served (the local layers' rope is unscaled)", type);
     hp->gl = *g;
     hp->gl.rope_theta = local_theta;
     hp->gl.rope_scaling = RAD_ROPE_SCALING_NONE;
@@ -408,7 +396,7 @@ static int gemma_declare_map(RadBuilder *b, const GemmaHparams *hp) {
     static const char *const hf[] = {"model.embed_tokens.weight", "model.norm.weight"};
     static const char *const gg[] = {"token_embd.weight", "output_norm.weight"};
     for (int i = 0; i < 2; i++) {
-        if (gname(dst, sizeof dst, hp->pfx, -1, decl[i]) != 0) return gemma_fail(b, GEMMA_PN ": a declared name is too long");
+        if (gname(dst, sizeof dst, hp->pfx, -1, decl[i]) != 0) return rad_block_fail(b, GEMMA_PN ": a declared name is too long");
         rc |= map_copy1(b, dst, hf[i], i == 1 ? 1.0f : 0.0f);
         rc |= map_copy1(b, dst, hf[i] + 6, i == 1 ? 1.0f : 0.0f); /* without "model." */
         rc |= map_copy1(b, dst, gg[i], 0.0f);
@@ -417,22 +405,22 @@ static int gemma_declare_map(RadBuilder *b, const GemmaHparams *hp) {
         for (int t = 0; t < G_COUNT; t++) {
             int k = snprintf(src, sizeof src, "model.layers.%u.%s", l, gemma_layer_tensors[t].hf);
             if (gname(dst, sizeof dst, hp->pfx, (int)l, gemma_layer_tensors[t].decl) != 0 || k < 0 || (size_t)k >= sizeof src)
-                return gemma_fail(b, GEMMA_PN ": a declared name is too long");
+                return rad_block_fail(b, GEMMA_PN ": a declared name is too long");
             const float add = gemma_layer_tensors[t].norm ? 1.0f : 0.0f;
             rc |= map_copy1(b, dst, src, add);
             rc |= map_copy1(b, dst, src + 6, add); /* without "model." */
             if (gname(src, sizeof src, "", (int)l, gemma_layer_tensors[t].decl) != 0)
-                return gemma_fail(b, GEMMA_PN ": a declared name is too long");
+                return rad_block_fail(b, GEMMA_PN ": a declared name is too long");
             rc |= map_copy1(b, dst, src, 0.0f);
         }
     for (uint32_t k = 0; k < hp->n_dense; k++)
         for (int bias = 0; bias <= hp->dense_bias[k]; bias++) {
             int n = snprintf(src, sizeof src, "dense.%u.%s", k, bias ? "bias" : "weight");
             if (n < 0 || (size_t)n >= sizeof src || gname(dst, sizeof dst, hp->pfx, -1, src) != 0)
-                return gemma_fail(b, GEMMA_PN ": a declared name is too long");
+                return rad_block_fail(b, GEMMA_PN ": a declared name is too long");
             rc |= map_copy1(b, dst, src, 0.0f);
         }
-    if (rc) return gemma_fail(b, GEMMA_PN ": a name-map entry was refused");
+    if (rc) return rad_block_fail(b, GEMMA_PN ": a name-map entry was refused");
     return 0;
 }
 
@@ -443,8 +431,8 @@ static int gemma_check_enc(RadBuilder *b, rad_weight w, const char *name) {
     if ((unsigned)e >= RAD_ENC_COUNT) return 0; /* not known yet (a plan): the core checks */
     if (gemma_encs & (1ull << e)) return 0;
     const RadEncInfo *info = rad_enc_info(e);
-    return gemma_fail(b, GEMMA_PN ": weight %s is stored as %s, which this plugin does not serve%s", name,
-                      info ? info->name : "?", RAD_GEMMA3_QUANTISED ? "" : " (GGUF block quantisations: gemma3_ggml)");
+    return rad_block_fail(b, GEMMA_PN ": weight %s is stored as %s, which this plugin does not serve%s", name,
+                          info ? info->name : "?", RAD_GEMMA3_QUANTISED ? "" : " (GGUF block quantisations: gemma3_ggml)");
 }
 
 static int gemma_weights_layer(RadBuilder *b, const GemmaHparams *hp, uint32_t l, GemmaLayer *L) {
@@ -452,7 +440,7 @@ static int gemma_weights_layer(RadBuilder *b, const GemmaHparams *hp, uint32_t l
     const RadBlockGeom *g = L->g;
     for (int t = 0; t < G_COUNT; t++)
         if (gname(nm[t], sizeof nm[t], hp->pfx, (int)l, gemma_layer_tensors[t].decl) != 0)
-            return gemma_fail(b, GEMMA_PN ": a declared name is too long");
+            return rad_block_fail(b, GEMMA_PN ": a declared name is too long");
     const uint64_t qw = (uint64_t)g->n_head * g->head_dim;
     const RadGroup grp = rad_group_layer(l);
     memset(&L->qkv, 0, sizeof L->qkv);
@@ -467,7 +455,7 @@ static int gemma_weights_layer(RadBuilder *b, const GemmaHparams *hp, uint32_t l
     L->w_post_ffw = rad_block_norm_weight(b, g, nm[G_POST_FFW], grp, g->n_embd);
     if (bad || L->w_attn_norm.id < 0 || L->w_o.id < 0 ||
         L->w_post_attn.id < 0 || L->w_post_ffw.id < 0)
-        return gemma_fail(b, GEMMA_PN ": layer %u: a weight was refused", l);
+        return rad_block_fail(b, GEMMA_PN ": layer %u: a weight was refused", l);
     const rad_weight lw[] = {L->qkv.w_q, L->qkv.w_k, L->qkv.w_v, L->w_o, L->mlp.w_gate, L->mlp.w_up, L->mlp.w_down};
     const int lt[] = {G_Q, G_K, G_V, G_O, G_GATE, G_UP, G_DOWN};
     for (int i = 0; i < 7; i++) {
@@ -487,14 +475,14 @@ static int gemma_declare_weights(RadBuilder *b, GemmaHparams *hp, GemmaModel *m)
     d.shape[1] = hp->gg.n_embd;
     d.access = RAD_ACCESS_VOCAB;
     d.shard = RAD_SHARD_NONE;
-    if (gname(name, sizeof name, hp->pfx, -1, "tok_embd.weight") != 0) return gemma_fail(b, GEMMA_PN ": name too long");
+    if (gname(name, sizeof name, hp->pfx, -1, "tok_embd.weight") != 0) return rad_block_fail(b, GEMMA_PN ": name too long");
     m->w_tok = rad_decl_weight(b, name, &d);
-    if (m->w_tok.id < 0) return gemma_fail(b, GEMMA_PN ": weight %s was refused", name);
+    if (m->w_tok.id < 0) return rad_block_fail(b, GEMMA_PN ": weight %s was refused", name);
     int rc = gemma_check_enc(b, m->w_tok, name);
     if (rc) return rc;
-    if (gname(name, sizeof name, hp->pfx, -1, "output_norm.weight") != 0) return gemma_fail(b, GEMMA_PN ": name too long");
+    if (gname(name, sizeof name, hp->pfx, -1, "output_norm.weight") != 0) return rad_block_fail(b, GEMMA_PN ": name too long");
     m->w_out_norm = rad_block_norm_weight(b, &hp->gg, name, (RadGroup){RAD_GROUP_NONE, 0, 0}, hp->gg.n_embd);
-    if (m->w_out_norm.id < 0) return gemma_fail(b, GEMMA_PN ": weight %s was refused", name);
+    if (m->w_out_norm.id < 0) return rad_block_fail(b, GEMMA_PN ": weight %s was refused", name);
     for (uint32_t l = 0; l < hp->n_layers; l++) {
         GemmaLayer *L = &m->layers[l];
         L->global = hp->global[l];
@@ -505,25 +493,25 @@ static int gemma_declare_weights(RadBuilder *b, GemmaHparams *hp, GemmaModel *m)
     for (uint32_t k = 0; k < hp->n_dense; k++) {
         char sfx[48];
         snprintf(sfx, sizeof sfx, "dense.%u.weight", k);
-        if (gname(name, sizeof name, hp->pfx, -1, sfx) != 0) return gemma_fail(b, GEMMA_PN ": name too long");
+        if (gname(name, sizeof name, hp->pfx, -1, sfx) != 0) return rad_block_fail(b, GEMMA_PN ": name too long");
         d.dtype = RAD_ANY;
         d.rank = 2;
         d.shape[0] = hp->dense_out[k];
         d.shape[1] = hp->dense_in[k];
         d.access = RAD_ACCESS_PER_REQUEST;
         m->w_dense[k] = rad_decl_weight(b, name, &d);
-        if (m->w_dense[k].id < 0) return gemma_fail(b, GEMMA_PN ": weight %s was refused", name);
+        if (m->w_dense[k].id < 0) return rad_block_fail(b, GEMMA_PN ": weight %s was refused", name);
         if ((rc = gemma_check_enc(b, m->w_dense[k], name)) != 0) return rc;
         m->b_dense[k].id = -1;
         if (!hp->dense_bias[k]) continue;
         snprintf(sfx, sizeof sfx, "dense.%u.bias", k);
-        if (gname(name, sizeof name, hp->pfx, -1, sfx) != 0) return gemma_fail(b, GEMMA_PN ": name too long");
+        if (gname(name, sizeof name, hp->pfx, -1, sfx) != 0) return rad_block_fail(b, GEMMA_PN ": name too long");
         d.dtype = RAD_F32; /* a bf16/f16 bias widens exactly */
         d.rank = 1;
         d.shape[0] = hp->dense_out[k];
         d.shape[1] = 0;
         m->b_dense[k] = rad_decl_weight(b, name, &d);
-        if (m->b_dense[k].id < 0) return gemma_fail(b, GEMMA_PN ": weight %s was refused", name);
+        if (m->b_dense[k].id < 0) return rad_block_fail(b, GEMMA_PN ": weight %s was refused", name);
     }
     return 0;
 }
@@ -534,21 +522,21 @@ static int gemma_declare_buffers(RadBuilder *b, const GemmaHparams *hp, GemmaMod
     const RadBlockGeom *g = &hp->gg;
     if (rad_resid_declare(b, g, hp->pfx, &m->r) != 0 || rad_attn_scratch_declare(b, g, hp->pfx, &m->as) != 0 ||
         rad_mlp_scratch_declare(b, g, hp->pfx, &m->ms) != 0)
-        return gemma_fail(b, GEMMA_PN ": a buffer was refused");
+        return rad_block_fail(b, GEMMA_PN ": a buffer was refused");
     if (hp->embed) { /* pool's rows, then each dense layer's */
         m->pooled = rad_block_buf(b, hp->pfx, "pooled", hp->max_seqs, g->n_embd);
-        if (m->pooled.id < 0) return gemma_fail(b, GEMMA_PN ": the pooled buffer was refused");
+        if (m->pooled.id < 0) return rad_block_fail(b, GEMMA_PN ": the pooled buffer was refused");
         for (uint32_t k = 0; k < hp->n_dense; k++) {
             char nm[32];
             snprintf(nm, sizeof nm, "dense.%u.y", k);
             m->dense_y[k] = rad_block_buf(b, hp->pfx, nm, hp->max_seqs, hp->dense_out[k]);
-            if (m->dense_y[k].id < 0) return gemma_fail(b, GEMMA_PN ": the buffer %s was refused", nm);
+            if (m->dense_y[k].id < 0) return rad_block_fail(b, GEMMA_PN ": the buffer %s was refused", nm);
         }
         return 0;
     }
     m->head_x = rad_block_buf(b, hp->pfx, "head.x", hp->out_rows, g->n_embd);
     m->logits = rad_block_buf(b, hp->pfx, "logits", hp->out_rows, hp->n_vocab);
-    if (m->head_x.id < 0 || m->logits.id < 0) return gemma_fail(b, GEMMA_PN ": a head buffer was refused");
+    if (m->head_x.id < 0 || m->logits.id < 0) return rad_block_fail(b, GEMMA_PN ": a head buffer was refused");
     return 0;
 }
 
@@ -556,16 +544,16 @@ static int gemma_declare_buffers(RadBuilder *b, const GemmaHparams *hp, GemmaMod
  * tokens), global layers one FULL group. */
 static int gemma_declare_kv(RadBuilder *b, const GemmaHparams *hp, GemmaModel *m) {
     char name[GEMMA_NAME];
-    if (gname(name, sizeof name, hp->pfx, -1, "kv.local") != 0) return gemma_fail(b, GEMMA_PN ": name too long");
+    if (gname(name, sizeof name, hp->pfx, -1, "kv.local") != 0) return rad_block_fail(b, GEMMA_PN ": name too long");
     m->kv_local = rad_attn_kv_declare(b, &hp->gl, name, RAD_KV_WINDOW, hp->kv_dtype, hp->window);
-    if (gname(name, sizeof name, hp->pfx, -1, "kv.global") != 0) return gemma_fail(b, GEMMA_PN ": name too long");
+    if (gname(name, sizeof name, hp->pfx, -1, "kv.global") != 0) return rad_block_fail(b, GEMMA_PN ": name too long");
     int any_global = 0;
     for (uint32_t l = 0; l < hp->n_layers; l++) any_global |= m->layers[l].global;
     m->kv_global = any_global ? rad_attn_kv_declare(b, &hp->gg, name, RAD_KV_FULL, hp->kv_dtype, 0) : (rad_kv){-1};
-    if (m->kv_local.id < 0 || (any_global && m->kv_global.id < 0)) return gemma_fail(b, GEMMA_PN ": a KV group was refused");
+    if (m->kv_local.id < 0 || (any_global && m->kv_global.id < 0)) return rad_block_fail(b, GEMMA_PN ": a KV group was refused");
     for (uint32_t l = 0; l < hp->n_layers; l++)
         if (rad_bind_layer_kv(b, l, m->layers[l].global ? m->kv_global : m->kv_local) != 0)
-            return gemma_fail(b, GEMMA_PN ": layer %u: KV binding refused", l);
+            return rad_block_fail(b, GEMMA_PN ": layer %u: KV binding refused", l);
     return 0;
 }
 
@@ -624,23 +612,24 @@ static int gemma_declare_pooled(RadBuilder *b, const GemmaHparams *hp, GemmaMode
     const RadBlockGeom *g = &hp->gg;
     m->op_pool = RAD_OP(b, "pool", RAD_PARAMS(RAD_RANGE("M", 1, g->max_tok), RAD_INT("N", g->n_embd), RAD_INT("mode", hp->pool_mode)),
                         RAD_NO_WEIGHTS);
-    if (m->op_pool.id < 0) return gemma_fail(b, GEMMA_PN ": the pooling was refused");
+    if (m->op_pool.id < 0) return rad_block_fail(b, GEMMA_PN ": the pooling was refused");
     rad_op_reads(b, m->op_pool, RAD_BUFS(m->r.h), 1);
     rad_op_writes(b, m->op_pool, RAD_BUFS(m->pooled), 1);
     rad_buf x = m->pooled;
     uint32_t width = g->n_embd;
     for (uint32_t k = 0; k < hp->n_dense; k++) {
-        m->op_dense[k] = RAD_OP(b, "gemm_nt",
-                                RAD_PARAMS(RAD_RANGE("M", 1, hp->max_seqs), RAD_INT("N", hp->dense_out[k]), RAD_INT("K", hp->dense_in[k])),
-                                RAD_WEIGHTS(m->w_dense[k]));
-        if (m->op_dense[k].id < 0) return gemma_fail(b, GEMMA_PN ": dense layer %u was refused", k);
+        m->op_dense[k] = RAD_OP(
+            b, "gemm_nt",
+            RAD_PARAMS(RAD_RANGE("M", 1, hp->max_seqs), RAD_INT("N", hp->dense_out[k]), RAD_INT("K", hp->dense_in[k])),
+            RAD_WEIGHTS(m->w_dense[k]));
+        if (m->op_dense[k].id < 0) return rad_block_fail(b, GEMMA_PN ": dense layer %u was refused", k);
         rad_op_reads(b, m->op_dense[k], RAD_BUFS(x), 1);
         rad_op_writes(b, m->op_dense[k], RAD_BUFS(m->dense_y[k]), 1);
         m->op_dense_bias[k].id = -1;
         if (m->b_dense[k].id >= 0) {
             m->op_dense_bias[k] = RAD_OP(b, "add_bias", RAD_PARAMS(RAD_RANGE("M", 1, hp->max_seqs), RAD_INT("N", hp->dense_out[k])),
                                          RAD_WEIGHTS(m->b_dense[k]));
-            if (m->op_dense_bias[k].id < 0) return gemma_fail(b, GEMMA_PN ": dense layer %u's bias was refused", k);
+            if (m->op_dense_bias[k].id < 0) return rad_block_fail(b, GEMMA_PN ": dense layer %u's bias was refused", k);
             rad_op_reads(b, m->op_dense_bias[k], RAD_BUFS(m->dense_y[k]), 1);
             rad_op_writes(b, m->op_dense_bias[k], RAD_BUFS(m->dense_y[k]), 1);
         }
@@ -650,11 +639,11 @@ static int gemma_declare_pooled(RadBuilder *b, const GemmaHparams *hp, GemmaMode
     m->op_l2.id = -1;
     if (hp->normalize) {
         m->op_l2 = RAD_OP(b, "l2_normalize", RAD_PARAMS(RAD_RANGE("M", 1, hp->max_seqs), RAD_INT("N", width)), RAD_NO_WEIGHTS);
-        if (m->op_l2.id < 0) return gemma_fail(b, GEMMA_PN ": the normalisation was refused");
+        if (m->op_l2.id < 0) return rad_block_fail(b, GEMMA_PN ": the normalisation was refused");
         rad_op_reads(b, m->op_l2, RAD_BUFS(x), 1);
         rad_op_writes(b, m->op_l2, RAD_BUFS(x), 1);
     }
-    if (rad_declare_pooled(b, x) != 0) return gemma_fail(b, GEMMA_PN ": the pooled output was refused");
+    if (rad_declare_pooled(b, x) != 0) return rad_block_fail(b, GEMMA_PN ": the pooled output was refused");
     return 0;
 }
 
@@ -666,26 +655,26 @@ static int gemma_declare_ops(RadBuilder *b, GemmaHparams *hp, GemmaModel *m) {
     m->op_scale = RAD_OP(b, "scale",
                          RAD_PARAMS(RAD_RANGE("M", 1, g->max_tok), RAD_INT("N", g->n_embd), RAD_FLOAT("factor", hp->embd_scale)),
                          RAD_NO_WEIGHTS);
-    if (m->op_embed.id < 0 || m->op_scale.id < 0) return gemma_fail(b, GEMMA_PN ": the embedding was refused");
+    if (m->op_embed.id < 0 || m->op_scale.id < 0) return rad_block_fail(b, GEMMA_PN ": the embedding was refused");
     rad_op_writes(b, m->op_embed, RAD_BUFS(m->r.x), 1);
     rad_op_reads(b, m->op_scale, RAD_BUFS(m->r.x), 1);
     rad_op_writes(b, m->op_scale, RAD_BUFS(m->r.x), 1);
     for (uint32_t l = 0; l < hp->n_layers; l++)
-        if (gemma_declare_layer(b, m, l) != 0) return gemma_fail(b, GEMMA_PN ": layer %u: an op was refused", l);
+        if (gemma_declare_layer(b, m, l) != 0) return rad_block_fail(b, GEMMA_PN ": layer %u: an op was refused", l);
     if (rad_prenorm_declare(b, g, &m->r, m->w_out_norm, &m->final_norm) != 0)
-        return gemma_fail(b, GEMMA_PN ": the final norm was refused");
+        return rad_block_fail(b, GEMMA_PN ": the final norm was refused");
     if (hp->embed) return gemma_declare_pooled(b, hp, m);
     m->op_gather = RAD_OP(b, "logits_gather", RAD_PARAMS(RAD_RANGE("M", 1, hp->out_rows), RAD_INT("N", g->n_embd)),
                           RAD_NO_WEIGHTS);
     m->op_logits = RAD_OP(b, "logits_gemm",
                           RAD_PARAMS(RAD_RANGE("M", 1, hp->out_rows), RAD_INT("N", hp->n_vocab), RAD_INT("K", g->n_embd)),
                           RAD_WEIGHTS(m->w_tok));
-    if (m->op_gather.id < 0 || m->op_logits.id < 0) return gemma_fail(b, GEMMA_PN ": the head was refused");
+    if (m->op_gather.id < 0 || m->op_logits.id < 0) return rad_block_fail(b, GEMMA_PN ": the head was refused");
     rad_op_reads(b, m->op_gather, RAD_BUFS(m->r.h), 1);
     rad_op_writes(b, m->op_gather, RAD_BUFS(m->head_x), 1);
     rad_op_reads(b, m->op_logits, RAD_BUFS(m->head_x), 1);
     rad_op_writes(b, m->op_logits, RAD_BUFS(m->logits), 1);
-    if (rad_declare_logits(b, m->logits) != 0) return gemma_fail(b, GEMMA_PN ": the logits buffer was refused");
+    if (rad_declare_logits(b, m->logits) != 0) return rad_block_fail(b, GEMMA_PN ": the logits buffer was refused");
     return 0;
 }
 
@@ -717,7 +706,8 @@ static void gemma_notes_embed(RadBuilder *b, const GemmaHparams *hp) {
     uint32_t w = g->n_embd;
     chain[0] = 0;
     for (uint32_t i = 0; i < hp->n_dense && k < sizeof chain; i++, w = hp->dense_out[i - 1])
-        k += (size_t)snprintf(chain + k, sizeof chain - k, ", dense %u -> %u%s", w, hp->dense_out[i], hp->dense_bias[i] ? " + bias" : "");
+        k += (size_t)snprintf(chain + k, sizeof chain - k, ", dense %u -> %u%s", w, hp->dense_out[i],
+                              hp->dense_bias[i] ? " + bias" : "");
     rad_note(b, "pooled output: %s pooling%s%s, %u rows of %u", gemma_pool_modes[hp->pool_mode], chain,
              hp->normalize ? ", l2_normalize" : "", hp->max_seqs, hp->n_dense ? hp->dense_out[hp->n_dense - 1] : g->n_embd);
 }

@@ -1397,9 +1397,9 @@ typedef struct StPipe {
 } StPipe;
 
 /* A Dense module's config.json: a linear layer (in_features -> out_features, bias or not) whose
- * activation is the identity, as pooling.dense.<k>.in / .out / .bias (docs/KEYS.md). sentence-transformers'
- * default activation (absent) is Tanh, which is not served; nor are any other activation, a
- * residual, or other feature names: each is refused by name. */
+ * activation is the identity, as pooling.dense.<k>.in / .out / .bias (docs/KEYS.md).
+ * sentence-transformers' default activation (absent) is Tanh, which is not served; nor are any
+ * other activation, a residual, other feature names or unknown fields: each is refused by name. */
 static int read_st_dense(RadSrc *s, RadModelFile *m, const char *dir, uint32_t k, StPipe *p, RadErr *e) {
     static const char identity[] = "torch.nn.modules.linear.Identity";
     static const char *const keys[] = {"in_features", "out_features", "bias", "activation_function", "module_input_name",
@@ -1442,9 +1442,13 @@ static int read_st_dense(RadSrc *s, RadModelFile *m, const char *dir, uint32_t k
     d->in = (uint32_t)v[0], d->out = (uint32_t)v[1], d->bias = true; /* sentence-transformers' default */
     if ((x = jget(root, "bias")) && (rc = want_bool(rel, "bias", x, &d->bias, e))) goto out;
     if ((x = jget(root, "activation_function")) && (rc = want_str(rel, "activation_function", x, &act, e))) goto out;
-    if (!act || strcmp(act, identity)) {
-        rc = rad_err_set(e, RAD_E_UNSUPPORTED, "%s: activation_function '%.80s' is not served (%s only)", rel,
-                         act ? act : "absent: sentence-transformers' default, torch.nn.modules.activation.Tanh", identity);
+    if (!act) {
+        rc = rad_err_set(e, RAD_E_UNSUPPORTED, "%s: activation_function is absent: sentence-transformers' default, "
+                         "torch.nn.modules.activation.Tanh, is not served (%s only)", rel, identity);
+        goto out;
+    }
+    if (strcmp(act, identity)) {
+        rc = rad_err_set(e, RAD_E_UNSUPPORTED, "%s: activation_function '%.80s' is not served (%s only)", rel, act, identity);
         goto out;
     }
     if ((x = jget(root, "use_residual")) && (!(rc = want_bool(rel, "use_residual", x, &b, e))) && b)

@@ -894,6 +894,12 @@ int rad_engine_embed(RadEngine *en, const RadEngineText *texts, uint32_t n_seq, 
                                rad_engine_embed_max(en));
         if ((uint64_t)t + n > T)
             return rad_err_set(e, RAD_E_LIMIT, "an embedding step of %" PRIu64 " tokens exceeds max_tok %u", (uint64_t)t + n, T);
+        /* the model's rows, which may be fewer than the tokenizer's ids (EmbeddingGemma: 262144
+         * rows, <image_soft_token> is id 262144): named here, not a failed step */
+        for (uint32_t j = 0; j < n; j++)
+            if (texts[i].tokens[j] < 0 || (en->meta.n_vocab > 0 && texts[i].tokens[j] >= en->meta.n_vocab))
+                return rad_err_set(e, RAD_E_ARG, "text %u: token %d at index %u is outside the model's vocabulary (%d)", i,
+                                   texts[i].tokens[j], j, en->meta.n_vocab);
         for (uint32_t j = 0; j < n; j++) tok[t + j] = texts[i].tokens[j], posv[t + j] = (int32_t)j;
         t += n;
         cu[i + 1] = (int32_t)t;

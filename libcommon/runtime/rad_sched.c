@@ -250,7 +250,11 @@ int rad_sched_open(RadSched **out, RadEngine *en, const RadTok *tok, const RadSc
     uint32_t nv = 0;
     if (!pooled && (!rad_engine_logits(en, &nv) || !nv))
         return rad_err_set(e, RAD_E_UNSUPPORTED, "the model has no logits head to sample from");
-    if (pooled) nv = rad_tok_n_vocab(tok);
+    if (pooled) { /* the tokenizer's ids the model has rows for (a request with another is refused, not the step) */
+        const RadModelMeta *mm = rad_engine_meta(en);
+        nv = rad_tok_n_vocab(tok);
+        if (mm->n_vocab > 0 && (uint32_t)mm->n_vocab < nv) nv = (uint32_t)mm->n_vocab;
+    }
     if (o->max_seqs > lim.max_seqs || o->max_mixed_tok > lim.max_tok)
         return rad_err_set(e, RAD_E_ARG, "scheduler: max_seqs %u / max_mixed_tok %u exceed the engine's %u / %u", o->max_seqs,
                            o->max_mixed_tok, lim.max_seqs, lim.max_tok);

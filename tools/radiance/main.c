@@ -539,7 +539,12 @@ static int run_embed(const Opts *o) {
     for (size_t i = 0; !rc && i < n_lines;) {
         uint32_t n = 0, t = 0;
         while (i + n < n_lines && n < lim.max_seqs && t + texts[i + n].n <= lim.max_tok) t += texts[i + n++].n;
-        if ((rc = rad_engine_embed(en, texts + i, n, vec, &e))) break;
+        if ((rc = rad_engine_embed(en, texts + i, n, vec, &e))) { /* its "text k" is k lines after line i + 1 */
+            char why[sizeof e.msg];
+            snprintf(why, sizeof why, "%s", e.msg);
+            rc = rad_err_set(&e, rc, "--embed: lines %zu-%zu: %s", i + 1, i + n, why);
+            break;
+        }
         for (uint32_t s = 0; s < n; s++)
             for (uint32_t d = 0; d < dim; d++) printf("%.9g%c", (double)vec[(size_t)s * dim + d], d + 1 < dim ? ' ' : '\n');
         i += n;

@@ -758,9 +758,11 @@ static enum MHD_Result start_generation(Req *r, struct MHD_Connection *c, ApiKin
             api_err(&e, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
         else if (rc == RAD_E_BUSY)
             api_err(&e, 429, "server_error", "server_busy", NULL, "the server is busy: %s", re.msg);
-        else if (rc == RAD_E_LIMIT || rc == RAD_E_ARG)
-            api_err(&e, 400, "invalid_request_error", NULL, msg_param(re.msg, param, sizeof param), "%s", re.msg);
-        else api_err(&e, 500, "server_error", NULL, NULL, "%s", re.msg);
+        else if (rc == RAD_E_LIMIT || rc == RAD_E_ARG) {
+            const char *pp = msg_param(re.msg, param, sizeof param);
+            if (pp && kind == API_EMBEDDINGS && !strcmp(pp, "prompt")) pp = "input"; /* the scheduler's word for it */
+            api_err(&e, 400, "invalid_request_error", NULL, pp, "%s", re.msg);
+        } else api_err(&e, 500, "server_error", NULL, NULL, "%s", re.msg);
         return respond_err(r, c, &e);
     }
     r->outcome = MET_STOP; /* decided at the end */
