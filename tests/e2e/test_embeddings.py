@@ -174,6 +174,51 @@ class MiniLM(unittest.TestCase):
         self.assertIn("line 2", long.stderr)
 
 
+class EmbeddingGemma(unittest.TestCase):
+    """EmbeddingGemma-300M (models/embeddinggemma-300m, `make models`: 1.1 GB, not fetched by
+    `make model`, so CI skips this) through the client, against sentence-transformers; its
+    Matryoshka sizes as the model card states them (--set pooling.dims=512,256,128)."""
+
+    @classmethod
+    def setUpClass(cls):
+        folder = os.path.join(ROOT, "models", "embeddinggemma-300m")
+        if not os.path.exists(os.path.join(folder, "config.json")):
+            raise unittest.SkipTest("%s not fetched (make models)" % folder)
+        cls.model = os.path.join(LOGDIR, "embeddinggemma.rad")
+        if not os.path.exists(cls.model):
+            r = subprocess.run([CONVERT, folder, "-o", cls.model, "--force", "--set", "pooling.dims=512,256,128"],
+                               capture_output=True, text=True, timeout=600)
+            if r.returncode != 0:
+                raise AssertionError(r.stderr)
+        cls.gold = []
+        for line in unzstd(os.path.join(FIX, "embeddinggemma.golden.zst")).splitlines():
+            if not line.startswith("#"):
+                f = line.split()
+                cls.gold.append({"ids": [int(x) for x in f[2].split(",")], "v": [float(x) for x in f[3:]]})
+        with open(os.path.join(FIX, "sentences.txt"), encoding="utf-8") as fh:
+            for g, t in zip(cls.gold, fh.read().split("\n")):
+                g["text"] = t
+        cls.srv = Server("embeddinggemma", "--kernels", "ref", model=cls.model).ready()
+        cls.c = client(cls.srv.url)
+        cls.id = cls.c.models.list().data[0].id
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.stop()
+
+    def test_vectors_match_sentence_transformers(self):
+        rows = self.gold[:12]
+        r = self.c.embeddings.create(model=self.id, input=[g["text"] for g in rows])
+        self.assertEqual(r.usage.prompt_tokens, sum(len(g["ids"]) for g in rows))
+        for d, g in zip(r.data, rows):
+            self.assertEqual(len(d.embedding), 768)
+            c = cosine(d.embedding, g["v"])
+            self.assertGreaterEqual(c, 0.9999, "%r: cosine %.7f" % (g["text"][:40], c))
+        cut = self.c.embeddings.create(model=self.id, input=rows[0]["text"], dimensions=256).data[0].embedding
+        self.assertEqual(len(cut), 256)
+        self.assertAlmostEqual(sum(x * x for x in cut), 1.0, delta=1e-5)
+
+
 class Matryoshka(unittest.TestCase):
     """`dimensions` below the width, where the container lists the size (rad-convert --set
     pooling.dims=256,128): the vector's head, made unit length again."""
