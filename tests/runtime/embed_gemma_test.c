@@ -33,7 +33,7 @@
 
 #include "libcommon/runtime/rad_engine.h"
 #include "libcommon/tok/rad_tok.h"
-#include "tests/test_util.h"
+#include "tests/embed_golden.h"
 
 #define FOLDER "models/embeddinggemma-300m"
 #define SENTENCES "tests/fixtures/embed/sentences.txt"
@@ -42,11 +42,7 @@
 #define TINY "tests/fixtures/tiny-gemma3-bf16"
 enum { N_SENT = 50, N_LONG = 2, DIM = 768, MAX_IDS = 1024, MAX_TOK = 1024, MAX_SEQS = 8 };
 
-typedef struct Golden {
-    uint32_t n_ids;
-    int32_t ids[MAX_IDS];
-    float v[DIM];
-} Golden;
+typedef EmbedGolden Golden;
 
 static char dir[256], model[320];
 static Golden *gold, *gold_long;
@@ -68,40 +64,7 @@ static double now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* NAME.golden.zst: a header line naming the model and n, then "<i> <n_ids> <id,...> <DIM floats>". */
-static Golden *load_golden(const char *path, int n_want) {
-    size_t n;
-    char *t = unzstd(path, &n), *save = NULL;
-    Golden *g = calloc((size_t)n_want, sizeof *g);
-    cr_assert(g);
-    char want[64];
-    snprintf(want, sizeof want, "dim=%d n=%d ", DIM, n_want);
-    int k = 0;
-    for (char *line = strtok_r(t, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-        if (line[0] == '#') {
-            cr_assert(strstr(line, want), "%s: header %.100s", path, line);
-            continue;
-        }
-        cr_assert_lt(k, n_want);
-        char *p = line, *end;
-        cr_assert_eq(strtol(p, &end, 10), k);
-        g[k].n_ids = (uint32_t)strtoul(end, &p, 10);
-        cr_assert(g[k].n_ids > 0 && g[k].n_ids <= MAX_IDS);
-        for (uint32_t i = 0; i < g[k].n_ids; i++) {
-            g[k].ids[i] = (int32_t)strtol(p + 1, &end, 10); /* skip ' ' or ',' */
-            p = end;
-        }
-        for (int d = 0; d < DIM; d++) {
-            g[k].v[d] = strtof(p, &end);
-            cr_assert(end != p, "%s: sentence %d: %d values", path, k, d);
-            p = end;
-        }
-        k++;
-    }
-    cr_assert_eq(k, n_want);
-    free(t);
-    return g;
-}
+static Golden *load_golden(const char *path, int n_want) { return embed_golden_load(path, DIM, n_want, MAX_IDS); }
 
 static void setup(void) {
     if (access(FOLDER "/config.json", R_OK) != 0) return; /* the oracle tests skip (make models fetches it) */
@@ -126,8 +89,8 @@ static void setup(void) {
     }
 }
 static void teardown(void) {
-    free(gold);
-    free(gold_long);
+    embed_golden_free(gold, N_SENT);
+    embed_golden_free(gold_long, N_LONG);
     free(sent_buf);
     if (!dir[0]) return;
     char cmd[300];
@@ -151,12 +114,6 @@ static RadEngine *open_engine(const char *path, double tol, uint32_t max_seqs, u
     RadErr e = {0};
     cr_assert_eq(rad_engine_open(&en, &o, &e), RAD_OK, "%s", e.msg);
     return en;
-}
-
-static double cosine(const float *a, const float *b, int n) {
-    double ab = 0, aa = 0, bb = 0;
-    for (int i = 0; i < n; i++) ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
-    return ab / sqrt(aa * bb);
 }
 
 /* Encodes text with the container's tokenizer and checks the ids are the golden's. */
@@ -192,7 +149,7 @@ static double run_oracle(const char *path, double tol, int n_sent, double bar) {
         int k = i + batch <= n_sent ? batch : n_sent - i;
         cr_assert_eq(rad_engine_embed(en, texts + i, (uint32_t)k, out, &e), RAD_OK, "%s", e.msg);
         for (int j = 0; j < k; j++) {
-            double c = cosine(out + (size_t)j * DIM, gold[i + j].v, DIM);
+            double c = embed_cosine(out + (size_t)j * DIM, gold[i + j].v, DIM);
             cr_expect_geq(c, bar, "%s: sentence %d: cosine %.7f to sentence-transformers' (tolerance %g)", path, i + j, c, tol);
             if (c < worst) worst = c;
         }
@@ -275,7 +232,7 @@ Test(embed_gemma, long_texts_see_transformers_window) {
     cr_assert_eq(rad_engine_embed(en, texts, (uint32_t)n_long, out, &e), RAD_OK, "%s", e.msg);
     double worst = 1;
     for (int t = 0; t < n_long; t++) {
-        double c = cosine(out + (size_t)t * DIM, gold_long[t].v, DIM);
+        double c = embed_cosine(out + (size_t)t * DIM, gold_long[t].v, DIM);
         cr_expect_lt(1 - c, 1e-6, "long text %d (%u tokens): 1 - cosine %.3e to sentence-transformers'", t, gold_long[t].n_ids,
                      1 - c);
         if (c < worst) worst = c;

@@ -15,18 +15,14 @@
 
 #include "libcommon/runtime/rad_engine.h"
 #include "libcommon/tok/rad_tok.h"
-#include "tests/test_util.h"
+#include "tests/embed_golden.h"
 
 #define FOLDER "models/all-MiniLM-L6-v2"
 #define SENTENCES "tests/fixtures/embed/sentences.txt"
 #define GOLDEN "tests/fixtures/embed/minilm.golden.zst"
 enum { N_SENT = 50, DIM = 384, MAX_IDS = 512 };
 
-typedef struct Golden {
-    uint32_t n_ids;
-    int32_t ids[MAX_IDS];
-    float v[DIM];
-} Golden;
+typedef EmbedGolden Golden;
 
 static char dir[256], model[320];
 static Golden *gold;
@@ -35,35 +31,7 @@ static size_t sent_len[N_SENT];
 static char *sent_buf;
 
 static void load_goldens(void) {
-    size_t n;
-    char *t = unzstd(GOLDEN, &n), *save = NULL;
-    gold = calloc(N_SENT, sizeof *gold);
-    cr_assert(gold);
-    int k = 0;
-    for (char *line = strtok_r(t, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-        if (line[0] == '#') {
-            cr_assert(strstr(line, "dim=384 n=50"), "%s: header %.80s", GOLDEN, line);
-            continue;
-        }
-        cr_assert_lt(k, N_SENT);
-        char *p = line, *end;
-        cr_assert_eq(strtol(p, &end, 10), k);
-        Golden *g = &gold[k];
-        g->n_ids = (uint32_t)strtoul(end, &p, 10);
-        cr_assert(g->n_ids > 0 && g->n_ids <= MAX_IDS);
-        for (uint32_t i = 0; i < g->n_ids; i++) {
-            g->ids[i] = (int32_t)strtol(p + 1, &end, 10); /* skip ' ' or ',' */
-            p = end;
-        }
-        for (int d = 0; d < DIM; d++) {
-            g->v[d] = strtof(p, &end);
-            cr_assert(end != p, "%s: sentence %d: %d values", GOLDEN, k, d);
-            p = end;
-        }
-        k++;
-    }
-    cr_assert_eq(k, N_SENT);
-    free(t);
+    gold = embed_golden_load(GOLDEN, DIM, N_SENT, MAX_IDS);
     size_t sn;
     sent_buf = slurp(SENTENCES, &sn);
     char *s = sent_buf;
@@ -87,7 +55,8 @@ static void setup(void) {
     load_goldens();
 }
 static void teardown(void) {
-    free(gold);
+    embed_golden_free(gold, N_SENT);
+    gold = NULL;
     free(sent_buf);
     if (!dir[0]) return;
     char cmd[300];
@@ -114,12 +83,6 @@ static RadEngine *open_engine(const char *path, double tol, uint32_t max_seqs, u
     return en;
 }
 
-static double cosine(const float *a, const float *b, int n) {
-    double ab = 0, aa = 0, bb = 0;
-    for (int i = 0; i < n; i++) ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
-    return ab / sqrt(aa * bb);
-}
-
 /* Every sentence in batches of 1, 2, 3, ... (up to max_seqs), against the goldens: the least cosine. */
 static double run_oracle(double tol) {
     RadEngine *en = open_engine(model, tol, 8, 512);
@@ -142,7 +105,7 @@ static double run_oracle(double tol) {
         int k = i + batch <= N_SENT ? batch : N_SENT - i;
         cr_assert_eq(rad_engine_embed(en, texts + i, (uint32_t)k, out, &e), RAD_OK, "%s", e.msg);
         for (int j = 0; j < k; j++) {
-            double c = cosine(out + (size_t)j * DIM, gold[i + j].v, DIM);
+            double c = embed_cosine(out + (size_t)j * DIM, gold[i + j].v, DIM);
             cr_expect_geq(c, 0.9999, "sentence %d: cosine %.7f to sentence-transformers' (tolerance %g)", i + j, c, tol);
             if (c < worst) worst = c;
         }
@@ -178,9 +141,9 @@ Test(embed, alone_equals_batched) {
     RadErr e = {0};
     cr_assert_eq(rad_engine_embed(en, &t[1], 1, alone, &e), RAD_OK, "%s", e.msg);
     cr_assert_eq(rad_engine_embed(en, t, 3, batch, &e), RAD_OK, "%s", e.msg);
-    double c = cosine(alone, batch + DIM, DIM);
+    double c = embed_cosine(alone, batch + DIM, DIM);
     cr_expect_geq(c, 0.9999999, "alone vs batched: cosine %.9f", c);
-    cr_expect_lt(cosine(batch, batch + DIM, DIM), 0.99, "two different sentences came out the same");
+    cr_expect_lt(embed_cosine(batch, batch + DIM, DIM), 0.99, "two different sentences came out the same");
     rad_engine_close(en);
 }
 
