@@ -62,6 +62,7 @@ int ref_threads_tuned(const RadKernelArgs *a, double work, double grain);
  * attention the first. */
 #define REF_KNOB_THREADS 0
 #define REF_KNOB_PREFETCH 1
+#define REF_FEW_ROWS 8 /* GEMM rows up to this stream the weights as decode does (a verify row, a few decode rows) */
 #define REF_PF_BYTES 6144 /* the prefetch knob's default: decode reads weights about this far ahead */
 /* fn(ctx, part, nth) once for each part < nth, on the library's pool (serially without one). A
  * part may run on any thread: per-thread scratch is the thread's, anything shared is indexed by

@@ -852,12 +852,36 @@ static void x8_range1(const Q8Ctx *c, int64_t c0, int64_t c1) {
         ref_x8_dot(c->isa, c->enc, w, 1, &r, K, y + c0 + (w - w0) / gb * 8, w + gb + c->pf_bytes <= hi ? w + c->pf_bytes : NULL);
 }
 
-/* Packed weights (c0, c1 multiples of 8): decode as above; more rows take QTILE columns at a
- * time against four rows at once. */
+/* A few rows (2..REF_FEW_ROWS: a decode row with its drafts, a handful of decode rows): the weights
+ * still stream from memory once, so they are walked as decode walks them, a group at a time
+ * against every row (four at once, then one by one, while the group is in L1), its lines
+ * prefetched pf_bytes ahead. Each output is the dot's, bit for bit. */
+static void x8_range_few(const Q8Ctx *c, int64_t c0, int64_t c1) {
+    const int64_t K = c->g.K, M = c->g.M, gb = 8 * (int64_t)c->g.w->row_stride;
+    QRow xr[REF_FEW_ROWS];
+    for (int64_t i = 0; i < M; i++) xr[i] = q8_row(c, i);
+    const uint8_t *hi = ref_wrow(c->g.w, 0) + c->g.N / 8 * gb;
+    const uint8_t *w0 = ref_wrow(c->g.w, (uint64_t)c0), *w1 = ref_wrow(c->g.w, (uint64_t)c1);
+    for (const uint8_t *p = w0; p < w0 + c->pf_bytes && p < hi; p += 64) ref_prefetch((const char *)p);
+    for (const uint8_t *w = w0; w < w1; w += gb) {
+        for (const uint8_t *p = w + c->pf_bytes; p < w + c->pf_bytes + gb && p < hi; p += 64) ref_prefetch((const char *)p);
+        float o[8 * REF_FEW_ROWS];
+        ref_x8_dot(c->isa, c->enc, w, (int)M, xr, K, o, NULL);
+        const int64_t n = c0 + (w - w0) / gb * 8;
+        for (int64_t i = 0; i < M; i++) memcpy(ref_frow(c->g.y, (uint64_t)i) + n, o + 8 * i, 8 * sizeof(float));
+    }
+}
+
+/* Packed weights (c0, c1 multiples of 8): decode as above, a few rows alike; more rows take
+ * QTILE columns at a time against four rows at once. */
 static void x8_range(const Q8Ctx *c, int64_t c0, int64_t c1) {
     const int64_t K = c->g.K;
     if (c->g.M == 1) {
         x8_range1(c, c0, c1);
+        return;
+    }
+    if (c->g.M <= REF_FEW_ROWS) {
+        x8_range_few(c, c0, c1);
         return;
     }
     for (int64_t t0 = c0; t0 < c1; t0 += QTILE) {
@@ -891,6 +915,26 @@ static void dot_range(const Q8Ctx *c, int64_t c0, int64_t c1) {
     }
     if (c->g.M == 1 && c->range1) {
         c->range1(c, c0, c1);
+        return;
+    }
+    if (c->g.M > 1 && c->g.M <= REF_FEW_ROWS) { /* a few rows: each weight row streamed once, fetched ahead, against all */
+        QRow r[REF_FEW_ROWS];
+        for (int64_t i = 0; i < c->g.M; i++) r[i] = q8_row(c, i);
+        for (int64_t n = c0; n < c1; n++) {
+            if (n + c->pf_rows < c1) {
+                const char *p = (const char *)ref_wrow(c->g.w, (uint64_t)(n + c->pf_rows));
+                for (uint64_t o = 0; o < c->wrb; o += 64) ref_prefetch(p + o);
+            }
+            const uint8_t *w = ref_wrow(c->g.w, (uint64_t)n);
+            int64_t i = 0;
+            if (c->dot4)
+                for (; i + 4 <= c->g.M; i += 4) {
+                    float o[4];
+                    c->dot4(w, r + i, c->g.K, o);
+                    for (int k = 0; k < 4; k++) ref_frow(c->g.y, (uint64_t)(i + k))[n] = o[k];
+                }
+            for (; i < c->g.M; i++) ref_frow(c->g.y, (uint64_t)i)[n] = c->dot(w, &r[i], c->g.K);
+        }
         return;
     }
     for (int64_t t0 = c0; t0 < c1; t0 += QTILE) {
@@ -972,7 +1016,7 @@ static int two_ends_claim(TwoEnds *t, int h, int back, int64_t *lo, int64_t *hi)
 
 static void two_ends_range(const void *ctx, int i, int64_t c0, int64_t c1) {
     const Q8Ctx *c = &((const TwoEnds *)ctx)->part[i];
-    for (int64_t n = c0; !c->range1 && !c->x8 && n < c0 + c->pf_rows && n < c1; n++) { /* the chunk's first rows at once */
+    for (int64_t n = c0; (!c->range1 || c->g.M > 1) && !c->x8 && n < c0 + c->pf_rows && n < c1; n++) { /* the chunk's first rows at once */
         const char *p = (const char *)ref_wrow(c->g.w, (uint64_t)n);
         for (uint64_t o = 0; o < c->wrb; o += 64) ref_prefetch(p + o);
     }
@@ -992,7 +1036,7 @@ static void two_ends_task(void *ctx, int tid, int nth) {
  * two threads). */
 static int two_ends_run(const RadKernelArgs *a, int nth, const Q8Ctx *parts, int n) {
     const RefState *st = a->lib_state;
-    if (nth != 2 || parts[0].g.M != 1 || !st || !st->two_ends) return 0;
+    if (nth != 2 || parts[0].g.M > REF_FEW_ROWS || !st || !st->two_ends) return 0;
     TwoEnds t;
     t.part = parts;
     int64_t N[REF_GEMM_MAX_PARTS];

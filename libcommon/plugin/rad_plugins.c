@@ -745,6 +745,9 @@ int rad_plugin_check_flags(const RadPlugin *p, const RadModelMeta *meta, const R
     else if (f->kv_resident && !probe->kv_stream_ok) flag = "--kv-resident";
     if (flag)
         return rad_err_set(e, RAD_E_ARG, "%s: plugin '%s' does not serve it (its probe bit is 0)", flag, p->info->name);
+    if (f->spec_depth && probe->draft_depth_fixed && f->spec_depth != probe->draft_depth)
+        return rad_err_set(e, RAD_E_ARG, "--spec-depth %u: plugin '%s' drafts in blocks of %u (draft_depth_fixed: its trained "
+                           "block is the only depth served)", f->spec_depth, p->info->name, probe->draft_depth);
     return RAD_OK;
 }
 

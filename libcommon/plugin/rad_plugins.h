@@ -114,6 +114,8 @@ typedef struct RadDeployFlags {
     int tp_attn_rows;          /* --tp-attn-split rows */
     int state_f16;             /* --state-cache-dtype f16 */
     int kv_resident;           /* --kv-resident */
+    uint32_t spec_depth;       /* --spec-depth given (0: not given): a block drafter's probe
+                                  (draft_depth_fixed) serves its draft_depth alone */
 } RadDeployFlags;
 
 /* Runs the plugin's probe and refuses, naming the plugin and the flag, any switch whose bit

@@ -1,5 +1,6 @@
 /* The engine: load, declare, select, place, step. See rad_engine.h. */
 #include "libcommon/runtime/rad_engine_int.h"
+#include "libcommon/runtime/rad_spec.h"
 
 #include <errno.h> /* program_invocation_short_name */
 
@@ -25,6 +26,14 @@ static RadEngine *E(RadCtx *c) { return (RadEngine *)c; }
 
 /* The container's tensors, and beside them (--control-vector) the loaded vector's rows as the
  * weights RAD_CVEC_WEIGHT_PREFIX "L" (rad_cvec_weight): a plugin granted the vector declares those it adds. */
+/* A drafter's engine (RadEngineOpts.scope) declares every name under "<scope>."; its own container
+ * stores them without it, so the container is asked for the name past the scope. */
+static const char *stored_name(const RadEngine *en, const char *name) {
+    const char *sc = en->ctx.scope;
+    size_t n = sc ? strlen(sc) : 0;
+    return n && !strncmp(name, sc, n) && name[n] == '.' ? name + n + 1 : name;
+}
+
 static RadEnc container_lookup(void *user, const char *name, const RadWeightDecl *d, const RadGMap *maps, int n_maps,
                                uint32_t *rank, uint64_t *shape) {
     (void)d, (void)maps, (void)n_maps;
@@ -34,7 +43,7 @@ static RadEnc container_lookup(void *user, const char *name, const RadWeightDecl
         shape[0] = en->ctx.cvec->n_embd;
         return RAD_ENC_F32;
     }
-    const RadTensor *t = rad_model_find(&en->m, name);
+    const RadTensor *t = rad_model_find(&en->m, stored_name(en, name));
     if (!t) return RAD_ENC_COUNT;
     *rank = t->rank;
     memcpy(shape, t->shape, t->rank * sizeof *shape);
@@ -46,7 +55,7 @@ static const RadTensor *weight_tensor(const RadEngine *en, int i) {
     const RadGWeight *gw = &en->g.w[i];
     const char *name = gw->d.source ? gw->d.source : gw->name;
     if (gw->enc == RAD_ENC_COUNT || rad_cvec_weight(en->ctx.cvec, name)) return NULL;
-    return rad_model_find(&en->m, name);
+    return rad_model_find(&en->m, stored_name(en, name));
 }
 
 /* The control-vector row a declared weight reads, or NULL (a container tensor, or absent). */
@@ -385,7 +394,7 @@ static int check_kv_kernels(const RadEngine *en, RadErr *e) {
 static uint32_t seq_blocks(const RadEngine *en, const RadGKv *k, uint32_t chunk) {
     const uint32_t B = k->block_size, full = (en->ctx.max_ctx + B - 1) / B;
     if (k->d.kind != RAD_KV_WINDOW) return full;
-    const uint64_t win = ((uint64_t)k->d.window - 1 + chunk + B - 1) / B + 1;
+    const uint64_t win = ((uint64_t)k->d.window + en->ctx.max_spec - 1 + chunk + B - 1) / B + 1;
     return win < full ? (uint32_t)win : full;
 }
 
@@ -418,7 +427,9 @@ static int build_kv(RadEngine *en, RadErr *e) {
             if (fit < per_seq) fit = per_seq;
             blocks = (uint32_t)(want < fit ? want : fit);
         }
-        int rc = rad_kvcache_init(&en->kv[gi], k->block_size, k->d.kind == RAD_KV_WINDOW ? k->d.window : 0, blocks,
+        /* a window group keeps max_spec keys more than its window: a verify row's rejected drafts
+         * roll back to a position whose window the slide to the drafts' end must not have released */
+        int rc = rad_kvcache_init(&en->kv[gi], k->block_size, k->d.kind == RAD_KV_WINDOW ? k->d.window + en->ctx.max_spec : 0, blocks,
                                   en->ctx.max_ctx, en->ctx.max_seqs, layers ? layers : 1, bb, e);
         if (rc) return rc;
         if (!(en->step_table[gi] = calloc((size_t)en->ctx.max_seqs * en->kv[gi].max_blocks, sizeof(int32_t))))
@@ -703,7 +714,7 @@ static int engine_open(RadEngine *en, const RadEngineOpts *o, RadErr *e) {
     if (o->control_vector && (rc = rad_cvec_load(o->control_vector, &en->meta, &en->cvec, e))) return rc;
     RadDeployFlags flags = {.kv_quant = o->kv_quant, .control_vector = o->control_vector != NULL,
                             .tp_attn_rows = o->tp_attn_rows, .state_f16 = o->state_dtype == RAD_F16,
-                            .kv_resident = o->kv_resident != 0};
+                            .kv_resident = o->kv_resident != 0, .spec_depth = o->speculate ? o->spec_depth : 0};
     RadArchProbe probe;
     if ((rc = rad_plugin_check_flags(en->arch, &en->meta, &flags, &probe, e))) return rc;
     if (o->kv_resident) /* granted, but this core keeps every block resident: refused, never ignored */
@@ -717,6 +728,13 @@ static int engine_open(RadEngine *en, const RadEngineOpts *o, RadErr *e) {
     en->ctx.cvec = en->cvec;
     en->ctx.tp_attn_rows = o->tp_attn_rows;
     if (o->state_dtype) en->ctx.state_dtype = o->state_dtype;
+    /* a verify row carries 1 + max_spec tokens, each with logits; the depth: asked, else the probe's */
+    if (o->speculate)
+        en->ctx.max_spec = o->spec_depth ? o->spec_depth : probe.draft_depth ? probe.draft_depth : RAD_SPEC_DEPTH_DEFAULT;
+    if (en->ctx.max_spec > RAD_SPEC_DEPTH_MAX)
+        return rad_err_set(e, RAD_E_UNSUPPORTED, "speculative decoding: plugin '%s' drafts %u tokens a row; the engine verifies "
+                           "at most %d", en->arch->info->name, en->ctx.max_spec, RAD_SPEC_DEPTH_MAX);
+    if (o->scope && *o->scope) en->ctx.is_draft = 1, en->ctx.scope = o->scope;
     if (o->tune && (rc = load_tune(en, e))) return rc;
     en->select = (RadSelectOpts){.libs = &en->sel, .max_tolerance = en->o.max_tolerance, .deterministic = en->o.deterministic,
                                  .tune = en->tune};
@@ -789,7 +807,7 @@ void rad_engine_close(RadEngine *en) {
 
 RadEngineLimits rad_engine_limits(const RadEngine *en) {
     return (RadEngineLimits){.max_ctx = en->ctx.max_ctx, .max_seqs = en->ctx.max_seqs, .max_tok = en->ctx.max_tok,
-                             .n_threads = en->o.n_threads};
+                             .n_threads = en->o.n_threads, .max_spec = en->ctx.max_spec};
 }
 
 const RadPlugin *rad_engine_arch(const RadEngine *en) { return en->arch; }
@@ -984,9 +1002,14 @@ int rad_engine_step_seqs(RadEngine *en, const RadEngineSeq *seqs, uint32_t n_seq
         return rad_err_set(e, RAD_E_LIMIT, "a step of %u sequences exceeds max_seqs %u", n_seq, en->ctx.max_seqs);
     uint64_t n_tok = 0;
     uint32_t n_out = 0, n_dec = 0;
+    uint32_t n_spec = 0;
     for (uint32_t i = 0; i < n_seq; i++) {
         if (!seqs[i].n || !seqs[i].tokens)
             return rad_err_set(e, RAD_E_SHAPE, "sequence %d: a step of zero tokens", seqs[i].seq_id);
+        if (seqs[i].n_draft && (seqs[i].n_draft > en->ctx.max_spec || seqs[i].n != 1 + seqs[i].n_draft))
+            return rad_err_set(e, RAD_E_ARG, "sequence %d: a verify row of %u tokens with %u drafts (the engine serves 1 + at "
+                               "most %u)", seqs[i].seq_id, seqs[i].n, seqs[i].n_draft, en->ctx.max_spec);
+        if (seqs[i].n_draft > n_spec) n_spec = seqs[i].n_draft;
         for (uint32_t j = 0; j < i; j++)
             if (seqs[j].seq_id == seqs[i].seq_id)
                 return rad_err_set(e, RAD_E_ARG, "sequence %d appears twice in one step", seqs[i].seq_id);
@@ -994,8 +1017,8 @@ int rad_engine_step_seqs(RadEngine *en, const RadEngineSeq *seqs, uint32_t n_seq
             return rad_err_set(e, RAD_E_LIMIT, "sequence %d: %u tokens exceed the context served (%u)", seqs[i].seq_id,
                                seqs[i].pos + seqs[i].n, en->ctx.max_ctx);
         n_tok += seqs[i].n;
-        n_out += seqs[i].want_logits != 0;
-        n_dec += seqs[i].n == 1;
+        n_out += seqs[i].n_draft ? seqs[i].n : seqs[i].want_logits != 0;
+        n_dec += seqs[i].n == 1 + seqs[i].n_draft;
     }
     if (n_tok > en->ctx.max_tok)
         return rad_err_set(e, RAD_E_LIMIT, "a step of %" PRIu64 " tokens exceeds max_tok %u", n_tok, en->ctx.max_tok);
@@ -1026,7 +1049,7 @@ int rad_engine_step_seqs(RadEngine *en, const RadEngineSeq *seqs, uint32_t n_seq
     uint32_t k = 0;
     for (int pass = 0; pass < 2; pass++)
         for (uint32_t i = 0; i < n_seq; i++)
-            if ((seqs[i].n == 1) == (pass == 0)) order[k++] = (int32_t)i;
+            if ((seqs[i].n == 1 + seqs[i].n_draft) == (pass == 0)) order[k++] = (int32_t)i;
     uint32_t t = 0, o = 0, max_q = 0, max_ctx = 0;
     cu[0] = 0;
     for (uint32_t b = 0; b < n_seq; b++) {
@@ -1039,8 +1062,11 @@ int rad_engine_step_seqs(RadEngine *en, const RadEngineSeq *seqs, uint32_t n_seq
         cl[b] = (int32_t)(q->pos + q->n);
         if (q->n > max_q) max_q = q->n;
         if (q->pos + q->n > max_ctx) max_ctx = q->pos + q->n;
-        if (out_row) out_row[order[b]] = q->want_logits ? (int32_t)o : -1;
-        if (q->want_logits) outs[o++] = (int32_t)(t - 1);
+        if (out_row) out_row[order[b]] = q->want_logits || q->n_draft ? (int32_t)o : -1;
+        if (q->n_draft)
+            for (uint32_t j = 0; j < q->n; j++) outs[o++] = (int32_t)(t - q->n + j);
+        else if (q->want_logits)
+            outs[o++] = (int32_t)(t - 1);
         for (int gi = 0; gi < en->g.n_kvs; gi++) {
             const RadKvCache *c = &en->kv[gi];
             int slot = rad_kvcache_find(c, q->seq_id); /* reserved above */
@@ -1057,7 +1083,7 @@ int rad_engine_step_seqs(RadEngine *en, const RadEngineSeq *seqs, uint32_t n_seq
                    .phase = n_dec == n_seq ? RAD_PHASE_DECODE : n_dec ? RAD_PHASE_MIXED : RAD_PHASE_PREFILL,
                    .n_tok = t, .n_seq = n_seq, .n_seq_decode = n_dec, .token_ids = tok, .positions = posv,
                    .cu_seqlens = cu, .seq_ids = sid, .n_out = n_out, .out_ids = outs, .q_lens = ql, .ctx_lens = cl,
-                   .max_q_len = max_q, .max_ctx_len = max_ctx, .kv = gstate, .n_kv = n_kv};
+                   .max_q_len = max_q, .max_ctx_len = max_ctx, .kv = gstate, .n_kv = n_kv, .n_spec = n_spec};
     return rad_engine_step(en, &bt, e);
 }
 
@@ -1112,6 +1138,13 @@ int rad_engine_forward(RadEngine *en, int32_t seq_id, const int32_t *tokens, uin
 int rad_engine_forward_all(RadEngine *en, int32_t seq_id, const int32_t *tokens, uint32_t n, uint32_t pos, float *out,
                            RadErr *e) {
     return forward(en, seq_id, tokens, n, pos, 2, out, e);
+}
+
+void rad_engine_kv_truncate(RadEngine *en, int32_t seq_id, uint32_t len) {
+    for (int gi = 0; gi < en->g.n_kvs; gi++) {
+        int slot = rad_kvcache_find(&en->kv[gi], seq_id);
+        if (slot >= 0) rad_kvcache_truncate(&en->kv[gi], slot, len);
+    }
 }
 
 void rad_engine_drop_seq(RadEngine *en, int32_t seq_id) {

@@ -51,6 +51,13 @@ typedef struct RadEngineOpts {
     uint32_t kv_resident;          /* --kv-resident N: KV blocks kept resident, the rest streamed; 0: all resident */
     const char *kv_flag;           /* rad_engine_deploy_flag's parse state: "--kv-type" or "--kv-cache-dtype", the
                                       one given (the two are one setting), or NULL */
+    /* speculative decoding (docs/ENGINE.md, "Speculative decoding") */
+    int speculate;                 /* 1: decode rows may carry drafts (RadBuildCtx.max_spec = the depth) */
+    uint32_t spec_depth;           /* --spec-depth: drafts a row carries at most; 0: the plugin's probe
+                                      (draft_depth), else RAD_SPEC_DEPTH_DEFAULT. A block drafter's probe
+                                      (draft_depth_fixed) refuses any other depth, naming the plugin */
+    const char *scope;             /* a drafter's engine: "draft" (RadBuildCtx.is_draft, names declared under
+                                      "draft.", looked up in its own container without it); NULL: the model */
 } RadEngineOpts;
 
 /* Opaque: tools see the engine through these functions only; its state, the KV cache among it,
@@ -63,6 +70,7 @@ typedef struct RadEngineLimits {
     uint32_t max_seqs;             /* sequences in one step (and KV slots) */
     uint32_t max_tok;              /* tokens in one step */
     uint32_t n_threads;            /* kernel threads (never 0: "all cores" resolved at open) */
+    uint32_t max_spec;             /* drafts a verify row may carry (the depth resolved at open; 0: not speculating) */
 } RadEngineLimits;
 
 /* Allocates and opens *en; on failure *en is NULL (everything freed) and e says why. */
@@ -114,12 +122,16 @@ typedef struct RadEngineSeq {
     uint32_t n;                    /* >= 1; n == 1 is a decode row */
     uint32_t pos;                  /* tokens of this sequence already in the cache */
     int want_logits;               /* 1: logits of tokens[n-1] */
+    uint32_t n_draft;              /* a decode row carrying drafts: tokens[1..n) are drafted (n == 1 + n_draft
+                                      <= 1 + max_spec), and every one of the n tokens gets logits, in order from
+                                      out_row; 0: an ordinary row */
 } RadEngineSeq;
 
 /* One step over several sequences (prefill, decode or mixed): the engine orders decode rows
- * first, reserves KV blocks (RAD_E_LIMIT, nothing run, when they run out) and runs the step.
- * out_row[i] receives the logits row of seqs[i] (-1 when not wanted). Sum of n <= max_tok,
- * n_seq <= max_seqs, distinct seq_ids. */
+ * (n == 1, or a verify row: n == 1 + n_draft) first, reserves KV blocks (RAD_E_LIMIT, nothing
+ * run, when they run out) and runs the step. out_row[i] receives the logits row of seqs[i]
+ * (-1 when not wanted; a verify row's first of its n rows). Sum of n <= max_tok, n_seq <=
+ * max_seqs, distinct seq_ids. */
 int rad_engine_step_seqs(RadEngine *en, const RadEngineSeq *seqs, uint32_t n_seq, int32_t *out_row, RadErr *e);
 
 /* Grows a sequence's KV to hold len tokens (taking a slot on first use); RAD_E_LIMIT when the
@@ -226,6 +238,10 @@ int rad_engine_embed(RadEngine *en, const RadEngineText *texts, uint32_t n_seq, 
  * most max_tok; logits of the last token when want_logits. */
 int rad_engine_forward(RadEngine *en, int32_t seq_id, const int32_t *tokens, uint32_t n, uint32_t pos,
                        int want_logits, RadErr *e);
+/* Rolls a sequence back to its first len tokens (rejected drafts): every group gives up the
+ * blocks wholly past len; the positions past len in the block that stays are written again by
+ * the next step. Nothing when it holds len or fewer; unknown ids are ignored. */
+void rad_engine_kv_truncate(RadEngine *en, int32_t seq_id, uint32_t len);
 /* Releases a sequence's slot and blocks (its published blocks stay cached); unknown ids are
  * ignored. */
 void rad_engine_drop_seq(RadEngine *en, int32_t seq_id);

@@ -223,6 +223,18 @@ uint32_t rad_kvcache_need(const RadKvCache *c, int32_t seq_id, uint32_t len) {
     return need > have ? need - have : 0;
 }
 
+void rad_kvcache_truncate(RadKvCache *c, int slot, uint32_t len) {
+    RadKvSeq *s = &c->seqs[slot];
+    if (len >= s->len) return;
+    uint32_t have = (s->len + c->block_size - 1) / c->block_size, keep = (len + c->block_size - 1) / c->block_size;
+    if (keep < s->first) keep = s->first; /* a window's released blocks stay released */
+    for (uint32_t b = have; b-- > keep;) {
+        drop_block(c, s->blocks[b]);
+        s->blocks[b] = -1;
+    }
+    s->len = len;
+}
+
 void rad_kvcache_release(RadKvCache *c, int slot) {
     RadKvSeq *s = &c->seqs[slot];
     uint32_t have = (s->len + c->block_size - 1) / c->block_size;

@@ -74,6 +74,9 @@ int rad_kvcache_reserve(RadKvCache *c, int slot, uint32_t len, RadErr *e);
 uint32_t rad_kvcache_need(const RadKvCache *c, int32_t seq_id, uint32_t len);
 /* Blocks the sequence holds now. */
 uint32_t rad_kvcache_held(const RadKvCache *c, int32_t seq_id);
+/* Rolls the slot back to len tokens (len < its length): the blocks wholly past len are given
+ * back (held by none, they are free; a published one stays cached). */
+void rad_kvcache_truncate(RadKvCache *c, int slot, uint32_t len);
 /* Drops a sequence; blocks no other sequence holds become free (published ones stay cached,
  * least recently freed evicted first, until a reservation needs them). */
 void rad_kvcache_release(RadKvCache *c, int slot);

@@ -118,6 +118,8 @@ static uint32_t argmax_first(const float *w, uint32_t n) {
     return best;
 }
 
+uint32_t rad_argmax(const float *w, uint32_t n) { return argmax_first(w, n); }
+
 static int by_logit_desc(const void *a, const void *b, void *ctx) {
     const float *w = ctx;
     float x = w[*(const int32_t *)a], y = w[*(const int32_t *)b];
@@ -127,11 +129,15 @@ static int by_logit_desc(const void *a, const void *b, void *ctx) {
 
 int32_t rad_sampler_sample(RadSampler *s, const float *logits) { return rad_sampler_sample_masked(s, logits, NULL); }
 
-int32_t rad_sampler_sample_masked(RadSampler *s, const float *logits, const uint64_t *allow) {
+/* The logits a choice is made from: bias, penalties and the mask applied (in s->work), or the
+ * row itself when none applies. *only >= 0: every allowed logit is NaN or -inf, nothing can be
+ * ranked, and that token (the first allowed) is the choice. */
+static const float *adjusted(RadSampler *s, const float *logits, const uint64_t *allow, int32_t *only) {
     uint32_t n = s->n_vocab;
     const float rp = s->p.repetition_penalty;
-    const int adjusted = s->p.n_bias || rp != 1.0f || s->p.presence_penalty != 0.0f || s->p.frequency_penalty != 0.0f;
-    if (s->p.temperature == 0.0f && !adjusted && !allow) return (int32_t)argmax_first(logits, n); /* plain greedy reads the logits in place */
+    const int adj = s->p.n_bias || rp != 1.0f || s->p.presence_penalty != 0.0f || s->p.frequency_penalty != 0.0f;
+    *only = -1;
+    if (!adj && !allow) return logits; /* plain greedy and plain sampling read the logits in place */
     float *w = s->work;
     memcpy(w, logits, n * sizeof *w);
     for (uint32_t i = 0; i < s->p.n_bias; i++) w[s->p.bias[i].token] += s->p.bias[i].bias;
@@ -156,14 +162,19 @@ int32_t rad_sampler_sample_masked(RadSampler *s, const float *logits, const uint
         /* every allowed logit NaN or -inf would leave nothing ranked: the first allowed token */
         float best = -INFINITY;
         for (uint32_t i = 0; i < n && best == -INFINITY; i++) best = w[i] > best ? w[i] : best;
-        if (best == -INFINITY) return any < 0 ? 0 : any;
+        if (best == -INFINITY) *only = any < 0 ? 0 : any;
     }
-    if (s->p.temperature == 0.0f) return (int32_t)argmax_first(w, n); /* greedy: the first maximum */
-    /* candidates sorted by logit; top-k keeps a prefix. Tokens more than 40 temperature units
-     * below the best are left out before sorting: each has probability below e^-40 of the
-     * best's, so all of them together hold under 1e-12 of the mass (no top-p, top-k or draw can
-     * tell), and sorting a few hundred candidates instead of the vocabulary keeps a sampled
-     * token's cost near a greedy one's */
+    return w;
+}
+
+/* The distribution a draw is made from: candidates s->idx[0..m) by descending logit with their
+ * probabilities pr[0..m) (malloc'ed; their sum *total, below 1 after top-p or min-p cut it), or
+ * NULL when out of memory. Tokens more than 40 temperature units below the best are left out
+ * before sorting: each has probability below e^-40 of the best's, so all of them together hold
+ * under 1e-12 of the mass (no top-p, top-k or draw can tell), and sorting a few hundred
+ * candidates instead of the vocabulary keeps a sampled token's cost near a greedy one's. */
+static double *candidates(RadSampler *s, const float *w, uint32_t *m_out, double *total) {
+    uint32_t n = s->n_vocab;
     float wmax = w[0];
     for (uint32_t i = 1; i < n; i++)
         if (w[i] > wmax) wmax = w[i];
@@ -172,12 +183,12 @@ int32_t rad_sampler_sample_masked(RadSampler *s, const float *logits, const uint
     for (uint32_t i = 0; i < n; i++)
         if (w[i] >= floor_w) s->idx[m++] = (int32_t)i;
     if (!m) s->idx[m++] = 0; /* every logit NaN: nothing to rank */
-    qsort_r(s->idx, m, sizeof *s->idx, by_logit_desc, w);
+    qsort_r(s->idx, m, sizeof *s->idx, by_logit_desc, (void *)w);
     if (s->p.top_k > 0 && (uint32_t)s->p.top_k < m) m = (uint32_t)s->p.top_k;
     /* softmax at the temperature over the candidates, in double for a stable sum */
     double mx = w[s->idx[0]], sum = 0;
     double *pr = malloc(m * sizeof *pr);
-    if (!pr) return s->idx[0];
+    if (!pr) return NULL;
     for (uint32_t i = 0; i < m; i++) sum += pr[i] = exp(((double)w[s->idx[i]] - mx) / s->p.temperature);
     for (uint32_t i = 0; i < m; i++) pr[i] /= sum;
     /* top-p: the smallest prefix whose mass reaches top_p; min-p: drop below min_p * best */
@@ -196,17 +207,69 @@ int32_t rad_sampler_sample_masked(RadSampler *s, const float *logits, const uint
         while (k < m && pr[k] >= s->p.min_p * pr[0]) k++;
         m = k;
     }
-    double total = 0;
-    for (uint32_t i = 0; i < m; i++) total += pr[i];
+    double t = 0;
+    for (uint32_t i = 0; i < m; i++) t += pr[i];
+    *m_out = m;
+    *total = t;
+    return pr;
+}
+
+/* A draw from candidates [0, m) by pr, leaving out candidate `skip` (-1: none) whose share is gone
+ * from `total`. */
+static int32_t draw(RadSampler *s, const double *pr, uint32_t m, double total, int64_t skip) {
     double r = next_unit(s->rng) * total, c = 0;
-    int32_t pick = s->idx[m - 1];
+    int32_t pick = s->idx[skip == (int64_t)m - 1 && m > 1 ? m - 2 : m - 1];
     for (uint32_t i = 0; i < m; i++) {
+        if ((int64_t)i == skip) continue;
         c += pr[i];
         if (r < c) {
             pick = s->idx[i];
             break;
         }
     }
+    return pick;
+}
+
+int32_t rad_sampler_sample_masked(RadSampler *s, const float *logits, const uint64_t *allow) {
+    int32_t only;
+    const float *w = adjusted(s, logits, allow, &only);
+    if (only >= 0) return only;
+    if (s->p.temperature == 0.0f) return (int32_t)argmax_first(w, s->n_vocab); /* greedy: the first maximum */
+    uint32_t m;
+    double total;
+    double *pr = candidates(s, w, &m, &total);
+    if (!pr) return s->idx[0];
+    int32_t pick = draw(s, pr, m, total, -1);
     free(pr);
     return pick;
+}
+
+int32_t rad_sampler_verify(RadSampler *s, const float *logits, const uint64_t *allow, int32_t draft, int *accepted) {
+    int32_t only;
+    const float *w = adjusted(s, logits, allow, &only);
+    int32_t t;
+    if (only >= 0) {
+        t = only;
+    } else if (s->p.temperature == 0.0f) {
+        t = (int32_t)argmax_first(w, s->n_vocab);
+    } else {
+        uint32_t m;
+        double total;
+        double *pr = candidates(s, w, &m, &total);
+        if (!pr) return *accepted = 0, s->idx[0];
+        int64_t j = -1;
+        for (uint32_t i = 0; i < m && j < 0; i++)
+            if (s->idx[i] == draft) j = i;
+        /* q is one-hot at the draft: accept with min(1, p/q) = p; else draw from (p - q)+ = p without it */
+        const double pd = j >= 0 ? pr[j] / total : 0.0;
+        if (j >= 0 && next_unit(s->rng) < pd) {
+            free(pr);
+            return *accepted = 1, draft;
+        }
+        t = j >= 0 && m == 1 ? s->idx[0] : draw(s, pr, m, j >= 0 ? total - pr[j] : total, j);
+        free(pr);
+        return *accepted = 0, t;
+    }
+    *accepted = t == draft;
+    return t;
 }

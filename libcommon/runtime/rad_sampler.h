@@ -51,5 +51,14 @@ int32_t rad_sampler_sample(RadSampler *s, const float *logits);
  * min-p, as llama.cpp's grammar sampler and vLLM's logits processors place it. The caller
  * allows at least one token. */
 int32_t rad_sampler_sample_masked(RadSampler *s, const float *logits, const uint64_t *allow);
+/* The first index of the largest of w[0..n) (what greedy sampling picks; a greedy drafter). */
+uint32_t rad_argmax(const float *w, uint32_t n);
+/* Speculative verification of a drafted token against the row that predicts it (bias, penalties
+ * and mask as sample_masked applies them): with a deterministic drafter (its proposal q one-hot
+ * at `draft`), the standard rule accepts with probability min(1, p(draft)/q(draft)) = p(draft),
+ * else draws from (p - q)+, which is p without the draft, renormalised: the token returned is
+ * then distributed exactly as a plain draw from p (Leviathan et al. 2023). Greedy: the argmax,
+ * accepted when it is the draft. *accepted says which; the draft is returned when accepted. */
+int32_t rad_sampler_verify(RadSampler *s, const float *logits, const uint64_t *allow, int32_t draft, int *accepted);
 
 #endif

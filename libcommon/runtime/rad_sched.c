@@ -40,6 +40,14 @@ typedef struct Seq {
     RadConstraint *con;            /* the reply's grammar (owned), or NULL */
     char err[512];                 /* why emit ended it with RAD_FINISH_ERROR */
     atomic_int cancelled;
+    /* speculative decoding */
+    int no_spec;                   /* the request opted out */
+    uint32_t n_draft;              /* drafts this step's row carries, at tok[n_tok .. n_tok + n_draft) */
+    uint32_t d_done;               /* a draft model's: tokens of tok whose KV is in its cache */
+    uint32_t spec_k;               /* the depth it drafts at now (adaptive, 1..spec_depth) */
+    float spec_rate;               /* running share of its drafts accepted */
+    uint32_t spec_rows;            /* verify rows it has had since the last pause */
+    uint32_t spec_pause;           /* decode rows left without drafts (its acceptance was low) */
     double t_submit, t_admit, t_first;
     int admitted;                  /* t_admit is set (kept across preemption) */
     struct Seq *next;
@@ -76,6 +84,10 @@ struct RadSched {
     uint32_t *chunk;               /* [max_seqs] */
     float *lp;                     /* [n_vocab] log-softmax scratch */
     int32_t eid_next;
+    uint32_t *want;                /* [max_seqs] drafts each decode row asks for */
+    RadEngineSeq *dstep;           /* [max_seqs] a draft model's step */
+    Seq **dseq;                    /* [max_seqs] its sequences */
+    int32_t *drow;                 /* [max_seqs] their logits rows */
 };
 
 static double now(void) {
@@ -203,6 +215,9 @@ int rad_sched_submit(RadSched *s, const RadGenReq *r, RadGenSink sink, void *use
     q->ignore_eos = r->ignore_eos;
     q->logprobs = r->logprobs || r->top_logprobs;
     q->top_logprobs = r->top_logprobs;
+    q->no_spec = r->no_spec;
+    q->spec_k = s->o.spec_depth;
+    q->spec_rate = 1.0f;
     q->t_submit = now();
     pthread_mutex_lock(&s->mu);
     uint32_t queued = s->n_pending;
@@ -258,6 +273,24 @@ int rad_sched_open(RadSched **out, RadEngine *en, const RadTok *tok, const RadSc
     if (o->max_seqs > lim.max_seqs || o->max_mixed_tok > lim.max_tok)
         return rad_err_set(e, RAD_E_ARG, "scheduler: max_seqs %u / max_mixed_tok %u exceed the engine's %u / %u", o->max_seqs,
                            o->max_mixed_tok, lim.max_seqs, lim.max_tok);
+    if (o->spec) {
+        if (pooled) return rad_err_set(e, RAD_E_UNSUPPORTED, "speculative decoding: an embedding model does not generate");
+        if (o->spec_depth < 1 || o->spec_depth > lim.max_spec)
+            return rad_err_set(e, RAD_E_ARG, "scheduler: spec_depth %u: the engine verifies 1..%u drafts a row (max_spec)",
+                               o->spec_depth, lim.max_spec);
+        if (o->spec == RAD_SPEC_DRAFT) {
+            if (!o->draft) return rad_err_set(e, RAD_E_ARG, "scheduler: a draft model's speculation without its engine");
+            const RadEngineLimits dl = rad_engine_limits(o->draft);
+            uint32_t dv = 0;
+            rad_engine_logits(o->draft, &dv);
+            if (dl.max_seqs < (o->max_seqs ? o->max_seqs : lim.max_seqs) || dl.max_ctx < lim.max_ctx)
+                return rad_err_set(e, RAD_E_ARG, "scheduler: the draft model's engine serves %u sequences of %u tokens, the "
+                                   "target %u of %u", dl.max_seqs, dl.max_ctx, o->max_seqs ? o->max_seqs : lim.max_seqs,
+                                   lim.max_ctx);
+            if (dv != nv)
+                return rad_err_set(e, RAD_E_ARG, "scheduler: the draft model's logits are %u wide, the target's %u", dv, nv);
+        }
+    }
     RadSched *s = calloc(1, sizeof *s);
     if (!s) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
     s->en = en;
@@ -281,8 +314,13 @@ int rad_sched_open(RadSched **out, RadEngine *en, const RadTok *tok, const RadSc
     s->row = calloc(S, sizeof *s->row);
     s->chunk = calloc(S, sizeof *s->chunk);
     s->lp = malloc(nv * sizeof *s->lp);
+    s->want = calloc(S, sizeof *s->want);
+    s->dstep = calloc(S, sizeof *s->dstep);
+    s->dseq = calloc(S, sizeof *s->dseq);
+    s->drow = calloc(S, sizeof *s->drow);
     if (pooled) s->texts = calloc(S, sizeof *s->texts), s->vec = malloc((size_t)S * pooled * sizeof *s->vec);
-    if (!s->run || !s->step || !s->step_seq || !s->row || !s->chunk || !s->lp || (pooled && (!s->texts || !s->vec))) {
+    if (!s->run || !s->step || !s->step_seq || !s->row || !s->chunk || !s->lp || (pooled && (!s->texts || !s->vec)) || !s->want ||
+        !s->dstep || !s->dseq || !s->drow) {
         rad_sched_close(s);
         return rad_err_set(e, RAD_E_NOMEM, "out of memory");
     }
@@ -293,8 +331,11 @@ int rad_sched_open(RadSched **out, RadEngine *en, const RadTok *tok, const RadSc
 
 static void release_seq(RadSched *s, Seq *q) {
     rad_engine_drop_seq(s->en, q->eid);
+    if (s->o.draft) rad_engine_drop_seq(s->o.draft, q->eid);
     q->n_done = 0;
     q->n_published = 0;
+    q->d_done = 0;
+    q->n_draft = 0;
 }
 
 void rad_sched_close(RadSched *s) {
@@ -320,6 +361,10 @@ void rad_sched_close(RadSched *s) {
     free(s->row);
     free(s->chunk);
     free(s->lp);
+    free(s->want);
+    free(s->dstep);
+    free(s->dseq);
+    free(s->drow);
     free(s->texts);
     free(s->vec);
     free(s->cancels);
@@ -484,15 +529,23 @@ static void logprobs(RadSched *s, const Seq *q, const float *lg, int32_t tok, Ra
     ev->n_top = k;
 }
 
-/* After the step: the sequence's sampled token and its text; why it is done, or NONE. */
-static RadGenFinish emit(RadSched *s, Seq *q, const float *lg) {
+/* The token row lg gives: a draw, or (draft >= 0) the verification of a drafted token (*acc
+ * says whether it was accepted). An error finishes the sequence. */
+static RadGenFinish choose(Seq *q, const float *lg, int32_t draft, int32_t *t, int *acc) {
     const uint64_t *allow = NULL;
     RadErr ce = {0};
+    *acc = 0;
     if (q->con && rad_constraint_mask(q->con, &allow, &ce)) {
         snprintf(q->err, sizeof q->err, "%s", ce.msg);
         return RAD_FINISH_ERROR;
     }
-    int32_t t = rad_sampler_sample_masked(&q->smp, lg, allow);
+    *t = draft >= 0 ? rad_sampler_verify(&q->smp, lg, allow, draft, acc) : rad_sampler_sample_masked(&q->smp, lg, allow);
+    return RAD_FINISH_NONE;
+}
+
+/* The sequence's next token t (chosen from row lg) and its text; why it is done, or NONE. */
+static RadGenFinish commit(RadSched *s, Seq *q, const float *lg, int32_t t) {
+    RadErr ce = {0};
     if (q->con && rad_constraint_accept(q->con, s->tok, t, &ce)) {
         snprintf(q->err, sizeof q->err, "%s", ce.msg);
         return RAD_FINISH_ERROR;
@@ -522,6 +575,171 @@ static RadGenFinish emit(RadSched *s, Seq *q, const float *lg) {
     if (q->con && rad_constraint_done(q->con)) return RAD_FINISH_STOP; /* the value is whole: only its end could follow */
     if (q->n_gen >= q->max_gen || q->n_tok >= s->max_ctx) return RAD_FINISH_LENGTH;
     return RAD_FINISH_NONE;
+}
+
+/* After the step: the sequence's sampled token and its text; why it is done, or NONE. */
+static RadGenFinish emit(RadSched *s, Seq *q, const float *lg) {
+    int32_t t;
+    int acc;
+    RadGenFinish why = choose(q, lg, -1, &t, &acc);
+    return why ? why : commit(s, q, lg, t);
+}
+
+/* ---- speculative decoding ---------------------------------------------------------------------
+ * A decode row carries up to its depth of drafted tokens after the last sampled one; the step
+ * gives the logits of all of them, and the target accepts the longest prefix its own choices
+ * agree with (rad_sampler_verify), then adds the token the first disagreeing row (or the row
+ * past the last draft) gives. The KV written for rejected drafts is rolled back, in the target and
+ * in a draft model, before anything is published. */
+
+/* Drafts q's row may carry now: its adaptive depth, within the tokens it may still generate,
+ * the context and the step's budget; 0 while paused or opted out. */
+static uint32_t spec_want(const RadSched *s, Seq *q, uint32_t budget) {
+    if (!s->o.spec || q->no_spec) return 0;
+    if (q->spec_pause) return q->spec_pause--, 0;
+    uint32_t k = q->spec_k;
+    const uint32_t gen_left = q->max_gen - q->n_gen, ctx_left = s->max_ctx - q->n_tok;
+    if (k + 1 > gen_left) k = gen_left ? gen_left - 1 : 0; /* a verify row yields at most k + 1 tokens */
+    if (k + 1 > ctx_left) k = ctx_left ? ctx_left - 1 : 0;
+    if (k > budget) k = budget;
+    return k;
+}
+
+/* The depth after a verify row of k drafts with a accepted: one more after a full acceptance,
+ * else what was accepted plus one; a sequence whose running acceptance falls under a quarter
+ * stops drafting for 16 rows, then starts again at depth 1. */
+static void spec_adapt(const RadSched *s, Seq *q, uint32_t k, uint32_t a) {
+    q->spec_rate = 0.7f * q->spec_rate + 0.3f * (float)a / (float)k;
+    q->spec_rows++;
+    if (a == k) q->spec_k = q->spec_k < s->o.spec_depth ? q->spec_k + 1 : s->o.spec_depth;
+    else q->spec_k = a + 1 < q->spec_k ? a + 1 : q->spec_k;
+    if (q->spec_rows >= 4 && q->spec_rate < 0.25f) q->spec_pause = 16, q->spec_k = 1, q->spec_rate = 0.5f, q->spec_rows = 0;
+}
+
+/* A draft model's drafts for decode rows 0..n of the step: each sequence's tokens its cache
+ * lacks (a whole prompt the first time, then one or two), then greedy decode steps, every
+ * sequence in one step of the draft's engine. q->n_draft gets how many each drafted; a step the
+ * draft engine refuses (its KV full) leaves those sequences without drafts this time. */
+static void draft_model(RadSched *s, uint32_t n) {
+    RadEngine *de = s->o.draft;
+    const uint32_t T = rad_engine_limits(de).max_tok;
+    uint32_t nv = 0;
+    const float *lg;
+    /* 1. catch up, in steps of at most T tokens; the last chunk's logits give the first draft */
+    for (;;) {
+        uint32_t m = 0, used = 0;
+        for (uint32_t i = 0; i < n && used < T; i++) {
+            Seq *q = s->step_seq[i];
+            if (!s->want[i] || q->n_draft || q->d_done >= q->n_tok) continue;
+            uint32_t c = q->n_tok - q->d_done;
+            if (c > T - used) c = T - used;
+            s->dstep[m] = (RadEngineSeq){.seq_id = q->eid, .tokens = q->tok + q->d_done, .n = c, .pos = q->d_done,
+                                         .want_logits = q->d_done + c == q->n_tok};
+            s->dseq[m++] = q;
+            used += c;
+        }
+        if (!m) break;
+        RadErr e = {0};
+        int rc = rad_engine_step_seqs(de, s->dstep, m, s->drow, &e);
+        lg = rad_engine_logits(de, &nv);
+        for (uint32_t j = 0; j < m; j++) {
+            Seq *q = s->dseq[j];
+            if (rc) { /* no drafts this time; its cache is rebuilt when it drafts again */
+                rad_engine_drop_seq(de, q->eid);
+                q->d_done = 0;
+                for (uint32_t i = 0; i < n; i++) s->want[i] *= s->step_seq[i] != q;
+                continue;
+            }
+            q->d_done += s->dstep[j].n;
+            if (s->drow[j] >= 0) q->tok[q->n_tok] = (int32_t)rad_argmax(lg + (size_t)s->drow[j] * nv, nv), q->n_draft = 1;
+        }
+    }
+    /* 2. one decode step a draft, over every sequence still drafting */
+    for (uint32_t d = 1;; d++) {
+        uint32_t m = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            Seq *q = s->step_seq[i];
+            if (q->n_draft != d || s->want[i] <= d) continue;
+            s->dstep[m] = (RadEngineSeq){.seq_id = q->eid, .tokens = q->tok + q->n_tok + d - 1, .n = 1,
+                                         .pos = q->n_tok + d - 1, .want_logits = 1};
+            s->dseq[m++] = q;
+        }
+        if (!m) break;
+        RadErr e = {0};
+        int rc = rad_engine_step_seqs(de, s->dstep, m, s->drow, &e);
+        lg = rad_engine_logits(de, &nv);
+        for (uint32_t j = 0; j < m; j++) {
+            Seq *q = s->dseq[j];
+            if (rc) { /* keep the drafts it has; the one fed was not written */
+                rad_engine_kv_truncate(de, q->eid, q->d_done);
+                for (uint32_t i = 0; i < n; i++)
+                    if (s->step_seq[i] == q) s->want[i] = q->n_draft;
+                continue;
+            }
+            q->d_done = q->n_tok + d;
+            q->tok[q->n_tok + d] = (int32_t)rad_argmax(lg + (size_t)s->drow[j] * nv, nv);
+            q->n_draft = d + 1;
+        }
+    }
+}
+
+/* Drafts for the step's decode rows s->step[0..n), within *budget, each row's KV grown to hold
+ * them (a row whose drafts do not fit goes without). */
+static void spec_plan(RadSched *s, uint32_t n, uint32_t *budget) {
+    if (!s->o.spec) return;
+    uint32_t left = *budget;
+    for (uint32_t i = 0; i < n; i++) {
+        s->want[i] = spec_want(s, s->step_seq[i], left);
+        left -= s->want[i];
+        s->step_seq[i]->n_draft = 0;
+    }
+    if (s->o.spec == RAD_SPEC_DRAFT) {
+        draft_model(s, n);
+    } else {
+        for (uint32_t i = 0; i < n; i++) {
+            Seq *q = s->step_seq[i];
+            q->n_draft = s->want[i] ? rad_spec_ngram(q->tok, q->n_tok, RAD_SPEC_NGRAM_MAX, RAD_SPEC_NGRAM_MIN, s->want[i],
+                                                     q->tok + q->n_tok) : 0;
+        }
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        Seq *q = s->step_seq[i];
+        RadErr e = {0};
+        if (q->n_draft > s->want[i]) q->n_draft = s->want[i];
+        if (q->n_draft && (!rad_engine_kv_fits(s->en, q->eid, q->n_tok + q->n_draft) ||
+                           rad_engine_reserve(s->en, q->eid, q->n_tok + q->n_draft, &e)))
+            q->n_draft = 0;
+        s->step[i].n = 1 + q->n_draft;
+        s->step[i].n_draft = q->n_draft;
+        *budget -= q->n_draft;
+    }
+}
+
+/* After the step: row lg[0..k] of a decode row with k drafts. Tokens are taken in order while
+ * the drafts are accepted, and one more after them; the KV past what was kept is rolled back. */
+static RadGenFinish verify(RadSched *s, Seq *q, const float *lg) {
+    const uint32_t k = q->n_draft, n_tok0 = q->n_tok;
+    int32_t d[RAD_SPEC_DEPTH_MAX];
+    memcpy(d, q->tok + n_tok0, k * sizeof *d); /* commit writes over them */
+    RadGenFinish why = RAD_FINISH_NONE;
+    uint32_t a = 0;
+    for (uint32_t j = 0; j <= k && !why; j++) {
+        int32_t t;
+        int acc;
+        const float *row = lg + (size_t)j * s->n_vocab;
+        if ((why = choose(q, row, j < k ? d[j] : -1, &t, &acc))) break;
+        why = commit(s, q, row, t);
+        if (!acc) break;
+        a++;
+    }
+    q->n_draft = 0;
+    s->cnt.spec_rows++, s->cnt.spec_drafted += k, s->cnt.spec_accepted += a;
+    spec_adapt(s, q, k, a);
+    q->n_done += 1 + a; /* the last sampled token and the accepted drafts: their KV is this step's */
+    rad_engine_kv_truncate(s->en, q->eid, q->n_done);
+    if (s->o.draft && q->d_done > n_tok0 + a) q->d_done = n_tok0 + a, rad_engine_kv_truncate(s->o.draft, q->eid, q->d_done);
+    publish(s, q);
+    return why;
 }
 
 /* One step: 0 when nothing could run. */
@@ -582,6 +800,7 @@ static int step(RadSched *s) {
         s->step_seq[n] = q, s->chunk[n++] = 1, budget--;
         i++;
     }
+    spec_plan(s, n, &budget); /* the decode rows' drafts, before prefill takes what is left */
     /* 2. prefill chunks of running sequences, then admissions, while tokens and blocks last */
     for (uint32_t pass = 0; pass < 2 && budget; pass++) {
         for (uint32_t i = 0; budget && n < s->o.max_seqs; i++) {
@@ -634,9 +853,14 @@ static int step(RadSched *s) {
             retire(s, q, RAD_FINISH_ERROR, e.msg);
             continue;
         }
-        q->n_done += s->chunk[k];
-        publish(s, q);
-        RadGenFinish why = s->row[k] >= 0 ? emit(s, q, lg + (size_t)s->row[k] * s->n_vocab) : RAD_FINISH_NONE;
+        RadGenFinish why;
+        if (s->step[k].n_draft) {
+            why = verify(s, q, lg + (size_t)s->row[k] * s->n_vocab);
+        } else {
+            q->n_done += s->chunk[k];
+            publish(s, q);
+            why = s->row[k] >= 0 ? emit(s, q, lg + (size_t)s->row[k] * s->n_vocab) : RAD_FINISH_NONE;
+        }
         if (why) retire(s, q, why, why == RAD_FINISH_ERROR ? q->err : NULL);
     }
     return 1;
@@ -655,6 +879,7 @@ static void update_stats(RadSched *s) {
     s->st.prefix_lookups_tok = s->cnt.prefix_lookups_tok, s->st.prefix_hits_tok = s->cnt.prefix_hits_tok;
     s->st.prompt_tokens = s->cnt.prompt_tokens, s->st.generated_tokens = s->cnt.generated_tokens;
     s->st.preemptions = s->cnt.preemptions, s->st.steps = s->cnt.steps;
+    s->st.spec_rows = s->cnt.spec_rows, s->st.spec_drafted = s->cnt.spec_drafted, s->st.spec_accepted = s->cnt.spec_accepted;
     pthread_mutex_unlock(&s->mu);
 }
 

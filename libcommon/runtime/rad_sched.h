@@ -20,6 +20,7 @@
 #include "libcommon/runtime/rad_engine.h"
 #include "libcommon/base/rad_err.h"
 #include "libcommon/runtime/rad_sampler.h"
+#include "libcommon/runtime/rad_spec.h"
 #include "libcommon/tok/rad_tok.h"
 
 #define RAD_SCHED_MAX_TOP 20   /* top_logprobs at most (OpenAI's limit) */
@@ -44,6 +45,7 @@ typedef struct RadGenReq {
     /* 1: an embedding of the prompt (the whole text, specials included): one pooled row, nothing
      * generated; only an embedding model takes it, and only it (rad_engine_pooled_dim) */
     int embed;
+    int no_spec;                   /* 1: this request is not speculated (its rows carry no drafts) */
 } RadGenReq;
 
 typedef enum RadGenFinish {
@@ -90,6 +92,12 @@ typedef struct RadSchedOpts {
     uint32_t max_mixed_tok;        /* tokens per step (engine max_tok) */
     uint32_t max_queue;            /* waiting requests before submit refuses (0: 1024) */
     int prefix_cache;              /* 1: share full prompt blocks between requests */
+    /* speculative decoding (docs/ENGINE.md, "Speculative decoding"): each decode row carries up to
+     * spec_depth drafted tokens, verified in the one step (the engine opened with max_spec >= it) */
+    RadSpecKind spec;              /* NONE, NGRAM (prompt lookup) or DRAFT (a draft model) */
+    uint32_t spec_depth;           /* drafts a row carries at most (1..RAD_SPEC_DEPTH_MAX) */
+    RadEngine *draft;              /* DRAFT: the draft model's engine (not owned; the target's tokenizer
+                                      (rad_spec_check_vocab), max_seqs and context at least the target's) */
 } RadSchedOpts;
 
 typedef struct RadSchedStats {    /* a snapshot for /metrics */
@@ -104,6 +112,9 @@ typedef struct RadSchedStats {    /* a snapshot for /metrics */
     uint64_t generated_tokens;     /* tokens sampled */
     uint64_t preemptions;          /* sequences preempted to be recomputed */
     uint64_t steps;                /* engine steps run (a failed one too) */
+    uint64_t spec_rows;            /* decode rows that carried drafts (verify rows) */
+    uint64_t spec_drafted;         /* tokens drafted into them */
+    uint64_t spec_accepted;        /* of which the target accepted */
 } RadSchedStats;
 
 typedef struct RadSched RadSched;

@@ -45,6 +45,10 @@ static void usage(FILE *f) {
             "  --state-cache-dtype T  recurrent state width: f32 (default) or f16\n"
             "  --kv-resident N        keep N KV blocks resident and stream the rest\n"
             "  --batch N          tokens per step (prefill chunk, default 512)\n"
+            "speculative decoding (docs/ENGINE.md, \"Speculative decoding\"; greedy text is the target's own):\n"
+            "  --draft FILE       a draft model (.rad, the target's tokenizer) proposes tokens the target verifies\n"
+            "  --spec ngram       prompt lookup: tokens that followed an earlier match of the last 1-3 tokens\n"
+            "  --spec-depth K     drafts a row carries at most (1..16; default the plugin's probe, else 4)\n"
             "  --kernels A,B      kernel libraries by name, in preference order (default: all installed)\n"
             "  --plugin-dir DIR   look for plugins in DIR first (repeatable)\n"
             "  --tune FILE        a kernel tuning table (docs/TUNE.md); --tune-ignore-mismatch: warn, not refuse\n"
@@ -108,7 +112,7 @@ static int parse_ids(const char *what, const char *s, int32_t **ids, size_t *n, 
 static int parse_args(int argc, char **argv, Opts *o) {
     enum { TEMP = 256, TOPK, TOPP, MINP, REP, PRES, FREQ, SEED, THREADS, CTX, BATCH, KERNELS, PDIR, IDS, TOKENIZE,
            DETOK, CHAT, DGRAPH, DPLACE, PIDS, DET, FAST, HOST, PORT, APIKEY, SNAME, MAXBODY, MAXHDR, MAXCONNS,
-           IDLE, MAXSEQS, MAXMIXED, MAXQUEUE, NOPREFIX, DRAIN, KVBLOCKS, PROFILE, MMAPW, KVTYPE, NOREPACK, NOVERIFY, CHATSPECIAL, HDRTIME, BODYTIME, DEFMAXTOK, TUNE, TUNEIGN, MAXTOL, KVCDT, CVEC, TPSPLIT, STATEDT, KVRES, IGNEOS, EMBED };
+           IDLE, MAXSEQS, MAXMIXED, MAXQUEUE, NOPREFIX, DRAIN, KVBLOCKS, PROFILE, MMAPW, KVTYPE, NOREPACK, NOVERIFY, CHATSPECIAL, HDRTIME, BODYTIME, DEFMAXTOK, TUNE, TUNEIGN, MAXTOL, KVCDT, CVEC, TPSPLIT, STATEDT, KVRES, IGNEOS, EMBED, DRAFT, SPEC, SPECDEPTH };
     static const struct option lo[] = {
         {"model", required_argument, 0, 'm'}, {"prompt", required_argument, 0, 'p'}, {"temp", required_argument, 0, TEMP},
         {"top-k", required_argument, 0, TOPK}, {"top-p", required_argument, 0, TOPP}, {"min-p", required_argument, 0, MINP},
@@ -125,6 +129,8 @@ static int parse_args(int argc, char **argv, Opts *o) {
         {"kv-cache-dtype", required_argument, 0, KVCDT}, {"control-vector", required_argument, 0, CVEC},
         {"tp-attn-split", required_argument, 0, TPSPLIT}, {"state-cache-dtype", required_argument, 0, STATEDT},
         {"kv-resident", required_argument, 0, KVRES},
+        {"draft", required_argument, 0, DRAFT}, {"spec", required_argument, 0, SPEC},
+        {"spec-depth", required_argument, 0, SPECDEPTH},
         {"host", required_argument, 0, HOST}, {"port", required_argument, 0, PORT}, {"api-key", required_argument, 0, APIKEY},
         {"served-model-name", required_argument, 0, SNAME}, {"max-body", required_argument, 0, MAXBODY},
         {"max-header", required_argument, 0, MAXHDR}, {"max-conns", required_argument, 0, MAXCONNS},
@@ -216,6 +222,16 @@ static int parse_args(int argc, char **argv, Opts *o) {
             if (rad_engine_deploy_flag(&o->deploy, flag, optarg, &e)) return fprintf(stderr, "radiance: %s\n", e.msg), 2;
             break;
         }
+        case DRAFT: o->draft = optarg; break;
+        case SPEC:
+            if (strcmp(optarg, "ngram") != 0)
+                return fprintf(stderr, "radiance: --spec '%s': expected ngram (a draft model is --draft FILE)\n", optarg), 2;
+            o->spec = RAD_SPEC_NGRAM;
+            break;
+        case SPECDEPTH:
+            if (!parse_num("--spec-depth", optarg, 1, RAD_SPEC_DEPTH_MAX, RAD_NUM_WHOLE, &v)) return 2;
+            o->spec_depth = (uint32_t)v;
+            break;
         case HOST: o->host = optarg; break;
         case PORT: if (!parse_num("--port", optarg, 0, 65535, RAD_NUM_WHOLE, &v)) return 2; o->port = (unsigned)v; break;
         case APIKEY: o->api_key = *optarg ? optarg : NULL; break;
@@ -247,6 +263,11 @@ static int parse_args(int argc, char **argv, Opts *o) {
     }
     if (optind != argc) return fprintf(stderr, "radiance: unexpected argument '%s'\n", argv[optind]), 2;
     if (!o->model) return fprintf(stderr, "radiance: --model is required (see radiance --help)\n"), 2;
+    if (o->draft && o->spec == RAD_SPEC_NGRAM)
+        return fprintf(stderr, "radiance: --draft and --spec ngram are two drafters: give one\n"), 2;
+    if (o->draft) o->spec = RAD_SPEC_DRAFT;
+    if (o->spec_depth && !o->spec) /* a flag that would change nothing is refused, not ignored */
+        return fprintf(stderr, "radiance: --spec-depth needs a drafter (--draft FILE or --spec ngram)\n"), 2;
     if (!rad_select_tolerance(o->fast, o->max_tolerance, &o->max_tolerance))
         return fprintf(stderr, "radiance: --fast is --max-tolerance %g: give one of them\n", RAD_SELECT_FAST_TOLERANCE), 2;
     /* a flag that would change nothing is refused, not ignored: raw text parses special tokens already */
@@ -617,6 +638,7 @@ int main(int argc, char **argv) {
     rad_engine_deploy_apply(&eo, &o.deploy);
     if (!o.chat && !o.prompt && !o.ids && !o.tokenize && !o.detokenize && o.bounds_given) /* the server's plan, shown */
         eo.max_seqs = o.max_seqs, eo.max_tok = o.max_mixed_tok;
+    eo.speculate = o.spec != RAD_SPEC_NONE, eo.spec_depth = o.spec_depth;
     rc = rad_engine_open(&en, &eo, &e);
     if (!rc && rad_engine_pooled_dim(en) && (o.chat || o.prompt || o.ids))
         rc = rad_err_set(&e, RAD_E_UNSUPPORTED, "%s: an embedding model (plugin '%s' declares a pooled output): it does not "
@@ -628,9 +650,11 @@ int main(int argc, char **argv) {
     if (!rc && o.debug_placement) rad_engine_dump_placement(en, stdout);
     GenStats st = {0};
     RadSched *sched = NULL;
+    RadEngine *draft = NULL;
+    RadSchedOpts so = {.max_seqs = 1, .max_mixed_tok = eo.max_tok, .prefix_cache = !o.no_prefix_cache};
     if (!rc && (o.chat || o.prompt || o.ids)) { /* one sequence; the prefix cache keeps a chat's turns */
-        RadSchedOpts so = {.max_seqs = 1, .max_mixed_tok = eo.max_tok, .prefix_cache = !o.no_prefix_cache};
-        rc = rad_sched_open(&sched, en, tok, &so, &e);
+        rc = spec_setup(&o, &eo, en, tok, &draft, &so, &e);
+        if (!rc) rc = rad_sched_open(&sched, en, tok, &so, &e);
     }
     if (!rc && o.chat) {
         rc = run_chat(en, sched, tok, &o, &st, &e);
@@ -654,13 +678,22 @@ int main(int argc, char **argv) {
         }
         free(ids);
     }
+    RadSchedStats ss = {0};
+    if (sched) rad_sched_stats(sched, &ss);
     rad_sched_close(sched);
+    rad_engine_close(draft);
     if (!rc) rc = rad_stdout_flush(&e); /* before the timing line: a failed write is the one line */
     if (rc) fprintf(stderr, "radiance: %s\n", e.msg);
     else if (o.prompt || o.ids || o.chat)
         fprintf(stderr, "radiance: load %.2f s; prompt %zu tokens in %.3f s (%.1f tok/s); generation %d tokens in %.3f s (%.1f tok/s); %u threads\n",
                 t_load, st.n_prompt, st.t_prompt, st.t_prompt > 0 ? (double)st.n_prompt / st.t_prompt : 0.0, st.n_gen, st.t_gen,
                 st.t_gen > 0 ? st.n_gen / st.t_gen : 0.0, rad_engine_limits(en).n_threads);
+    if (!rc && o.spec && (o.prompt || o.ids || o.chat))
+        fprintf(stderr, "radiance: speculation (%s, depth %u): %" PRIu64 " rows drafted %" PRIu64 " tokens, %" PRIu64
+                " accepted (%.1f%%), %.2f tokens a verify row\n", o.spec == RAD_SPEC_DRAFT ? "draft model" : "ngram",
+                so.spec_depth, ss.spec_rows, ss.spec_drafted, ss.spec_accepted,
+                ss.spec_drafted ? 100.0 * (double)ss.spec_accepted / (double)ss.spec_drafted : 0.0,
+                ss.spec_rows ? 1.0 + (double)ss.spec_accepted / (double)ss.spec_rows : 0.0);
     if (!rc && o.profile) rad_engine_dump_profile(en, stderr);
     rad_tok_free(tok);
     rad_engine_close(en);

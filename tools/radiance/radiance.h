@@ -7,6 +7,8 @@
 
 #include "libcommon/runtime/rad_engine.h"
 #include "libcommon/runtime/rad_sampler.h"
+#include "libcommon/runtime/rad_sched.h"
+#include "libcommon/runtime/rad_spec.h"
 
 typedef struct Opts {
     const char *model, *prompt, *ids, *kernels;
@@ -35,7 +37,17 @@ typedef struct Opts {
     int bounds_given;              /* --max-seqs or --max-mixed-tok given (--debug-graph then shows the server's plan) */
     uint32_t kv_blocks;            /* 0: max_seqs full contexts */
     int no_prefix_cache;
+    /* speculative decoding: --spec ngram, --draft FILE, --spec-depth K (resolved by the parser:
+       spec_depth is the depth served when spec is not NONE) */
+    RadSpecKind spec;
+    const char *draft;
+    uint32_t spec_depth;
 } Opts;
+
+/* Speculative decoding for one engine: the target's max_spec into eo, and (--draft) the draft
+ * model's engine opened beside it (*draft, NULL otherwise) and the scheduler's fields. */
+int spec_setup(const Opts *o, const RadEngineOpts *eo, RadEngine *en, const RadTok *tok, RadEngine **draft, RadSchedOpts *so,
+               RadErr *e);
 
 /* Runs the server until SIGTERM/SIGINT/SIGHUP/SIGQUIT and the drain; returns the exit status. */
 int serve(const Opts *o);
