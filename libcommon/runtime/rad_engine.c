@@ -1,6 +1,5 @@
 /* The engine: load, declare, select, place, step. See rad_engine.h. */
 #include "libcommon/runtime/rad_engine_int.h"
-#include "libcommon/runtime/rad_spec.h"
 
 #include <errno.h> /* program_invocation_short_name */
 
@@ -987,9 +986,12 @@ static int check_rewind(const RadEngine *en, int32_t seq_id, uint32_t pos, RadEr
     for (int gi = 0; gi < en->g.n_kvs; gi++) {
         const RadKvCache *c = &en->kv[gi];
         int slot = rad_kvcache_find(c, seq_id);
-        if (slot >= 0 && c->seqs[slot].first > rad_kvcache_first(c, pos))
+        /* what the attention reads: its own window, not the max_spec keys more the group keeps */
+        const uint32_t W = c->window ? c->window - en->ctx.max_spec : 0;
+        const uint32_t need = W && pos + 1 > W ? (pos + 1 - W) / c->block_size : 0;
+        if (slot >= 0 && c->seqs[slot].first > need)
             return rad_err_set(e, RAD_E_ARG, "sequence %d: a step at position %u, but KV group '%s' (window %u) has released "
-                               "the blocks before position %u", seq_id, pos, en->g.kvs[gi].name, c->window,
+                               "the blocks before position %u", seq_id, pos, en->g.kvs[gi].name, W,
                                c->seqs[slot].first * c->block_size);
     }
     return RAD_OK;

@@ -14,6 +14,9 @@
 #include "libcommon/plugin/rad_graph.h"
 #include "libcommon/plugin/rad_plugins.h"
 
+#define RAD_SPEC_DEPTH_DEFAULT 4   /* drafts a verify row carries when neither --spec-depth nor the probe says */
+#define RAD_SPEC_DEPTH_MAX 16      /* the most a verify row carries (--spec-depth's bound) */
+
 typedef struct RadEngineOpts {
     const char *model;             /* a .rad container */
     const char *const *plugin_dirs;/* [n_plugin_dirs] --plugin-dir, searched before the default

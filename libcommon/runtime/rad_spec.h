@@ -18,8 +18,6 @@ typedef enum RadSpecKind {
     RAD_SPEC_DRAFT = 2,            /* a draft model (its own engine and KV), greedy */
 } RadSpecKind;
 
-#define RAD_SPEC_DEPTH_DEFAULT 4   /* drafts per verify row when neither --spec-depth nor the probe says */
-#define RAD_SPEC_DEPTH_MAX 16      /* --spec-depth's bound */
 #define RAD_SPEC_NGRAM_MAX 3       /* the longest suffix prompt lookup matches */
 #define RAD_SPEC_NGRAM_MIN 1       /* the shortest */
 

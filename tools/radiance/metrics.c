@@ -132,6 +132,11 @@ char *met_render(Metrics *m, const RadSchedStats *st, int ready, uint32_t connec
         one(&b, "counter", "radiance_prompt_tokens_total", "Prompt tokens admitted.", (double)st->prompt_tokens);
         one(&b, "counter", "radiance_generation_tokens_total", "Tokens generated.", (double)st->generated_tokens);
         one(&b, "counter", "radiance_preemptions_total", "Sequences preempted (recomputed) when KV ran out.", (double)st->preemptions);
+        one(&b, "counter", "radiance_spec_verify_rows_total", "Decode rows that carried drafted tokens.", (double)st->spec_rows);
+        one(&b, "counter", "radiance_spec_draft_tokens_total", "Tokens drafted for verification.", (double)st->spec_drafted);
+        one(&b, "counter", "radiance_spec_accepted_tokens_total", "Drafted tokens the target accepted.", (double)st->spec_accepted);
+        one(&b, "gauge", "radiance_spec_acceptance_rate", "Accepted over drafted tokens since start (0 before any draft).",
+            st->spec_drafted ? (double)st->spec_accepted / (double)st->spec_drafted : 0.0);
         one(&b, "counter", "radiance_steps_total", "Engine steps run.", (double)st->steps);
     }
     if (b.oom || !b.b.p) {

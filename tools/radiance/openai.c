@@ -583,6 +583,9 @@ static int parse_body(ApiKind kind, json_t *j, const ApiCtx *cx, ApiReq *r, ApiE
     r->sp.n_bias = 0;
     r->n = 1;
     if ((rc = get_bool(j, "stream", &r->stream, e))) return rc;
+    int spec = 1; /* an extension, as vLLM's and llama.cpp's sampling extras: false opts out of speculation */
+    if ((rc = get_bool(j, "speculative", &spec, e))) return rc;
+    r->no_spec = !spec;
     json_t *so = json_object_get(j, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so)) return bad(e, "stream_options", "'%s' must be an object%s", "");

@@ -86,6 +86,7 @@ typedef struct ApiReq {
     /* /v1/embeddings: the inputs are prompt[0..n_prompts) */
     int base64;                       /* encoding_format "base64": little-endian f32 bytes */
     uint32_t dimensions;              /* the width returned (embed_dim, or one of embed_dims) */
+    int no_spec;                      /* "speculative": false (an extension): no drafts for this request */
 } ApiReq;
 
 /* Parses and checks a /v1/completions or /v1/chat/completions body. Returns 0 or the HTTP

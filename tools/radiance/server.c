@@ -733,7 +733,8 @@ static enum MHD_Result start_generation(Req *r, struct MHD_Connection *c, ApiKin
         Choice *ch = &r->ch[i];
         RadGenReq g = {.prompt = r->api.prompt[ch->prompt], .n_prompt = r->api.n_prompt[ch->prompt], .sp = r->api.sp,
                        .max_tokens = r->api.max_tokens, .stop = (const char *const *)r->api.stop, .n_stop = r->api.n_stop,
-                       .logprobs = r->api.logprobs, .top_logprobs = r->api.top_logprobs, .embed = kind == API_EMBEDDINGS};
+                       .logprobs = r->api.logprobs, .top_logprobs = r->api.top_logprobs, .embed = kind == API_EMBEDDINGS,
+                       .no_spec = r->api.no_spec};
         if (kind == API_CHAT) g.stop_ids = s->cx.chat_stop_ids, g.n_stop_ids = s->cx.n_chat_stop_ids; /* the turn's end */
         g.sp.seed = base + i; /* choice i of a seeded request: seed + i */
         if ((r->api.json_mode || r->api.args_schema) && (rc = constraint_new(s, &r->api, g.stop_ids, g.n_stop_ids, &g.constraint, &re)))
@@ -1392,7 +1393,8 @@ int serve(const Opts *o) {
                         .n_threads = o->threads, .max_tok = o->max_mixed_tok, .max_seqs = o->max_seqs, .max_ctx = o->ctx,
                         .kv_blocks = o->kv_blocks, .deterministic = o->deterministic, .max_tolerance = o->max_tolerance,
                         .mmap_weights = o->mmap_weights, .no_repack = o->no_repack, .no_verify = o->no_verify,
-                        .tune = o->tune, .tune_ignore_mismatch = o->tune_ignore_mismatch};
+                        .tune = o->tune, .tune_ignore_mismatch = o->tune_ignore_mismatch,
+                        .speculate = o->spec != RAD_SPEC_NONE, .spec_depth = o->spec_depth};
     rad_engine_deploy_apply(&eo, &o->deploy);
     double t0 = now();
     int rc = rad_engine_open(&s->en, &eo, &e);
@@ -1401,6 +1403,8 @@ int serve(const Opts *o) {
     RadSched *sched = NULL;
     RadSchedOpts so = {.max_seqs = o->max_seqs, .max_mixed_tok = o->max_mixed_tok, .max_queue = o->max_queue,
                        .prefix_cache = !o->no_prefix_cache};
+    RadEngine *draft = NULL;
+    if (!rc) rc = spec_setup(o, &eo, s->en, s->tok, &draft, &so, &e);
     if (!rc) rc = rad_sched_open(&sched, s->en, s->tok, &so, &e);
     if (!rc) {
         if (o->served_model_name) snprintf(s->model_name, sizeof s->model_name, "%s", o->served_model_name);
@@ -1434,11 +1438,13 @@ int serve(const Opts *o) {
     if (rc) fprintf(stderr, "radiance: %s\n", e.msg); /* the refusal's one line: nothing was announced */
     else if (run) announce_http(s);
     if (run)
-        fprintf(stderr, "radiance: ready in %.2f s: model '%s', context %u, max_seqs %u, max_mixed_tok %u, %s, chat %s%s%.200s\n",
+        fprintf(stderr, "radiance: ready in %.2f s: model '%s', context %u, max_seqs %u, max_mixed_tok %u, %s, chat %s%s%.200s%s%.300s\n",
                 now() - t0, s->model_name, s->cx.max_ctx, o->max_seqs, o->max_mixed_tok,
                 o->deterministic ? "deterministic" : "not deterministic", s->cx.chat ? s->cx.chat->kind : "none",
                 o->tune && !rad_engine_tune_warning(s->en) ? ", kernels from the tuning table " : "",
-                o->tune && !rad_engine_tune_warning(s->en) ? o->tune : "");
+                o->tune && !rad_engine_tune_warning(s->en) ? o->tune : "",
+                o->spec == RAD_SPEC_NGRAM ? ", speculation: prompt lookup" : o->spec ? ", speculation: draft model " : "",
+                o->spec == RAD_SPEC_DRAFT ? o->draft : "");
     if (run) rad_sched_run(sched); /* until the drain stops it, or the weights change under --mmap */
     const char *why_changed = run ? rad_engine_fail_closed(s->en) : NULL;
     const int changed = why_changed != NULL; /* exit RAD_EXIT_MODEL_CHANGED (docs/TOOLS.md) */
@@ -1476,6 +1482,7 @@ int serve(const Opts *o) {
     rad_tok_trie_free(s->trie);
     rad_tok_free(s->tok);
     rad_engine_close(s->en);
+    rad_engine_close(draft);
     met_free(&s->met);
     if (!rc) fprintf(stderr, "radiance: stopped\n");
     return changed ? RAD_EXIT_MODEL_CHANGED : rc ? 1 : 0;
