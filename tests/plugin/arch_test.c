@@ -560,6 +560,26 @@ Test(loader, probe_bits_refuse_flags_naming_the_plugin, .init = setup) {
     rad_plugins_free(&s);
 }
 
+/* A block drafter's probe (draft_depth_fixed): its trained block is the only --spec-depth served;
+ * without the bit (llama), any depth passes the probe check. */
+Test(loader, a_block_drafters_depth_is_the_only_one_served, .init = setup) {
+    RadPluginSet s = {0};
+    load(&s, "test-plugins/arch_blockdraft.so");
+    load(&s, "plugins/arch_llama.so");
+    RadModelMeta m = smollm2_meta();
+    RadArchProbe pr;
+    RadErr e = {0};
+    const RadDeployFlags own = {.spec_depth = 3}, other = {.spec_depth = 5}, none = {0};
+    cr_assert_eq(rad_plugin_check_flags(&s.p[0], &m, &own, &pr, &e), RAD_OK, "%s", e.msg);
+    cr_assert(pr.draft_depth == 3 && pr.draft_depth_fixed);
+    cr_assert_eq(rad_plugin_check_flags(&s.p[0], &m, &none, &pr, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_plugin_check_flags(&s.p[0], &m, &other, &pr, &e), RAD_E_ARG, "--spec-depth 5 accepted");
+    cr_assert(strstr(e.msg, "--spec-depth 5: plugin 'blockdraft_test'") && strstr(e.msg, "blocks of 3"), "%s", e.msg);
+    rad_err_clear(&e);
+    cr_assert_eq(rad_plugin_check_flags(&s.p[1], &m, &other, &pr, &e), RAD_OK, "%s", e.msg);
+    rad_plugins_free(&s);
+}
+
 /* Declares the plugin at ctx, every weight present as declared (RAD_ANY stored as `any`). */
 static int declare(const RadPlugin *p, const RadModelMeta *m, const RadBuildCtx *ctx, const RadPluginSet *libs, RadEnc any,
                    RadGraph *g, RadErr *e) {
