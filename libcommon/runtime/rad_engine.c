@@ -739,6 +739,10 @@ static int engine_open(RadEngine *en, const RadEngineOpts *o, RadErr *e) {
                                  .tune = en->tune};
     if ((rc = rad_graph_declare(&en->g, en->arch, &en->meta, &en->ctx, &en->select, container_lookup, en, e))) return rc;
     if ((rc = rad_graph_check_encodings(&en->g, e))) return rc;
+    if (en->g.has_drafter) /* its draft passes (RadBatch.draft_pass) are never issued here: refused, not ignored */
+        return rad_err_set(e, RAD_E_UNSUPPORTED, "%s: plugin '%s' declares a drafter of its own (rad_declare_drafter, depth %u): "
+                           "the engine does not run a plugin's draft passes yet (--spec ngram or --draft FILE draft outside "
+                           "the model)", o->model, en->arch->info->name, en->g.drafter.depth);
     if ((rc = rad_graph_plan(&en->g, e))) return rc;
     en->arena = aligned_alloc(256, en->g.arena_bytes ? en->g.arena_bytes : 256);
     en->persist = aligned_alloc(256, en->g.persist_bytes ? en->g.persist_bytes : 256);
