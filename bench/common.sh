@@ -17,8 +17,20 @@ bench_container() {
     if [ ! -f "$RAD" ] || [ build/rad-convert -nt "$RAD" ]; then build/rad-convert "$GGUF" -o "$RAD" --force; fi
 }
 
+# On a CPU with AMX (amx_int8 in /proc/cpuinfo) GGML_NATIVE compiles ggml's AMX matmul, which in
+# this llama.cpp (llama-cpp-python 0.3.36) dies with SIGSEGV on the first batch of more than one
+# row (a prompt, a speculative verify): there it is built as native minus AMX, into build-noamx
+# (the same AVX-512 VNNI/BF16 paths, GGML_NATIVE=OFF with each ISA option on, AMX off).
+LLAMA_BUILD=build LLAMA_ISA="-DGGML_NATIVE=ON"
+if grep -q amx_int8 /proc/cpuinfo 2>/dev/null; then
+    LLAMA_BUILD=build-noamx
+    LLAMA_ISA="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_AVX_VNNI=ON -DGGML_BMI2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+               -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON
+               -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
+fi
+
 llama_cpp_tool() {
-    bin=$(ls build/llama.cpp/*/vendor/llama.cpp/build/bin/"$1" 2>/dev/null | head -1 || true)
+    bin=$(ls build/llama.cpp/*/vendor/llama.cpp/$LLAMA_BUILD/bin/"$1" 2>/dev/null | head -1 || true)
     if [ -n "$bin" ]; then echo "$bin"; return 0; fi
     src=$(ls -d build/llama.cpp/llama_cpp_python-*/vendor/llama.cpp 2>/dev/null | head -1 || true)
     if [ -z "$src" ]; then
@@ -28,9 +40,10 @@ llama_cpp_tool() {
         tar -C build/llama.cpp -xzf build/llama.cpp/llama_cpp_python-*.tar.gz
         src=$(ls -d build/llama.cpp/llama_cpp_python-*/vendor/llama.cpp | head -1)
     fi
-    [ -f "$src/build/CMakeCache.txt" ] ||
-        cmake -S "$src" -B "$src/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+    # shellcheck disable=SC2086
+    [ -f "$src/$LLAMA_BUILD/CMakeCache.txt" ] ||
+        cmake -S "$src" -B "$src/$LLAMA_BUILD" -DCMAKE_BUILD_TYPE=Release $LLAMA_ISA -DLLAMA_CURL=OFF \
               -DBUILD_SHARED_LIBS=OFF >/dev/null
-    cmake --build "$src/build" -j"$(nproc)" --target "$1" >/dev/null
-    echo "$src/build/bin/$1"
+    cmake --build "$src/$LLAMA_BUILD" -j"$(nproc)" --target "$1" >/dev/null
+    echo "$src/$LLAMA_BUILD/bin/$1"
 }
