@@ -383,3 +383,78 @@ Test(spec, refusals_name_the_depth_and_the_vocabulary, .init = setup, .fini = te
     rad_tok_free(tok);
     rad_engine_close(target);
 }
+
+/* ---- the real pair, where make models fetched it --------------------------------------------- */
+
+#define QWEN15 "models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+#define QWEN05 "models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+
+static char pair_dir[256], pair_t[300], pair_d[300];
+static void pair_setup(void) {
+    pair_dir[0] = 0;
+    if (access(QWEN15, R_OK) != 0 || access(QWEN05, R_OK) != 0) return;
+    const char *b = getenv("RAD_BUILD");
+    snprintf(pair_dir, sizeof pair_dir, "/tmp/rad-spec-pair-XXXXXX");
+    cr_assert_not_null(mkdtemp(pair_dir));
+    snprintf(pair_t, sizeof pair_t, "%s/t.rad", pair_dir);
+    snprintf(pair_d, sizeof pair_d, "%s/d.rad", pair_dir);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s/rad-convert " QWEN15 " -o %s >/dev/null 2>&1 && %s/rad-convert " QWEN05 " -o %s >/dev/null 2>&1",
+             b ? b : "build", pair_t, b ? b : "build", pair_d);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+}
+static void pair_teardown(void) {
+    if (!pair_dir[0]) return;
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", pair_dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+/* Qwen2.5-Coder-1.5B with its 0.5B drafting, and with prompt lookup, on every benchmark prompt
+ * (bench/spec/): the greedy text (32 tokens, deterministic kernels, --fast) is the target's alone. */
+Test(spec, the_real_pair_keeps_the_targets_greedy_text, .init = pair_setup, .fini = pair_teardown, .timeout = 900) {
+    if (!pair_dir[0]) cr_skip_test(QWEN15 " or " QWEN05 " not fetched (make models): the real pair is skipped");
+    RadEngineOpts o = {.plugin_dirs = plugin_dirs(), .n_plugin_dirs = 1, .kernels = "ref", .max_tok = 256, .max_seqs = 1,
+                       .max_ctx = 1024, .n_threads = 2, .deterministic = 1, .max_tolerance = 2e-2};
+    RadEngine *plain, *target, *draft;
+    RadErr e = {0};
+    o.model = pair_t;
+    cr_assert_eq(rad_engine_open(&plain, &o, &e), RAD_OK, "%s", e.msg);
+    o.speculate = 1, o.spec_depth = 4;
+    cr_assert_eq(rad_engine_open(&target, &o, &e), RAD_OK, "%s", e.msg);
+    RadTok *tok = NULL;
+    cr_assert_eq(rad_tok_init(&tok, rad_engine_tok_data(plain), &e), RAD_OK, "%s", e.msg);
+    RadEngineOpts to = o;
+    cr_assert_eq(rad_spec_open_draft(&to, target, tok, pair_d, &draft, &e), RAD_OK, "%s", e.msg);
+    static const char *names[] = {"edit-1", "edit-2", "edit-3", "edit-4", "complete-1", "complete-2", "complete-3", "complete-4"};
+    RadSchedStats sum[2] = {{0}};
+    for (int i = 0; i < 8; i++) {
+        char path[128], text[4096];
+        snprintf(path, sizeof path, "bench/spec/%s.txt", names[i]);
+        FILE *f = fopen(path, "rb");
+        cr_assert_not_null(f, "%s", path);
+        size_t n = fread(text, 1, sizeof text - 1, f);
+        fclose(f);
+        text[n] = 0;
+        uint32_t np;
+        int32_t *ids = encode(tok, text, &np);
+        Got want, got;
+        RadSchedStats st;
+        generate(plain, tok, (RadSchedOpts){0}, ids, np, 32, &want, NULL);
+        for (int k = 0; k < 2; k++) {
+            RadSchedOpts so = {.spec = k ? RAD_SPEC_DRAFT : RAD_SPEC_NGRAM, .spec_depth = 4, .draft = k ? draft : NULL};
+            generate(target, tok, so, ids, np, 32, &got, &st);
+            cr_assert_eq(got.n_tokens, want.n_tokens, "%s", names[i]);
+            for (uint32_t j = 0; j < want.n_tokens; j++)
+                cr_assert_eq(got.tokens[j], want.tokens[j], "%s, %s: token %u", names[i], k ? "draft" : "ngram", j);
+            sum[k].spec_drafted += st.spec_drafted, sum[k].spec_accepted += st.spec_accepted;
+        }
+        free(ids);
+    }
+    cr_assert_gt(sum[0].spec_accepted, 0);
+    cr_assert_gt(sum[1].spec_accepted, 0);
+    rad_tok_free(tok);
+    rad_engine_close(draft);
+    rad_engine_close(target);
+    rad_engine_close(plain);
+}
