@@ -4,8 +4,9 @@
 # ChatML turns) and bench/spec/complete-*.txt (raw code to continue), greedy (temperature 0), at
 # T threads. Per round, for every prompt, in an order that alternates between rounds:
 #   radiance: the target alone, --spec ngram, --draft DRAFT (--spec-depth DEPTH, --fast)
-#   llama.cpp: llama-lookup --spec-type none (the target alone), llama-lookup (its prompt lookup,
-#              the n-gram cache), llama-speculative -md DRAFT (its draft model, --spec-draft-n-max DEPTH)
+#   llama.cpp: llama-completion -no-cnv (the target alone), llama-lookup (its prompt lookup, the
+#              n-gram cache), llama-speculative -md DRAFT (its draft model, --spec-draft-n-max DEPTH;
+#              llama-speculative-simple refuses this pair: "failed to initialize speculative decoding")
 # each generating up to NGEN tokens (stopping at EOS, as a user's request does). A set's rate in
 # a round is its tokens over its generation seconds (prompt processing excluded on both sides);
 # the table has each configuration's median rate and range over the rounds, the median of its
@@ -31,7 +32,7 @@ for p in "$TG:$RT" "$DG:$RD"; do
     g=${p%%:*} r=${p#*:}
     [ -f "$r" ] && [ ! build/rad-convert -nt "$r" ] || build/rad-convert "$g" -o "$r" --force >/dev/null
 done
-LOOKUP=$(llama_cpp_tool llama-lookup) SPEC=$(llama_cpp_tool llama-speculative)
+LOOKUP=$(llama_cpp_tool llama-lookup) SPEC=$(llama_cpp_tool llama-speculative) COMPL=$(llama_cpp_tool llama-completion)
 out=$B/spec/runs.tsv
 : > "$out"
 
@@ -48,13 +49,16 @@ rad() { # $1 config (alone|ngram|draft), $2 prompt file
 }
 llama() { # $1 config (alone|ngram|draft), $2 prompt file
     case $1 in
-    alone) "$LOOKUP" -m "$TG" --spec-type none -f "$2" -n "$NGEN" --temp 0 -t "$T" -c 2048 --no-repack ;;
-    ngram) "$LOOKUP" -m "$TG" -f "$2" -n "$NGEN" --temp 0 -t "$T" -c 2048 --no-repack ;;
-    draft) "$SPEC" -m "$TG" -md "$DG" -f "$2" -n "$NGEN" --temp 0 -t "$T" -td "$T" -c 2048 --spec-draft-n-max "$DEPTH" --no-repack ;;
+    alone) "$COMPL" -m "$TG" -f "$2" -n "$NGEN" --temp 0 -t "$T" -c 2048 -no-cnv </dev/null ;;
+    ngram) "$LOOKUP" -m "$TG" -f "$2" -n "$NGEN" --temp 0 -t "$T" -c 2048 ;;
+    draft) "$SPEC" -m "$TG" -md "$DG" -f "$2" -n "$NGEN" --temp 0 -t "$T" -td "$T" -c 2048 --spec-draft-n-max "$DEPTH" ;;
     esac >"$B/spec/llama-$1-$(basename "$2")" 2>"$B/spec/err" || { echo "bench/spec.sh: llama.cpp $1 failed on $2:" >&2; tail -3 "$B/spec/err" >&2; exit 1; }
-    awk '/decoded +[0-9]+ tokens in/ { for (i = 1; i <= NF; i++) if ($i == "decoded") { n = $(i + 1); s = $(i + 4) } }
+    # the examples' own "decoded N tokens in S seconds" (drafting included); llama-completion's
+    # "eval time = MS ms / N runs" where that is all there is
+    awk '/decoded +[0-9]+ tokens in/ { for (i = 1; i <= NF; i++) if ($i == "decoded") { dn = $(i + 1); ds = $(i + 4) } }
+         / eval time = .* runs/ && !/prompt eval/ { for (i = 1; i <= NF; i++) if ($i == "=") { es = $(i + 1) / 1000; en = $(i + 4) } }
          /n_drafted/ { d = $NF } /n_accept/ { a = $NF }
-         END { printf "%s %s %s %s 0\n", n, s, d + 0, a + 0 }' "$B/spec/err"
+         END { if (dn != "") printf "%s %s %s %s 0\n", dn, ds, d + 0, a + 0; else printf "%s %s %s %s 0\n", en, es, d + 0, a + 0 }' "$B/spec/err"
 }
 
 load0=$(cut -d' ' -f1 /proc/loadavg)

@@ -683,6 +683,14 @@ static void draft_model(RadSched *s, uint32_t n) {
     }
 }
 
+/* A draft model's cache cut back to tok[0..keep): what it computed past that is another
+ * continuation's (rejected drafts, or drafts never verified). */
+static void draft_rollback(RadSched *s, Seq *q, uint32_t keep) {
+    if (!s->o.draft || q->d_done <= keep) return;
+    q->d_done = keep;
+    rad_engine_kv_truncate(s->o.draft, q->eid, keep);
+}
+
 /* Drafts for the step's decode rows s->step[0..n), within *budget, each row's KV grown to hold
  * them (a row whose drafts do not fit goes without). */
 static void spec_plan(RadSched *s, uint32_t n, uint32_t *budget) {
@@ -707,8 +715,10 @@ static void spec_plan(RadSched *s, uint32_t n, uint32_t *budget) {
         RadErr e = {0};
         if (q->n_draft > s->want[i]) q->n_draft = s->want[i];
         if (q->n_draft && (!rad_engine_kv_fits(s->en, q->eid, q->n_tok + q->n_draft) ||
-                           rad_engine_reserve(s->en, q->eid, q->n_tok + q->n_draft, &e)))
+                           rad_engine_reserve(s->en, q->eid, q->n_tok + q->n_draft, &e))) {
             q->n_draft = 0;
+            draft_rollback(s, q, q->n_tok);
+        }
         s->step[i].n = 1 + q->n_draft;
         s->step[i].n_draft = q->n_draft;
         *budget -= q->n_draft;
@@ -737,7 +747,7 @@ static RadGenFinish verify(RadSched *s, Seq *q, const float *lg) {
     spec_adapt(s, q, k, a);
     q->n_done += 1 + a; /* the last sampled token and the accepted drafts: their KV is this step's */
     rad_engine_kv_truncate(s->en, q->eid, q->n_done);
-    if (s->o.draft && q->d_done > n_tok0 + a) q->d_done = n_tok0 + a, rad_engine_kv_truncate(s->o.draft, q->eid, q->d_done);
+    draft_rollback(s, q, n_tok0 + a); /* it drafted from tok[n_tok0 - 1] on: the accepted drafts' KV is right */
     publish(s, q);
     return why;
 }

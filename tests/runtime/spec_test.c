@@ -392,7 +392,7 @@ Test(spec, refusals_name_the_depth_and_the_vocabulary, .init = setup, .fini = te
 static char pair_dir[256], pair_t[300], pair_d[300];
 static void pair_setup(void) {
     pair_dir[0] = 0;
-    if (access(QWEN15, R_OK) != 0 || access(QWEN05, R_OK) != 0) return;
+    if (access(QWEN15, R_OK) != 0 || access(QWEN05, R_OK) != 0 || getenv("RAD_ORACLE_QUICK")) return;
     const char *b = getenv("RAD_BUILD");
     snprintf(pair_dir, sizeof pair_dir, "/tmp/rad-spec-pair-XXXXXX");
     cr_assert_not_null(mkdtemp(pair_dir));
@@ -414,6 +414,7 @@ static void pair_teardown(void) {
  * (bench/spec/): the greedy text (32 tokens, deterministic kernels, --fast) is the target's alone. */
 Test(spec, the_real_pair_keeps_the_targets_greedy_text, .init = pair_setup, .fini = pair_teardown, .timeout = 900) {
     if (!pair_dir[0]) cr_skip_test(QWEN15 " or " QWEN05 " not fetched (make models): the real pair is skipped");
+    if (getenv("RAD_ORACLE_QUICK")) cr_skip_test("the sanitizer build (RAD_ORACLE_QUICK): the real pair is the release build's");
     RadEngineOpts o = {.plugin_dirs = plugin_dirs(), .n_plugin_dirs = 1, .kernels = "ref", .max_tok = 256, .max_seqs = 1,
                        .max_ctx = 1024, .n_threads = 2, .deterministic = 1, .max_tolerance = 2e-2};
     RadEngine *plain, *target, *draft;
