@@ -4,7 +4,9 @@
  * first, then prefill chunks of admitted ones fill what is left of max_mixed_tok (chunked
  * prefill), as the spec's mixed-step rules require. KV is paged with a global prefix cache (a
  * hash chain over full blocks, shared ref-counted blocks, LRU eviction of free cached blocks);
- * when KV runs out a running sequence is preempted by recompute. Other threads submit and
+ * when KV runs out a running sequence is preempted by recompute. With a drafter (RadSchedOpts.spec)
+ * each decode row may carry drafted tokens, verified in the same step, the KV of rejected ones
+ * rolled back before anything is published (docs/ENGINE.md, "Speculative decoding"). Other threads submit and
  * cancel requests; results come back through each request's sink, called on the scheduler
  * thread (a sink must be quick: copy, signal, return).
  *
