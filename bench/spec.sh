@@ -39,9 +39,9 @@ out=$B/spec/runs.tsv
 # one run: prints "tokens seconds drafted accepted rows", its text to $B/spec/<cfg>-<prompt>.txt
 rad() { # $1 config (alone|ngram|draft), $2 prompt file
     case $1 in alone) f="" ;; ngram) f="--spec ngram --spec-depth $DEPTH" ;; draft) f="--draft $RD --spec-depth $DEPTH" ;; esac
-    p=$(cat "$2"; printf x) # the prompt as it is, its last newline too
+    # the prompt less its last newline, as llama.cpp's -f reads a file (common_params_parse drops it)
     # shellcheck disable=SC2086
-    build/radiance --model "$RT" -p "${p%x}" -n "$NGEN" --temp 0 --threads "$T" --fast $f \
+    build/radiance --model "$RT" -p "$(cat "$2")" -n "$NGEN" --temp 0 --threads "$T" --fast $f \
         >"$B/spec/rad-$1-$(basename "$2")" 2>"$B/spec/err"
     awk '/generation [0-9]+ tokens in/ { for (i = 1; i <= NF; i++) if ($i == "generation") { n = $(i + 1); s = $(i + 4) } }
          /speculation/ { for (i = 1; i <= NF; i++) { if ($i == "rows") { r = $(i - 1); d = $(i + 2) } if ($i == "accepted") a = $(i - 1) } }

@@ -691,6 +691,29 @@ static void draft_rollback(RadSched *s, Seq *q, uint32_t keep) {
     rad_engine_kv_truncate(s->o.draft, q->eid, keep);
 }
 
+/* A draft model's cache follows the target's prefill, chunk for chunk, in one step of its engine
+ * for the step's chunks (no logits): a sequence's first drafts wait for no prompt, and the draft's
+ * prompt is computed beside the target's, before the first token. A chunk the draft engine
+ * cannot take leaves that sequence to catch up when it drafts. */
+static void draft_follow(RadSched *s, uint32_t n) {
+    if (!s->o.draft) return;
+    uint32_t m = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        Seq *q = s->step_seq[k];
+        if (s->step[k].n_draft || s->chunk[k] < 2 || q->no_spec || q->d_done != s->step[k].pos) continue;
+        s->dstep[m] = (RadEngineSeq){.seq_id = q->eid, .tokens = s->step[k].tokens, .n = s->step[k].n, .pos = s->step[k].pos};
+        s->dseq[m++] = q;
+    }
+    if (!m) return;
+    RadErr e = {0};
+    int rc = rad_engine_step_seqs(s->o.draft, s->dstep, m, NULL, &e);
+    for (uint32_t j = 0; j < m; j++) {
+        Seq *q = s->dseq[j];
+        if (!rc) q->d_done += s->dstep[j].n;
+        else rad_engine_drop_seq(s->o.draft, q->eid), q->d_done = 0;
+    }
+}
+
 /* Drafts for the step's decode rows s->step[0..n), within *budget, each row's KV grown to hold
  * them (a row whose drafts do not fit goes without). */
 static void spec_plan(RadSched *s, uint32_t n, uint32_t *budget) {
@@ -856,6 +879,7 @@ static int step(RadSched *s) {
     RadErr e = {0};
     int rc = rad_engine_step_seqs(s->en, s->step, n, s->row, &e);
     s->cnt.steps++;
+    if (!rc) draft_follow(s, n);
     const float *lg = rad_engine_logits(s->en, NULL);
     for (uint32_t k = 0; k < n; k++) {
         Seq *q = s->step_seq[k];
