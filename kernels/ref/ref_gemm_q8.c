@@ -927,12 +927,20 @@ static void dot_range(const Q8Ctx *c, int64_t c0, int64_t c1) {
             }
             const uint8_t *w = ref_wrow(c->g.w, (uint64_t)n);
             int64_t i = 0;
-            if (c->dot4)
+            if (c->dot4) {
                 for (; i + 4 <= c->g.M; i += 4) {
                     float o[4];
                     c->dot4(w, r + i, c->g.K, o);
                     for (int k = 0; k < 4; k++) ref_frow(c->g.y, (uint64_t)(i + k))[n] = o[k];
                 }
+                if (c->g.M - i == 3) { /* three rows: dot4 with the last twice (dot's bits either way) */
+                    const QRow r4[4] = {r[i], r[i + 1], r[i + 2], r[i + 2]};
+                    float o[4];
+                    c->dot4(w, r4, c->g.K, o);
+                    for (int k = 0; k < 3; k++) ref_frow(c->g.y, (uint64_t)(i + k))[n] = o[k];
+                    i += 3;
+                }
+            }
             for (; i < c->g.M; i++) ref_frow(c->g.y, (uint64_t)i)[n] = c->dot(w, &r[i], c->g.K);
         }
         return;

@@ -26,6 +26,8 @@
  * sm += (float)mn_j·s_j; acc += d·sp, acc −= dmin·sm; no FMA), so packed results equal the stored
  * layout's portable ones bit for bit, whatever the ISA and the rows computed together (and equal
  * q8tile's tiles, which have that arithmetic too). */
+#include <string.h>
+
 #include "ref_gemm.h"
 #include "ref_quant.h"
 
@@ -158,6 +160,13 @@ void ref_x8k_dot(int isa, const uint8_t *wg, int rm, const RefQRow *x, int64_t K
     if (isa >= REF_ISA_AVX512) {
         int r = 0;
         for (; r + 4 <= rm; r += 4) x8k_vnni_4(wg, x + r, ns, out + 8 * r);
+        if (rm - r == 3) { /* three rows through the four-row dot, the last twice (as ref_x8_dot) */
+            const RefQRow x4[4] = {x[r], x[r + 1], x[r + 2], x[r + 2]};
+            float o4[32];
+            x8k_vnni_4(wg, x4, ns, o4);
+            memcpy(out + 8 * r, o4, 24 * sizeof *o4);
+            return;
+        }
         for (; r < rm; r++) x8k_vnni_1(wg, x + r, ns, out + 8 * r, r ? NULL : (const char *)pf);
         return;
     }

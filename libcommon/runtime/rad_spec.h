@@ -18,8 +18,11 @@ typedef enum RadSpecKind {
     RAD_SPEC_DRAFT = 2,            /* a draft model (its own engine and KV), greedy */
 } RadSpecKind;
 
-#define RAD_SPEC_NGRAM_MAX 3       /* the longest suffix prompt lookup matches */
-#define RAD_SPEC_NGRAM_MIN 1       /* the shortest */
+/* Prompt lookup matches suffixes of 4 down to 2 tokens: a 1-token match (a newline, a space, a
+ * bracket) is everywhere in code and drafts noise (replaying the benchmark's greedy outputs
+ * through the drafter, 2..4 took the editing set from 1.28x to 1.51x; docs/BENCHMARKS.md). */
+#define RAD_SPEC_NGRAM_MAX 4       /* the longest suffix prompt lookup matches */
+#define RAD_SPEC_NGRAM_MIN 2       /* the shortest */
 
 /* Prompt lookup over tok[0..n): for suffix lengths nmax down to nmin, the latest earlier place
  * where the last `len` tokens occur; the up to k tokens that followed it there (never past n) go

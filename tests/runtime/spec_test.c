@@ -11,6 +11,7 @@
  *   request reusing a prefix published after rejections continues as it does on a fresh engine).
  * - Refusals: a depth past the engine's, a draft model with another vocabulary. */
 #include <criterion/criterion.h>
+#include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -458,4 +459,67 @@ Test(spec, the_real_pair_keeps_the_targets_greedy_text, .init = pair_setup, .fin
     rad_engine_close(draft);
     rad_engine_close(target);
     rad_engine_close(plain);
+}
+
+/* ---- sampling through the scheduler ------------------------------------------------------------ */
+
+/* Sampled text keeps the target's distribution with drafts: a prompt whose continuation prompt
+ * lookup drafts for, 3 tokens at temperature 1 with seeds 1..N, with and without drafts (the
+ * prompt served from the prefix cache each time). The second token is the first a verify row
+ * chooses (accepting the draft, or drawing without it); its frequencies with drafts must match
+ * those without (a two-sample chi-square over the tokens seen 5 times or more, the rest pooled,
+ * at p < 1e-4: the seeds are fixed, so the outcome is too). */
+static void sample_second(RadEngine *en, const RadTok *tok, RadSpecKind spec, const int32_t *ids, uint32_t n, int N, long *count,
+                          uint32_t nv, RadSchedStats *st) {
+    RadSched *s = NULL;
+    RadErr e = {0};
+    RadSchedOpts so = {.max_seqs = 1, .max_mixed_tok = 48, .prefix_cache = 1, .spec = spec, .spec_depth = spec ? 2 : 0};
+    cr_assert_eq(rad_sched_open(&s, en, tok, &so, &e), RAD_OK, "%s", e.msg);
+    for (int i = 0; i < N; i++) {
+        RadGenReq r = {.prompt = ids, .n_prompt = n, .sp = rad_sampler_defaults(), .max_tokens = 3, .ignore_eos = 1};
+        r.sp.temperature = 1.0f, r.sp.seed = (uint64_t)i + 1;
+        static Got g;
+        memset(&g, 0, sizeof g);
+        uint64_t id;
+        cr_assert_eq(rad_sched_submit(s, &r, sink, &g, &id, &e), RAD_OK, "%s", e.msg);
+        rad_sched_run_idle(s);
+        cr_assert_eq(g.n_tokens, 3);
+        cr_assert(g.tokens[1] >= 0 && (uint32_t)g.tokens[1] < nv);
+        count[g.tokens[1]]++;
+    }
+    rad_sched_stats(s, st);
+    rad_sched_close(s);
+}
+
+Test(spec, sampled_text_keeps_the_targets_distribution, .init = setup, .fini = teardown, .timeout = 600) {
+    RadEngine *en = open_engine(1, 1, 2, NULL, 2e-2);
+    RadTok *tok = NULL;
+    RadErr e = {0};
+    cr_assert_eq(rad_tok_init(&tok, rad_engine_tok_data(en), &e), RAD_OK, "%s", e.msg);
+    uint32_t n, nv;
+    rad_engine_logits(en, &nv);
+    int32_t *ids = encode(tok, "red, green, blue, red, green, blue, red, green, blue, red,", &n);
+    const int N = getenv("RAD_ORACLE_QUICK") ? 300 : 1500;
+    long *a = calloc(nv, sizeof *a), *b = calloc(nv, sizeof *b);
+    RadSchedStats sa, sb;
+    sample_second(en, tok, RAD_SPEC_NONE, ids, n, N, a, nv, &sa);
+    sample_second(en, tok, RAD_SPEC_NGRAM, ids, n, N, b, nv, &sb);
+    cr_assert_gt(sb.spec_rows, (uint64_t)N / 2, "the second token was drafted for in %" PRIu64 " of %d requests", sb.spec_rows, N);
+    cr_assert_gt(sb.spec_accepted, 0);
+    cr_assert_gt(sb.spec_drafted, sb.spec_accepted, "no draft was rejected: the residual draw was not exercised");
+    /* two-sample chi-square (equal sizes): sum (a - b)^2 / (a + b) over the bins */
+    double chi = 0, ra = 0, rb = 0;
+    int bins = 0;
+    for (uint32_t t = 0; t < nv; t++) {
+        if (a[t] + b[t] >= 10) chi += (double)(a[t] - b[t]) * (a[t] - b[t]) / (double)(a[t] + b[t]), bins++;
+        else ra += a[t], rb += b[t];
+    }
+    if (ra + rb > 0) chi += (ra - rb) * (ra - rb) / (ra + rb), bins++;
+    /* the chi-square's 1 - 1e-4 quantile, by Wilson-Hilferty, for bins - 1 degrees of freedom */
+    const double k = bins > 1 ? bins - 1 : 1, z = 3.719;
+    const double crit = k * pow(1 - 2 / (9 * k) + z * sqrt(2 / (9 * k)), 3);
+    cr_assert_lt(chi, crit, "chi-square %.1f over %d bins (critical %.1f): drafts changed the distribution", chi, bins, crit);
+    free(a), free(b), free(ids);
+    rad_tok_free(tok);
+    rad_engine_close(en);
 }

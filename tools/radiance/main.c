@@ -47,7 +47,7 @@ static void usage(FILE *f) {
             "  --batch N          tokens per step (prefill chunk, default 512)\n"
             "speculative decoding (docs/ENGINE.md, \"Speculative decoding\"; greedy text is the target's own):\n"
             "  --draft FILE       a draft model (.rad, the target's tokenizer) proposes tokens the target verifies\n"
-            "  --spec ngram       prompt lookup: tokens that followed an earlier match of the last 1-3 tokens\n"
+            "  --spec ngram       prompt lookup: tokens that followed an earlier match of the last 2-4 tokens\n"
             "  --spec-depth K     drafts a row carries at most (1..16; default the plugin's probe, else 4)\n"
             "  --kernels A,B      kernel libraries by name, in preference order (default: all installed)\n"
             "  --plugin-dir DIR   look for plugins in DIR first (repeatable)\n"

@@ -17,7 +17,7 @@ RADIANCE = [("-n", 1, 0), ("--temp", 0, 0), ("--top-k", 1, 0), ("--top-p", 0, 0)
             ("--threads", 1, 0), ("--ctx", 1, 0), ("--batch", 1, 0), ("--port", 1, 0), ("--max-body", 1, 0),
             ("--max-header", 1, 0), ("--max-conns", 1, 0), ("--idle-timeout", 1, 0), ("--max-seqs", 1, 0),
             ("--kv-blocks", 1, 0), ("--max-mixed-tok", 1, 0), ("--max-queue", 1, 0), ("--drain-timeout", 1, 0),
-            ("--header-timeout", 0, 0), ("--body-timeout", 0, 0), ("--seed", 1, 0)]
+            ("--header-timeout", 0, 0), ("--body-timeout", 0, 0), ("--seed", 1, 0), ("--spec-depth", 1, 0)]
 
 
 def slug(v):
@@ -51,6 +51,17 @@ CASES.append(dict(name="radiance-seed-max", argv=["{B}/radiance", "--model", "{M
 for i, v in enumerate(["1,abc", "0x10", "1.5", "-1", "+1", "2147483648", "99999999999999999999", ",", "", "1;2", "nan"]):
     CASES.append(dict(name="radiance-ids-%d" % i, argv=["{B}/radiance", "--model", "{MODEL}", "--ids", v, "-n", "1"],
                       rc=2, stderr=r"^radiance: --ids"))
+
+# speculative decoding's flags: a depth past 16 or without a drafter, an unknown --spec, two drafters
+# (exit 2, the flag named); a draft model that is not the target's tokenizer's, or no file (exit 1)
+for name, args, rc, err in [("spec-depth-17", ["--spec", "ngram", "--spec-depth", "17"], 2, r"^radiance: --spec-depth 17"),
+                            ("spec-depth-alone", ["--spec-depth", "3"], 2, r"^radiance: --spec-depth needs a drafter"),
+                            ("spec-unknown", ["--spec", "eagle"], 2, r"^radiance: --spec 'eagle': expected ngram"),
+                            ("spec-two-drafters", ["--spec", "ngram", "--draft", "{MODEL}"], 2, r"^radiance: --draft and --spec ngram"),
+                            ("spec-draft-missing", ["--draft", "{T}/none.rad"], 1, r"^radiance: --draft: .*none\.rad"),
+                            ("spec-draft-a-gguf", ["--draft", "{ROOT}/tests/fixtures/cvec/good.gguf"], 1, r"^radiance: --draft: ")]:
+    CASES.append(dict(name="radiance-" + name, argv=["{B}/radiance", "--model", "{MODEL}", "-p", "x", "-n", "2"] + args, rc=rc,
+                      stderr=err))
 
 # rad-convert: --zstd a level 1..19, --align a power of two in [8, 1 MiB], and radiance's step
 # bounds that --plan-only declares against
