@@ -620,6 +620,15 @@ static void spec_adapt(const RadSched *s, Seq *q, uint32_t k, uint32_t a) {
  * lacks (a whole prompt the first time, then one or two), then greedy decode steps, every
  * sequence in one step of the draft's engine. q->n_draft gets how many each drafted; a step the
  * draft engine refuses (its KV full) leaves those sequences without drafts this time. */
+/* One step of the draft model's engine over s->dstep[0..m) (rows into s->drow): its status, and
+ * its logits in *lg (*nv wide). */
+static int draft_step(RadSched *s, uint32_t m, const float **lg, uint32_t *nv) {
+    RadErr e = {0};
+    const int rc = rad_engine_step_seqs(s->o.draft, s->dstep, m, s->drow, &e);
+    *lg = rad_engine_logits(s->o.draft, nv);
+    return rc;
+}
+
 static void draft_model(RadSched *s, uint32_t n) {
     RadEngine *de = s->o.draft;
     const uint32_t T = rad_engine_limits(de).max_tok;
@@ -639,9 +648,7 @@ static void draft_model(RadSched *s, uint32_t n) {
             used += c;
         }
         if (!m) break;
-        RadErr e = {0};
-        int rc = rad_engine_step_seqs(de, s->dstep, m, s->drow, &e);
-        lg = rad_engine_logits(de, &nv);
+        const int rc = draft_step(s, m, &lg, &nv);
         for (uint32_t j = 0; j < m; j++) {
             Seq *q = s->dseq[j];
             if (rc) { /* no drafts this time; its cache is rebuilt when it drafts again */
@@ -665,9 +672,7 @@ static void draft_model(RadSched *s, uint32_t n) {
             s->dseq[m++] = q;
         }
         if (!m) break;
-        RadErr e = {0};
-        int rc = rad_engine_step_seqs(de, s->dstep, m, s->drow, &e);
-        lg = rad_engine_logits(de, &nv);
+        const int rc = draft_step(s, m, &lg, &nv);
         for (uint32_t j = 0; j < m; j++) {
             Seq *q = s->dseq[j];
             if (rc) { /* keep the drafts it has; the one fed was not written */
