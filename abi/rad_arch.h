@@ -96,6 +96,13 @@ typedef struct RadWeightDecl {
     const uint64_t *row_parts;   /* [n_row_parts] full (undivided) widths of each part */
     const char *source;          /* view an existing stored weight by name; NULL: its own name */
     const char *planes;          /* "codes,scale": the planes taken; NULL: every plane */
+    /* ABI 1.8, SHARD_ROW/COL under tensor parallelism: where this rank's slice lies in the stored
+     * (undivided) tensor, rows (ROW) or columns (COL): shard_spans[2*i], [2*i+1] = begin, length
+     * of part i (n_row_parts parts; the whole tensor when none). The lengths sum to the declared
+     * shape[0] (ROW) or shape[1] (COL). Spans of different ranks may overlap (a KV head every
+     * rank holds). n_shard_spans 0: the balanced split (rad_weight_shard_span). */
+    uint32_t n_shard_spans;      /* 0, or max(1, n_row_parts) */
+    const uint64_t *shard_spans; /* [n_shard_spans][2] */
 } RadWeightDecl;
 
 /* ---- the name map: checkpoint names -> declared names --------------------------------------

@@ -124,12 +124,19 @@ typedef struct RadKernel {
 #define RAD_KNOB_MAX 16
 
 
+/* A communicator's name (ABI 1.8): made once by the root with RadKernelLib.comm_id (NCCL's
+ * ncclGetUniqueId; libref's names an in-process group), handed by the launcher to every rank
+ * and given to init as RadKernelLibConfig.comm. The size of ncclUniqueId. */
+typedef struct RadCommId {
+    uint8_t bytes[128];
+} RadCommId;
+
 typedef struct RadKernelLibConfig {
     uint32_t struct_size;
     uint32_t n_threads;         /* CPU: 0 = all cores */
     int device_index;           /* CUDA: which device */
     uint32_t rank, world_size;  /* collectives */
-    const void *comm;           /* an NCCL unique id for collectives, or NULL */
+    const void *comm;           /* a RadCommId from this library's comm_id (world_size > 1), or NULL */
 } RadKernelLibConfig;
 
 typedef struct RadKernelLib {
@@ -154,6 +161,15 @@ typedef struct RadKernelLib {
     size_t (*pack_size)(void *state, RadDType enc, uint64_t rows, uint64_t cols);
     int (*pack)(void *state, RadDType enc, uint64_t rows, uint64_t cols, const void *src, uint64_t src_row_stride,
                 void *dst);
+    /* ABI 1.8: names a new communicator for world_size ranks (the root calls it once, before
+     * any rank's init); RAD_OK or a RadStatus. NULL: the library has no collectives, and
+     * all_reduce/all_gather over more than one rank are not served by it. */
+    int (*comm_id)(uint32_t world_size, RadCommId *id);
+    /* ABI 1.8: on = 1 when this rank's step ended early (a failed op, a plugin's rad_step_fail):
+     * every collective of the communicator, waiting or issued later, returns RAD_E_IO at once
+     * on every rank, so no rank waits for one that stopped. on = 0, called by the core once
+     * every rank has left the step, makes it usable again. NULL: no collectives. */
+    void (*comm_abort)(void *state, int on);
 } RadKernelLib;
 
 /* A library's kernels, indexed by the library's own struct size (RadKernel grows in minor

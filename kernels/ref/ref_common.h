@@ -40,11 +40,14 @@ typedef struct RefRopeEntry {
     float *inv; /* [n_rot / 2] */
 } RefRopeEntry;
 
+typedef struct RefComm RefComm;
+
 typedef struct RefState {
     RefPool *pool;
     int isa;
     int two_ends;                  /* decode GEMMs on two threads from both ends (RAD_REF_TWO_ENDS) */
     uint32_t rank, world_size;
+    RefComm *comm;                 /* world_size > 1: the ranks' communicator (ref_comm.c) */
     void *rope_mu;                 /* pthread_mutex_t *, guards rope[] */
     RefRopeEntry rope[REF_ROPE_CACHE];
     int n_rope;
@@ -215,6 +218,11 @@ int ref_run_head_rmsnorm(const RadKernelArgs *a);
 int ref_run_head_rmsnorm_simd(const RadKernelArgs *a);
 int ref_run_silu_mul(const RadKernelArgs *a);
 int ref_run_all_reduce(const RadKernelArgs *a);
+/* ref_comm.c: collectives between ranks that are threads of this process */
+int ref_comm_id(uint32_t world_size, RadCommId *id);
+int ref_comm_join(const void *comm, uint32_t rank, uint32_t world, RefComm **out); /* RAD_OK or RAD_E_ARG/NOMEM */
+void ref_comm_leave(RefComm *c);
+void ref_comm_abort(void *state, int on);
 /* the encoder ops (ref_encoder.c) */
 int ref_run_layernorm(const RadKernelArgs *a);
 int ref_run_gelu(const RadKernelArgs *a);

@@ -100,6 +100,14 @@ static int ref_init(const RadKernelLibConfig *cfg, void **state) {
         s->rank = cfg->rank;
         s->world_size = cfg->world_size ? cfg->world_size : 1;
     }
+    if (s->world_size > 1) { /* a rank of several: it joins the communicator the root named */
+        const int has_comm = cfg->struct_size >= offsetof(RadKernelLibConfig, comm) + sizeof cfg->comm && cfg->comm;
+        int rc = has_comm ? ref_comm_join(cfg->comm, s->rank, s->world_size, &s->comm) : RAD_E_ARG;
+        if (rc) {
+            free(s);
+            return rc;
+        }
+    }
     if (n_threads == 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         n_threads = n > 0 ? (uint32_t)n : 1;
@@ -129,6 +137,7 @@ static void ref_fini(void *state) {
     RefState *s = state;
     if (!s) return;
     ref_pool_destroy(s->pool);
+    ref_comm_leave(s->comm);
     for (int i = 0; i < s->n_rope; i++) free(s->rope[i].inv);
     if (s->rope_mu) {
         pthread_mutex_destroy(s->rope_mu);
@@ -224,6 +233,7 @@ static const RadKernel kernels[] = {
 };
 
 static const RadKernelLib lib = {sizeof(RadKernelLib), RAD_DEVICE_CPU, kernels, (uint32_t)(sizeof kernels / sizeof kernels[0]),
-                                 ref_init, ref_fini, NULL, NULL, NULL, NULL, ref_pack_size, ref_pack};
+                                 ref_init, ref_fini, NULL, NULL, NULL, NULL, ref_pack_size, ref_pack,
+                                 ref_comm_id, ref_comm_abort};
 
 RAD_KERNEL_LIB(lib, "ref", "0.1.0", "libref: CPU kernels for the docs/OPS.md vocabulary, decoders and encoders (AVX2+FMA or portable C, pthreads)")

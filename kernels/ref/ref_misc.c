@@ -1,5 +1,5 @@
-/* ref_misc.c — embed_gather, logits_gather, add, add_bias, scale, silu_mul, gelu_tanh_mul,
- * all_reduce (docs/OPS.md). gelu_tanh_mul is silu_mul's shape with x / (1 + e^(-2u)),
+/* ref_misc.c — embed_gather, logits_gather, add, add_bias, scale, silu_mul, gelu_tanh_mul
+ * (docs/OPS.md; all_reduce is ref_comm.c's). gelu_tanh_mul is silu_mul's shape with x / (1 + e^(-2u)),
  * u = sqrt(2/pi)(x + 0.044715 x^3) (0.5 x (1 + tanh u), one exponential): TOLERANCE 1e-6; scale is
  * one IEEE multiply: BITWISE.
  *
@@ -7,8 +7,7 @@
  * path): RAD_EXACT_BITWISE for every encoding libref reads. logits_gather copies rows, add adds
  * elementwise (one IEEE add each, 8 lanes at a time on AVX2): BITWISE. silu_mul evaluates
  * gate / (1 + e^-gate) · up with e^-gate from ref_exp8 on AVX2 (about 2 ulp) or correctly rounded
- * through double in portable C: RAD_EXACT_TOLERANCE 1e-6. all_reduce over one rank is the
- * identity (BITWISE); libref has no transport, so more ranks are RAD_E_UNSUPPORTED. */
+ * through double in portable C: RAD_EXACT_TOLERANCE 1e-6. */
 #include <math.h>
 
 #include "ref_common.h"
@@ -242,15 +241,3 @@ int ref_run_add_bias(const RadKernelArgs *a) {
 }
 int ref_run_silu_mul(const RadKernelArgs *a) { return run_ew(a, EW_SILU); }
 
-/* ---- all_reduce --------------------------------------------------------------------------------- */
-
-int ref_run_all_reduce(const RadKernelArgs *a) {
-    int rc = ref_preamble(a, 1);
-    if (rc) return rc;
-    int64_t N, exact;
-    if (!ref_pint(a, "N", &N) || !ref_pint(a, "exact", &exact) || N < 1) return RAD_E_ARG;
-    if (!ref_buf_ok(&a->args[0], (uint64_t)a->n, (uint64_t)N)) return RAD_E_SHAPE;
-    const RefState *s = a->lib_state;
-    if (s && s->world_size > 1) return RAD_E_UNSUPPORTED; /* no transport in libref */
-    return RAD_OK;
-}

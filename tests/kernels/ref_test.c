@@ -11,6 +11,7 @@
  *
  * Shapes are random-ish and small (odd M and N, M = 1, N not a multiple of 8 or 4, K a multiple
  * of 256 for the K-quants), large enough in places for the library to split work across threads. */
+#include <pthread.h>
 #include <criterion/criterion.h>
 #include <dlfcn.h>
 #include <math.h>
@@ -1416,10 +1417,90 @@ Test(ref, all_reduce) {
         cr_assert_eq(call(find("all_reduce", NULL), g_st[s], p, 3, M, a, 1), RAD_OK);
         assert_bitwise(x, x0, M * N, "all_reduce over one rank is the identity");
     }
-    void *two = init_state(NULL, 1, 2);
-    cr_assert_eq(call(find("all_reduce", NULL), two, p, 3, M, a, 1), RAD_E_UNSUPPORTED, "two ranks, no transport");
-    assert_bitwise(x, x0, M * N, "all_reduce refused");
-    g_lib->fini(two);
+    void *two = NULL; /* more ranks need the communicator the root named */
+    RadKernelLibConfig cfg = {sizeof cfg, 1, 0, 0, 2, NULL};
+    cr_assert_eq(g_lib->init(&cfg, &two), RAD_E_ARG, "two ranks and no communicator");
+}
+
+/* Ranks as threads, each with its own init joining one communicator: the sum lands in every
+ * rank's buffer, in rank order (the bits of x0 + x1 + x2, whatever the timing), over a row count
+ * that does not split evenly; rows that differ between ranks are refused on every rank; and a
+ * rank that aborts releases the others from a collective it never joins. */
+enum { AR_W = 3, AR_M = 5, AR_N = 37 };
+typedef struct ArRank {
+    void *st;
+    float x[AR_M * AR_N];
+    int64_t m;           /* rows this rank issues */
+    int abort_instead;   /* comm_abort(1) and leave, instead of issuing */
+    int rc;
+} ArRank;
+
+static void *ar_rank(void *arg) {
+    ArRank *r = arg;
+    if (r->abort_instead) {
+        g_lib->comm_abort(r->st, 1);
+        r->rc = RAD_OK;
+        return NULL;
+    }
+    RadParam p[] = {RAD_RANGE("M", r->m, r->m), RAD_INT("N", AR_N), RAD_INT("exact", 1)};
+    RadKArg a[1] = {fbuf(r->x, (uint64_t)r->m, AR_N)};
+    RadKernelArgs ka = {sizeof ka, p, 3, r->m, a, 1, NULL, NULL, NULL, r->st, 1, 1, NULL, 0};
+    r->rc = find("all_reduce", NULL)->run(&ka);
+    return NULL;
+}
+
+static void ar_run(ArRank *rk) {
+    pthread_t th[AR_W];
+    for (int i = 0; i < AR_W; i++) cr_assert_eq(pthread_create(&th[i], NULL, ar_rank, &rk[i]), 0);
+    for (int i = 0; i < AR_W; i++) pthread_join(th[i], NULL);
+}
+
+Test(ref, all_reduce_ranks) {
+    cr_assert(g_lib->comm_id && g_lib->comm_abort, "libref names communicators");
+    RadCommId id;
+    cr_assert_eq(g_lib->comm_id(AR_W, &id), RAD_OK);
+    static ArRank rk[AR_W];
+    float want[AR_M * AR_N];
+    for (int i = 0; i < AR_W; i++) {
+        RadKernelLibConfig cfg = {sizeof cfg, 1, 0, (uint32_t)i, AR_W, &id};
+        cr_assert_eq(g_lib->init(&cfg, &rk[i].st), RAD_OK, "rank %d joins", i);
+        fill(rk[i].x, AR_M * AR_N);
+        rk[i].m = AR_M;
+    }
+    void *again = NULL;
+    RadKernelLibConfig dup = {sizeof dup, 1, 0, 1, AR_W, &id};
+    cr_assert_eq(g_lib->init(&dup, &again), RAD_E_ARG, "a rank joins once");
+    for (int j = 0; j < AR_M * AR_N; j++) want[j] = (rk[0].x[j] + rk[1].x[j]) + rk[2].x[j];
+    for (int round = 0; round < 50; round++) { /* the same bits on every rank, every round */
+        float keep[AR_W][AR_M * AR_N];
+        for (int i = 0; i < AR_W; i++) memcpy(keep[i], rk[i].x, sizeof keep[i]);
+        ar_run(rk);
+        for (int i = 0; i < AR_W; i++) {
+            cr_assert_eq(rk[i].rc, RAD_OK, "round %d rank %d", round, i);
+            assert_bitwise(rk[i].x, want, AR_M * AR_N, "the sum in rank order");
+            memcpy(rk[i].x, keep[i], sizeof keep[i]);
+        }
+    }
+    rk[2].m = AR_M - 1; /* one rank with other rows: refused everywhere, nothing written */
+    float keep0[AR_M * AR_N];
+    memcpy(keep0, rk[0].x, sizeof keep0);
+    ar_run(rk);
+    for (int i = 0; i < AR_W; i++) cr_assert_eq(rk[i].rc, RAD_E_SHAPE, "rank %d: rows differ", i);
+    assert_bitwise(rk[0].x, keep0, AR_M * AR_N, "refused: untouched");
+    rk[2].m = AR_M;
+    rk[1].abort_instead = 1; /* rank 1 stopped: 0 and 2 do not wait for it */
+    ar_run(rk);
+    cr_assert_eq(rk[0].rc, RAD_E_IO);
+    cr_assert_eq(rk[2].rc, RAD_E_IO);
+    g_lib->comm_abort(rk[0].st, 0); /* every rank out of the step: usable again */
+    rk[1].abort_instead = 0;
+    ar_run(rk);
+    for (int i = 0; i < AR_W; i++) cr_assert_eq(rk[i].rc, RAD_OK, "after the abort, rank %d", i);
+    for (int i = 0; i < AR_W; i++) g_lib->fini(rk[i].st);
+    RadCommId other = id; /* a name from another process */
+    other.bytes[8] ^= 0x55;
+    RadKernelLibConfig cfg = {sizeof cfg, 1, 0, 0, AR_W, &other};
+    cr_assert_eq(g_lib->init(&cfg, &again), RAD_E_ARG, "another process's communicator");
 }
 
 /* ---- attn_paged --------------------------------------------------------------------------------------------- */

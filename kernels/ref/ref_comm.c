@@ -1,0 +1,156 @@
+/* ref_comm.c — libref's collectives: tensor-parallel ranks that are threads of one process,
+ * meeting in shared memory (docs/OPS.md, all_reduce; docs/ENGINE.md, "Tensor parallelism").
+ *
+ * A communicator is named by comm_id (RadCommId: this process's id and a serial number, no
+ * memory of its own) and made by the first rank whose init names it; each rank's fini leaves
+ * it and the last one frees it, so an open that fails half way leaks nothing.
+ *
+ * all_reduce (sum, in place) publishes each rank's buffer, meets at a barrier, and then every
+ * rank sums its own slice of the elements over all ranks in rank order 0, 1, ..., W-1 and writes
+ * the sum into every rank's buffer (no rank reads another's slice, so no copy is needed); a
+ * second barrier ends it. The order of the additions is fixed, whatever the timing, and every
+ * rank holds the same bits: the exact form, served for exact = 0 too (a lossy wire buys nothing
+ * in shared memory). */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ref_common.h"
+
+#define REF_COMM_MAX 64              /* ranks a communicator may have */
+#define REF_COMM_MAGIC "refcomm1"
+
+struct RefComm {
+    struct RefComm *next;            /* the registry's list */
+    uint64_t serial;                 /* the RadCommId's */
+    uint32_t world;                  /* ranks */
+    uint32_t members;                /* ranks joined and not yet left */
+    uint64_t joined[REF_COMM_MAX / 64]; /* which ranks joined (a rank joins once) */
+    _Atomic uint32_t arrived;        /* at the current barrier */
+    _Atomic uint64_t gen;            /* barriers passed */
+    _Atomic int poisoned;            /* comm_abort(1): every collective fails until comm_abort(0) */
+    float *_Atomic bufs[REF_COMM_MAX];   /* each rank's buffer in the current collective */
+    _Atomic uint64_t count[REF_COMM_MAX]; /* its elements */
+};
+
+typedef struct RefCommName {
+    char magic[8];
+    int32_t pid;
+    uint32_t world;
+    uint64_t serial;
+} RefCommName;
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static RefComm *g_comms;             /* communicators with members */
+static uint64_t g_serial;
+
+int ref_comm_id(uint32_t world_size, RadCommId *id) {
+    if (!id || world_size < 2 || world_size > REF_COMM_MAX) return RAD_E_ARG;
+    RefCommName n = {.pid = (int32_t)getpid(), .world = world_size};
+    memcpy(n.magic, REF_COMM_MAGIC, sizeof n.magic);
+    pthread_mutex_lock(&g_mu);
+    n.serial = ++g_serial;
+    pthread_mutex_unlock(&g_mu);
+    memset(id, 0, sizeof *id);
+    memcpy(id->bytes, &n, sizeof n);
+    return RAD_OK;
+}
+
+int ref_comm_join(const void *comm, uint32_t rank, uint32_t world, RefComm **out) {
+    RefCommName n;
+    memcpy(&n, comm, sizeof n);
+    if (memcmp(n.magic, REF_COMM_MAGIC, sizeof n.magic) || n.pid != (int32_t)getpid()) return RAD_E_ARG; /* not ours */
+    if (n.world != world || rank >= world) return RAD_E_ARG;
+    pthread_mutex_lock(&g_mu);
+    RefComm *c = g_comms;
+    while (c && c->serial != n.serial) c = c->next;
+    if (!c && (c = calloc(1, sizeof *c))) {
+        c->serial = n.serial, c->world = world;
+        c->next = g_comms, g_comms = c;
+    }
+    int rc = !c ? RAD_E_NOMEM : (c->joined[rank / 64] >> (rank % 64)) & 1 ? RAD_E_ARG : RAD_OK;
+    if (!rc) c->joined[rank / 64] |= 1ull << (rank % 64), c->members++, *out = c;
+    pthread_mutex_unlock(&g_mu);
+    return rc;
+}
+
+void ref_comm_leave(RefComm *c) {
+    if (!c) return;
+    pthread_mutex_lock(&g_mu);
+    if (--c->members == 0) {
+        RefComm **p = &g_comms;
+        while (*p && *p != c) p = &(*p)->next;
+        if (*p) *p = c->next;
+        free(c);
+    }
+    pthread_mutex_unlock(&g_mu);
+}
+
+void ref_comm_abort(void *state, int on) {
+    RefState *s = state;
+    if (!s || !s->comm) return;
+    if (!on) atomic_store(&s->comm->arrived, 0); /* every rank has left the step: no barrier is half met */
+    atomic_store(&s->comm->poisoned, on != 0);
+}
+
+/* Every rank meets here; RAD_E_IO when the communicator is (or becomes) poisoned. Spins a
+ * while (a decode step's messages are microseconds apart), then yields: ranks may outnumber
+ * the cores. */
+static int comm_barrier(RefComm *c) {
+    const uint64_t gen = atomic_load(&c->gen);
+    if (atomic_fetch_add(&c->arrived, 1) + 1 == c->world) {
+        atomic_store(&c->arrived, 0);
+        atomic_fetch_add(&c->gen, 1);
+        return RAD_OK;
+    }
+    for (uint32_t spin = 0; atomic_load(&c->gen) == gen; spin++) {
+        if (atomic_load(&c->poisoned)) return RAD_E_IO;
+        if (spin < 4096) {
+#if REF_X86
+            __builtin_ia32_pause();
+#endif
+        } else {
+            sched_yield();
+        }
+    }
+    return RAD_OK;
+}
+
+int ref_run_all_reduce(const RadKernelArgs *a) {
+    int rc = ref_preamble(a, 1);
+    if (rc) return rc;
+    int64_t N, exact;
+    if (!ref_pint(a, "N", &N) || !ref_pint(a, "exact", &exact) || N < 1) return RAD_E_ARG;
+    if (!ref_buf_ok(&a->args[0], (uint64_t)a->n, (uint64_t)N)) return RAD_E_SHAPE;
+    const RefState *s = a->lib_state;
+    if (!s || s->world_size <= 1) return RAD_OK; /* one rank: the sum is its own rows */
+    RefComm *c = s->comm;
+    if (!c) return RAD_E_UNSUPPORTED;
+    if (atomic_load(&c->poisoned)) return RAD_E_IO;
+    const RadKArg *x = &a->args[0];
+    if (x->row_stride != (uint64_t)N) return RAD_E_SHAPE; /* whole rows: one run of n * N floats */
+    const uint64_t total = (uint64_t)a->n * (uint64_t)N;
+    const uint32_t W = c->world, r = s->rank;
+    atomic_store(&c->bufs[r], (float *)x->data);
+    atomic_store(&c->count[r], total);
+    if ((rc = comm_barrier(c))) return rc;
+    for (uint32_t q = 0; q < W; q++) /* one rank with other rows: every rank refuses, none writes */
+        if (atomic_load(&c->count[q]) != total) return comm_barrier(c) ? RAD_E_IO : RAD_E_SHAPE;
+    float *b[REF_COMM_MAX];
+    for (uint32_t q = 0; q < W; q++) b[q] = atomic_load(&c->bufs[q]);
+    int64_t lo, hi;
+    ref_split((int64_t)total, (int)r, (int)W, 16, &lo, &hi);
+    enum { CHUNK = 256 };
+    float acc[CHUNK];
+    for (int64_t i = lo; i < hi; i += CHUNK) {
+        const int64_t n = hi - i < CHUNK ? hi - i : CHUNK;
+        for (int64_t j = 0; j < n; j++) acc[j] = b[0][i + j];
+        for (uint32_t q = 1; q < W; q++)
+            for (int64_t j = 0; j < n; j++) acc[j] += b[q][i + j];
+        for (uint32_t q = 0; q < W; q++) memcpy(b[q] + i, acc, (size_t)n * sizeof *acc);
+    }
+    return comm_barrier(c);
+}
