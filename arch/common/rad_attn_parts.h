@@ -58,16 +58,19 @@ typedef struct RadQkv {
 static inline int rad_qkv_declare_weights(RadBuilder *b, const RadBlockGeom *g, uint32_t layer, const char *q,
                                           const char *k, const char *v, RadQkv *p) {
     uint64_t qw = (uint64_t)g->n_head * g->head_dim, kw = (uint64_t)g->n_head_kv * g->head_dim;
-    p->w_q = rad_block_linear(b, g, q, layer, qw, g->n_embd, RAD_SHARD_ROW);
-    p->w_k = rad_block_linear(b, g, k, layer, kw, g->n_embd, RAD_SHARD_ROW);
-    p->w_v = rad_block_linear(b, g, v, layer, kw, g->n_embd, RAD_SHARD_ROW);
+    const uint64_t q0 = (uint64_t)g->q_head0 * g->head_dim, k0 = (uint64_t)g->kv_head0 * g->head_dim;
+    p->w_q = rad_block_linear(b, g, q, layer, qw, g->n_embd, RAD_SHARD_ROW, q0);
+    p->w_k = rad_block_linear(b, g, k, layer, kw, g->n_embd, RAD_SHARD_ROW, k0);
+    p->w_v = rad_block_linear(b, g, v, layer, kw, g->n_embd, RAD_SHARD_ROW, k0);
     return (p->w_q.id < 0 || p->w_k.id < 0 || p->w_v.id < 0) ? -1 : 0;
 }
 
-/* A bias vector of a projection: f32 [n], split with the projection's rows under TP. */
+/* A bias vector of a projection: f32 [n], split with the projection's rows under TP (its
+ * elements [at, at + n) on this rank). */
 static inline rad_weight rad_block_bias(RadBuilder *b, const RadBlockGeom *g, const char *name, uint32_t layer,
-                                        uint64_t n) {
+                                        uint64_t n, uint64_t at) {
     RadWeightDecl d;
+    uint64_t span[2] = {at, n};
     memset(&d, 0, sizeof d);
     d.dtype = g->norm_dtype; /* f32: a bf16/f16 bias widens exactly */
     d.rank = 1;
@@ -75,6 +78,7 @@ static inline rad_weight rad_block_bias(RadBuilder *b, const RadBlockGeom *g, co
     d.access = RAD_ACCESS_PER_TOKEN;
     d.shard = g->world_size > 1 ? RAD_SHARD_ROW : RAD_SHARD_NONE;
     d.group = rad_group_layer(layer);
+    if (d.shard != RAD_SHARD_NONE) d.n_shard_spans = 1, d.shard_spans = span;
     return rad_decl_weight(b, name, &d);
 }
 
@@ -83,9 +87,10 @@ static inline int rad_qkv_declare_bias(RadBuilder *b, const RadBlockGeom *g, uin
                                        const char *k, const char *v, RadQkv *p) {
     uint64_t qw = (uint64_t)g->n_head * g->head_dim, kw = (uint64_t)g->n_head_kv * g->head_dim;
     p->has_bias = 1;
-    p->b_q = rad_block_bias(b, g, q, layer, qw);
-    p->b_k = rad_block_bias(b, g, k, layer, kw);
-    p->b_v = rad_block_bias(b, g, v, layer, kw);
+    const uint64_t q0 = (uint64_t)g->q_head0 * g->head_dim, k0 = (uint64_t)g->kv_head0 * g->head_dim;
+    p->b_q = rad_block_bias(b, g, q, layer, qw, q0);
+    p->b_k = rad_block_bias(b, g, k, layer, kw, k0);
+    p->b_v = rad_block_bias(b, g, v, layer, kw, k0);
     return (p->b_q.id < 0 || p->b_k.id < 0 || p->b_v.id < 0) ? -1 : 0;
 }
 

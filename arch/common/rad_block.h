@@ -67,6 +67,9 @@ typedef struct RadBlockGeom {
     /* deployment */
     uint32_t max_tok;         /* rows of every transient buffer; the ranged M's upper bound */
     uint32_t world_size;      /* > 1: q/k/v, gate/up SHARD_ROW; o, down SHARD_COL + all_reduce */
+    uint32_t q_head0;         /* this rank's first query head (rad_tp_share) */
+    uint32_t kv_head0;        /* this rank's first KV head */
+    uint32_t ff0;             /* this rank's first MLP column */
     int tp_wire_lossy;        /* RadBuildCtx::tp_wire_lossy */
     uint64_t tp_wire_min_bytes;
     /* weight forms */
@@ -83,11 +86,62 @@ static inline float rad_block_rsqrt(double n) {
     return (float)(1.0 / r);
 }
 
+/* ---- tensor parallelism: what a rank owns ---------------------------------------------------
+ * Heads go to ranks by KV head, so that each rank's query heads share its KV heads in the
+ * attention's own grouping: with at least as many KV heads as ranks, a balanced split of the KV
+ * heads (SmolLM2's 3 over 2 ranks: 2 and 1), each with its group of query heads; with fewer, each
+ * rank holds one KV head (replicated on the ranks that share it) and a balanced part of its
+ * group's query heads (Gemma 3 270M's 4 over 3 ranks: 2, 1, 1). The MLP splits in whole
+ * 256-column units where the width allows (every GGUF block fits one), else 32, else 1. */
+typedef struct RadTpShare {
+    uint32_t q0, nq;          /* query heads [q0, q0 + nq) */
+    uint32_t kv0, nkv;        /* KV heads [kv0, kv0 + nkv) */
+    uint32_t ff0, nff;        /* MLP columns [ff0, ff0 + nff) */
+    int kv_shared;            /* 1: another rank holds this rank's KV head too */
+} RadTpShare;
+
+static inline void rad_tp_balanced(uint32_t total, uint32_t r, uint32_t w, uint32_t *begin, uint32_t *len) {
+    const uint32_t base = total / w, rem = total % w;
+    *begin = r * base + (r < rem ? r : rem);
+    *len = base + (r < rem ? 1 : 0);
+}
+
+/* Rank r of w's share; -1 with *dim naming what does not split (a rank would get nothing). */
+static inline int rad_tp_share(uint32_t n_head, uint32_t n_kv, uint32_t n_ff, uint32_t r, uint32_t w, RadTpShare *s,
+                               const char **dim) {
+    memset(s, 0, sizeof *s);
+    const uint32_t G = n_head / n_kv;
+    if (w <= 1) {
+        s->nq = n_head, s->nkv = n_kv, s->nff = n_ff;
+        return 0;
+    }
+    if (n_kv >= w) {
+        rad_tp_balanced(n_kv, r, w, &s->kv0, &s->nkv);
+        s->q0 = s->kv0 * G, s->nq = s->nkv * G;
+    } else {
+        const uint32_t kv = r * n_kv / w;
+        uint32_t lo = (kv * w + n_kv - 1) / n_kv, hi = ((kv + 1) * w + n_kv - 1) / n_kv; /* ranks [lo, hi) share kv */
+        if (G < hi - lo) return *dim = "model.n_head", -1; /* fewer query heads in a group than ranks on it */
+        uint32_t b, l;
+        rad_tp_balanced(G, r - lo, hi - lo, &b, &l);
+        s->kv0 = kv, s->nkv = 1, s->q0 = kv * G + b, s->nq = l, s->kv_shared = hi - lo > 1;
+    }
+    const uint32_t unit = n_ff % 256 == 0 && n_ff / 256 >= w ? 256 : n_ff % 32 == 0 && n_ff / 32 >= w ? 32 : 1;
+    if (n_ff / unit < w) return *dim = "model.n_ff", -1;
+    uint32_t b, l;
+    rad_tp_balanced(n_ff / unit, r, w, &b, &l);
+    s->ff0 = b * unit, s->nff = l * unit;
+    return 0;
+}
+
 /* ---- weights ------------------------------------------------------------------------------- */
 
-static inline rad_weight rad_block_linear(RadBuilder *b, const RadBlockGeom *g, const char *name,
-                                          uint32_t layer, uint64_t n_out, uint64_t n_in, RadShard shard) {
+/* A projection [n_out, n_in] of this rank: under tensor parallelism, SHARD_ROW takes rows
+ * [at, at + n_out) of the stored tensor, SHARD_COL columns [at, at + n_in). */
+static inline rad_weight rad_block_linear(RadBuilder *b, const RadBlockGeom *g, const char *name, uint32_t layer,
+                                          uint64_t n_out, uint64_t n_in, RadShard shard, uint64_t at) {
     RadWeightDecl d;
+    uint64_t span[2] = {at, shard == RAD_SHARD_COL ? n_in : n_out};
     memset(&d, 0, sizeof d);
     d.dtype = g->linear_dtype;
     d.rank = 2;
@@ -96,6 +150,7 @@ static inline rad_weight rad_block_linear(RadBuilder *b, const RadBlockGeom *g, 
     d.access = RAD_ACCESS_PER_TOKEN;
     d.shard = g->world_size > 1 ? shard : RAD_SHARD_NONE;
     d.group = rad_group_layer(layer);
+    if (d.shard != RAD_SHARD_NONE) d.n_shard_spans = 1, d.shard_spans = span;
     return rad_decl_weight(b, name, &d);
 }
 

@@ -53,7 +53,7 @@ static inline int rad_attn_declare_weights(RadBuilder *b, const RadBlockGeom *g,
     int rc = rad_qkv_declare_weights(b, g, layer, nm->q, nm->k, nm->v, &a->qkv);
     if (rc == 0 && nm->bq) rc = rad_qkv_declare_bias(b, g, layer, nm->bq, nm->bk, nm->bv, &a->qkv);
     if (rc == 0 && nm->qn) rc = rad_qk_norm_declare_weights(b, g, layer, nm->qn, nm->kn, &a->qkn);
-    a->w_o = rad_block_linear(b, g, nm->o, layer, g->n_embd, qw, RAD_SHARD_COL);
+    a->w_o = rad_block_linear(b, g, nm->o, layer, g->n_embd, qw, RAD_SHARD_COL, (uint64_t)g->q_head0 * g->head_dim);
     return (a->w_norm.id < 0 || rc != 0 || a->w_o.id < 0) ? -1 : 0;
 }
 

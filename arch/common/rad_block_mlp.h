@@ -55,9 +55,9 @@ static inline int rad_mlp_declare_weights(RadBuilder *b, const RadBlockGeom *g, 
     memset(m, 0, sizeof *m);
     m->layer = layer;
     m->w_norm = rad_block_norm_weight(b, g, nm->norm, rad_group_layer(layer), g->n_embd);
-    m->w_gate = rad_block_linear(b, g, nm->gate, layer, g->n_ff, g->n_embd, RAD_SHARD_ROW);
-    m->w_up = rad_block_linear(b, g, nm->up, layer, g->n_ff, g->n_embd, RAD_SHARD_ROW);
-    m->w_down = rad_block_linear(b, g, nm->down, layer, g->n_embd, g->n_ff, RAD_SHARD_COL);
+    m->w_gate = rad_block_linear(b, g, nm->gate, layer, g->n_ff, g->n_embd, RAD_SHARD_ROW, g->ff0);
+    m->w_up = rad_block_linear(b, g, nm->up, layer, g->n_ff, g->n_embd, RAD_SHARD_ROW, g->ff0);
+    m->w_down = rad_block_linear(b, g, nm->down, layer, g->n_embd, g->n_ff, RAD_SHARD_COL, g->ff0);
     return (m->w_norm.id < 0 || m->w_gate.id < 0 || m->w_up.id < 0 || m->w_down.id < 0) ? -1 : 0;
 }
 

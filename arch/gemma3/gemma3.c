@@ -174,13 +174,12 @@ static int gemma_check_meta(RadBuilder *b, const RadModelMeta *m, const RadBuild
     if (!(m->rms_eps > 0)) return rad_block_fail(b, GEMMA_PN ": model.rms_eps is %g (must be positive)", (double)m->rms_eps);
     if (!(m->rope_theta > 0)) return rad_block_fail(b, GEMMA_PN ": model.rope_theta is %g (must be positive)", (double)m->rope_theta);
     if (ctx->max_tok == 0) return rad_block_fail(b, GEMMA_PN ": RadBuildCtx.max_tok is 0");
-    if (ctx->world_size > 1) {
-        uint32_t w = ctx->world_size;
-        if ((uint32_t)m->n_head_kv % w != 0 || (uint32_t)m->n_head % w != 0)
-            return rad_block_fail(b, GEMMA_PN ": model.n_head_kv %d does not split over %u ranks", (int)m->n_head_kv, w);
-        if ((uint32_t)m->n_ff % w != 0)
-            return rad_block_fail(b, GEMMA_PN ": model.n_ff %d does not split over %u ranks", (int)m->n_ff, w);
-    }
+    RadTpShare sh;
+    const char *dim = "";
+    if (ctx->world_size > 1 && rad_tp_share((uint32_t)m->n_head, (uint32_t)m->n_head_kv, (uint32_t)m->n_ff, ctx->rank,
+                                            ctx->world_size, &sh, &dim) != 0)
+        return rad_block_fail(b, GEMMA_PN ": %s (%d heads, %d KV heads, n_ff %d) does not split over --tp %u: a rank would get "
+                              "none", dim, (int)m->n_head, (int)m->n_head_kv, (int)m->n_ff, ctx->world_size);
     if (ctx->cvec && rad_cvec_check(b, GEMMA_PN, ctx->cvec, (uint32_t)m->n_layers, (uint32_t)m->n_embd) != 0)
         return RAD_E_UNSUPPORTED;
     /* the deployment switches the probe does not grant (the core refuses them first, by flag) */
@@ -287,11 +286,15 @@ static int gemma_hparams(RadBuilder *b, const RadModelMeta *meta, const RadBuild
     const uint32_t world = ctx->world_size ? ctx->world_size : 1;
     RadBlockGeom *g = &hp->gg;
     memset(g, 0, sizeof *g);
+    RadTpShare sh;
+    const char *dim;
+    if (rad_tp_share((uint32_t)meta->n_head, (uint32_t)meta->n_head_kv, (uint32_t)meta->n_ff, ctx->rank, world, &sh, &dim))
+        return rad_block_fail(b, GEMMA_PN ": %s does not split over %u ranks", dim, world); /* gemma_check_meta said why first */
     g->n_embd = (uint32_t)meta->n_embd;
-    g->n_head = (uint32_t)meta->n_head / world;
-    g->n_head_kv = (uint32_t)meta->n_head_kv / world;
+    g->n_head = sh.nq, g->q_head0 = sh.q0;
+    g->n_head_kv = sh.nkv, g->kv_head0 = sh.kv0;
     g->head_dim = (uint32_t)meta->head_dim;
-    g->n_ff = (uint32_t)meta->n_ff / world;
+    g->n_ff = sh.nff, g->ff0 = sh.ff0;
     g->rms_eps = meta->rms_eps;
     g->rope_theta = meta->rope_theta;
     g->n_rot = g->head_dim;
@@ -448,7 +451,7 @@ static int gemma_weights_layer(RadBuilder *b, const GemmaHparams *hp, uint32_t l
     int bad = rad_qkv_declare_weights(b, g, l, nm[G_Q], nm[G_K], nm[G_V], &L->qkv) != 0;
     memset(&L->qkn, 0, sizeof L->qkn);
     bad |= rad_qk_norm_declare_weights(b, g, l, nm[G_QN], nm[G_KN], &L->qkn) != 0;
-    L->w_o = rad_block_linear(b, g, nm[G_O], l, g->n_embd, qw, RAD_SHARD_COL);
+    L->w_o = rad_block_linear(b, g, nm[G_O], l, g->n_embd, qw, RAD_SHARD_COL, (uint64_t)g->q_head0 * g->head_dim);
     L->w_post_attn = rad_block_norm_weight(b, g, nm[G_POST_ATTN], grp, g->n_embd);
     const RadMlpNames mn = {nm[G_FFN_NORM], nm[G_GATE], nm[G_UP], nm[G_DOWN]};
     bad |= rad_mlp_declare_weights(b, g, l, &mn, &L->mlp) != 0;

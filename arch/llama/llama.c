@@ -277,13 +277,12 @@ static int llama_check_meta(RadBuilder *b, const RadModelMeta *m, const RadBuild
     if (!(m->rms_eps > 0)) return rad_block_fail(b, LLAMA_PN ": model.rms_eps is %g (must be positive)", (double)m->rms_eps);
     if (!(m->rope_theta > 0)) return rad_block_fail(b, LLAMA_PN ": model.rope_theta is %g (must be positive)", (double)m->rope_theta);
     if (ctx->max_tok == 0) return rad_block_fail(b, LLAMA_PN ": RadBuildCtx.max_tok is 0");
-    if (ctx->world_size > 1) {
-        uint32_t w = ctx->world_size;
-        if ((uint32_t)m->n_head_kv % w != 0)
-            return rad_block_fail(b, LLAMA_PN ": model.n_head_kv %d does not split over %u ranks", (int)m->n_head_kv, w);
-        if ((uint32_t)m->n_ff % w != 0)
-            return rad_block_fail(b, LLAMA_PN ": model.n_ff %d does not split over %u ranks", (int)m->n_ff, w);
-    }
+    RadTpShare sh;
+    const char *dim = "";
+    if (ctx->world_size > 1 && rad_tp_share((uint32_t)m->n_head, (uint32_t)m->n_head_kv, (uint32_t)m->n_ff, ctx->rank,
+                                            ctx->world_size, &sh, &dim) != 0)
+        return rad_block_fail(b, LLAMA_PN ": %s (%d heads, %d KV heads, n_ff %d) does not split over --tp %u: a rank would get "
+                              "none", dim, (int)m->n_head, (int)m->n_head_kv, (int)m->n_ff, ctx->world_size);
     if (ctx->kv_quant != RAD_KVQ_NONE) return rad_block_fail(b, LLAMA_PN ": RadBuildCtx.kv_quant (narrow fp8 KV) is not served");
     if (ctx->cvec && rad_cvec_check(b, LLAMA_PN, ctx->cvec, (uint32_t)m->n_layers, (uint32_t)m->n_embd) != 0)
         return RAD_E_UNSUPPORTED;
@@ -293,11 +292,15 @@ static int llama_check_meta(RadBuilder *b, const RadModelMeta *m, const RadBuild
 
 /* The geometry, read and divided over the ranks (whole heads per rank). */
 static int llama_geom(RadBuilder *b, const RadModelMeta *meta, const RadBuildCtx *ctx, uint32_t world, RadBlockGeom *g) {
+    RadTpShare sh;
+    const char *dim;
+    if (rad_tp_share((uint32_t)meta->n_head, (uint32_t)meta->n_head_kv, (uint32_t)meta->n_ff, ctx->rank, world, &sh, &dim))
+        return rad_block_fail(b, LLAMA_PN ": %s does not split over %u ranks", dim, world); /* llama_check_meta said why first */
     g->n_embd = (uint32_t)meta->n_embd;
-    g->n_head = (uint32_t)meta->n_head / world;
-    g->n_head_kv = (uint32_t)meta->n_head_kv / world;
+    g->n_head = sh.nq, g->q_head0 = sh.q0;
+    g->n_head_kv = sh.nkv, g->kv_head0 = sh.kv0;
     g->head_dim = (uint32_t)meta->head_dim;
-    g->n_ff = (uint32_t)meta->n_ff / world;
+    g->n_ff = sh.nff, g->ff0 = sh.ff0;
     g->rms_eps = meta->rms_eps;
     g->rope_theta = meta->rope_theta;
     int r = rad_meta_u32(meta, "rope.dimension_count", g->head_dim, &g->n_rot);

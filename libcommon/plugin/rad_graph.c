@@ -101,6 +101,13 @@ static rad_weight b_decl_weight(RadBuilder *b, const char *name, const RadWeight
         if (p) memcpy(p, c.row_parts, c.n_row_parts * sizeof *p);
         c.row_parts = p;
     }
+    if (sz < offsetof(RadWeightDecl, shard_spans) + sizeof c.shard_spans) c.n_shard_spans = 0, c.shard_spans = NULL;
+    if (c.n_shard_spans) {
+        uint64_t *p = malloc(2 * (size_t)c.n_shard_spans * sizeof *p);
+        if (p && c.shard_spans) memcpy(p, c.shard_spans, 2 * (size_t)c.n_shard_spans * sizeof *p);
+        else c.n_shard_spans = 0;
+        c.shard_spans = p;
+    }
     c.source = dup_str(c.source);
     c.planes = dup_str(c.planes);
     w->d = c;
@@ -108,7 +115,7 @@ static rad_weight b_decl_weight(RadBuilder *b, const char *name, const RadWeight
     uint64_t shape[RAD_MAX_RANK] = {0};
     w->enc = g->lookup ? g->lookup(g->lookup_user, c.source ? c.source : name, &c, g->maps, g->n_maps, &rank, shape)
                        : RAD_ENC_COUNT;
-    if (rank) w->stored_rows = shape[0];
+    if (rank) w->stored_rows = shape[0], w->stored_rank = rank, memcpy(w->stored_shape, shape, rank * sizeof *shape);
     g->n_w++;
     if (w->enc == RAD_ENC_COUNT) {
         if (!c.optional) gfail(g, "weight '%s': missing (not in the checkpoint/container, and not optional)", name);
@@ -122,6 +129,9 @@ static rad_weight b_decl_weight(RadBuilder *b, const char *name, const RadWeight
         for (uint32_t i = 0; i < c.rank; i++) ka += (size_t)snprintf(a + ka, sizeof a - ka, "%s%" PRIu64, i ? "," : "", c.shape[i]);
         for (uint32_t i = 0; i < rank && ks < sizeof s2; i++) ks += (size_t)snprintf(s2 + ks, sizeof s2 - ks, "%s%" PRIu64, i ? "," : "", shape[i]);
         gfail(g, "weight '%s': shape mismatch: declared [%s], stored [%s]", name, a, s2);
+    } else if (rank && g->ctx && g->ctx->world_size > 1) { /* this rank's slice must be the declared shape */
+        RadGSlice sl;
+        rad_graph_weight_slice(g, g->n_w - 1, &sl);
     }
     return (rad_weight){g->n_w - 1};
 }
@@ -170,46 +180,95 @@ static void balanced_span(uint64_t total, uint32_t r, uint32_t ws, uint64_t *beg
     *len = base + (r < rem ? 1 : 0);
 }
 
+/* Rank r's slice of a stored weight over ws ranks, against its declaration; 0, or -1 with why
+ * written (naming the weight, the rank and what does not fit). */
+static int weight_slice(const RadGWeight *gw, uint32_t r, uint32_t ws, RadGSlice *s, char *why, size_t nwhy) {
+    const RadWeightDecl *d = &gw->d;
+    const uint32_t rank = gw->stored_rank ? gw->stored_rank : d->rank;
+    const uint64_t *shape = gw->stored_rank ? gw->stored_shape : d->shape;
+    memset(s, 0, sizeof *s);
+    s->n = 1, s->len[0] = shape[0], s->whole = 1;
+    if (d->shard == RAD_SHARD_NONE || ws <= 1) return 0;
+    const uint32_t axis = d->shard == RAD_SHARD_COL ? 1 : 0;
+    if (axis >= rank || rank != d->rank) {
+        snprintf(why, nwhy, "weight '%s': shard %s of a rank-%u tensor", gw->name, axis ? "COL" : "ROW", rank);
+        return -1;
+    }
+    for (uint32_t i = 0; i < rank; i++)
+        if (i != axis && shape[i] != d->shape[i]) {
+            snprintf(why, nwhy, "weight '%s': dim %u declared %" PRIu64 ", stored %" PRIu64 " (only the split dim %u divides)",
+                     gw->name, i, d->shape[i], shape[i], axis);
+            return -1;
+        }
+    const uint32_t parts = axis == 0 && d->n_row_parts ? d->n_row_parts : 1;
+    if (parts > RAD_GRAPH_MAX_SPANS) {
+        snprintf(why, nwhy, "weight '%s': %u row parts (at most %d under tensor parallelism)", gw->name, parts, RAD_GRAPH_MAX_SPANS);
+        return -1;
+    }
+    if (d->n_shard_spans && d->n_shard_spans != parts) {
+        snprintf(why, nwhy, "weight '%s': %u shard spans for %u part%s", gw->name, d->n_shard_spans, parts, parts > 1 ? "s" : "");
+        return -1;
+    }
+    s->axis = axis, s->n = parts, s->whole = 0;
+    uint64_t off = 0, sum = 0;
+    for (uint32_t i = 0; i < parts; i++) {
+        const uint64_t width = parts > 1 ? d->row_parts[i] : shape[axis];
+        if (d->n_shard_spans) s->begin[i] = off + d->shard_spans[2 * i], s->len[i] = d->shard_spans[2 * i + 1];
+        else balanced_span(width, r, ws, &s->begin[i], &s->len[i]), s->begin[i] += off;
+        if (!s->len[i] || s->begin[i] + s->len[i] > off + width) {
+            snprintf(why, nwhy, "weight '%s': rank %u of %u: span [%" PRIu64 ", +%" PRIu64 ") of part %u lies outside its %" PRIu64
+                     " %s", gw->name, r, ws, s->begin[i] - off, s->len[i], i, width, axis ? "columns" : "rows");
+            return -1;
+        }
+        off += width, sum += s->len[i];
+    }
+    if (off != shape[axis] || sum != d->shape[axis]) {
+        if (parts == 1)
+            snprintf(why, nwhy, "weight '%s': rank %u of %u owns %s [%" PRIu64 ", %" PRIu64 ") of %" PRIu64 " but declares %" PRIu64,
+                     gw->name, r, ws, axis ? "columns" : "rows", s->begin[0], s->begin[0] + s->len[0], shape[axis], d->shape[axis]);
+        else
+            snprintf(why, nwhy, "weight '%s': rank %u of %u owns %" PRIu64 " rows of its %u parts but declares %" PRIu64, gw->name,
+                     r, ws, sum, parts, d->shape[axis]);
+        return -1;
+    }
+    return 0;
+}
+
+int rad_graph_weight_slice(RadGraph *g, int w, RadGSlice *s) {
+    const uint32_t r = g->ctx ? g->ctx->rank : 0, ws = g->ctx && g->ctx->world_size ? g->ctx->world_size : 1;
+    char why[320];
+    if (w < 0 || w >= g->n_w) return RAD_E_ARG;
+    if (weight_slice(&g->w[w], r, ws, s, why, sizeof why) == 0) return RAD_OK;
+    gfail(g, "%s", why);
+    return RAD_E_SHAPE;
+}
+
+/* This rank's rows (or columns) of a sharded weight: whole (part = UINT32_MAX, refused for a
+ * weight that stacks parts: its rows are a slice of each) or of one stacked part; the begin
+ * is in the stored tensor's coordinates. */
 static int b_weight_shard_span(RadBuilder *b, rad_weight w, uint32_t part, uint64_t *begin, uint64_t *len) {
     RadGraph *g = G(b);
     if (!wvalid(g, w)) return RAD_E_ARG;
     const RadGWeight *gw = &g->w[w.id];
-    const RadWeightDecl *d = &gw->d;
-    uint32_t r = g->ctx ? g->ctx->rank : 0, ws = g->ctx && g->ctx->world_size ? g->ctx->world_size : 1;
-    if (part != UINT32_MAX && d->n_row_parts && part >= d->n_row_parts) return RAD_E_ARG;
-    uint64_t off = 0;
-    for (uint32_t i = 0; part != UINT32_MAX && i < part; i++) off += d->row_parts[i];
-    if (d->shard != RAD_SHARD_ROW || ws == 1) { /* every row is this rank's */
-        *begin = part == UINT32_MAX || !d->n_row_parts ? 0 : off;
-        *len = part == UINT32_MAX || !d->n_row_parts ? d->shape[0] : d->row_parts[part];
-        return RAD_OK;
-    }
-    if (part != UINT32_MAX) { /* a rank owns a slice of each stacked part, never of the stack */
-        if (!d->n_row_parts) return RAD_E_ARG;
-        uint64_t mine = 0, pb, pl; /* the declared (divided) rows must be this rank's slices */
-        for (uint32_t i = 0; i < d->n_row_parts; i++) balanced_span(d->row_parts[i], r, ws, &pb, &pl), mine += pl;
-        if (mine != d->shape[0]) {
-            gfail(g, "weight '%s': rank %u of %u owns %" PRIu64 " rows of its %u parts but declares %" PRIu64, gw->name, r, ws,
-                  mine, d->n_row_parts, d->shape[0]);
-            return RAD_E_SHAPE;
+    RadGSlice s;
+    int rc = rad_graph_weight_slice(g, w.id, &s);
+    if (rc) return rc;
+    if (part == UINT32_MAX) {
+        if (s.n > 1) {
+            gfail(g, "weight '%s': stacks %u row parts; a rank's rows are rad_weight_shard_parts, not one span", gw->name, s.n);
+            return RAD_E_ARG;
         }
-        balanced_span(d->row_parts[part], r, ws, begin, len);
-        *begin += off;
+        *begin = s.begin[0], *len = s.len[0];
         return RAD_OK;
     }
-    if (d->n_row_parts) { /* its rows are a slice of each part: not one span */
-        gfail(g, "weight '%s': stacks %u row parts; a rank's rows are rad_weight_shard_parts, not one span", gw->name,
-              d->n_row_parts);
-        return RAD_E_ARG;
+    if (!gw->d.n_row_parts || part >= gw->d.n_row_parts) return RAD_E_ARG;
+    if (s.whole) { /* every row is this rank's: the part's own rows */
+        uint64_t off = 0;
+        for (uint32_t i = 0; i < part; i++) off += gw->d.row_parts[i];
+        *begin = off, *len = gw->d.row_parts[part];
+        return RAD_OK;
     }
-    /* this rank's rows of the whole tensor, of the stored (undivided) rows */
-    uint64_t total = gw->stored_rows ? gw->stored_rows : d->shape[0] * ws;
-    balanced_span(total, r, ws, begin, len);
-    if (*len != d->shape[0]) {
-        gfail(g, "weight '%s': rank %u of %u owns rows [%" PRIu64 ", %" PRIu64 ") of %" PRIu64 " but declares %" PRIu64,
-              gw->name, r, ws, *begin, *begin + *len, total, d->shape[0]);
-        return RAD_E_SHAPE;
-    }
+    *begin = s.begin[part], *len = s.len[part];
     return RAD_OK;
 }
 
@@ -535,6 +594,7 @@ void rad_graph_free(RadGraph *g) {
     for (int i = 0; i < g->n_w; i++) {
         free(g->w[i].name);
         free((void *)g->w[i].d.row_parts);
+        free((void *)g->w[i].d.shard_spans);
         free((void *)g->w[i].d.source);
         free((void *)g->w[i].d.planes);
     }

@@ -15,7 +15,20 @@ typedef struct RadGWeight {
     RadWeightDecl d;      /* as declared; d.row_parts/source/planes point into owned copies */
     RadEnc enc;           /* stored encoding (RAD_ENC_COUNT: absent) */
     uint64_t stored_rows; /* dim 0 as stored (undivided), 0 when the lookup gave no shape */
+    uint32_t stored_rank; /* the stored tensor's rank (0: the lookup gave no shape) */
+    uint64_t stored_shape[4]; /* [stored_rank] undivided */
 } RadGWeight;
+
+/* A rank's slice of a stored weight (tensor parallelism): spans of dim `axis` of the stored
+ * tensor, in order; together they are the declared (divided) extent of that dim. One span
+ * [0, stored) when the weight is whole on this rank. */
+#define RAD_GRAPH_MAX_SPANS 8
+typedef struct RadGSlice {
+    uint32_t axis;        /* 0: rows (SHARD_ROW), 1: columns (SHARD_COL) */
+    uint32_t n;           /* spans */
+    uint64_t begin[RAD_GRAPH_MAX_SPANS], len[RAD_GRAPH_MAX_SPANS];
+    int whole;            /* 1: the whole stored tensor (one span covering it) */
+} RadGSlice;
 
 typedef struct RadGMap {
     RadNameMap m;         /* m.dst and m.src point into owned copies */
@@ -136,6 +149,10 @@ void rad_graph_dump(const RadGraph *g, FILE *f);
 int rad_graph_op_int(const RadGOp *op, const char *name, int64_t *v);
 int rad_graph_op_f64(const RadGOp *op, const char *name, double *v);
 int rad_graph_weight(const RadGraph *g, const char *name);
+/* Weight w's slice on this graph's rank (RadBuildCtx.rank of world_size): the declared shard,
+ * row_parts and shard_spans against the stored shape. RAD_E_SHAPE (the graph failed, naming the
+ * weight) when they disagree. */
+int rad_graph_weight_slice(RadGraph *g, int w, RadGSlice *s);
 const RadGMap *rad_graph_map_for(const RadGraph *g, const char *dst, int nth);
 /* Fills a RadModelMeta's kv table (what abi/rad_meta.h's getters read) with every scalar key of
  * meta and then chat, model.* included, each value as text, and each numeric or boolean array of

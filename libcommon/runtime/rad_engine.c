@@ -73,7 +73,60 @@ static int kernel_packs(const RadKernel *k, RadEnc enc) {
  * read it, in every bucket of every op, is one library's and lists its encoding in
  * packed_encs, and that library's pack_size takes the shape: then no reader can meet a layout
  * it does not know. Only single-plane tensors of rank 2 whole (no views by row). */
-static size_t pack_plan(const RadEngine *en, const RadTensor **tens, const int *first, int *pack) {
+/* A weight's extent as its kernels see it: the stored tensor's, or (tensor parallelism) this
+ * rank's slice of it, rows or columns; a slice is copied out of the stored tensor at load. */
+typedef struct WExtent {
+    uint64_t rows, cols;          /* elements */
+    RadGSlice s;                  /* s.whole: the stored tensor */
+} WExtent;
+
+static int weight_extent(RadEngine *en, int i, const RadTensor *t, WExtent *x, RadErr *e) {
+    x->rows = t->rank >= 2 ? t->shape[0] : 1;
+    x->cols = t->rank >= 2 ? 1 : t->shape[0];
+    for (uint32_t d = 1; d < t->rank; d++) x->cols *= t->shape[d];
+    if (rad_graph_weight_slice(&en->g, i, &x->s)) return rad_err_set(e, RAD_E_SHAPE, "%s: %s", en->o.model, en->g.msg);
+    if (x->s.whole) return RAD_OK;
+    const RadEncInfo *ei = rad_enc_info(t->enc);
+    const char *name = en->g.w[i].name;
+    if (t->n_planes != 1 || t->rank > 2)
+        return rad_err_set(e, RAD_E_UNSUPPORTED, "%s: weight '%s' (%u planes, rank %u): only single-plane weights of rank 1 or 2 "
+                           "are sliced across --tp %u ranks", en->o.model, name, t->n_planes, t->rank, en->world);
+    uint64_t sum = 0;
+    for (uint32_t k = 0; k < x->s.n; k++) sum += x->s.len[k];
+    if (x->s.axis == 0 && t->rank == 2) {
+        x->rows = sum;
+        return RAD_OK;
+    }
+    for (uint32_t k = 0; k < x->s.n; k++) /* columns (or a vector's elements): whole encoded blocks */
+        if (x->s.begin[k] % ei->block_elems || x->s.len[k] % ei->block_elems)
+            return rad_err_set(e, RAD_E_UNSUPPORTED, "%s: weight '%s' (%s, %u-element blocks): rank %u of %u owns columns [%" PRIu64
+                               ", %" PRIu64 "), not whole blocks (another --tp may split it)", en->o.model, name, ei->name,
+                               ei->block_elems, en->rank, en->world, x->s.begin[k], x->s.begin[k] + x->s.len[k]);
+    x->cols = sum;
+    return RAD_OK;
+}
+
+/* The slice's bytes out of the stored tensor's (src) into dst, rows of `x->cols` elements. */
+static void copy_slice(const RadTensor *t, const WExtent *x, const uint8_t *src, uint8_t *dst) {
+    const RadEncInfo *ei = rad_enc_info(t->enc);
+    uint64_t cols = t->rank >= 2 ? 1 : t->shape[0];
+    for (uint32_t d = 1; d < t->rank; d++) cols *= t->shape[d];
+    const uint64_t stride = cols / ei->block_elems * ei->block_bytes;
+    if (x->s.axis == 0 && t->rank == 2) {
+        for (uint32_t k = 0; k < x->s.n; k++)
+            memcpy(dst, src + x->s.begin[k] * stride, x->s.len[k] * stride), dst += x->s.len[k] * stride;
+        return;
+    }
+    const uint64_t rows = t->rank >= 2 ? t->shape[0] : 1;
+    for (uint64_t r = 0; r < rows; r++)
+        for (uint32_t k = 0; k < x->s.n; k++) {
+            const uint64_t nb = x->s.len[k] / ei->block_elems * ei->block_bytes;
+            memcpy(dst, src + r * stride + x->s.begin[k] / ei->block_elems * ei->block_bytes, nb);
+            dst += nb;
+        }
+}
+
+static size_t pack_plan(const RadEngine *en, const RadTensor **tens, const WExtent *ext, const int *first, int *pack) {
     enum { UNSEEN = -2, NO = -1 };
     size_t bytes = 0;
     for (int i = 0; i < en->g.n_w; i++) pack[i] = UNSEEN;
@@ -101,7 +154,7 @@ static size_t pack_plan(const RadEngine *en, const RadTensor **tens, const int *
         const RadKernelLib *l = en->libs[pack[i]]->lib;
         size_t pb = 0;
         if (l->struct_size >= offsetof(RadKernelLib, pack) + sizeof l->pack && l->pack_size && l->pack)
-            pb = l->pack_size(en->lib_state[pack[i]], (RadDType)t->enc, t->shape[0], t->shape[1]);
+            pb = l->pack_size(en->lib_state[pack[i]], (RadDType)t->enc, ext[i].rows, ext[i].cols);
         if (!pb) pack[i] = NO;
         bytes += (pb + 63) & ~(size_t)63;
     }
@@ -109,11 +162,12 @@ static size_t pack_plan(const RadEngine *en, const RadTensor **tens, const int *
 }
 
 /* The stored bytes of a single-plane tensor packed into dst by library li. */
-static int pack_tensor(RadEngine *en, const RadTensor *t, int li, RadKArg *a, uint8_t *dst, int verify, RadErr *e) {
+static int pack_tensor(RadEngine *en, const RadTensor *t, int li, RadKArg *a, uint8_t *dst, int verify, const void *sliced,
+                       RadErr *e) {
     const RadPlane *p = &t->planes[0];
     void *tmp = NULL;
-    const void *src = p->data;
-    if (p->compression) { /* a raw source was verified with the other planes */
+    const void *src = sliced ? sliced : p->data;
+    if (!sliced && p->compression) { /* a raw source was verified with the other planes */
         if (!(tmp = malloc(p->nbytes ? p->nbytes : 1))) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
         int rc = rad_plane_load(&en->m, t, 0, tmp, verify, e);
         if (rc) return free(tmp), rc;
@@ -204,23 +258,41 @@ static int bind_weights(RadEngine *en, RadErr *e) {
         free(tens), free(first), free(pack);
         return rad_err_set(e, RAD_E_NOMEM, "out of memory");
     }
+    WExtent *ext = calloc((size_t)(en->g.n_w ? en->g.n_w : 1), sizeof *ext);
+    if (!ext) {
+        free(tens), free(first), free(pack);
+        return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+    }
     for (int i = 0; i < en->g.n_w; i++) {
         const RadTensor *t = tens[i] = weight_tensor(en, i);
         first[i] = i;
-        for (int j = 0; t && j < i && first[i] == i; j++)
-            if (tens[j] == t) first[i] = j;
+        int rc = t ? weight_extent(en, i, t, &ext[i], e) : RAD_OK;
+        if (rc) {
+            free(tens), free(first), free(pack), free(ext);
+            return rc;
+        }
+        for (int j = 0; t && j < i && first[i] == i; j++) /* the same bytes: one tensor, one slice of it */
+            if (tens[j] == t && ext[j].s.whole == ext[i].s.whole && (ext[i].s.whole || !memcmp(&ext[j].s, &ext[i].s, sizeof ext[i].s)))
+                first[i] = j;
     }
-    size_t need = pack_plan(en, tens, first, pack);
-    for (int i = 0; i < en->g.n_w; i++)
-        for (uint32_t k = 0; tens[i] && first[i] == i && pack[i] < 0 && k < tens[i]->n_planes; k++)
+    size_t need = pack_plan(en, tens, ext, first, pack);
+    for (int i = 0; i < en->g.n_w; i++) {
+        if (!tens[i] || first[i] != i || pack[i] >= 0) continue;
+        if (!ext[i].s.whole) { /* a slice: always copied */
+            const RadEncInfo *ei = rad_enc_info(tens[i]->enc);
+            need += (ext[i].rows * (ext[i].cols / ei->block_elems * ei->block_bytes) + 63) & ~(size_t)63;
+            continue;
+        }
+        for (uint32_t k = 0; k < tens[i]->n_planes; k++)
             if (!en->o.mmap_weights || tens[i]->planes[k].compression) need += (tens[i]->planes[k].nbytes + 63) & ~(size_t)63;
+    }
     if (need) {
         const size_t huge = (size_t)2 << 20;
         en->wstore_bytes = (need + huge - 1) & ~(huge - 1);
         void *r = mmap(NULL, en->wstore_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (r == MAP_FAILED) {
             en->wstore_bytes = 0;
-            free(tens), free(first), free(pack);
+            free(tens), free(first), free(pack), free(ext);
             return rad_err_set(e, RAD_E_NOMEM, "%s: cannot allocate %zu bytes for the weights", en->o.model, need);
         }
         en->wstore = r;
@@ -239,15 +311,20 @@ static int bind_weights(RadEngine *en, RadErr *e) {
         if (!t || first[i] != i) continue;
         RadKArg *a = &en->w[i].arg;
         a->dtype = (RadDType)t->enc;
-        a->rows = t->rank >= 2 ? t->shape[0] : 1;
-        a->cols = t->rank >= 2 ? 1 : t->shape[0];
-        for (uint32_t d = 1; d < t->rank; d++) a->cols *= t->shape[d];
+        a->rows = ext[i].rows;
+        a->cols = ext[i].cols;
         const RadEncInfo *ei = rad_enc_info(t->enc);
         a->row_stride = a->cols / ei->block_elems * ei->block_bytes; /* bytes between rows */
         if (pack[i] >= 0) { /* packed below, after the parallel pass; a raw source is verified in it */
             pdst[i] = en->wstore + used;
             used += (en->libs[pack[i]]->lib->pack_size(en->lib_state[pack[i]], a->dtype, a->rows, a->cols) + 63) & ~(size_t)63;
-            if (verify && !t->planes[0].compression) jobs[n_jobs++] = (LoadJob){.t = t, .k = 0};
+            if (verify && ext[i].s.whole && !t->planes[0].compression) jobs[n_jobs++] = (LoadJob){.t = t, .k = 0};
+            continue;
+        }
+        if (!ext[i].s.whole) { /* sliced below, after the parallel pass (verified as it is read) */
+            pdst[i] = en->wstore + used;
+            used += (a->rows * a->row_stride + 63) & ~(size_t)63;
+            a->planes[0] = a->data = pdst[i];
             continue;
         }
         for (uint32_t k = 0; k < t->n_planes && k < 4; k++) {
@@ -265,9 +342,24 @@ static int bind_weights(RadEngine *en, RadErr *e) {
         a->data = (void *)a->planes[0];
     }
     if (!rc) rc = run_load_jobs(en, jobs, n_jobs, verify, e);
+    for (int i = 0; i < en->g.n_w && !rc; i++) { /* this rank's slices: the stored tensor read (and verified), then cut */
+        if (!tens[i] || first[i] != i || ext[i].s.whole) continue;
+        const RadTensor *t = tens[i];
+        RadKArg *a = &en->w[i].arg;
+        uint8_t *whole = malloc(t->planes[0].nbytes ? t->planes[0].nbytes : 1);
+        const size_t cut_bytes = (size_t)(a->rows * a->row_stride);
+        uint8_t *cut = pack[i] >= 0 ? malloc(cut_bytes ? cut_bytes : 1) : pdst[i];
+        if (!whole || !cut) rc = rad_err_set(e, RAD_E_NOMEM, "%s: out of memory slicing '%s'", en->o.model, t->name);
+        if (!rc) rc = rad_plane_load(&en->m, t, 0, whole, verify, e);
+        if (!rc) copy_slice(t, &ext[i], whole, cut);
+        if (!rc && pack[i] >= 0) rc = pack_tensor(en, t, pack[i], a, pdst[i], verify, cut, e);
+        if (!rc && pack[i] >= 0) en->n_packed++, en->packed_bytes += a->rows * a->row_stride;
+        free(whole);
+        if (cut != pdst[i]) free(cut);
+    }
     for (int i = 0; i < en->g.n_w && !rc; i++) {
-        if (!tens[i] || first[i] != i || pack[i] < 0) continue;
-        rc = pack_tensor(en, tens[i], pack[i], &en->w[i].arg, pdst[i], verify, e);
+        if (!tens[i] || first[i] != i || pack[i] < 0 || !ext[i].s.whole) continue;
+        rc = pack_tensor(en, tens[i], pack[i], &en->w[i].arg, pdst[i], verify, NULL, e);
         if (!rc) en->n_packed++, en->packed_bytes += tens[i]->planes[0].nbytes;
     }
     for (int i = 0; i < en->g.n_w && !rc; i++) /* the same stored tensor: share its bytes */
@@ -283,7 +375,7 @@ static int bind_weights(RadEngine *en, RadErr *e) {
         a->planes[0] = a->data = (void *)row;
     }
     free(jobs), free(pdst);
-    free(tens), free(first), free(pack);
+    free(tens), free(first), free(pack), free(ext);
     return rc;
 }
 
@@ -303,11 +395,21 @@ static int pick_libs(RadEngine *en, RadErr *e) {
     int strict;
     if ((rc = rad_plugins_strict(&strict, e))) return rc;
     const int named = en->o.kernels && *en->o.kernels;
-    RadKernelLibConfig cfg = {.struct_size = sizeof cfg, .n_threads = en->o.n_threads, .world_size = 1};
+    RadKernelLibConfig cfg = {.struct_size = sizeof cfg, .n_threads = en->o.n_threads, .rank = en->rank,
+                              .world_size = en->world};
+    if (en->world > 1 && !en->root && !(en->comm = calloc((size_t)(n ? n : 1), sizeof *en->comm)))
+        return rad_err_set(e, RAD_E_NOMEM, "out of memory");
     int kept = 0;
     for (int i = 0; i < en->n_libs; i++) {
         const RadKernelLib *l = en->libs[i]->lib;
         void *state = NULL;
+        cfg.comm = NULL;
+        if (en->world > 1) { /* rank 0 names each library's communicator; the others join it */
+            const int has = l->struct_size >= offsetof(RadKernelLib, comm_id) + sizeof l->comm_id && l->comm_id;
+            if (!en->root && has && l->comm_id(en->world, &en->comm[i]) == RAD_OK) cfg.comm = &en->comm[i];
+            for (int j = 0; en->root && j < en->root->n_libs; j++)
+                if (!strcmp(en->root->libs[j]->info->name, en->libs[i]->info->name)) cfg.comm = &en->root->comm[j];
+        }
         if (l->init && l->init(&cfg, &state) != RAD_OK) {
             if (named || strict)
                 return rad_err_set(e, RAD_E_IO, "kernel library '%s' (%s): init failed%s", en->libs[i]->info->name,
@@ -317,6 +419,7 @@ static int pick_libs(RadEngine *en, RadErr *e) {
             continue;
         }
         en->libs[kept] = en->libs[i];
+        if (en->comm) en->comm[kept] = en->comm[i];
         en->lib_state[kept++] = state;
     }
     if (!kept) return rad_err_set(e, RAD_E_NOTFOUND, "no kernel library could be initialised");
@@ -352,6 +455,7 @@ static int build_candidates(RadEngine *en, RadErr *e) {
         c->sel = t;
         int64_t layer; /* looked up once here, not by name at every issue */
         c->layer = rad_graph_op_int(op, "layer", &layer) && layer >= 0 && layer < en->g.n_layer_kv ? (int32_t)layer : -1;
+        c->collective = !strcmp(op->op, "all_reduce") || !strcmp(op->op, "all_gather");
         if (op->declined) continue; /* the plugin emits the chain instead */
         if (!rad_select_served(t)) return rad_err_set(e, RAD_E_UNSUPPORTED, "op '%s' (#%d): %s", op->op, o, t->why);
         for (int b = 0; b < t->n_buckets; b++) {
@@ -403,6 +507,9 @@ static int build_kv(RadEngine *en, RadErr *e) {
     en->step_table = calloc((size_t)(en->g.n_kvs ? en->g.n_kvs : 1), sizeof *en->step_table);
     en->step_i32 = malloc((3ull * en->ctx.max_tok + 5ull * en->ctx.max_seqs + 1) * sizeof(int32_t));
     if (!en->kv || !en->kv_state || !en->step_table || !en->step_i32) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+    if (en->root && en->root->g.n_kvs != en->g.n_kvs)
+        return rad_err_set(e, RAD_E_UNSUPPORTED, "plugin '%s': rank %u declares %d KV groups, rank 0 %d", en->arch->info->name,
+                           en->rank, en->g.n_kvs, en->root->g.n_kvs);
     for (int gi = 0; gi < en->g.n_kvs; gi++) {
         const RadGKv *k = &en->g.kvs[gi];
         if (k->d.kind != RAD_KV_FULL && k->d.kind != RAD_KV_WINDOW)
@@ -416,7 +523,7 @@ static int build_kv(RadEngine *en, RadErr *e) {
         const RadEncInfo *ei = rad_enc_info((RadEnc)k->d.dtype);
         uint64_t bb = 2ull * k->d.n_head_kv * k->block_size * k->d.head_dim * ei->block_bytes;
         uint32_t per_seq = seq_blocks(en, k, en->ctx.max_tok); /* a window group: bounded, whatever the context */
-        uint32_t blocks = en->o.kv_blocks;
+        uint32_t blocks = en->root ? en->root->kv[gi].n_blocks : en->o.kv_blocks; /* one block table serves every rank */
         if (!blocks) { /* max_seqs full contexts, within a quarter of the machine's memory (at least one
                         * full context): past it, the scheduler preempts rather than the pool failing */
             uint64_t want = (uint64_t)per_seq * en->ctx.max_seqs, per_block = bb * (layers ? layers : 1);
@@ -551,6 +658,7 @@ static int c_issue(RadCtx *c, rad_op h, const RadOperand *ops, uint32_t n_ops, u
     if (en->prof_ns) en->prof_ns[en->prof_at[h.id] + bucket] += now_ns() - t0, en->prof_calls[en->prof_at[h.id] + bucket]++;
     if (h.id + 1 < en->g.n_ops) /* a step issues ops mostly in declaration order */
         __builtin_prefetch(&en->g.ops[h.id + 1]), __builtin_prefetch(&en->cand[h.id + 1]);
+    if (rc == RAD_E_IO && en->world > 1 && en->cand[h.id].collective) en->step_released = 1; /* another rank failed first */
     if (rc != RAD_OK)
         return step_err(en, "op '%s' (#%d) on %s:%s over %" PRIu64 " rows failed: %s", op->op, h.id,
                         li >= 0 ? en->libs[li]->info->name : "?", k->variant, n, rad_status_name(rc)), rc;
@@ -611,6 +719,12 @@ int rad_engine_deploy_flag(RadEngineOpts *o, const char *flag, const char *value
         o->state_dtype = strcmp(value, "f16") ? (RadDType)0 : RAD_F16;
         return RAD_OK;
     }
+    if (!strcmp(flag, "--tp")) {
+        double v;
+        int rc = rad_num_f64("--tp", value, 1, 64, RAD_NUM_WHOLE, &v, e);
+        if (!rc) o->tp = (uint32_t)v;
+        return rc;
+    }
     if (!strcmp(flag, "--kv-resident")) {
         double v;
         int rc = rad_num_f64("--kv-resident", value, 1, 1 << 24, RAD_NUM_WHOLE, &v, e);
@@ -627,6 +741,7 @@ void rad_engine_deploy_apply(RadEngineOpts *o, const RadEngineOpts *d) {
     o->tp_attn_rows = d->tp_attn_rows;
     o->state_dtype = d->state_dtype;
     o->kv_resident = d->kv_resident;
+    o->tp = d->tp;
 }
 
 void rad_engine_tune_key(const RadEngine *en, RadTuneKey *k) {
@@ -678,9 +793,11 @@ static int load_tune(RadEngine *en, RadErr *e) {
 
 /* ---- open / close ------------------------------------------------------------------------- */
 
-static int engine_open(RadEngine *en, const RadEngineOpts *o, RadErr *e) {
+static int engine_open(RadEngine *en, const RadEngineOpts *o, uint32_t rank, uint32_t world, const RadEngine *root,
+                       RadErr *e) {
     memset(en, 0, sizeof *en);
     en->o = *o;
+    en->rank = rank, en->world = world, en->root = root;
     if (!en->o.max_tok) en->o.max_tok = RAD_SERVE_MAX_TOK;
     if (!en->o.max_seqs) en->o.max_seqs = 1;
     if (en->o.max_tolerance <= 0) en->o.max_tolerance = 1e-3;
@@ -723,6 +840,7 @@ static int engine_open(RadEngine *en, const RadEngineOpts *o, RadErr *e) {
     en->ctx = rad_build_ctx_for(&en->meta, &(RadStepBounds){.max_tok = en->o.max_tok, .max_seqs = en->o.max_seqs,
                                                              .max_ctx = o->max_ctx, .max_out_rows = o->max_out_rows,
                                                              .kv_dtype = o->kv_dtype});
+    en->ctx.rank = rank, en->ctx.world_size = world; /* the plugin declares this rank's share */
     en->ctx.kv_quant = o->kv_quant; /* each switch reaches the declare only past its probe bit */
     en->ctx.cvec = en->cvec;
     en->ctx.tp_attn_rows = o->tp_attn_rows;
@@ -765,11 +883,158 @@ static int engine_open(RadEngine *en, const RadEngineOpts *o, RadErr *e) {
     return RAD_OK;
 }
 
+/* ---- tensor-parallel ranks: engines stepped in lock-step on threads of their own ------------- */
+
+typedef struct RadTp {
+    uint32_t n;                    /* ranks, rank 0 included */
+    RadEngine **rank;              /* [n] rank 0 is the root itself */
+    pthread_t *th;                 /* [n] threads of ranks 1..n-1 */
+    uint32_t started;              /* threads running */
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    uint64_t gen;                  /* steps handed out */
+    uint32_t left;                 /* ranks 1.. still in the current step */
+    int quit;
+    const RadBatch *b;             /* the current step's batch (rank 0's) */
+} RadTp;
+
+/* Every library's communicator poisoned (on = 1: this rank left its step early, so no rank waits
+ * on it) or usable again (on = 0, every rank out of the step). */
+static void comm_abort_all(RadEngine *en, int on) {
+    for (int i = 0; i < en->n_libs; i++) {
+        const RadKernelLib *l = en->libs[i]->lib;
+        if (l->struct_size >= offsetof(RadKernelLib, comm_abort) + sizeof l->comm_abort && l->comm_abort)
+            l->comm_abort(en->lib_state[i], on);
+    }
+}
+
+/* One rank's part of a step: its KV states read the batch's block tables (rank 0's), and the
+ * plugin issues its ops on this rank's weights, arena and pools. */
+static void rank_step(RadEngine *en, const RadBatch *b) {
+    en->batch = b;
+    en->step_failed = en->step_released = 0;
+    en->step_msg[0] = 0;
+    for (int l = 0; l < en->g.n_layer_kv; l++) {
+        int gi = en->g.layer_kv[l];
+        if (gi < 0) continue;
+        en->kv_state[l].block_table = b->kv && (uint32_t)gi < b->n_kv ? b->kv[gi].block_table : NULL;
+    }
+    en->arch->step(&en->head, b);
+    en->batch = NULL;
+    if (en->step_failed && en->world > 1) comm_abort_all(en, 1);
+}
+
+static void *rank_thread(void *arg) {
+    RadEngine *en = arg;
+    RadTp *tp = en->root->tp;
+    uint64_t seen = 0;
+    for (;;) {
+        pthread_mutex_lock(&tp->mu);
+        while (tp->gen == seen && !tp->quit) pthread_cond_wait(&tp->go, &tp->mu);
+        if (tp->quit) {
+            pthread_mutex_unlock(&tp->mu);
+            return NULL;
+        }
+        seen = tp->gen;
+        const RadBatch *b = tp->b;
+        pthread_mutex_unlock(&tp->mu);
+        rank_step(en, b);
+        pthread_mutex_lock(&tp->mu);
+        if (--tp->left == 0) pthread_cond_signal(&tp->done);
+        pthread_mutex_unlock(&tp->mu);
+    }
+}
+
+/* Rank 0's step with every rank: ranks 1.. start on their threads, rank 0 runs here, and the
+ * step ends when all have; a failure is the first rank's, named. */
+static void tp_step(RadEngine *en, const RadBatch *b) {
+    RadTp *tp = en->tp;
+    pthread_mutex_lock(&tp->mu);
+    tp->b = b;
+    tp->left = tp->n - 1;
+    tp->gen++;
+    pthread_cond_broadcast(&tp->go);
+    pthread_mutex_unlock(&tp->mu);
+    rank_step(en, b);
+    pthread_mutex_lock(&tp->mu);
+    while (tp->left) pthread_cond_wait(&tp->done, &tp->mu);
+    pthread_mutex_unlock(&tp->mu);
+    int failed = en->step_failed;
+    for (uint32_t r = 1; r < tp->n; r++) { /* a rank's own failure, not the collectives it released */
+        const RadEngine *q = tp->rank[r];
+        if (!q->step_failed) continue;
+        failed = 1;
+        if (q->step_released || (en->step_failed && !en->step_released)) continue;
+        en->step_failed = 1, en->step_released = 0;
+        snprintf(en->step_msg, sizeof en->step_msg, "rank %u: %.480s", r, q->step_msg);
+    }
+    if (failed) comm_abort_all(en, 0);
+}
+
+static void tp_close(RadEngine *en) {
+    RadTp *tp = en->tp;
+    if (!tp) return;
+    pthread_mutex_lock(&tp->mu);
+    tp->quit = 1;
+    pthread_cond_broadcast(&tp->go);
+    pthread_mutex_unlock(&tp->mu);
+    for (uint32_t r = 0; r < tp->started; r++) pthread_join(tp->th[r], NULL);
+    for (uint32_t r = 1; r < tp->n; r++) rad_engine_close(tp->rank[r]);
+    pthread_mutex_destroy(&tp->mu);
+    pthread_cond_destroy(&tp->go);
+    pthread_cond_destroy(&tp->done);
+    free(tp->rank);
+    free(tp->th);
+    free(tp);
+    en->tp = NULL;
+}
+
+/* Ranks 1..world-1 opened against rank 0 (its communicators, its KV block counts), then their threads. */
+static int tp_open(RadEngine *en, const RadEngineOpts *o, RadErr *e) {
+    RadTp *tp = calloc(1, sizeof *tp);
+    if (!tp) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+    en->tp = tp;
+    tp->n = en->world;
+    tp->rank = calloc(tp->n, sizeof *tp->rank);
+    tp->th = calloc(tp->n, sizeof *tp->th);
+    pthread_mutex_init(&tp->mu, NULL);
+    pthread_cond_init(&tp->go, NULL);
+    pthread_cond_init(&tp->done, NULL);
+    if (!tp->rank || !tp->th) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+    tp->rank[0] = en;
+    RadEngineOpts ro = *o;
+    ro.mmap_weights = 0, ro.profile = 0; /* a rank's slices are copies; rank 0 times the step */
+    for (uint32_t r = 1; r < tp->n; r++) {
+        RadEngine *q = malloc(sizeof *q);
+        if (!q) return rad_err_set(e, RAD_E_NOMEM, "%s: out of memory for rank %u", o->model, r);
+        int rc = engine_open(q, &ro, r, tp->n, en, e);
+        if (rc) {
+            rad_engine_close(q);
+            return rc;
+        }
+        tp->rank[r] = q;
+    }
+    for (uint32_t r = 1; r < tp->n; r++) {
+        if (pthread_create(&tp->th[tp->started], NULL, rank_thread, tp->rank[r]))
+            return rad_err_set(e, RAD_E_NOMEM, "cannot start the thread of rank %u", r);
+        tp->started++;
+    }
+    return RAD_OK;
+}
+
 int rad_engine_open(RadEngine **out, const RadEngineOpts *o, RadErr *e) {
     *out = NULL;
     RadEngine *en = malloc(sizeof *en);
     if (!en) return rad_err_set(e, RAD_E_NOMEM, "%s: out of memory for the engine", o->model);
-    int rc = engine_open(en, o, e);
+    const uint32_t world = o->tp > 1 ? o->tp : 1;
+    RadEngineOpts ro = *o;
+    if (world > 1) { /* the threads, shared out: each rank's kernels get their part */
+        long nc = sysconf(_SC_NPROCESSORS_ONLN);
+        uint32_t total = o->n_threads ? o->n_threads : nc > 0 ? (uint32_t)nc : 1;
+        ro.n_threads = total / world ? total / world : 1;
+    }
+    int rc = engine_open(en, &ro, 0, world, NULL, e);
+    if (!rc && world > 1) rc = tp_open(en, &ro, e);
     if (rc) return rad_engine_close(en), rc; /* what a failed open took is freed here, not by the caller */
     *out = en;
     return RAD_OK;
@@ -777,6 +1042,7 @@ int rad_engine_open(RadEngine **out, const RadEngineOpts *o, RadErr *e) {
 
 void rad_engine_close(RadEngine *en) {
     if (!en) return;
+    tp_close(en);
     if (en->guard >= 0) rad_model_unguard(en->guard);
     if (en->wstore) munmap(en->wstore, en->wstore_bytes);
     free(en->w);
@@ -798,6 +1064,7 @@ void rad_engine_close(RadEngine *en) {
         if (en->libs[i]->lib->fini && en->lib_state[i]) en->libs[i]->lib->fini(en->lib_state[i]);
     free(en->libs);
     free(en->lib_state);
+    free(en->comm);
     free(en->sel.p);
     rad_graph_free(&en->g);
     if (en->tune) rad_tune_free(en->tune);
@@ -852,19 +1119,10 @@ int rad_engine_step(RadEngine *en, const RadBatch *b, RadErr *e) {
     if (b->n_tok > en->ctx.max_tok) return rad_err_set(e, RAD_E_LIMIT, "a step of %u tokens exceeds max_tok %u", b->n_tok, en->ctx.max_tok);
     int rc = weights_unchanged(en, e);
     if (rc) return rc;
-    en->batch = b;
-    en->step_failed = 0;
-    en->step_msg[0] = 0;
-    /* every layer's state points at the step's block tables (one group: the batch's order) */
-    for (int l = 0; l < en->g.n_layer_kv; l++) {
-        int gi = en->g.layer_kv[l];
-        if (gi < 0) continue;
-        en->kv_state[l].block_table = b->kv && (uint32_t)gi < b->n_kv ? b->kv[gi].block_table : NULL;
-    }
     const uint64_t t0 = en->prof_ns ? now_ns() : 0;
-    en->arch->step(&en->head, b);
+    if (en->tp) tp_step(en, b); /* every rank, in lock-step */
+    else rank_step(en, b);
     if (en->prof_ns) en->prof_step_ns += now_ns() - t0, en->prof_steps++;
-    en->batch = NULL;
     if (en->step_failed) return rad_err_set(e, RAD_E_SHAPE, "step: %s", en->step_msg);
     return weights_unchanged(en, e);
 }

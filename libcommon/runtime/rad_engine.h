@@ -59,6 +59,8 @@ typedef struct RadEngineOpts {
     uint32_t spec_depth;           /* --spec-depth: drafts a row carries at most; 0: the plugin's probe
                                       (draft_depth), else RAD_SPEC_DEPTH_DEFAULT. A block drafter's probe
                                       (draft_depth_fixed) refuses any other depth, naming the plugin */
+    uint32_t tp;                   /* --tp N: tensor-parallel ranks, threads of this process (0, 1: one);
+                                      n_threads is then each rank's share of the threads */
     const char *scope;             /* a drafter's engine: "draft" (RadBuildCtx.is_draft, names declared under
                                       "draft.", looked up in its own container without it); NULL: the model */
 } RadEngineOpts;
@@ -83,11 +85,11 @@ int rad_engine_kv_type(const char *name, RadDType *out);
 /* One deployment switch, as every tool takes it (docs/TOOLS.md): flag "--kv-type" (f32|f16|bf16)
  * or "--kv-cache-dtype" (those, or fp8_v4|fp8_k6v4: kv_dtype RAD_F8_E4M3 and kv_quant), not both,
  * "--control-vector" (a file name; read when the engine opens), "--tp-attn-split" (rows),
- * "--state-cache-dtype" (f32|f16) or "--kv-resident" (a whole number of blocks >= 1) with its value,
+ * "--state-cache-dtype" (f32|f16), "--kv-resident" (a whole number of blocks >= 1) or "--tp" (ranks, 1..64) with its value,
  * into o's fields. RAD_E_ARG naming the flag and the value when the value is not one it takes. */
 int rad_engine_deploy_flag(RadEngineOpts *o, const char *flag, const char *value, RadErr *e);
 /* Copies what rad_engine_deploy_flag parsed into d (kv_dtype when a KV flag was given, kv_quant,
- * control_vector, tp_attn_rows, state_dtype, kv_resident) into o; o's other fields stay. */
+ * control_vector, tp_attn_rows, state_dtype, kv_resident, tp) into o; o's other fields stay. */
 void rad_engine_deploy_apply(RadEngineOpts *o, const RadEngineOpts *d);
 /* Frees the engine; NULL is ignored. */
 void rad_engine_close(RadEngine *en);

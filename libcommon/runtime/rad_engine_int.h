@@ -22,6 +22,7 @@ typedef struct RadEngineKernels {
     const RadSelectTable *sel;     /* the op's candidates and per-bucket picks: the graph's (RadGOp.sel),
                                       chosen at declare under the engine's options */
     int32_t layer;                 /* the op's "layer" parameter when it names a KV layer, else -1 */
+    int collective;                /* all_reduce, all_gather: every rank meets in it */
 } RadEngineKernels;
 
 struct RadEngine {
@@ -58,6 +59,7 @@ struct RadEngine {
     RadKvState *kv_state;          /* [g.n_layer_kv] per layer, rebuilt each step */
     const RadBatch *batch;         /* the step being run */
     int step_failed;               /* the running step hit an error (step_msg says which) */
+    int step_released;             /* ... a collective released because another rank failed first */
     char step_msg[512];            /* the first error of the step */
     int guard;                     /* rad_model_guard slot over the file mapping, or -1 */
     int changed;                   /* --mmap: the file changed under the mapping; every step fails */
@@ -68,6 +70,14 @@ struct RadEngine {
     uint64_t prof_n;               /* entries of prof_ns and prof_calls */
     uint64_t prof_step_ns, prof_steps; /* whole steps (the plugin's own work and the kernels) */
     RadControlVector *cvec;        /* --control-vector as read (ctx.cvec once the probe grants it), or NULL */
+    /* tensor parallelism (docs/ENGINE.md, "Tensor parallelism"): rank 0 is the engine the tools
+       hold; it owns ranks 1..world-1, each an engine with its slice of the weights, its own KV
+       pools for its heads and its own arena, stepped in lock-step on a thread of its own. The
+       block tables, the KV manager and the logits are rank 0's. */
+    uint32_t rank, world;          /* this engine's rank of world (1: no tensor parallelism) */
+    const struct RadEngine *root;  /* rank 0, on ranks 1..; NULL on rank 0 */
+    RadCommId *comm;               /* [n_libs] rank 0: each library's communicator (world > 1) */
+    struct RadTp *tp;              /* rank 0 of world > 1: the other ranks and their threads */
 };
 
 #endif
