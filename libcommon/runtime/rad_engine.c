@@ -315,6 +315,7 @@ static int bind_weights(RadEngine *en, RadErr *e) {
         a->cols = ext[i].cols;
         const RadEncInfo *ei = rad_enc_info(t->enc);
         a->row_stride = a->cols / ei->block_elems * ei->block_bytes; /* bytes between rows */
+        if (!ext[i].s.whole) en->w[i].sliced_bytes = a->rows * a->row_stride;
         if (pack[i] >= 0) { /* packed below, after the parallel pass; a raw source is verified in it */
             pdst[i] = en->wstore + used;
             used += (en->libs[pack[i]]->lib->pack_size(en->lib_state[pack[i]], a->dtype, a->rows, a->cols) + 63) & ~(size_t)63;
@@ -363,7 +364,7 @@ static int bind_weights(RadEngine *en, RadErr *e) {
         if (!rc) en->n_packed++, en->packed_bytes += tens[i]->planes[0].nbytes;
     }
     for (int i = 0; i < en->g.n_w && !rc; i++) /* the same stored tensor: share its bytes */
-        if (tens[i] && first[i] != i) en->w[i].arg = en->w[first[i]].arg;
+        if (tens[i] && first[i] != i) en->w[i] = en->w[first[i]];
     for (int i = 0; i < en->g.n_w && !rc; i++) { /* a control-vector row: read where the loaded vector holds it */
         const float *row = weight_cvec(en, i);
         if (!row) continue;
@@ -1022,6 +1023,11 @@ static int tp_open(RadEngine *en, const RadEngineOpts *o, RadErr *e) {
     return RAD_OK;
 }
 
+RadEngine *rad_engine_rank(RadEngine *en, uint32_t r) {
+    if (r == 0) return en;
+    return en->tp && r < en->tp->n ? en->tp->rank[r] : NULL;
+}
+
 int rad_engine_open(RadEngine **out, const RadEngineOpts *o, RadErr *e) {
     *out = NULL;
     RadEngine *en = malloc(sizeof *en);
@@ -1634,16 +1640,22 @@ void rad_engine_dump_graph(const RadEngine *en, FILE *f) {
     }
 }
 
-void rad_engine_dump_placement(const RadEngine *en, FILE *f) {
+static void dump_rank_placement(const RadEngine *en, FILE *f) {
     uint64_t wbytes[RAD_ENC_COUNT] = {0}, total = 0;
+    int n_sliced = 0;
     for (int i = 0; i < en->g.n_w; i++) {
         const RadTensor *t = weight_tensor(en, i);
         int seen = 0; /* a tied head counts once: the weights reading one tensor share its bytes */
         for (int j = 0; t && j < i && !seen; j++) seen = en->w[j].arg.data == en->w[i].arg.data;
         if (!t || seen) continue;
-        wbytes[en->g.w[i].enc] += t->planes[0].nbytes;
-        total += t->planes[0].nbytes;
+        const uint64_t nb = en->w[i].sliced_bytes ? en->w[i].sliced_bytes : t->planes[0].nbytes;
+        n_sliced += en->w[i].sliced_bytes != 0;
+        wbytes[en->g.w[i].enc] += nb;
+        total += nb;
     }
+    if (en->world > 1)
+        fprintf(f, "rank %u of %u: %d weights sliced (their rows or columns of this rank), the rest whole\n", en->rank, en->world,
+                n_sliced);
     if (en->wstore)
         fprintf(f, "weights: %" PRIu64 " bytes from %s, copied into %zu bytes of anonymous memory (%s)\n", total, en->o.model,
                 en->wstore_bytes, en->wstore_huge ? "transparent huge pages asked" : "huge pages refused: 4 KiB pages");
@@ -1678,4 +1690,12 @@ void rad_engine_dump_placement(const RadEngine *en, FILE *f) {
                 (uint64_t)c->n_blocks * c->block_bytes * c->n_layers);
     }
     fprintf(f, "workspace: %zu bytes\n", en->workspace_bytes);
+}
+
+void rad_engine_dump_placement(const RadEngine *en, FILE *f) {
+    if (en->tp)
+        fprintf(f, "tensor parallelism: %u ranks, threads of this process, %u kernel threads each; rank 0's block tables "
+                   "serve every rank's KV pools\n", en->world, en->o.n_threads);
+    dump_rank_placement(en, f);
+    for (uint32_t r = 1; en->tp && r < en->tp->n; r++) dump_rank_placement(en->tp->rank[r], f);
 }

@@ -16,6 +16,7 @@
 
 typedef struct RadEngineWeight {
     RadKArg arg;                   /* as kernels see it: bytes in wstore, or in the file mapping */
+    uint64_t sliced_bytes;         /* --tp: this rank's slice's stored bytes; 0: the whole tensor */
 } RadEngineWeight;
 
 typedef struct RadEngineKernels {
@@ -79,5 +80,8 @@ struct RadEngine {
     RadCommId *comm;               /* [n_libs] rank 0: each library's communicator (world > 1) */
     struct RadTp *tp;              /* rank 0 of world > 1: the other ranks and their threads */
 };
+
+/* Rank r's engine of a tensor-parallel rank 0 (r = 0: en itself); NULL past its ranks. */
+RadEngine *rad_engine_rank(RadEngine *en, uint32_t r);
 
 #endif
