@@ -34,6 +34,14 @@ struct RefComm {
     _Atomic int poisoned;            /* comm_abort(1): every collective fails until comm_abort(0) */
     float *_Atomic bufs[REF_COMM_MAX];   /* each rank's buffer in the current collective */
     _Atomic uint64_t count[REF_COMM_MAX]; /* its elements */
+    /* the arrival form: two sums, used by turns (a rank starting turn k+2 has passed turn k+1's
+       barrier, which every rank reached after copying turn k's sum out) */
+    pthread_mutex_t mu;
+    float *acc[2];                   /* the running sum of each turn */
+    uint64_t acc_cap[2], acc_n[2];   /* floats allocated; the turn's elements */
+    uint32_t acc_in[2];              /* ranks added into it so far this turn */
+    int acc_bad[2];                  /* a rank brought another element count */
+    uint64_t turn[REF_COMM_MAX];     /* each rank's arrival collectives so far */
 };
 
 typedef struct RefCommName {
@@ -69,6 +77,7 @@ int ref_comm_join(const void *comm, uint32_t rank, uint32_t world, RefComm **out
     while (c && c->serial != n.serial) c = c->next;
     if (!c && (c = calloc(1, sizeof *c))) {
         c->serial = n.serial, c->world = world;
+        pthread_mutex_init(&c->mu, NULL);
         c->next = g_comms, g_comms = c;
     }
     int rc = !c ? RAD_E_NOMEM : (c->joined[rank / 64] >> (rank % 64)) & 1 ? RAD_E_ARG : RAD_OK;
@@ -84,6 +93,8 @@ void ref_comm_leave(RefComm *c) {
         RefComm **p = &g_comms;
         while (*p && *p != c) p = &(*p)->next;
         if (*p) *p = c->next;
+        pthread_mutex_destroy(&c->mu);
+        free(c->acc[0]), free(c->acc[1]);
         free(c);
     }
     pthread_mutex_unlock(&g_mu);
@@ -92,8 +103,13 @@ void ref_comm_leave(RefComm *c) {
 void ref_comm_abort(void *state, int on) {
     RefState *s = state;
     if (!s || !s->comm) return;
-    if (!on) atomic_store(&s->comm->arrived, 0); /* every rank has left the step: no barrier is half met */
-    atomic_store(&s->comm->poisoned, on != 0);
+    RefComm *c = s->comm;
+    if (!on) { /* every rank has left the step: no barrier or sum is half met, and the turns start again */
+        atomic_store(&c->arrived, 0);
+        c->acc_in[0] = c->acc_in[1] = 0;
+        memset(c->turn, 0, sizeof c->turn);
+    }
+    atomic_store(&c->poisoned, on != 0);
 }
 
 /* Every rank meets here; RAD_E_IO when the communicator is (or becomes) poisoned. Spins a
@@ -153,4 +169,49 @@ int ref_run_all_reduce(const RadKernelArgs *a) {
         for (uint32_t q = 0; q < W; q++) memcpy(b[q] + i, acc, (size_t)n * sizeof *acc);
     }
     return comm_barrier(c);
+}
+
+/* The arrival form (exact = 0 only: the selector gives exact = 1 to the bitwise form): each rank
+ * adds its rows into the turn's sum as it arrives, the first copying, so the ranks that finish
+ * their GEMMs first do the adding while the last still computes; one barrier, then every rank
+ * copies the sum out. The order of the additions is the order of arrival: the result differs
+ * from the rank-order sum by the rounding of a reordered W-term sum (TOLERANCE 1e-5). */
+int ref_run_all_reduce_arrival(const RadKernelArgs *a) {
+    int rc = ref_preamble(a, 1);
+    if (rc) return rc;
+    int64_t N, exact;
+    if (!ref_pint(a, "N", &N) || !ref_pint(a, "exact", &exact) || N < 1) return RAD_E_ARG;
+    if (!ref_buf_ok(&a->args[0], (uint64_t)a->n, (uint64_t)N)) return RAD_E_SHAPE;
+    const RefState *s = a->lib_state;
+    if (!s || s->world_size <= 1) return RAD_OK;
+    if (exact) return RAD_E_UNSUPPORTED; /* a fixed order was asked */
+    RefComm *c = s->comm;
+    if (!c) return RAD_E_UNSUPPORTED;
+    if (atomic_load(&c->poisoned)) return RAD_E_IO;
+    const RadKArg *x = &a->args[0];
+    if (x->row_stride != (uint64_t)N) return RAD_E_SHAPE;
+    const uint64_t total = (uint64_t)a->n * (uint64_t)N;
+    float *v = x->data;
+    const int t = (int)(c->turn[s->rank]++ & 1);
+    pthread_mutex_lock(&c->mu);
+    if (c->acc_in[t] == 0) { /* the first to arrive: the turn's sum is its rows */
+        c->acc_bad[t] = 0, c->acc_n[t] = total;
+        if (c->acc_cap[t] < total) {
+            float *p = realloc(c->acc[t], total * sizeof *p);
+            if (p) c->acc[t] = p, c->acc_cap[t] = total;
+            else c->acc_bad[t] = RAD_E_NOMEM;
+        }
+        if (!c->acc_bad[t]) memcpy(c->acc[t], v, total * sizeof *v);
+    } else if (c->acc_n[t] != total) {
+        c->acc_bad[t] = RAD_E_SHAPE;
+    } else if (!c->acc_bad[t]) {
+        float *sum = c->acc[t];
+        for (uint64_t i = 0; i < total; i++) sum[i] += v[i];
+    }
+    if (++c->acc_in[t] == c->world) c->acc_in[t] = 0; /* the next turn of this parity starts afresh */
+    pthread_mutex_unlock(&c->mu);
+    if ((rc = comm_barrier(c))) return rc;
+    if (c->acc_bad[t]) return c->acc_bad[t]; /* every rank sees it: none writes */
+    memcpy(v, c->acc[t], total * sizeof *v);
+    return RAD_OK;
 }

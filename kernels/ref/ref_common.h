@@ -218,6 +218,7 @@ int ref_run_head_rmsnorm(const RadKernelArgs *a);
 int ref_run_head_rmsnorm_simd(const RadKernelArgs *a);
 int ref_run_silu_mul(const RadKernelArgs *a);
 int ref_run_all_reduce(const RadKernelArgs *a);
+int ref_run_all_reduce_arrival(const RadKernelArgs *a);
 /* ref_comm.c: collectives between ranks that are threads of this process */
 int ref_comm_id(uint32_t world_size, RadCommId *id);
 int ref_comm_join(const void *comm, uint32_t rank, uint32_t world, RefComm **out); /* RAD_OK or RAD_E_ARG/NOMEM */

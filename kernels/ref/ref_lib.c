@@ -221,6 +221,8 @@ static const RadKernel kernels[] = {
     K_("gelu_tanh_mul", "generic", 0, TOL(1e-6), NULL, ref_run_gelu_tanh_mul, 0, 0),
     K_("head_rmsnorm", "simd", RAD_ENC_PLAIN_FLOATS, TOL(1e-5), NULL, ref_run_head_rmsnorm_simd, 0, 0),
     K_("head_rmsnorm", "exact", RAD_ENC_PLAIN_FLOATS, BITWISE, NULL, ref_run_head_rmsnorm, 0, 0),
+    /* arrival first: a lossy wire's messages (exact = 0) take it; exact = 1 only the bitwise one */
+    K_("all_reduce", "arrival", 0, TOL(1e-5), NULL, ref_run_all_reduce_arrival, 0, 0),
     K_("all_reduce", "generic", 0, BITWISE, NULL, ref_run_all_reduce, 0, 0),
     K_("logits_gather", "generic", 0, BITWISE, NULL, ref_run_logits_gather, 0, 0),
     /* the encoder ops (ref_encoder.c): layernorm, pool and l2_normalize compute docs/OPS.md's

@@ -21,7 +21,15 @@ static int covers(const RadKernel *k, int64_t n) { return n >= k->n_min && (!k->
 
 static const char *enc_name(RadEnc e) { return rad_enc_info(e) ? rad_enc_info(e)->name : "?"; }
 
-enum { FIT = 0, NO_ENC = 1, TOO_LOOSE = 2, NO_WINDOW = 3 };
+enum { FIT = 0, NO_ENC = 1, TOO_LOOSE = 2, NO_WINDOW = 3, NOT_EXACT = 4 };
+
+/* An op whose `exact` parameter is 1 (all_reduce: a message under tp_wire_min_bytes, or any
+ * message when the wire may not be lossy) is served by bitwise kernels only. */
+static int op_exact(const RadSelectOp *op) {
+    for (uint32_t p = 0; p < op->n_params; p++)
+        if (op->params[p].kind == RAD_PARAM_INT && strcmp(op->params[p].name, "exact") == 0) return op->params[p].lo == 1;
+    return 0;
+}
 
 /* attn_paged's `window` (0: full attention; a plugin that omits it asks 0). */
 static int64_t op_window(const RadSelectOp *op) {
@@ -45,6 +53,7 @@ static int fits(const RadSelectOpts *o, const RadSelectOp *op, const RadKernel *
         if (e != RAD_ENC_COUNT && !(k->weight_encs & RAD_ENC_BIT(e))) return *bad = e, NO_ENC;
     }
     if (op_window(op) != 0 && !serves_window(k)) return NO_WINDOW;
+    if (op_exact(op) && k->exactness != RAD_EXACT_BITWISE) return NOT_EXACT;
     if (k->exactness != RAD_EXACT_BITWISE && k->tolerance > max_tol(o)) return TOO_LOOSE;
     return FIT;
 }
@@ -90,6 +99,7 @@ static const RadKernel *tuned(const RadSelectOpts *o, const RadSelectOp *op, int
     if (f == NO_ENC) return snprintf(nb, (size_t)n, "it does not take weight encoding %s", enc_name(bad)), NULL;
     if (f == TOO_LOOSE) return snprintf(nb, (size_t)n, "its tolerance %g is looser than the max tolerance %g", k->tolerance, max_tol(o)), NULL;
     if (f == NO_WINDOW) return snprintf(nb, (size_t)n, "it does not serve a sliding window"), NULL;
+    if (f == NOT_EXACT) return snprintf(nb, (size_t)n, "the op asks exact = 1 and the kernel is not bitwise"), NULL;
     if (!covers(k, lo) || !covers(k, hi)) return snprintf(nb, (size_t)n, "it does not cover rows %" PRId64 "..%" PRId64, lo, hi), NULL;
     if (o->deterministic && !k->batch_invariant) return snprintf(nb, (size_t)n, "it is not batch-invariant (--deterministic)"), NULL;
     const uint32_t nk = rad_kernel_n_knobs(k);
@@ -130,7 +140,7 @@ const RadKernel *rad_select_kernel_tuned(const RadSelectOpts *o, const RadSelect
     if (lib) *lib = -1;
     if (!why_buf || !why_n) return NULL;
     /* the reason: the first filter that left nothing */
-    int named = 0, enc_ok = 0, win_ok = 0, tol_ok = 0, loose_lib = -1;
+    int named = 0, enc_ok = 0, win_ok = 0, exact_ok = 0, tol_ok = 0, loose_lib = -1;
     const RadKernel *loose = NULL;
     RadEnc first_bad = RAD_ENC_COUNT;
     for (int li = 0; o->libs && li < o->libs->n; li++) {
@@ -144,6 +154,7 @@ const RadKernel *rad_select_kernel_tuned(const RadSelectOpts *o, const RadSelect
             if (f == NO_ENC && first_bad == RAD_ENC_COUNT) first_bad = bad;
             enc_ok += f != NO_ENC;
             win_ok += f != NO_ENC && f != NO_WINDOW;
+            exact_ok += f != NO_ENC && f != NO_WINDOW && f != NOT_EXACT;
             tol_ok += f == FIT;
             if (f == TOO_LOOSE && !loose) loose = k, loose_lib = li;
         }
@@ -151,6 +162,7 @@ const RadKernel *rad_select_kernel_tuned(const RadSelectOpts *o, const RadSelect
     if (!named) snprintf(why_buf, why_n, "no library defines this op");
     else if (!enc_ok) snprintf(why_buf, why_n, "no kernel accepts weight encoding %s", enc_name(first_bad));
     else if (!win_ok) snprintf(why_buf, why_n, "no kernel serves a sliding window (window %" PRId64 ")", op_window(op));
+    else if (!exact_ok) snprintf(why_buf, why_n, "exact = 1 and no kernel of it is bitwise");
     else if (!tol_ok)
         snprintf(why_buf, why_n, "every kernel that takes its weights states a tolerance looser than the max tolerance %g (%s:%s: %g)",
                  max_tol(o), lib_name(o, loose_lib), loose->variant, loose->tolerance);

@@ -726,6 +726,18 @@ int rad_engine_deploy_flag(RadEngineOpts *o, const char *flag, const char *value
         if (!rc) o->tp = (uint32_t)v;
         return rc;
     }
+    if (!strcmp(flag, "--tp-wire")) {
+        if (strcmp(value, "exact") && strcmp(value, "lossy"))
+            return rad_err_set(e, RAD_E_ARG, "--tp-wire: '%s' is not exact or lossy", value);
+        o->tp_wire_lossy = !strcmp(value, "lossy");
+        return RAD_OK;
+    }
+    if (!strcmp(flag, "--tp-wire-min-bytes")) {
+        double v;
+        int rc = rad_num_f64("--tp-wire-min-bytes", value, 1, (double)(1ull << 40), RAD_NUM_WHOLE, &v, e);
+        if (!rc) o->tp_wire_min_bytes = (uint64_t)v;
+        return rc;
+    }
     if (!strcmp(flag, "--kv-resident")) {
         double v;
         int rc = rad_num_f64("--kv-resident", value, 1, 1 << 24, RAD_NUM_WHOLE, &v, e);
@@ -743,6 +755,8 @@ void rad_engine_deploy_apply(RadEngineOpts *o, const RadEngineOpts *d) {
     o->state_dtype = d->state_dtype;
     o->kv_resident = d->kv_resident;
     o->tp = d->tp;
+    o->tp_wire_lossy = d->tp_wire_lossy;
+    o->tp_wire_min_bytes = d->tp_wire_min_bytes;
 }
 
 void rad_engine_tune_key(const RadEngine *en, RadTuneKey *k) {
@@ -842,6 +856,8 @@ static int engine_open(RadEngine *en, const RadEngineOpts *o, uint32_t rank, uin
                                                              .max_ctx = o->max_ctx, .max_out_rows = o->max_out_rows,
                                                              .kv_dtype = o->kv_dtype});
     en->ctx.rank = rank, en->ctx.world_size = world; /* the plugin declares this rank's share */
+    en->ctx.tp_wire_lossy = world > 1 && o->tp_wire_lossy;
+    en->ctx.tp_wire_min_bytes = o->tp_wire_min_bytes ? o->tp_wire_min_bytes : 65536;
     en->ctx.kv_quant = o->kv_quant; /* each switch reaches the declare only past its probe bit */
     en->ctx.cvec = en->cvec;
     en->ctx.tp_attn_rows = o->tp_attn_rows;

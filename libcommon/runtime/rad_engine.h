@@ -61,6 +61,9 @@ typedef struct RadEngineOpts {
                                       (draft_depth_fixed) refuses any other depth, naming the plugin */
     uint32_t tp;                   /* --tp N: tensor-parallel ranks, threads of this process (0, 1: one);
                                       n_threads is then each rank's share of the threads */
+    int tp_wire_lossy;             /* --tp-wire lossy: all_reduce messages of tp_wire_min_bytes or more may
+                                      be summed in any order (RadBuildCtx.tp_wire_lossy); 0: every one exact */
+    uint64_t tp_wire_min_bytes;    /* --tp-wire-min-bytes: below it a message goes exact (0: 65536) */
     const char *scope;             /* a drafter's engine: "draft" (RadBuildCtx.is_draft, names declared under
                                       "draft.", looked up in its own container without it); NULL: the model */
 } RadEngineOpts;
@@ -85,11 +88,12 @@ int rad_engine_kv_type(const char *name, RadDType *out);
 /* One deployment switch, as every tool takes it (docs/TOOLS.md): flag "--kv-type" (f32|f16|bf16)
  * or "--kv-cache-dtype" (those, or fp8_v4|fp8_k6v4: kv_dtype RAD_F8_E4M3 and kv_quant), not both,
  * "--control-vector" (a file name; read when the engine opens), "--tp-attn-split" (rows),
- * "--state-cache-dtype" (f32|f16), "--kv-resident" (a whole number of blocks >= 1) or "--tp" (ranks, 1..64) with its value,
+ * "--state-cache-dtype" (f32|f16), "--kv-resident" (a whole number of blocks >= 1), "--tp" (ranks, 1..64),
+ * "--tp-wire" (exact|lossy) or "--tp-wire-min-bytes" (bytes) with its value,
  * into o's fields. RAD_E_ARG naming the flag and the value when the value is not one it takes. */
 int rad_engine_deploy_flag(RadEngineOpts *o, const char *flag, const char *value, RadErr *e);
 /* Copies what rad_engine_deploy_flag parsed into d (kv_dtype when a KV flag was given, kv_quant,
- * control_vector, tp_attn_rows, state_dtype, kv_resident, tp) into o; o's other fields stay. */
+ * control_vector, tp_attn_rows, state_dtype, kv_resident, tp, tp_wire_*) into o; o's other fields stay. */
 void rad_engine_deploy_apply(RadEngineOpts *o, const RadEngineOpts *d);
 /* Frees the engine; NULL is ignored. */
 void rad_engine_close(RadEngine *en);

@@ -310,8 +310,11 @@ Test(ref, plugin_info_and_table) {
         cr_assert_eq(k->kv_block_size, strcmp(k->op, "attn_paged") == 0 ? 16u : 0u);
     }
     /* the classes of docs/OPS.md */
-    static const char *exact_ops[] = {"embed_gather", "logits_gather", "add", "all_reduce"};
+    static const char *exact_ops[] = {"embed_gather", "logits_gather", "add"};
     for (size_t i = 0; i < N_OF(exact_ops); i++) cr_assert_eq(find(exact_ops[i], NULL)->exactness, RAD_EXACT_BITWISE);
+    /* all_reduce: the rank-order sum is bitwise; the arrival order's is within a reordered sum */
+    cr_assert_eq(find("all_reduce", "generic")->exactness, RAD_EXACT_BITWISE);
+    cr_assert_eq(find("all_reduce", "arrival")->exactness, RAD_EXACT_TOLERANCE);
     cr_assert_eq(find("rmsnorm", "exact")->exactness, RAD_EXACT_BITWISE);
     cr_assert_eq(find("add_rmsnorm", "exact")->exactness, RAD_EXACT_BITWISE);
     cr_assert(find("rmsnorm", "simd")->tolerance <= 1e-5);
@@ -1432,6 +1435,7 @@ typedef struct ArRank {
     float x[AR_M * AR_N];
     int64_t m;           /* rows this rank issues */
     int abort_instead;   /* comm_abort(1) and leave, instead of issuing */
+    const char *variant; /* NULL: the bitwise one (exact = 1); "arrival" (exact = 0) */
     int rc;
 } ArRank;
 
@@ -1442,10 +1446,10 @@ static void *ar_rank(void *arg) {
         r->rc = RAD_OK;
         return NULL;
     }
-    RadParam p[] = {RAD_RANGE("M", r->m, r->m), RAD_INT("N", AR_N), RAD_INT("exact", 1)};
+    RadParam p[] = {RAD_RANGE("M", r->m, r->m), RAD_INT("N", AR_N), RAD_INT("exact", r->variant ? 0 : 1)};
     RadKArg a[1] = {fbuf(r->x, (uint64_t)r->m, AR_N)};
     RadKernelArgs ka = {sizeof ka, p, 3, r->m, a, 1, NULL, NULL, NULL, r->st, 1, 1, NULL, 0};
-    r->rc = find("all_reduce", NULL)->run(&ka);
+    r->rc = find("all_reduce", r->variant ? r->variant : "generic")->run(&ka);
     return NULL;
 }
 
@@ -1460,11 +1464,13 @@ Test(ref, all_reduce_ranks) {
     RadCommId id;
     cr_assert_eq(g_lib->comm_id(AR_W, &id), RAD_OK);
     static ArRank rk[AR_W];
+    static float orig[AR_W][AR_M * AR_N];
     float want[AR_M * AR_N];
     for (int i = 0; i < AR_W; i++) {
         RadKernelLibConfig cfg = {sizeof cfg, 1, 0, (uint32_t)i, AR_W, &id};
         cr_assert_eq(g_lib->init(&cfg, &rk[i].st), RAD_OK, "rank %d joins", i);
         fill(rk[i].x, AR_M * AR_N);
+        memcpy(orig[i], rk[i].x, sizeof orig[i]);
         rk[i].m = AR_M;
     }
     void *again = NULL;
@@ -1496,6 +1502,29 @@ Test(ref, all_reduce_ranks) {
     rk[1].abort_instead = 0;
     ar_run(rk);
     for (int i = 0; i < AR_W; i++) cr_assert_eq(rk[i].rc, RAD_OK, "after the abort, rank %d", i);
+    /* the arrival form (exact = 0): the sum in the order the ranks come, within a reordered
+     * three-term sum's rounding of the rank-order one, the same bits on every rank */
+    for (int i = 0; i < AR_W; i++) rk[i].variant = "arrival", memcpy(rk[i].x, orig[i], sizeof orig[i]);
+    for (int round = 0; round < 50; round++) {
+        float keep[AR_W][AR_M * AR_N];
+        for (int i = 0; i < AR_W; i++) memcpy(keep[i], rk[i].x, sizeof keep[i]);
+        ar_run(rk);
+        for (int i = 0; i < AR_W; i++) {
+            cr_assert_eq(rk[i].rc, RAD_OK, "arrival, round %d rank %d", round, i);
+            assert_bitwise(rk[i].x, rk[0].x, AR_M * AR_N, "every rank holds the same sum");
+            for (int j = 0; j < AR_M * AR_N; j++) {
+                const float bound = 2 * 1.2e-7f * (fabsf(keep[0][j]) + fabsf(keep[1][j]) + fabsf(keep[2][j]));
+                cr_assert_leq(fabsf(rk[i].x[j] - want[j]), bound, "arrival %d: %g vs %g", j, rk[i].x[j], want[j]);
+            }
+        }
+        for (int i = 0; i < AR_W; i++) memcpy(rk[i].x, keep[i], sizeof keep[i]);
+    }
+    rk[2].m = AR_M - 1;
+    ar_run(rk);
+    for (int i = 0; i < AR_W; i++) cr_assert_eq(rk[i].rc, RAD_E_SHAPE, "arrival, rank %d: rows differ", i);
+    rk[2].m = AR_M;
+    ar_run(rk);
+    for (int i = 0; i < AR_W; i++) cr_assert_eq(rk[i].rc, RAD_OK, "arrival after a refusal, rank %d", i);
     for (int i = 0; i < AR_W; i++) g_lib->fini(rk[i].st);
     RadCommId other = id; /* a name from another process */
     other.bytes[8] ^= 0x55;

@@ -36,6 +36,8 @@ static void usage(FILE *f) {
             "  --threads K        kernel threads (default: all cores); under --tp, shared out among the ranks\n"
             "  --tp N             tensor parallelism: N ranks, threads of this process, each with its slice of\n"
             "                     the weights and its own KV (docs/ENGINE.md, \"Tensor parallelism\")\n"
+            "  --tp-wire W        exact (default): every all-reduce sums the ranks in rank order; lossy: those of\n"
+            "                     --tp-wire-min-bytes (default 65536) or more in the order the ranks arrive\n"
             "  --ctx N            context served (default: the model's, at most 8192)\n"
             "  --kv-type T        KV cache element type: f32 (default), f16 or bf16\n"
             "  --kv-cache-dtype T --kv-type's types, or fp8_v4 / fp8_k6v4: the narrow fp8 layouts (where the\n"
@@ -114,7 +116,7 @@ static int parse_ids(const char *what, const char *s, int32_t **ids, size_t *n, 
 static int parse_args(int argc, char **argv, Opts *o) {
     enum { TEMP = 256, TOPK, TOPP, MINP, REP, PRES, FREQ, SEED, THREADS, CTX, BATCH, KERNELS, PDIR, IDS, TOKENIZE,
            DETOK, CHAT, DGRAPH, DPLACE, PIDS, DET, FAST, HOST, PORT, APIKEY, SNAME, MAXBODY, MAXHDR, MAXCONNS,
-           IDLE, MAXSEQS, MAXMIXED, MAXQUEUE, NOPREFIX, DRAIN, KVBLOCKS, PROFILE, MMAPW, KVTYPE, NOREPACK, NOVERIFY, CHATSPECIAL, HDRTIME, BODYTIME, DEFMAXTOK, TUNE, TUNEIGN, MAXTOL, KVCDT, CVEC, TPSPLIT, STATEDT, KVRES, TPN, IGNEOS, EMBED, DRAFT, SPEC, SPECDEPTH };
+           IDLE, MAXSEQS, MAXMIXED, MAXQUEUE, NOPREFIX, DRAIN, KVBLOCKS, PROFILE, MMAPW, KVTYPE, NOREPACK, NOVERIFY, CHATSPECIAL, HDRTIME, BODYTIME, DEFMAXTOK, TUNE, TUNEIGN, MAXTOL, KVCDT, CVEC, TPSPLIT, STATEDT, KVRES, TPN, TPWIRE, TPWMIN, IGNEOS, EMBED, DRAFT, SPEC, SPECDEPTH };
     static const struct option lo[] = {
         {"model", required_argument, 0, 'm'}, {"prompt", required_argument, 0, 'p'}, {"temp", required_argument, 0, TEMP},
         {"top-k", required_argument, 0, TOPK}, {"top-p", required_argument, 0, TOPP}, {"min-p", required_argument, 0, MINP},
@@ -131,6 +133,7 @@ static int parse_args(int argc, char **argv, Opts *o) {
         {"kv-cache-dtype", required_argument, 0, KVCDT}, {"control-vector", required_argument, 0, CVEC},
         {"tp-attn-split", required_argument, 0, TPSPLIT}, {"state-cache-dtype", required_argument, 0, STATEDT},
         {"kv-resident", required_argument, 0, KVRES}, {"tp", required_argument, 0, TPN},
+        {"tp-wire", required_argument, 0, TPWIRE}, {"tp-wire-min-bytes", required_argument, 0, TPWMIN},
         {"draft", required_argument, 0, DRAFT}, {"spec", required_argument, 0, SPEC},
         {"spec-depth", required_argument, 0, SPECDEPTH},
         {"host", required_argument, 0, HOST}, {"port", required_argument, 0, PORT}, {"api-key", required_argument, 0, APIKEY},
@@ -217,7 +220,7 @@ static int parse_args(int argc, char **argv, Opts *o) {
         case MMAPW: o->mmap_weights = 1; break;
         case NOREPACK: o->no_repack = 1; break;
         case NOVERIFY: o->no_verify = 1; break;
-        case KVTYPE: case KVCDT: case CVEC: case TPSPLIT: case STATEDT: case KVRES: case TPN: { /* the deployment switches (docs/PLUGINS.md) */
+        case KVTYPE: case KVCDT: case CVEC: case TPSPLIT: case STATEDT: case KVRES: case TPN: case TPWIRE: case TPWMIN: { /* the deployment switches (docs/PLUGINS.md) */
             RadErr e = {0};
             char flag[32];
             snprintf(flag, sizeof flag, "--%s", lo[li].name);
