@@ -1112,6 +1112,31 @@ const RadKArg *rad_engine_weight(const RadEngine *en, int w) {
     return w >= 0 && w < en->g.n_w && en->w[w].arg.data ? &en->w[w].arg : NULL;
 }
 
+int rad_engine_weight_slice(RadEngine *en, const RadModelFile *m, int w, void **bytes, uint64_t *n, RadErr *e) {
+    *bytes = NULL, *n = 0;
+    if (w < 0 || w >= en->g.n_w || !en->w[w].sliced_bytes) return RAD_OK;
+    const RadGWeight *gw = &en->g.w[w];
+    const RadTensor *t = rad_model_find(m, stored_name(en, gw->d.source ? gw->d.source : gw->name));
+    WExtent x;
+    int rc = t ? weight_extent(en, w, t, &x, e) : rad_err_set(e, RAD_E_NOTFOUND, "weight '%s': not in the container", gw->name);
+    if (rc) return rc;
+    uint8_t *whole = malloc(t->planes[0].nbytes ? t->planes[0].nbytes : 1), *cut = malloc(en->w[w].sliced_bytes);
+    if (!whole || !cut) rc = rad_err_set(e, RAD_E_NOMEM, "out of memory");
+    if (!rc) rc = rad_plane_load(m, t, 0, whole, 0, e);
+    if (!rc) copy_slice(t, &x, whole, cut);
+    free(whole);
+    if (rc) return free(cut), rc;
+    *bytes = cut, *n = en->w[w].sliced_bytes;
+    return RAD_OK;
+}
+
+uint32_t rad_engine_world(const RadEngine *en) { return en->world; }
+
+const RadPlugin *rad_engine_rank_lib(const RadEngine *en, uint32_t rank, int i, void **state) {
+    const RadEngine *q = rank == 0 ? en : en->tp && rank < en->tp->n ? en->tp->rank[rank] : NULL;
+    return q ? rad_engine_lib(q, i, state) : NULL;
+}
+
 const RadPlugin *rad_engine_lib(const RadEngine *en, int i, void **state) {
     if (i < 0 || i >= en->n_libs) return NULL;
     if (state) *state = en->lib_state[i];

@@ -273,6 +273,14 @@ const RadKArg *rad_engine_weight(const RadEngine *en, int w);
 /* Kernel library i in the tables' order (RadSelectTable.k_lib), and what its init returned in
  * *state; NULL when i is out of range. */
 const RadPlugin *rad_engine_lib(const RadEngine *en, int i, void **state);
+/* Tensor parallelism: the ranks (1: none), and library i of rank r as rad_engine_lib gives rank 0's
+ * (NULL past the ranks). */
+uint32_t rad_engine_world(const RadEngine *en);
+const RadPlugin *rad_engine_rank_lib(const RadEngine *en, uint32_t rank, int i, void **state);
+/* Under --tp, weight w's stored bytes as this rank holds them (its rows or columns, in the stored
+ * encoding, before any packing), cut from m (the container, opened by the caller): *bytes (the
+ * caller frees it) and *n; *bytes NULL when the weight is whole. The checker's reference decodes these. */
+int rad_engine_weight_slice(RadEngine *en, const RadModelFile *m, int w, void **bytes, uint64_t *n, RadErr *e);
 
 /* --debug-graph: every op, its resolved kernel and why. --debug-placement: the plan. */
 /* --profile: time per op (summed over layers by op name and kernel), against whole steps. */

@@ -107,6 +107,7 @@ typedef struct Kb {
     uint32_t kernel_threads;       /* what the engine gives kernels */
     uint64_t done, total;
     Rng rng;
+    uint32_t world;                /* --tp: ranks (a collective runs on every one of them) */
 } Kb;
 
 static int weight_load(Kb *c, int id, int dequant, Weight *w, RadErr *e) {
@@ -129,7 +130,13 @@ static int weight_load(Kb *c, int id, int dequant, Weight *w, RadErr *e) {
         return rad_err_set(e, RAD_E_UNSUPPORTED, "%s: tensor '%s': %u planes (the checker decodes one)", c->o->model, name,
                            t->n_planes);
     const void *data = t->planes[0].data;
-    if (!data || t->planes[0].compression) {
+    uint64_t nbytes = t->planes[0].nbytes;
+    void *cut = NULL; /* --tp: this rank's rows or columns of it */
+    int rc0 = rad_engine_weight_slice(c->en, &c->m, id, &cut, &nbytes, e);
+    if (rc0) return rc0;
+    if (cut) data = w->own = cut;
+    else nbytes = t->planes[0].nbytes;
+    if (!cut && (!data || t->planes[0].compression)) {
         if (!(w->own = malloc(t->planes[0].nbytes ? t->planes[0].nbytes : 1))) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
         int rc = rad_plane_load(&c->m, t, 0, w->own, 0, e);
         if (rc) return rc;
@@ -143,7 +150,7 @@ static int weight_load(Kb *c, int id, int dequant, Weight *w, RadErr *e) {
     if (!dequant) return RAD_OK;
     const uint64_t n = w->stored.rows * w->stored.cols;
     if (!(w->deq = malloc((size_t)(n ? n : 1) * sizeof *w->deq))) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
-    return rad_dequant(t->enc, data, t->planes[0].nbytes, w->deq, n, e);
+    return rad_dequant(t->enc, data, nbytes, w->deq, n, e);
 }
 
 static void weight_free(Weight *w) {
@@ -629,12 +636,16 @@ static int build_case(Kb *c, const RadGOp *op, OpKind kind, Weight *w, int n_w, 
         NEED(!plain_batch(cs, NULL, NULL));
         return RAD_OK;
     }
-    case OP_ALLREDUCE: { /* one rank: the identity */
+    case OP_ALLREDUCE: { /* rank r brings x * (r + 1): the sum in rank order (one rank: the identity) */
         if (!rad_graph_op_int(op, "N", &N)) break;
         Buf *x = add_buf(cs, M, (uint64_t)N, 1, 1);
         NEED(x);
         fill_act(x->init, M, (uint64_t)N, 1.0f, 2.0f, &c->rng);
-        memcpy(x->ref, x->init, M * (uint64_t)N * sizeof(float));
+        for (uint64_t i = 0; i < M * (uint64_t)N; i++) {
+            float sum = x->init[i];
+            for (uint32_t r = 1; r < c->world; r++) sum += x->init[i] * (float)(r + 1);
+            x->ref[i] = sum;
+        }
         NEED(!plain_batch(cs, NULL, NULL));
         return RAD_OK;
     }
@@ -745,6 +756,8 @@ static void reset_work(Case *cs) {
 
 typedef struct Run {
     const RadKernel *k;
+    int lib;                       /* the kernel's library (rad_engine_lib's index) */
+    int collective;                /* all_reduce: every rank runs it at once */
     void *state;
     void *ws;
     size_t ws_bytes;
@@ -755,6 +768,8 @@ typedef struct Run {
 static int run_prepare(Kb *c, const RadGOp *op, const RadKernel *k, int lib, int64_t hi, Run *run) {
     memset(run, 0, sizeof *run);
     run->k = k;
+    run->lib = lib;
+    run->collective = c->world > 1 && !strcmp(op->op, "all_reduce");
     if (!rad_engine_lib(c->en, lib, &run->state)) return RAD_E_ARG;
     if (k->workspace) {
         size_t ws = k->workspace(op->params, op->n_params, hi);
@@ -764,6 +779,51 @@ static int run_prepare(Kb *c, const RadGOp *op, const RadKernel *k, int lib, int
         }
     }
     return RAD_OK;
+}
+
+/* A collective's other ranks: rank r runs the kernel on its own copy of the rows, times (r + 1). */
+typedef struct PeerRun {
+    RadKernelArgs ka;
+    RadKArg arg;
+    float *x;
+    int rc;
+} PeerRun;
+
+static void *peer_run(void *p) {
+    PeerRun *q = p;
+    q->rc = q->ka.args[0].data ? ((const RadKernel *)q->ka.workspace)->run(&q->ka) : RAD_E_NOMEM;
+    return NULL;
+}
+
+static int run_collective(Kb *c, const Run *run, RadKernelArgs *ka) {
+    enum { MAX_RANKS = 64 };
+    PeerRun peer[MAX_RANKS];
+    pthread_t th[MAX_RANKS];
+    const RadKArg *x = &ka->args[0];
+    const uint64_t n = x->rows * x->cols;
+    uint32_t started = 0;
+    int rc = RAD_OK;
+    for (uint32_t r = 1; r < c->world && r < MAX_RANKS; r++) {
+        PeerRun *q = &peer[r];
+        q->ka = *ka;
+        q->arg = *x;
+        q->x = malloc((size_t)(n ? n : 1) * sizeof *q->x);
+        for (uint64_t i = 0; q->x && i < n; i++) q->x[i] = ((const float *)x->data)[i] * (float)(r + 1);
+        q->arg.data = q->x;
+        q->ka.args = &q->arg;
+        q->ka.workspace = (void *)run->k; /* the kernel, for the thread (a collective takes no workspace) */
+        if (!rad_engine_rank_lib(c->en, r, run->lib, &q->ka.lib_state)) q->arg.data = NULL;
+        if (pthread_create(&th[r], NULL, peer_run, q)) break;
+        started = r;
+    }
+    if (started + 1 == c->world) rc = run->k->run(ka);
+    else rc = RAD_E_NOMEM; /* never reached in practice: the started ranks would wait on the missing one */
+    for (uint32_t r = 1; r <= started; r++) {
+        pthread_join(th[r], NULL);
+        if (!rc && peer[r].rc) rc = peer[r].rc;
+        free(peer[r].x);
+    }
+    return rc;
 }
 
 /* Kernel k on the case's work buffers with operands ops (weights by kernel), as c_issue binds them. */
@@ -787,7 +847,7 @@ static int run_kernel(Kb *c, Case *cs, const Run *run, const Weight *w, const Op
                         .workspace = run->ws, .lib_state = run->state, .n_threads = c->kernel_threads,
                         .deterministic = (uint32_t)c->g->sel.deterministic, .knobs = run->n_knobs ? run->knobs : NULL,
                         .n_knobs = run->n_knobs};
-    return run->k->run(&ka);
+    return run->collective ? run_collective(c, run, &ka) : run->k->run(&ka);
 }
 
 /* ---- comparing ------------------------------------------------------------------------------- */
@@ -1251,6 +1311,7 @@ int rad_kbench_run(RadEngine *en, const RadKbenchOpts *o, RadKbenchReport *r, Ra
     Kb c = {.en = en, .g = rad_engine_graph(en), .o = o, .r = r, .rng = {0x9e3779b97f4a7c15ull}};
     const RadEngineLimits lim = rad_engine_limits(en);
     c.kernel_threads = lim.n_threads;
+    c.world = rad_engine_world(en);
     c.nt = r->n_threads = o->n_threads ? o->n_threads : lim.n_threads;
     int rc = rad_model_open(o->model, &c.m, e);
     if (rc) return rad_model_free(&c.m), rc;

@@ -614,7 +614,9 @@ Test(cli, deployment_switches_refuse_bad_values_naming_the_flag_and_the_value) {
         {"--kv-cache-dtype", "fp8"}, {"--tp-attn-split", "heads"}, {"--tp-attn-split", "Rows"}, {"--tp-attn-split", ""},
         {"--state-cache-dtype", "bf16"}, {"--state-cache-dtype", "fp16"}, {"--state-cache-dtype", ""},
         {"--kv-resident", "0"}, {"--kv-resident", "-1"}, {"--kv-resident", "1.5"}, {"--kv-resident", "nan"},
-        {"--kv-resident", "16777217"}, {"--kv-resident", ""}, {"--control-vector", ""}};
+        {"--kv-resident", "16777217"}, {"--kv-resident", ""}, {"--control-vector", ""}, {"--tp", "0"}, {"--tp", "65"},
+        {"--tp", "1.5"}, {"--tp", ""}, {"--tp-wire", "fast"}, {"--tp-wire", ""}, {"--tp-wire-min-bytes", "0"},
+        {"--tp-wire-min-bytes", "x"}};
     char model[300];
     snprintf(model, sizeof model, "%s/none.rad", dir); /* refused before the model is opened */
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
@@ -626,7 +628,9 @@ Test(cli, deployment_switches_refuse_bad_values_naming_the_flag_and_the_value) {
             char what[128], val[64];
             snprintf(what, sizeof what, "%s %s '%s'", tool, bad[i][0], bad[i][1]);
             snprintf(val, sizeof val, "'%s'", bad[i][1]);
-            const int numeric = !strcmp(bad[i][0], "--kv-resident"), empty = !*bad[i][1];
+            const int numeric = !strcmp(bad[i][0], "--kv-resident") || !strcmp(bad[i][0], "--tp") ||
+                                !strcmp(bad[i][0], "--tp-wire-min-bytes"),
+                      empty = !*bad[i][1];
             const char *need[] = {bad[i][0], numeric || empty ? bad[i][1] : val, NULL};
             expect(&r, 2, need, what);
         }

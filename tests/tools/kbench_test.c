@@ -294,10 +294,21 @@ Test(kbench, ops_glob_and_usage) {
     }
     json_decref(j);
     cr_assert(strstr(slurp_file("b.md"), "| time | GB/s | GFLOP/s | bound | flops |"), "%s", slurp_file("b.md"));
-    /* --tp: one rank until tensor parallelism exists, refused by name above it */
-    snprintf(a, sizeof a, "-m %s --kernels ref --tp 2", tiny);
-    cr_assert_eq(kbench(a), 2);
-    cr_assert(strstr(slurp_file("err"), "--tp 2: tensor parallelism is not built yet"), "%s", slurp_file("err"));
+    /* --tp 2: rank 0's shapes, the all-reduce run by both ranks (rank r brings x * (r + 1)) and
+     * checked against their sum in rank order; both forms where the wire may be lossy */
+    snprintf(a, sizeof a, "-m %s --kernels ref --tp 2 --tp-wire lossy --tp-wire-min-bytes 64 --ops all_reduce --buckets 2 --json",
+             tiny);
+    cr_assert_eq(kbench(a), 0, "%s", slurp_file("err"));
+    j = json_loads(slurp_file("out"), 0, &je);
+    cr_assert_not_null(j);
+    int generic = 0, arrival = 0;
+    json_array_foreach(json_object_get(j, "rows"), i, r) {
+        const char *k = json_string_value(json_object_get(r, "kernel"));
+        cr_assert(json_is_true(json_object_get(r, "pass")), "%s failed", k);
+        generic += k && strstr(k, "all_reduce:generic") != NULL, arrival += k && strstr(k, "all_reduce:arrival") != NULL;
+    }
+    cr_assert(generic > 0 && arrival > 0, "generic %d, arrival %d rows", generic, arrival);
+    json_decref(j);
 }
 
 /* libref on every op of the default model, at the served step bounds cut down to a few buckets

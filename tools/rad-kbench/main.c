@@ -44,7 +44,8 @@ static void usage(FILE *f) {
             "                       read bandwidth this machine measures (a benchmark, never a check)\n"
             "  --quick              one row count per bucket, two context lengths (make test)\n"
             "  --buckets N,N,...    check only at these row counts, each in the bucket holding it\n"
-            "  --tp N               ranks of tensor parallelism (1 only, until issue 17)\n"
+            "  --tp N               ranks of tensor parallelism: the ops at rank 0's shapes, the collectives\n"
+            "                       run by every rank (threads of this process, as radiance --tp runs them)\n"
             "  --knobs              also run each kernel at every value of each of its knobs (one knob at a\n"
             "                       time, the others at their defaults), checked like the defaults\n"
             "  --max-mixed-tok N    tokens per step, as radiance (default 512)\n"
@@ -55,7 +56,8 @@ static void usage(FILE *f) {
             "  --max-tolerance T    allow kernels within T (radiance --max-tolerance; default 1e-3)\n"
             "  --kv-type T          the KV cache's type, as radiance: f32 (default), f16, bf16\n"
             "  --kv-cache-dtype T   --kv-type's types, or fp8_v4 / fp8_k6v4 (the narrow fp8 layouts)\n"
-            "  --control-vector FILE, --tp-attn-split rows, --state-cache-dtype f32|f16, --kv-resident N\n"
+            "  --control-vector FILE, --tp-attn-split rows, --state-cache-dtype f32|f16, --kv-resident N,\n"
+            "  --tp-wire exact|lossy, --tp-wire-min-bytes N\n"
             "                       radiance's deployment switches: the program they declare is the one\n"
             "                       checked; refused, naming the plugin, where its probe does not grant them\n"
             "  --deterministic      batch-invariant kernels first (radiance --deterministic)\n"
@@ -79,7 +81,7 @@ static int num(const char *flag, const char *s, double lo, double hi, uint32_t *
 /* 0 ok, 2 usage (printed), -1 help. */
 static int parse(int argc, char **argv, Opts *o) {
     enum { KERNELS = 256, REPORT, JSON, OPS, BENCH, QUICK, KNOBS, MAXTOK, MAXSEQS, CTX, THREADS, FAST, DET, NOREPACK, PDIR, MAXTOL, KVTYPE, BUCKETS, TP,
-           KVCDT, CVEC, TPSPLIT, STATEDT, KVRES };
+           KVCDT, CVEC, TPSPLIT, STATEDT, KVRES, TPWIRE, TPWMIN };
     static const struct option lo[] = {
         {"model", required_argument, 0, 'm'},      {"kernels", required_argument, 0, KERNELS},
         {"report", required_argument, 0, REPORT},  {"json", no_argument, 0, JSON},
@@ -94,7 +96,8 @@ static int parse(int argc, char **argv, Opts *o) {
         {"kv-type", required_argument, 0, KVTYPE}, {"buckets", required_argument, 0, BUCKETS},
         {"tp", required_argument, 0, TP},
         {"kv-cache-dtype", required_argument, 0, KVCDT}, {"control-vector", required_argument, 0, CVEC},
-        {"tp-attn-split", required_argument, 0, TPSPLIT}, {"state-cache-dtype", required_argument, 0, STATEDT},
+        {"tp-attn-split", required_argument, 0, TPSPLIT}, {"tp-wire", required_argument, 0, TPWIRE},
+        {"tp-wire-min-bytes", required_argument, 0, TPWMIN}, {"state-cache-dtype", required_argument, 0, STATEDT},
         {"kv-resident", required_argument, 0, KVRES},
         {0, 0, 0, 0}};
     int c, li = 0;
@@ -140,14 +143,11 @@ static int parse(int argc, char **argv, Opts *o) {
             break;
         }
         case TP: {
-            uint32_t v;
-            if (!num("--tp", optarg, 1, 64, &v)) return 2;
-            if (v != 1)
-                return fprintf(stderr, "rad-kbench: --tp %u: tensor parallelism is not built yet (issue 17); this build runs "
-                                       "one rank\n", v), 2;
+            RadErr e = {0};
+            if (rad_engine_deploy_flag(&o->deploy, "--tp", optarg, &e)) return fprintf(stderr, "%s: %s\n", "rad-kbench", e.msg), 2;
             break;
         }
-        case KVTYPE: case KVCDT: case CVEC: case TPSPLIT: case STATEDT: case KVRES: { /* radiance's deployment switches */
+        case KVTYPE: case KVCDT: case CVEC: case TPSPLIT: case STATEDT: case KVRES: case TPWIRE: case TPWMIN: { /* radiance's deployment switches */
             RadErr e = {0};
             char flag[32];
             snprintf(flag, sizeof flag, "--%s", lo[li].name);

@@ -57,13 +57,15 @@ static void usage(FILE *f) {
             "  --threads N          kernel threads (default: all cores)\n"
             "  --kv-type T          the KV cache's type, as radiance: f32 (default), f16, bf16\n"
             "  --kv-cache-dtype T   --kv-type's types, or fp8_v4 / fp8_k6v4 (the narrow fp8 layouts)\n"
-            "  --control-vector FILE, --tp-attn-split rows, --state-cache-dtype f32|f16, --kv-resident N\n"
+            "  --control-vector FILE, --tp-attn-split rows, --state-cache-dtype f32|f16, --kv-resident N,\n"
+            "  --tp-wire exact|lossy, --tp-wire-min-bytes N\n"
             "                       radiance's deployment switches: the program they declare is the one\n"
             "                       tuned; refused, naming the plugin, where its probe does not grant them\n"
             "  --tolerance T        tune as radiance --max-tolerance T runs (kernels within T; default 1e-3)\n"
             "  --fast               the same as --tolerance 2e-2 (radiance --fast)\n"
             "  --deterministic      tune as radiance --deterministic runs (batch-invariant kernels only)\n"
-            "  --tp N               ranks of tensor parallelism (1 only, until issue 17)\n"
+            "  --tp N               ranks of tensor parallelism: the ops at rank 0's shapes, the collectives\n"
+            "                       run by every rank (threads of this process, as radiance --tp runs them)\n"
             "  --no-repack          as radiance --no-repack\n"
             "  --restart            ignore OUT.partial (measure everything again)\n"
             "  --json               a JSON summary on stdout (stable keys)\n"
@@ -83,7 +85,7 @@ static int num(const char *flag, const char *s, double lo, double hi, uint32_t *
 /* 0 ok, 2 usage (printed), -1 help. */
 static int parse(int argc, char **argv, Opts *o) {
     enum { KERNELS = 256, OPS, QUICK, NOKNOBS, MAXTOK, MAXSEQS, CTX, THREADS, KVTYPE, TOL, FAST, DET, NOREPACK, RESTART, JSON,
-           PDIR, TP, KVCDT, CVEC, TPSPLIT, STATEDT, KVRES };
+           PDIR, TP, KVCDT, CVEC, TPSPLIT, STATEDT, KVRES, TPWIRE, TPWMIN };
     static const struct option lo[] = {
         {"model", required_argument, 0, 'm'},        {"output", required_argument, 0, 'o'},
         {"kernels", required_argument, 0, KERNELS},  {"ops", required_argument, 0, OPS},
@@ -97,7 +99,8 @@ static int parse(int argc, char **argv, Opts *o) {
         {"plugin-dir", required_argument, 0, PDIR},  {"help", no_argument, 0, 'h'},
         {"tp", required_argument, 0, TP},
         {"kv-cache-dtype", required_argument, 0, KVCDT}, {"control-vector", required_argument, 0, CVEC},
-        {"tp-attn-split", required_argument, 0, TPSPLIT}, {"state-cache-dtype", required_argument, 0, STATEDT},
+        {"tp-attn-split", required_argument, 0, TPSPLIT}, {"tp-wire", required_argument, 0, TPWIRE},
+        {"tp-wire-min-bytes", required_argument, 0, TPWMIN}, {"state-cache-dtype", required_argument, 0, STATEDT},
         {"kv-resident", required_argument, 0, KVRES},
         {0, 0, 0, 0}};
     int c, li = 0;
@@ -114,7 +117,7 @@ static int parse(int argc, char **argv, Opts *o) {
         case MAXSEQS: if (!num("--max-seqs", optarg, 1, 4096, &o->max_seqs)) return 2; break;
         case CTX: if (!num("--ctx", optarg, 16, 1 << 20, &o->ctx)) return 2; break;
         case THREADS: if (!num("--threads", optarg, 1, 1024, &o->threads)) return 2; break;
-        case KVTYPE: case KVCDT: case CVEC: case TPSPLIT: case STATEDT: case KVRES: { /* radiance's deployment switches */
+        case KVTYPE: case KVCDT: case CVEC: case TPSPLIT: case STATEDT: case KVRES: case TPWIRE: case TPWMIN: { /* radiance's deployment switches */
             RadErr e = {0};
             char flag[32];
             snprintf(flag, sizeof flag, "--%s", lo[li].name);
@@ -129,11 +132,8 @@ static int parse(int argc, char **argv, Opts *o) {
         }
         case FAST: o->fast = 1; break;
         case TP: {
-            uint32_t v;
-            if (!num("--tp", optarg, 1, 64, &v)) return 2;
-            if (v != 1)
-                return fprintf(stderr, "rad-tune: --tp %u: tensor parallelism is not built yet (issue 17); this build runs "
-                                       "one rank\n", v), 2;
+            RadErr e = {0};
+            if (rad_engine_deploy_flag(&o->deploy, "--tp", optarg, &e)) return fprintf(stderr, "%s: %s\n", "rad-tune", e.msg), 2;
             break;
         }
         case DET: o->deterministic = 1; break;
