@@ -97,10 +97,17 @@ for tool, extra, flag in TOLS:
     CASES.append(dict(name="%s-fast-and-another-tolerance" % tool,
                       argv=["{B}/" + tool, "-m" if tool != "radiance" else "--model", "{MODEL}", "--fast", flag, "1e-3"] + extra,
                       rc=2, stderr=r"^%s: --fast is --(max-)?tolerance 0\.02: give one of them" % tool, no_files=["{T}/t.tune*"]))
-for tool, extra in [("rad-kbench", []), ("rad-tune", ["-o", "{T}/t.tune"])]:
-    for v in ["2", "0", "1.5", "x"]:
-        CASES.append(dict(name="%s-tp-%s" % (tool, slug(v)), argv=["{B}/" + tool, "-m", "{MODEL}", "--tp", v] + extra, rc=2,
-                          stderr=r"^%s: --tp " % tool, quick=v == "2", no_files=["{T}/t.tune*"]))
+for tool, extra in [("radiance", ["-p", "x", "-n", "1"]), ("rad-kbench", []), ("rad-tune", ["-o", "{T}/t.tune"])]:
+    m = ["--model" if tool == "radiance" else "-m", "{MODEL}"]
+    for v in ["65", "0", "1.5", "x", ""]:
+        CASES.append(dict(name="%s-tp-%s" % (tool, slug(v) if v else "empty"), argv=["{B}/" + tool] + m + ["--tp", v] + extra,
+                          rc=2, stderr=r"^%s: --tp " % tool, quick=v == "0", no_files=["{T}/t.tune*"]))
+    # a split that leaves a rank no query head of its KV head (SmolLM2: 9 heads, 3 KV heads): one line
+    # naming the plugin, the dimension and N, nothing written
+    CASES.append(dict(name="%s-tp-impossible-split" % tool, argv=["{B}/" + tool] + m + ["--tp", "32"] + extra, rc=1,
+                      stderr=r"^%s: .*llama_ggml: model\.n_head .*--tp 32" % tool, no_files=["{T}/t.tune*"]))
+# --tp 2 serves: two ranks, one line of text
+CASES.append(dict(name="radiance-tp-2-served", argv=["{B}/radiance", "--model", "{MODEL}", "--tp", "2", "-p", "x", "-n", "2"], rc=0))
 for v in ["", ",", "1,", "0", "1,x", "1.5", ",".join(["1"] * 17)]:
     CASES.append(dict(name="rad-kbench-buckets-%s" % slug(v), argv=["{B}/rad-kbench", "-m", "{MODEL}", "--buckets", v], rc=2,
                       stderr=r"^rad-kbench: --buckets", quick=v == "1,x"))
@@ -109,7 +116,7 @@ for v in ["", ",", "1,", "0", "1,x", "1.5", ",".join(["1"] * 17)]:
 # and the value in every tool; a good one the llama_ggml plugin does not grant is refused naming both
 DEPLOY_BAD = [("--kv-cache-dtype", ["fp9", "FP8_V4", "", "fp8"]), ("--tp-attn-split", ["heads", "", "rows "]),
               ("--state-cache-dtype", ["bf16", "", "F16"]), ("--kv-resident", ["0", "-1", "1.5", "nan", "16777217", ""]),
-              ("--control-vector", [""])]
+              ("--control-vector", [""]), ("--tp-wire", ["fast", "", "Lossy"]), ("--tp-wire-min-bytes", ["0", "-1", "x", ""])]
 DEPLOY_GOOD = [("--kv-cache-dtype", "fp8_v4", 1), ("--kv-cache-dtype", "fp8_k6v4", 1), ("--tp-attn-split", "rows", 1),
                ("--state-cache-dtype", "f16", 1), ("--kv-resident", "4", 0)]  # 1: the refusal names the value too
 # --control-vector llama_ggml serves (arch/common/rad_cvec.h): radiance runs with it
