@@ -690,9 +690,10 @@ int main(int argc, char **argv) {
     if (!rc) rc = rad_stdout_flush(&e); /* before the timing line: a failed write is the one line */
     if (rc) fprintf(stderr, "radiance: %s\n", e.msg);
     else if (o.prompt || o.ids || o.chat)
-        fprintf(stderr, "radiance: load %.2f s; prompt %zu tokens in %.3f s (%.1f tok/s); generation %d tokens in %.3f s (%.1f tok/s); %u threads\n",
+        fprintf(stderr, "radiance: load %.2f s; prompt %zu tokens in %.3f s (%.1f tok/s); generation %d tokens in %.3f s (%.1f tok/s); %u threads%s\n",
                 t_load, st.n_prompt, st.t_prompt, st.t_prompt > 0 ? (double)st.n_prompt / st.t_prompt : 0.0, st.n_gen, st.t_gen,
-                st.t_gen > 0 ? st.n_gen / st.t_gen : 0.0, rad_engine_limits(en).n_threads);
+                st.t_gen > 0 ? st.n_gen / st.t_gen : 0.0, rad_engine_limits(en).n_threads,
+                rad_engine_world(en) > 1 ? " a rank" : "");
     if (!rc && o.spec && (o.prompt || o.ids || o.chat))
         fprintf(stderr, "radiance: speculation (%s, depth %u): %" PRIu64 " rows drafted %" PRIu64 " tokens, %" PRIu64
                 " accepted (%.1f%%), %.2f tokens a verify row\n", o.spec == RAD_SPEC_DRAFT ? "draft model" : "ngram",

@@ -1437,10 +1437,13 @@ int serve(const Opts *o) {
     pthread_mutex_unlock(&s->gate);
     if (rc) fprintf(stderr, "radiance: %s\n", e.msg); /* the refusal's one line: nothing was announced */
     else if (run) announce_http(s);
+    char tp_words[64] = "";
+    if (run && rad_engine_world(s->en) > 1)
+        snprintf(tp_words, sizeof tp_words, ", tensor parallel over %u ranks", rad_engine_world(s->en));
     if (run)
-        fprintf(stderr, "radiance: ready in %.2f s: model '%s', context %u, max_seqs %u, max_mixed_tok %u, %s, chat %s%s%.200s%s%.300s\n",
+        fprintf(stderr, "radiance: ready in %.2f s: model '%s', context %u, max_seqs %u, max_mixed_tok %u, %s%s, chat %s%s%.200s%s%.300s\n",
                 now() - t0, s->model_name, s->cx.max_ctx, o->max_seqs, o->max_mixed_tok,
-                o->deterministic ? "deterministic" : "not deterministic", s->cx.chat ? s->cx.chat->kind : "none",
+                o->deterministic ? "deterministic" : "not deterministic", tp_words, s->cx.chat ? s->cx.chat->kind : "none",
                 o->tune && !rad_engine_tune_warning(s->en) ? ", kernels from the tuning table " : "",
                 o->tune && !rad_engine_tune_warning(s->en) ? o->tune : "",
                 o->spec == RAD_SPEC_NGRAM ? ", speculation: prompt lookup" : o->spec ? ", speculation: draft model " : "",
