@@ -134,6 +134,18 @@ static inline int rad_tp_share(uint32_t n_head, uint32_t n_kv, uint32_t n_ff, ui
     return 0;
 }
 
+/* The declare's refusal of a deployment whose split leaves a rank nothing: one line naming the
+ * plugin, the dimension and N. */
+static inline int rad_tp_check(RadBuilder *b, const char *plugin, const RadModelMeta *m, const RadBuildCtx *ctx) {
+    RadTpShare sh;
+    const char *dim = "";
+    if (ctx->world_size <= 1 ||
+        rad_tp_share((uint32_t)m->n_head, (uint32_t)m->n_head_kv, (uint32_t)m->n_ff, ctx->rank, ctx->world_size, &sh, &dim) == 0)
+        return 0;
+    return rad_block_fail(b, "%s: %s (%d heads, %d KV heads, n_ff %d) does not split over --tp %u: a rank would get none",
+                          plugin, dim, (int)m->n_head, (int)m->n_head_kv, (int)m->n_ff, ctx->world_size);
+}
+
 /* ---- weights ------------------------------------------------------------------------------- */
 
 /* A projection [n_out, n_in] of this rank: under tensor parallelism, SHARD_ROW takes rows

@@ -174,12 +174,7 @@ static int gemma_check_meta(RadBuilder *b, const RadModelMeta *m, const RadBuild
     if (!(m->rms_eps > 0)) return rad_block_fail(b, GEMMA_PN ": model.rms_eps is %g (must be positive)", (double)m->rms_eps);
     if (!(m->rope_theta > 0)) return rad_block_fail(b, GEMMA_PN ": model.rope_theta is %g (must be positive)", (double)m->rope_theta);
     if (ctx->max_tok == 0) return rad_block_fail(b, GEMMA_PN ": RadBuildCtx.max_tok is 0");
-    RadTpShare sh;
-    const char *dim = "";
-    if (ctx->world_size > 1 && rad_tp_share((uint32_t)m->n_head, (uint32_t)m->n_head_kv, (uint32_t)m->n_ff, ctx->rank,
-                                            ctx->world_size, &sh, &dim) != 0)
-        return rad_block_fail(b, GEMMA_PN ": %s (%d heads, %d KV heads, n_ff %d) does not split over --tp %u: a rank would get "
-                              "none", dim, (int)m->n_head, (int)m->n_head_kv, (int)m->n_ff, ctx->world_size);
+    if (rad_tp_check(b, GEMMA_PN, m, ctx) != 0) return RAD_E_UNSUPPORTED;
     if (ctx->cvec && rad_cvec_check(b, GEMMA_PN, ctx->cvec, (uint32_t)m->n_layers, (uint32_t)m->n_embd) != 0)
         return RAD_E_UNSUPPORTED;
     /* the deployment switches the probe does not grant (the core refuses them first, by flag) */

@@ -135,21 +135,32 @@ static int comm_barrier(RefComm *c) {
     return RAD_OK;
 }
 
-int ref_run_all_reduce(const RadKernelArgs *a) {
+/* What both forms check first. RAD_OK with *c NULL: one rank, the sum is its own rows; else the
+ * communicator, the rows' *total elements (whole rows: one run of n * N floats) and `exact`. */
+static int ar_begin(const RadKernelArgs *a, RefComm **c, uint64_t *total, int64_t *exact) {
+    *c = NULL;
     int rc = ref_preamble(a, 1);
     if (rc) return rc;
-    int64_t N, exact;
-    if (!ref_pint(a, "N", &N) || !ref_pint(a, "exact", &exact) || N < 1) return RAD_E_ARG;
+    int64_t N;
+    if (!ref_pint(a, "N", &N) || !ref_pint(a, "exact", exact) || N < 1) return RAD_E_ARG;
     if (!ref_buf_ok(&a->args[0], (uint64_t)a->n, (uint64_t)N)) return RAD_E_SHAPE;
     const RefState *s = a->lib_state;
-    if (!s || s->world_size <= 1) return RAD_OK; /* one rank: the sum is its own rows */
-    RefComm *c = s->comm;
-    if (!c) return RAD_E_UNSUPPORTED;
-    if (atomic_load(&c->poisoned)) return RAD_E_IO;
+    if (!s || s->world_size <= 1) return RAD_OK;
+    if (!s->comm) return RAD_E_UNSUPPORTED;
+    if (atomic_load(&s->comm->poisoned)) return RAD_E_IO;
+    if (a->args[0].row_stride != (uint64_t)N) return RAD_E_SHAPE;
+    *c = s->comm, *total = (uint64_t)a->n * (uint64_t)N;
+    return RAD_OK;
+}
+
+int ref_run_all_reduce(const RadKernelArgs *a) {
+    RefComm *c;
+    uint64_t total;
+    int64_t exact;
+    int rc = ar_begin(a, &c, &total, &exact);
+    if (rc || !c) return rc;
     const RadKArg *x = &a->args[0];
-    if (x->row_stride != (uint64_t)N) return RAD_E_SHAPE; /* whole rows: one run of n * N floats */
-    const uint64_t total = (uint64_t)a->n * (uint64_t)N;
-    const uint32_t W = c->world, r = s->rank;
+    const uint32_t W = c->world, r = ((const RefState *)a->lib_state)->rank;
     atomic_store(&c->bufs[r], (float *)x->data);
     atomic_store(&c->count[r], total);
     if ((rc = comm_barrier(c))) return rc;
@@ -177,22 +188,14 @@ int ref_run_all_reduce(const RadKernelArgs *a) {
  * copies the sum out. The order of the additions is the order of arrival: the result differs
  * from the rank-order sum by the rounding of a reordered W-term sum (TOLERANCE 1e-5). */
 int ref_run_all_reduce_arrival(const RadKernelArgs *a) {
-    int rc = ref_preamble(a, 1);
-    if (rc) return rc;
-    int64_t N, exact;
-    if (!ref_pint(a, "N", &N) || !ref_pint(a, "exact", &exact) || N < 1) return RAD_E_ARG;
-    if (!ref_buf_ok(&a->args[0], (uint64_t)a->n, (uint64_t)N)) return RAD_E_SHAPE;
-    const RefState *s = a->lib_state;
-    if (!s || s->world_size <= 1) return RAD_OK;
+    RefComm *c;
+    uint64_t total;
+    int64_t exact;
+    int rc = ar_begin(a, &c, &total, &exact);
+    if (rc || !c) return rc;
     if (exact) return RAD_E_UNSUPPORTED; /* a fixed order was asked */
-    RefComm *c = s->comm;
-    if (!c) return RAD_E_UNSUPPORTED;
-    if (atomic_load(&c->poisoned)) return RAD_E_IO;
-    const RadKArg *x = &a->args[0];
-    if (x->row_stride != (uint64_t)N) return RAD_E_SHAPE;
-    const uint64_t total = (uint64_t)a->n * (uint64_t)N;
-    float *v = x->data;
-    const int t = (int)(c->turn[s->rank]++ & 1);
+    float *v = a->args[0].data;
+    const int t = (int)(c->turn[((const RefState *)a->lib_state)->rank]++ & 1);
     pthread_mutex_lock(&c->mu);
     if (c->acc_in[t] == 0) { /* the first to arrive: the turn's sum is its rows */
         c->acc_bad[t] = 0, c->acc_n[t] = total;
