@@ -287,7 +287,9 @@ static inline rad_kv rad_attn_kv_declare(RadBuilder *b, const RadBlockGeom *g, c
     kd.n_head_kv = g->n_head_kv;
     kd.head_dim = g->head_dim;
     kd.window = window;
-    return rad_decl_kv_group(b, name, &kd);
+    rad_kv kv = rad_decl_kv_group(b, name, &kd);
+    if (kv.id >= 0 && g->kv_replicated) rad_kv_group_replicated(b, kv); /* another rank holds these heads too */
+    return kv;
 }
 
 /* Binds layers [begin, end) to kv. Returns 0, or -1 with the refused layer in *refused. */

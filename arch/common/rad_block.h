@@ -69,6 +69,7 @@ typedef struct RadBlockGeom {
     uint32_t world_size;      /* > 1: q/k/v, gate/up SHARD_ROW; o, down SHARD_COL + all_reduce */
     uint32_t q_head0;         /* this rank's first query head (rad_tp_share) */
     uint32_t kv_head0;        /* this rank's first KV head */
+    int kv_replicated;        /* another rank holds this rank's KV head too (fewer KV heads than ranks) */
     uint32_t ff0;             /* this rank's first MLP column */
     int tp_wire_lossy;        /* RadBuildCtx::tp_wire_lossy */
     uint64_t tp_wire_min_bytes;

@@ -287,7 +287,7 @@ static int gemma_hparams(RadBuilder *b, const RadModelMeta *meta, const RadBuild
         return rad_block_fail(b, GEMMA_PN ": %s does not split over %u ranks", dim, world); /* gemma_check_meta said why first */
     g->n_embd = (uint32_t)meta->n_embd;
     g->n_head = sh.nq, g->q_head0 = sh.q0;
-    g->n_head_kv = sh.nkv, g->kv_head0 = sh.kv0;
+    g->n_head_kv = sh.nkv, g->kv_head0 = sh.kv0, g->kv_replicated = sh.kv_shared;
     g->head_dim = (uint32_t)meta->head_dim;
     g->n_ff = sh.nff, g->ff0 = sh.ff0;
     g->rms_eps = meta->rms_eps;

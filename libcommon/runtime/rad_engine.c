@@ -516,6 +516,10 @@ static int build_kv(RadEngine *en, RadErr *e) {
         if (k->d.kind != RAD_KV_FULL && k->d.kind != RAD_KV_WINDOW)
             return rad_err_set(e, RAD_E_UNSUPPORTED, "KV group '%s': only FULL and WINDOW groups are served by this engine yet",
                                k->name);
+        if (k->zero) /* a rank with no heads of it: this engine gives every rank at least one (rad_tp_share) */
+            return rad_err_set(e, RAD_E_UNSUPPORTED, "KV group '%s': plugin '%s' declares it empty on rank %u "
+                               "(rad_kv_group_zero): not served; every rank holds at least one KV head", k->name,
+                               en->arch->info->name, en->rank);
         if (en->g.n_kvs > RAD_ENGINE_KV_GROUPS_MAX)
             return rad_err_set(e, RAD_E_UNSUPPORTED, "KV group '%s': the model declares %d groups, the engine serves %d", k->name,
                                en->g.n_kvs, RAD_ENGINE_KV_GROUPS_MAX);
@@ -1726,9 +1730,11 @@ static void dump_rank_placement(const RadEngine *en, FILE *f) {
         if (c->window) snprintf(kind, sizeof kind, "window %u", c->window);
         else snprintf(kind, sizeof kind, "full");
         fprintf(f, "kv group '%s' (%s): %u blocks of %u tokens, at most %u per sequence, %" PRIu64 " bytes per block per layer, "
-                   "%u layers: %" PRIu64 " bytes\n",
+                   "%u layers: %" PRIu64 " bytes%s\n",
                 k->name, kind, c->n_blocks, c->block_size, seq_blocks(en, k, en->ctx.max_tok), c->block_bytes, c->n_layers,
-                (uint64_t)c->n_blocks * c->block_bytes * c->n_layers);
+                (uint64_t)c->n_blocks * c->block_bytes * c->n_layers,
+                k->replicated ? " (replicated: another rank holds the same KV heads)" : "");
+        if (en->world > 1) fprintf(f, "  %u KV heads of head_dim %u on this rank\n", k->d.n_head_kv, k->d.head_dim);
     }
     fprintf(f, "workspace: %zu bytes\n", en->workspace_bytes);
 }
