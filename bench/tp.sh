@@ -9,7 +9,9 @@
 set -eu
 R=${1:-6} T=${2:-2} N=${3:-2}
 . bench/common.sh
-AB_RAD=${AB_RAD:-tp.rad} ARGS_B="--tp $N" sh bench/ab.sh build build "$R" "$T"
+AB_RAD=${AB_RAD:-tp.rad}
+export AB_RAD
+ARGS_B="--tp $N" sh bench/ab.sh build build "$R" "$T"
 # what crosses between ranks: two all-reduces a layer (after attention's o and the MLP's down),
 # each rows x n_embd f32 that every rank writes into every other's buffer (ref_comm.c's generic form)
 build/rad-info --json "build/$AB_RAD" | python3 -c '
