@@ -59,3 +59,81 @@ Test(stepfail, no_issue_runs_after_rad_step_fail) {
     }
     rad_engine_close(en);
 }
+
+/* ---- tensor parallelism: a rank that fails releases the others ---------------------------------
+ * tests/plugins/arch_tpfail.c issues add, all_reduce, add on every rank; RAD_TEST_TPFAIL=R makes
+ * rank R fail before the all_reduce the other ranks wait in. The step must return (no rank left
+ * waiting), with rank R's own reason, and the next step (no failure) runs on every rank. */
+static char tp_path[256];
+
+static void tp_setup(void) {
+    snprintf(tp_path, sizeof tp_path, "/tmp/rad-tpfail-%d.rad", (int)getpid());
+    RadDict meta;
+    RadErr e = {0};
+    tiny_llama_meta(&meta, 1, 4, 1, 1, 4, 4, 8, &e);
+    cr_assert_eq(rad_dict_set_str(&meta, "model.arch_id", "tpfail_test", &e), RAD_OK, "%s", e.msg);
+    RadWriter *w;
+    cr_assert_eq(rad_writer_init(&w, tp_path, NULL, 1, &e), RAD_OK, "%s", e.msg);
+    rad_writer_set_kv(w, 0, &meta, &e);
+    const float d[4] = {1, 2, 3, 4};
+    uint64_t shape[1] = {4};
+    RadPlaneSrc p = {"data", d, sizeof d};
+    cr_assert_eq(rad_writer_add_tensor(w, "w", RAD_ENC_F32, 1, shape, 1, &p, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_writer_finish(w, &e), RAD_OK, "%s", e.msg);
+    rad_writer_free(w);
+    rad_dict_free(&meta);
+}
+static void tp_teardown(void) {
+    unlink(tp_path);
+    unsetenv("RAD_TEST_TPFAIL");
+    unsetenv("RAD_TEST_KVZERO");
+}
+
+static int tp_open(uint32_t tp, RadEngine **en, RadErr *e) {
+    const char *b = getenv("RAD_BUILD");
+    static char d1[256], d2[256];
+    snprintf(d1, sizeof d1, "%s/test-plugins", b ? b : "build");
+    snprintf(d2, sizeof d2, "%s/plugins", b ? b : "build");
+    const char *dirs[2] = {d1, d2};
+    RadEngineOpts o = {.model = tp_path, .plugin_dirs = dirs, .n_plugin_dirs = 2, .kernels = "ref", .max_tok = 8,
+                       .max_seqs = 1, .max_ctx = 16, .n_threads = 1, .tp = tp};
+    return rad_engine_open(en, &o, e);
+}
+
+Test(stepfail, a_failing_rank_releases_the_others, .init = tp_setup, .fini = tp_teardown, .timeout = 60) {
+    const int32_t ids[3] = {1, 2, 3};
+    for (int rank = 0; rank < 3; rank++) {
+        char v[16];
+        snprintf(v, sizeof v, "%d", rank);
+        setenv("RAD_TEST_TPFAIL", v, 1);
+        RadEngine *en = NULL;
+        RadErr e = {0};
+        cr_assert_eq(tp_open(3, &en, &e), RAD_OK, "%s", e.msg);
+        cr_assert_neq(rad_engine_forward(en, 0, ids, 3, 0, 0, &e), RAD_OK, "rank %d failed and the step succeeded", rank);
+        char want[96]; /* rank 0's reason as it is; another rank's prefixed with it */
+        if (rank) snprintf(want, sizeof want, "rank %d: tpfail_test: this rank failed on purpose", rank);
+        else snprintf(want, sizeof want, "step: tpfail_test: this rank failed on purpose");
+        cr_assert(strstr(e.msg, want), "rank %d: not its own reason: %s", rank, e.msg);
+        cr_assert_null(strstr(e.msg, "RAD_E_IO"), "the release was reported, not the failure: %s", e.msg);
+        rad_engine_drop_seq(en, 0);
+        rad_engine_close(en);
+    }
+    unsetenv("RAD_TEST_TPFAIL"); /* no failure: every rank runs the step, the communicator usable again */
+    RadEngine *en = NULL;
+    RadErr e = {0};
+    cr_assert_eq(tp_open(3, &en, &e), RAD_OK, "%s", e.msg);
+    for (int round = 0; round < 3; round++) {
+        cr_assert_eq(rad_engine_forward(en, 0, ids, 3, 0, 0, &e), RAD_OK, "%s", e.msg);
+        rad_engine_drop_seq(en, 0);
+    }
+    rad_engine_close(en);
+}
+
+Test(stepfail, a_zero_kv_group_is_refused_by_name, .init = tp_setup, .fini = tp_teardown) {
+    setenv("RAD_TEST_KVZERO", "1", 1);
+    RadEngine *en = NULL;
+    RadErr e = {0};
+    cr_assert_neq(tp_open(2, &en, &e), RAD_OK, "a group declared empty was accepted");
+    cr_assert_null(en);
+    cr_assert(strstr(e.msg, "KV group 'kv'") && strstr(e.msg, "tpfail_test") && strstr(e.msg, "rad_kv_group_zero"), "%s", e.msg);
+}
