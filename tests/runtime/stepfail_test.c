@@ -14,14 +14,14 @@
 
 static char path[256];
 
-static void setup(void) {
-    snprintf(path, sizeof path, "/tmp/rad-stepfail-%d.rad", (int)getpid());
+/* A container for a test architecture: tiny-Llama metadata under arch_id, one f32 weight "w". */
+static void write_container(const char *file, const char *arch_id) {
     RadDict meta;
     RadErr e = {0};
     tiny_llama_meta(&meta, 1, 4, 1, 1, 4, 4, 8, &e);
-    cr_assert_eq(rad_dict_set_str(&meta, "model.arch_id", "stepfail_test", &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_dict_set_str(&meta, "model.arch_id", arch_id, &e), RAD_OK, "%s", e.msg);
     RadWriter *w;
-    cr_assert_eq(rad_writer_init(&w, path, NULL, 1, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_writer_init(&w, file, NULL, 1, &e), RAD_OK, "%s", e.msg);
     rad_writer_set_kv(w, 0, &meta, &e);
     const float d[4] = {1, 2, 3, 4};
     uint64_t shape[1] = {4};
@@ -30,6 +30,11 @@ static void setup(void) {
     cr_assert_eq(rad_writer_finish(w, &e), RAD_OK, "%s", e.msg);
     rad_writer_free(w);
     rad_dict_free(&meta);
+}
+
+static void setup(void) {
+    snprintf(path, sizeof path, "/tmp/rad-stepfail-%d.rad", (int)getpid());
+    write_container(path, "stepfail_test");
 }
 static void teardown(void) { unlink(path); }
 
@@ -68,20 +73,7 @@ static char tp_path[256];
 
 static void tp_setup(void) {
     snprintf(tp_path, sizeof tp_path, "/tmp/rad-tpfail-%d.rad", (int)getpid());
-    RadDict meta;
-    RadErr e = {0};
-    tiny_llama_meta(&meta, 1, 4, 1, 1, 4, 4, 8, &e);
-    cr_assert_eq(rad_dict_set_str(&meta, "model.arch_id", "tpfail_test", &e), RAD_OK, "%s", e.msg);
-    RadWriter *w;
-    cr_assert_eq(rad_writer_init(&w, tp_path, NULL, 1, &e), RAD_OK, "%s", e.msg);
-    rad_writer_set_kv(w, 0, &meta, &e);
-    const float d[4] = {1, 2, 3, 4};
-    uint64_t shape[1] = {4};
-    RadPlaneSrc p = {"data", d, sizeof d};
-    cr_assert_eq(rad_writer_add_tensor(w, "w", RAD_ENC_F32, 1, shape, 1, &p, &e), RAD_OK, "%s", e.msg);
-    cr_assert_eq(rad_writer_finish(w, &e), RAD_OK, "%s", e.msg);
-    rad_writer_free(w);
-    rad_dict_free(&meta);
+    write_container(tp_path, "tpfail_test");
 }
 static void tp_teardown(void) {
     unlink(tp_path);
