@@ -119,6 +119,7 @@ $(B)/tests/run: $(TEST_SRC:%.c=$(B)/obj/%.o) $(B)/libcommon.a
 # Criterion reports a test before its worker exits, so a leak found at exit would not fail it:
 # the log is searched for sanitizer reports too.
 test-unit: tools $(TEST_SO) $(B)/tests/run model
+	@if grep -rnE '\.timeout[[:space:]]*=' tests --include='*.c'; then echo "test-unit: a test above sets Criterion's .timeout, whose runner allocation LSan reports as a leak: use test_deadline() (tests/test_util.h)"; exit 1; fi
 	@RAD_BUILD=$(B) $(B)/tests/run --jobs 2 >$(B)/tests/log 2>&1; rc=$$?; cat $(B)/tests/log; \
 	 if grep -qE 'ERROR: (Leak|Address)Sanitizer|runtime error:' $(B)/tests/log; then \
 	   echo "test-unit: sanitizer reports above"; exit 1; fi; exit $$rc

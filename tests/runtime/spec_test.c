@@ -22,6 +22,7 @@
 #include "libcommon/format/rad_model.h"
 #include "libcommon/runtime/rad_sched.h"
 #include "libcommon/runtime/rad_spec.h"
+#include "tests/test_util.h"
 
 /* ---- prompt lookup ---------------------------------------------------------------------------- */
 
@@ -413,7 +414,8 @@ static void pair_teardown(void) {
 
 /* Qwen2.5-Coder-1.5B with its 0.5B drafting, and with prompt lookup, on every benchmark prompt
  * (bench/spec/): the greedy text (32 tokens, deterministic kernels, --fast) is the target's alone. */
-Test(spec, the_real_pair_keeps_the_targets_greedy_text, .init = pair_setup, .fini = pair_teardown, .timeout = 900) {
+Test(spec, the_real_pair_keeps_the_targets_greedy_text, .init = pair_setup, .fini = pair_teardown) {
+    test_deadline(900);
     if (!pair_dir[0]) cr_skip_test(QWEN15 " or " QWEN05 " not fetched (make models): the real pair is skipped");
     if (getenv("RAD_ORACLE_QUICK")) cr_skip_test("the sanitizer build (RAD_ORACLE_QUICK): the real pair is the release build's");
     RadEngineOpts o = {.plugin_dirs = plugin_dirs(), .n_plugin_dirs = 1, .kernels = "ref", .max_tok = 256, .max_seqs = 1,
@@ -491,7 +493,8 @@ static void sample_second(RadEngine *en, const RadTok *tok, RadSpecKind spec, co
     rad_sched_close(s);
 }
 
-Test(spec, sampled_text_keeps_the_targets_distribution, .init = setup, .fini = teardown, .timeout = 600) {
+Test(spec, sampled_text_keeps_the_targets_distribution, .init = setup, .fini = teardown) {
+    test_deadline(600);
     RadEngine *en = open_engine(1, 1, 2, NULL, 2e-2);
     RadTok *tok = NULL;
     RadErr e = {0};

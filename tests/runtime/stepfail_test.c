@@ -10,6 +10,7 @@
 #include "libcommon/format/rad_container.h"
 #include "libcommon/runtime/rad_engine_int.h" /* the per-op call counts */
 
+#include "tests/test_util.h"
 #include "tests/tiny_llama.h"
 
 static char path[256];
@@ -92,7 +93,8 @@ static int tp_open(uint32_t tp, RadEngine **en, RadErr *e) {
     return rad_engine_open(en, &o, e);
 }
 
-Test(stepfail, a_failing_rank_releases_the_others, .init = tp_setup, .fini = tp_teardown, .timeout = 60) {
+Test(stepfail, a_failing_rank_releases_the_others, .init = tp_setup, .fini = tp_teardown) {
+    test_deadline(60);
     const int32_t ids[3] = {1, 2, 3};
     for (int rank = 0; rank < 3; rank++) {
         char v[16];

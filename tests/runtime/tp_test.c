@@ -24,10 +24,12 @@
 #include "libcommon/runtime/rad_engine_int.h"
 #include "libcommon/runtime/rad_sched.h"
 #include "tests/oracle_golden.h"
+#include "tests/test_util.h"
 
 static char dir[256];
 
 static void setup(void) {
+    test_deadline(900);
     snprintf(dir, sizeof dir, "/tmp/rad-tp-XXXXXX");
     cr_assert_not_null(mkdtemp(dir));
 }
@@ -36,7 +38,7 @@ static void teardown(void) {
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     cr_assert_eq(system(cmd), 0);
 }
-TestSuite(tp, .init = setup, .fini = teardown, .timeout = 900);
+TestSuite(tp, .init = setup, .fini = teardown);
 
 static const char *bdir(void) {
     const char *b = getenv("RAD_BUILD");
