@@ -140,8 +140,11 @@ static inline int rad_tp_share(uint32_t n_head, uint32_t n_kv, uint32_t n_ff, ui
 static inline int rad_tp_check(RadBuilder *b, const char *plugin, const RadModelMeta *m, const RadBuildCtx *ctx) {
     RadTpShare sh;
     const char *dim = "";
-    if (ctx->world_size <= 1 ||
-        rad_tp_share((uint32_t)m->n_head, (uint32_t)m->n_head_kv, (uint32_t)m->n_ff, ctx->rank, ctx->world_size, &sh, &dim) == 0)
+    if (ctx->world_size <= 1) return 0;
+    if (m->n_vocab < (int32_t)ctx->world_size) /* the vocabulary-parallel embedding and head (rad_block_vocab.h) */
+        return rad_block_fail(b, "%s: model.n_vocab (%d) does not split over --tp %u: a rank would get no row", plugin,
+                              (int)m->n_vocab, ctx->world_size);
+    if (rad_tp_share((uint32_t)m->n_head, (uint32_t)m->n_head_kv, (uint32_t)m->n_ff, ctx->rank, ctx->world_size, &sh, &dim) == 0)
         return 0;
     return rad_block_fail(b, "%s: %s (%d heads, %d KV heads, n_ff %d) does not split over --tp %u: a rank would get none",
                           plugin, dim, (int)m->n_head, (int)m->n_head_kv, (int)m->n_ff, ctx->world_size);

@@ -44,6 +44,7 @@
 
 #include "../common/rad_attn_parts.h"
 #include "../common/rad_block_mlp.h"
+#include "../common/rad_block_vocab.h"
 #include "../common/rad_chat_formats.h"
 #include "../common/rad_cvec.h"
 
@@ -81,6 +82,7 @@ typedef struct GemmaHparams {
     RadBlockGeom gl;          /* local layers: the local rope base, attn_window = the window */
     RadBlockGeom gg;          /* global layers: rope_theta, full attention */
     uint32_t n_layers, n_vocab;
+    RadVocab vocab;           /* this rank's rows of the (tied) embedding and head: vocabulary-parallel under TP */
     uint32_t window;          /* attention.sliding_window */
     uint32_t n_global;        /* layers with global[l] set */
     uint8_t global[GEMMA_MAX_LAYERS]; /* [n_layers] 1: full attention (attention.sliding_window_pattern) */
@@ -123,19 +125,21 @@ typedef struct GemmaLayer {
 typedef struct GemmaModel {
     int ready;                /* a declare completed: step may run */
     GemmaHparams hp;
-    rad_weight w_tok;         /* [n_vocab, n_embd] the embedding, also the (tied) head */
+    rad_weight w_tok;         /* [nv, n_embd] the embedding, also the (tied) head (this rank's rows) */
     rad_weight w_out_norm;    /* [n_embd] */
     RadResid r;               /* x, h, y [max_tok, n_embd] */
     RadAttnScratch as;        /* q, k, v, o */
     RadMlpScratch ms;         /* gate, up, act */
     rad_buf head_x;           /* [out_rows, n_embd] */
-    rad_buf logits;           /* [out_rows, n_vocab] */
+    rad_buf logits;           /* [out_rows, n_vocab] (every rank's, whole) */
     rad_kv kv_local;          /* WINDOW group: the local layers */
     rad_kv kv_global;         /* FULL group: the global layers */
-    rad_op op_embed, op_scale;
+    RadVocabEmbed embed;      /* embed_gather (TP: its part + all_reduce) -> r.x */
+    rad_op op_scale;          /* r.x *= sqrt(n_embd) */
     GemmaLayer layers[GEMMA_MAX_LAYERS];
     RadPreNorm final_norm;
-    rad_op op_gather, op_logits;
+    rad_op op_gather;         /* logits_gather r.h -> head_x */
+    RadVocabHead head;        /* logits_gemm head_x -> logits (TP: its columns + all_gather) */
     /* the embedding form */
     rad_buf pooled;           /* [max_seqs, n_embd] pool's output */
     rad_buf dense_y[GEMMA_MAX_DENSE];   /* [max_seqs, dense_out[k]]: the last is the declared output */
@@ -336,6 +340,8 @@ static int gemma_hparams(RadBuilder *b, const RadModelMeta *meta, const RadBuild
     hp->gl.attn_window = hp->window;
     hp->n_layers = (uint32_t)meta->n_layers;
     hp->n_vocab = (uint32_t)meta->n_vocab;
+    if (rad_vocab_init(&hp->vocab, hp->n_vocab, ctx->rank, g->world_size) != 0)
+        return rad_block_fail(b, GEMMA_PN ": model.n_vocab %u does not split over %u ranks", hp->n_vocab, g->world_size);
     uint64_t rows = ctx->max_out_rows ? ctx->max_out_rows : (uint64_t)(ctx->max_seqs ? ctx->max_seqs : 1) * (1u + ctx->max_spec);
     if (rows > ctx->max_tok) rows = ctx->max_tok;
     hp->out_rows = (uint32_t)(rows ? rows : 1);
@@ -465,14 +471,8 @@ static int gemma_weights_layer(RadBuilder *b, const GemmaHparams *hp, uint32_t l
 
 static int gemma_declare_weights(RadBuilder *b, GemmaHparams *hp, GemmaModel *m) {
     char name[GEMMA_NAME];
-    RadWeightDecl d;
-    memset(&d, 0, sizeof d);
-    d.dtype = RAD_ANY;
-    d.rank = 2;
-    d.shape[0] = hp->n_vocab;
-    d.shape[1] = hp->gg.n_embd;
-    d.access = RAD_ACCESS_VOCAB;
-    d.shard = RAD_SHARD_NONE;
+    uint64_t span[2];
+    RadWeightDecl d = rad_vocab_decl(&hp->vocab, hp->gg.n_embd, 0, span);
     if (gname(name, sizeof name, hp->pfx, -1, "tok_embd.weight") != 0) return rad_block_fail(b, GEMMA_PN ": name too long");
     m->w_tok = rad_decl_weight(b, name, &d);
     if (m->w_tok.id < 0) return rad_block_fail(b, GEMMA_PN ": weight %s was refused", name);
@@ -647,14 +647,12 @@ static int gemma_declare_pooled(RadBuilder *b, const GemmaHparams *hp, GemmaMode
 
 static int gemma_declare_ops(RadBuilder *b, GemmaHparams *hp, GemmaModel *m) {
     const RadBlockGeom *g = &hp->gg;
-    m->op_embed = RAD_OP(b, "embed_gather",
-                         RAD_PARAMS(RAD_RANGE("M", 1, g->max_tok), RAD_INT("N", g->n_embd), RAD_INT("V", hp->n_vocab)),
-                         RAD_WEIGHTS(m->w_tok));
+    if (rad_vocab_embed_declare(b, g, &hp->vocab, m->w_tok, m->r.x, &m->embed) != 0)
+        return rad_block_fail(b, GEMMA_PN ": the embedding was refused");
     m->op_scale = RAD_OP(b, "scale",
                          RAD_PARAMS(RAD_RANGE("M", 1, g->max_tok), RAD_INT("N", g->n_embd), RAD_FLOAT("factor", hp->embd_scale)),
                          RAD_NO_WEIGHTS);
-    if (m->op_embed.id < 0 || m->op_scale.id < 0) return rad_block_fail(b, GEMMA_PN ": the embedding was refused");
-    rad_op_writes(b, m->op_embed, RAD_BUFS(m->r.x), 1);
+    if (m->op_scale.id < 0) return rad_block_fail(b, GEMMA_PN ": the embedding's scale was refused");
     rad_op_reads(b, m->op_scale, RAD_BUFS(m->r.x), 1);
     rad_op_writes(b, m->op_scale, RAD_BUFS(m->r.x), 1);
     for (uint32_t l = 0; l < hp->n_layers; l++)
@@ -664,14 +662,11 @@ static int gemma_declare_ops(RadBuilder *b, GemmaHparams *hp, GemmaModel *m) {
     if (hp->embed) return gemma_declare_pooled(b, hp, m);
     m->op_gather = RAD_OP(b, "logits_gather", RAD_PARAMS(RAD_RANGE("M", 1, hp->out_rows), RAD_INT("N", g->n_embd)),
                           RAD_NO_WEIGHTS);
-    m->op_logits = RAD_OP(b, "logits_gemm",
-                          RAD_PARAMS(RAD_RANGE("M", 1, hp->out_rows), RAD_INT("N", hp->n_vocab), RAD_INT("K", g->n_embd)),
-                          RAD_WEIGHTS(m->w_tok));
-    if (m->op_gather.id < 0 || m->op_logits.id < 0) return rad_block_fail(b, GEMMA_PN ": the head was refused");
+    if (m->op_gather.id < 0 ||
+        rad_vocab_head_declare(b, g, &hp->vocab, hp->pfx, hp->out_rows, m->w_tok, m->head_x, m->logits, &m->head) != 0)
+        return rad_block_fail(b, GEMMA_PN ": the head was refused");
     rad_op_reads(b, m->op_gather, RAD_BUFS(m->r.h), 1);
     rad_op_writes(b, m->op_gather, RAD_BUFS(m->head_x), 1);
-    rad_op_reads(b, m->op_logits, RAD_BUFS(m->head_x), 1);
-    rad_op_writes(b, m->op_logits, RAD_BUFS(m->logits), 1);
     if (rad_declare_logits(b, m->logits) != 0) return rad_block_fail(b, GEMMA_PN ": the logits buffer was refused");
     return 0;
 }
@@ -689,6 +684,10 @@ static void gemma_notes(RadBuilder *b, const GemmaHparams *hp) {
              hp->window, n_global, g->n_head_kv, g->head_dim);
     rad_note(b, "blocks: q/k head_rmsnorm before the rope, post-norms on the attention and MLP outputs, GeGLU (gelu_tanh_mul); "
                 "norm gammas 1 + w (GGUF stores them so; Hugging Face's w gets its 1 at convert)");
+    if (g->world_size > 1)
+        rad_note(b, "tensor parallel: %u ranks; this one %u heads / %u kv heads / n_ff %u and vocabulary rows [%u, %u) of "
+                    "the tied table (embed_gather_part + all_reduce; the head's columns all_gathered into the logits)",
+                 g->world_size, g->n_head, g->n_head_kv, g->n_ff, hp->vocab.v0, hp->vocab.v0 + hp->vocab.nv);
 }
 
 static void gemma_notes_embed(RadBuilder *b, const GemmaHparams *hp) {
@@ -772,7 +771,7 @@ static void gemma_step_embed(RadCtx *c, const GemmaModel *m, const RadBatch *bt)
             rad_step_fail(c, GEMMA_PN ": every sequence of an embedding step must be whole, from position 0");
             return;
         }
-    if (RAD_ISSUE_N(c, m->op_embed, n, RAD_W(m->w_tok), praw(bt->token_ids, RAD_I32, n), brows(m->r.x, n)) != 0) return;
+    if (rad_vocab_embed_step(c, &m->embed, m->w_tok, bt->token_ids, m->r.x, n) != 0) return;
     if (RAD_ISSUE_N(c, m->op_scale, n, brows(m->r.x, n)) != 0) return;
     for (uint32_t l = 0; l < m->hp.n_layers; l++)
         if (gemma_layer_step(c, m, &m->layers[l], bt) != 0) return;
@@ -809,7 +808,7 @@ static void gemma_step(RadCtx *c, const RadBatch *bt) {
         return;
     }
     if (n == 0) return; /* zero rows is not a call */
-    if (RAD_ISSUE_N(c, m->op_embed, n, RAD_W(m->w_tok), praw(bt->token_ids, RAD_I32, n), brows(m->r.x, n)) != 0) return;
+    if (rad_vocab_embed_step(c, &m->embed, m->w_tok, bt->token_ids, m->r.x, n) != 0) return;
     if (RAD_ISSUE_N(c, m->op_scale, n, brows(m->r.x, n)) != 0) return;
     for (uint32_t l = 0; l < m->hp.n_layers; l++)
         if (gemma_layer_step(c, m, &m->layers[l], bt) != 0) return;
@@ -817,7 +816,7 @@ static void gemma_step(RadCtx *c, const RadBatch *bt) {
     if (rad_prenorm_step(c, &m->final_norm, n) != 0) return;
     const uint64_t k = bt->n_out;
     if (RAD_ISSUE_N(c, m->op_gather, k, brows(m->r.h, n), praw(bt->out_ids, RAD_I32, k), brows(m->head_x, k)) != 0) return;
-    (void)RAD_ISSUE_N(c, m->op_logits, k, RAD_W(m->w_tok), brows(m->head_x, k), brows(m->logits, k));
+    (void)rad_vocab_head_step(c, &m->head, m->w_tok, m->head_x, m->logits, k);
 }
 
 /* ---- probe, chat format -------------------------------------------------------------------- */

@@ -20,7 +20,8 @@
  * tok_embd weight itself, so a tied head is stored once.
  *
  * with each residual add settled by the following norm (fused add_rmsnorm where resolved). The
- * blocks are arch/common/rad_block_attn.h and rad_block_mlp.h. Every dimension comes from the
+ * blocks are arch/common/rad_block_attn.h and rad_block_mlp.h; the embedding and the head
+ * rad_block_vocab.h's (vocabulary-parallel under tensor parallelism). Every dimension comes from the
  * metadata; nothing is derived from the model's size. */
 #include <arch/rad_arch.h>
 
@@ -28,6 +29,7 @@
 
 #include "../common/rad_block_attn.h"
 #include "../common/rad_block_mlp.h"
+#include "../common/rad_block_vocab.h"
 #include "../common/rad_chat_formats.h"
 #include "../common/rad_cvec.h"
 
@@ -89,6 +91,7 @@ typedef struct LlamaHparams {
     RadBlockGeom g;           /* the blocks' geometry, per rank (heads and n_ff divided) */
     uint32_t n_layers;        /* model.n_layers */
     uint32_t n_vocab;         /* model.n_vocab */
+    RadVocab vocab;           /* this rank's rows of the embedding and the head (vocabulary-parallel under TP) */
     uint32_t n_head, n_head_kv, n_ff; /* the checkpoint's, whole (the GGUF un-interleave, the notes) */
     uint32_t out_rows;        /* logits rows a step may ask: n_out's bound */
     uint32_t rank, world;     /* tensor parallel: this rank of `world` (1: none) */
@@ -113,8 +116,8 @@ typedef struct LlamaModel {
     int ready;                /* a declare completed: step may run */
     LlamaHparams hp;
     /* weights */
-    rad_weight w_tok;         /* [n_vocab, n_embd] the embedding */
-    rad_weight w_out;         /* [n_vocab, n_embd] the head, or w_tok when tied */
+    rad_weight w_tok;         /* [nv, n_embd] the embedding (this rank's rows: vocab.v0..) */
+    rad_weight w_out;         /* [nv, n_embd] the head, or w_tok when tied */
     int head_tied;            /* w_out is w_tok: the checkpoint has no head of its own */
     rad_weight w_out_norm;    /* [n_embd] */
     rad_weight w_rope_freqs;  /* f32 [n_rot/2], optional (GGUF's llama3 rope) */
@@ -123,14 +126,14 @@ typedef struct LlamaModel {
     RadAttnScratch as;        /* every layer's attention scratch */
     RadMlpScratch ms;         /* every layer's MLP scratch */
     rad_buf head_x;           /* [out_rows, n_embd] the gathered rows */
-    rad_buf logits;           /* [out_rows, n_vocab] */
+    rad_buf logits;           /* [out_rows, n_vocab] (every rank's, whole) */
     rad_kv kv;                /* one full-attention group, every layer bound */
     /* ops */
-    rad_op op_embed;          /* embed_gather -> r.x */
+    RadVocabEmbed embed;      /* embed_gather (TP: its part + all_reduce) -> r.x */
     LlamaLayer layers[LLAMA_MAX_LAYERS]; /* [n_layers] each block's weights and ops */
     RadPreNorm final_norm;    /* r.x -> r.h */
     rad_op op_gather;         /* logits_gather r.h -> head_x */
-    rad_op op_logits;         /* logits_gemm head_x -> logits */
+    RadVocabHead head;        /* logits_gemm head_x -> logits (TP: its columns + all_gather) */
 } LlamaModel;
 
 /* ---- names --------------------------------------------------------------------------------- */
@@ -326,6 +329,8 @@ static int llama_hparams(RadBuilder *b, const RadModelMeta *meta, const RadBuild
     if ((rc = llama_geom(b, meta, ctx, hp->world, &hp->g)) != 0) return rc;
     hp->n_layers = (uint32_t)meta->n_layers;
     hp->n_vocab = (uint32_t)meta->n_vocab;
+    if (rad_vocab_init(&hp->vocab, hp->n_vocab, hp->rank, hp->world) != 0)
+        return rad_block_fail(b, LLAMA_PN ": model.n_vocab %u does not split over %u ranks", hp->n_vocab, hp->world);
     hp->cvec = ctx->cvec;
     hp->n_head = (uint32_t)meta->n_head;
     hp->n_head_kv = (uint32_t)meta->n_head_kv;
@@ -390,19 +395,6 @@ static int llama_check_enc(RadBuilder *b, rad_weight w, const char *name) {
                       info ? info->name : "?", RAD_LLAMA_QUANTISED ? "" : " (GGUF block quantisations: " LLAMA_ID "_ggml)");
 }
 
-static RadWeightDecl llama_vocab_decl(const LlamaHparams *hp, int optional) {
-    RadWeightDecl d;
-    memset(&d, 0, sizeof d);
-    d.dtype = RAD_ANY;
-    d.rank = 2;
-    d.shape[0] = hp->n_vocab;
-    d.shape[1] = hp->g.n_embd;
-    d.access = RAD_ACCESS_VOCAB;
-    d.shard = RAD_SHARD_NONE;
-    d.optional = optional;
-    return d;
-}
-
 /* The embedding, the head and the final norm. The head is stored under its own name when the
  * checkpoint has one (an untied model, or one that ships lm_head.weight beside a tied config);
  * absent, the model is tied and logits_gemm takes the embedding's weight itself, so the
@@ -412,11 +404,12 @@ static int llama_weights_ends(RadBuilder *b, const LlamaHparams *hp, LlamaModel 
     LlamaNames nn = {hp->pfx, 0};
     char name[LLAMA_NAME];
     int rc;
-    RadWeightDecl d = llama_vocab_decl(hp, 0);
+    uint64_t span[2];
+    RadWeightDecl d = rad_vocab_decl(&hp->vocab, hp->g.n_embd, 0, span);
     m->w_tok = rad_decl_weight(b, dname(&nn, name, sizeof name, "tok_embd.weight"), &d);
     if (m->w_tok.id < 0) return rad_block_fail(b, LLAMA_PN ": weight %s was refused", name);
     if ((rc = llama_check_enc(b, m->w_tok, name)) != 0) return rc;
-    d = llama_vocab_decl(hp, hp->head_optional);
+    d = rad_vocab_decl(&hp->vocab, hp->g.n_embd, hp->head_optional, span);
     m->w_out = rad_decl_weight(b, dname(&nn, name, sizeof name, "output.weight"), &d);
     if (m->w_out.id < 0) return rad_block_fail(b, LLAMA_PN ": weight %s was refused", name);
     m->head_tied = (unsigned)rad_weight_encoding(b, m->w_out) >= RAD_ENC_COUNT;
@@ -521,11 +514,8 @@ static int llama_declare_kv(RadBuilder *b, const LlamaHparams *hp, LlamaModel *m
 
 static int llama_declare_layers(RadBuilder *b, const LlamaHparams *hp, LlamaModel *m) {
     const RadBlockGeom *g = &hp->g;
-    m->op_embed = RAD_OP(b, "embed_gather",
-                         RAD_PARAMS(RAD_RANGE("M", 1, g->max_tok), RAD_INT("N", g->n_embd), RAD_INT("V", hp->n_vocab)),
-                         RAD_WEIGHTS(m->w_tok));
-    if (m->op_embed.id < 0) return rad_block_fail(b, LLAMA_PN ": embed_gather was refused");
-    rad_op_writes(b, m->op_embed, RAD_BUFS(m->r.x), 1);
+    if (rad_vocab_embed_declare(b, g, &hp->vocab, m->w_tok, m->r.x, &m->embed) != 0)
+        return rad_block_fail(b, LLAMA_PN ": the embedding was refused");
     for (uint32_t l = 0; l < hp->n_layers; l++) {
         LlamaLayer *L = &m->layers[l];
         if (rad_attn_declare_ops(b, g, m->kv, &m->r, &m->as, &L->attn) != 0)
@@ -546,14 +536,11 @@ static int llama_declare_head(RadBuilder *b, const LlamaHparams *hp, LlamaModel 
         return rad_block_fail(b, LLAMA_PN ": the final norm was refused");
     m->op_gather = RAD_OP(b, "logits_gather",
                           RAD_PARAMS(RAD_RANGE("M", 1, hp->out_rows), RAD_INT("N", g->n_embd)), RAD_NO_WEIGHTS);
-    m->op_logits = RAD_OP(b, "logits_gemm",
-                          RAD_PARAMS(RAD_RANGE("M", 1, hp->out_rows), RAD_INT("N", hp->n_vocab), RAD_INT("K", g->n_embd)),
-                          RAD_WEIGHTS(m->w_out));
-    if (m->op_gather.id < 0 || m->op_logits.id < 0) return rad_block_fail(b, LLAMA_PN ": the head was refused");
+    if (m->op_gather.id < 0 ||
+        rad_vocab_head_declare(b, g, &hp->vocab, hp->pfx, hp->out_rows, m->w_out, m->head_x, m->logits, &m->head) != 0)
+        return rad_block_fail(b, LLAMA_PN ": the head was refused");
     rad_op_reads(b, m->op_gather, RAD_BUFS(m->r.h), 1);
     rad_op_writes(b, m->op_gather, RAD_BUFS(m->head_x), 1);
-    rad_op_reads(b, m->op_logits, RAD_BUFS(m->head_x), 1);
-    rad_op_writes(b, m->op_logits, RAD_BUFS(m->logits), 1);
     if (rad_declare_logits(b, m->logits) != 0) return rad_block_fail(b, LLAMA_PN ": the logits buffer was refused");
     return 0;
 }
@@ -598,8 +585,10 @@ static void llama_notes(RadBuilder *b, const LlamaHparams *hp, const LlamaModel 
         rad_note(b, "head: tied, a view of the embedding: logits_gemm reads %stok_embd.weight (no %soutput.weight "
                     "in the checkpoint; the matrix is stored once)", hp->pfx, hp->pfx);
     if (hp->world > 1)
-        rad_note(b, "tensor parallel: rank %u of %u, %u heads / %u kv heads / n_ff %u per rank, all_reduce %s", hp->rank,
-                 hp->world, g->n_head, g->n_head_kv, g->n_ff, hp->tp_wire_lossy ? "lossy above the floor" : "exact");
+        rad_note(b, "tensor parallel: rank %u of %u, %u heads / %u kv heads / n_ff %u / vocabulary rows [%u, %u) per rank, "
+                    "all_reduce %s; the head's columns all_gathered into the logits", hp->rank, hp->world, g->n_head,
+                 g->n_head_kv, g->n_ff, hp->vocab.v0, hp->vocab.v0 + hp->vocab.nv,
+                 hp->tp_wire_lossy ? "lossy above the floor" : "exact");
     uint32_t steered = 0;
     for (uint32_t l = 0; l < hp->n_layers; l++) steered += m->layers[l].cvec.on;
     if (hp->cvec)
@@ -653,8 +642,7 @@ static void llama_step(RadCtx *c, const RadBatch *bt) {
         return;
     }
     if (n == 0) return; /* zero rows is not a call */
-    if ((rc = RAD_ISSUE_N(c, m->op_embed, n, RAD_W(m->w_tok), praw(bt->token_ids, RAD_I32, n), brows(m->r.x, n))) != 0)
-        return;
+    if ((rc = rad_vocab_embed_step(c, &m->embed, m->w_tok, bt->token_ids, m->r.x, n)) != 0) return;
     for (uint32_t l = 0; l < m->hp.n_layers; l++) {
         if (rad_attn_step(c, &m->layers[l].attn, bt) != 0) return;
         if (rad_mlp_step(c, &m->layers[l].mlp, bt) != 0) return;
@@ -665,7 +653,7 @@ static void llama_step(RadCtx *c, const RadBatch *bt) {
     const uint64_t k = bt->n_out;
     if ((rc = RAD_ISSUE_N(c, m->op_gather, k, brows(m->r.h, n), praw(bt->out_ids, RAD_I32, k), brows(m->head_x, k))) != 0)
         return;
-    (void)RAD_ISSUE_N(c, m->op_logits, k, RAD_W(m->w_out), brows(m->head_x, k), brows(m->logits, k));
+    (void)rad_vocab_head_step(c, &m->head, m->w_out, m->head_x, m->logits, k);
 }
 
 /* ---- probe, chat format -------------------------------------------------------------------- */

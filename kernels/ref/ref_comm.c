@@ -10,7 +10,11 @@
  * the sum into every rank's buffer (no rank reads another's slice, so no copy is needed); a
  * second barrier ends it. The order of the additions is fixed, whatever the timing, and every
  * rank holds the same bits: the exact form, served for exact = 0 too (a lossy wire buys nothing
- * in shared memory). */
+ * in shared memory).
+ *
+ * all_gather (a vocabulary-parallel head's logits) publishes each rank's rows, output and column
+ * span, checks that the spans tile the row, and each rank copies its own columns into every
+ * rank's output: a copy, the same bits everywhere. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -33,7 +37,10 @@ struct RefComm {
     _Atomic uint64_t gen;            /* barriers passed */
     _Atomic int poisoned;            /* comm_abort(1): every collective fails until comm_abort(0) */
     float *_Atomic bufs[REF_COMM_MAX];   /* each rank's buffer in the current collective */
-    _Atomic uint64_t count[REF_COMM_MAX]; /* its elements */
+    _Atomic uint64_t count[REF_COMM_MAX]; /* its elements (all_gather: its rows) */
+    /* all_gather: each rank's output [rows, W] and where its columns go in it */
+    float *_Atomic outs[REF_COMM_MAX];
+    _Atomic uint64_t col0[REF_COMM_MAX], cols[REF_COMM_MAX], width[REF_COMM_MAX];
     /* the arrival form: two sums, used by turns (a rank starting turn k+2 has passed turn k+1's
        barrier, which every rank reached after copying turn k's sum out) */
     pthread_mutex_t mu;
@@ -217,4 +224,55 @@ int ref_run_all_reduce_arrival(const RadKernelArgs *a) {
     if (c->acc_bad[t]) return c->acc_bad[t]; /* every rank sees it: none writes */
     memcpy(v, c->acc[t], total * sizeof *v);
     return RAD_OK;
+}
+
+/* ---- all_gather ------------------------------------------------------------------------------ */
+
+/* Every rank's x [M, N] lands in columns [col0, col0 + N) of every rank's out [M, W]. The ranks'
+ * spans must tile [0, W) and their M agree, else every rank refuses (RAD_E_SHAPE) and none writes. */
+int ref_run_all_gather(const RadKernelArgs *a) {
+    int rc = ref_preamble(a, 2);
+    if (rc) return rc;
+    int64_t N, col0, W;
+    if (!ref_pint(a, "N", &N) || !ref_pint(a, "col0", &col0) || !ref_pint(a, "W", &W) || N < 1 || col0 < 0 ||
+        col0 + N > W)
+        return RAD_E_ARG;
+    const RadKArg *x = &a->args[0], *out = &a->args[1];
+    const uint64_t M = (uint64_t)a->n;
+    if (!ref_buf_ok(x, M, (uint64_t)N) || !ref_buf_ok(out, M, (uint64_t)W)) return RAD_E_SHAPE;
+    const RefState *s = a->lib_state;
+    if (!s || s->world_size <= 1) { /* one rank holds the whole row */
+        if (col0 != 0 || N != W) return RAD_E_SHAPE;
+        for (uint64_t i = 0; i < M; i++) memcpy(ref_frow(out, i), ref_frow(x, i), (size_t)N * sizeof(float));
+        return RAD_OK;
+    }
+    RefComm *c = s->comm;
+    if (!c) return RAD_E_UNSUPPORTED;
+    if (atomic_load(&c->poisoned)) return RAD_E_IO;
+    if (x->row_stride != (uint64_t)N || out->row_stride != (uint64_t)W) return RAD_E_SHAPE;
+    const uint32_t Wr = c->world, r = s->rank;
+    atomic_store(&c->outs[r], (float *)out->data);
+    atomic_store(&c->count[r], M);
+    atomic_store(&c->col0[r], (uint64_t)col0);
+    atomic_store(&c->cols[r], (uint64_t)N);
+    atomic_store(&c->width[r], (uint64_t)W);
+    if ((rc = comm_barrier(c))) return rc;
+    uint64_t covered = 0;
+    int bad = 0;
+    for (uint32_t q = 0; q < Wr && !bad; q++) {
+        const uint64_t q0 = atomic_load(&c->col0[q]), qn = atomic_load(&c->cols[q]);
+        bad = atomic_load(&c->count[q]) != M || atomic_load(&c->width[q]) != (uint64_t)W;
+        for (uint32_t p = 0; p < q && !bad; p++) { /* no two spans overlap */
+            const uint64_t p0 = atomic_load(&c->col0[p]), pn = atomic_load(&c->cols[p]);
+            bad = p0 < q0 + qn && q0 < p0 + pn;
+        }
+        covered += qn;
+    }
+    if (bad || covered != (uint64_t)W) return comm_barrier(c) ? RAD_E_IO : RAD_E_SHAPE;
+    for (uint32_t q = 0; q < Wr; q++) {
+        float *o = atomic_load(&c->outs[q]);
+        for (uint64_t i = 0; i < M; i++)
+            memcpy(o + i * (uint64_t)W + (uint64_t)col0, ref_frow(x, i), (size_t)N * sizeof(float));
+    }
+    return comm_barrier(c);
 }

@@ -209,6 +209,7 @@ int ref_run_rope(const RadKernelArgs *a);
 size_t ref_rope_workspace(const RadParam *p, uint32_t np, int64_t n_max);
 int ref_run_attn_paged(const RadKernelArgs *a);
 int ref_run_embed_gather(const RadKernelArgs *a);
+int ref_run_embed_gather_part(const RadKernelArgs *a);
 int ref_run_logits_gather(const RadKernelArgs *a);
 int ref_run_add(const RadKernelArgs *a);
 int ref_run_add_bias(const RadKernelArgs *a);
@@ -218,6 +219,7 @@ int ref_run_head_rmsnorm(const RadKernelArgs *a);
 int ref_run_head_rmsnorm_simd(const RadKernelArgs *a);
 int ref_run_silu_mul(const RadKernelArgs *a);
 int ref_run_all_reduce(const RadKernelArgs *a);
+int ref_run_all_gather(const RadKernelArgs *a);
 int ref_run_all_reduce_arrival(const RadKernelArgs *a);
 /* ref_comm.c: collectives between ranks that are threads of this process */
 int ref_comm_id(uint32_t world_size, RadCommId *id);

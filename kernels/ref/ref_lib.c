@@ -188,6 +188,7 @@ static const RadKnob attn_knobs[] = {KNOB_("threads", threads_v, RAD_KNOB_ARITH,
 
 static const RadKernel kernels[] = {
     K_("embed_gather", "generic", REF_ENCS_ALL, BITWISE, NULL, ref_run_embed_gather, 0, 0),
+    K_("embed_gather_part", "generic", REF_ENCS_ALL, BITWISE, NULL, ref_run_embed_gather_part, 0, 0),
     /* simd before exact: rad-tune picks it in every bucket (5-7x faster a call, docs/BENCHMARKS.md);
      * a table naming ref:exact, or --max-tolerance under 1e-5, gets the bitwise one */
     K_("rmsnorm", "simd", RAD_ENC_PLAIN_FLOATS, TOL(1e-5), NULL, ref_run_rmsnorm_simd, 0, 0),
@@ -224,6 +225,7 @@ static const RadKernel kernels[] = {
     /* arrival first: a lossy wire's messages (exact = 0) take it; exact = 1 only the bitwise one */
     K_("all_reduce", "arrival", 0, TOL(1e-5), NULL, ref_run_all_reduce_arrival, 0, 0),
     K_("all_reduce", "generic", 0, BITWISE, NULL, ref_run_all_reduce, 0, 0),
+    K_("all_gather", "generic", 0, BITWISE, NULL, ref_run_all_gather, 0, 0),
     K_("logits_gather", "generic", 0, BITWISE, NULL, ref_run_logits_gather, 0, 0),
     /* the encoder ops (ref_encoder.c): layernorm, pool and l2_normalize compute docs/OPS.md's
      * double-precision reference itself; gelu's erf is the C library's; attn_seq scores in f32 lanes, sums in double */

@@ -1,4 +1,4 @@
-/* ref_misc.c — embed_gather, logits_gather, add, add_bias, scale, silu_mul, gelu_tanh_mul
+/* ref_misc.c — embed_gather (and its vocabulary-parallel part), logits_gather, add, add_bias, scale, silu_mul, gelu_tanh_mul
  * (docs/OPS.md; all_reduce is ref_comm.c's). gelu_tanh_mul is silu_mul's shape with x / (1 + e^(-2u)),
  * u = sqrt(2/pi)(x + 0.044715 x^3) (0.5 x (1 + tanh u), one exponential): TOLERANCE 1e-6; scale is
  * one IEEE multiply: BITWISE.
@@ -19,6 +19,7 @@ typedef struct EmbedCtx {
     const RadKArg *t, *out;
     const int32_t *ids;
     int64_t M, N;
+    int64_t row0, V;                 /* the table holds ids [row0, row0 + V) */
     int isa;
 } EmbedCtx;
 
@@ -26,8 +27,32 @@ static void embed_task(void *ctx, int tid, int nth) {
     const EmbedCtx *c = ctx;
     int64_t r0, r1;
     ref_split(c->M, tid, nth, 1, &r0, &r1);
-    for (int64_t i = r0; i < r1; i++)
-        ref_dequant_row(c->isa, c->t->dtype, ref_wrow(c->t, (uint64_t)c->ids[i]), ref_frow(c->out, (uint64_t)i), (uint64_t)c->N);
+    for (int64_t i = r0; i < r1; i++) {
+        const int64_t row = (int64_t)c->ids[i] - c->row0;
+        if (row >= 0 && row < c->V)
+            ref_dequant_row(c->isa, c->t->dtype, ref_wrow(c->t, (uint64_t)row), ref_frow(c->out, (uint64_t)i), (uint64_t)c->N);
+        else
+            memset(ref_frow(c->out, (uint64_t)i), 0, (size_t)c->N * sizeof(float));
+    }
+}
+
+/* Both forms: table rows [row0, row0 + V) of an n_vocab vocabulary; ids outside the rows give zeros. */
+static int embed_run(const RadKernelArgs *a, int64_t N, int64_t V, int64_t row0, int64_t n_vocab) {
+    EmbedCtx c;
+    c.t = &a->args[0];
+    const RadKArg *ids = &a->args[1];
+    c.out = &a->args[2];
+    c.M = a->n;
+    c.N = N, c.V = V, c.row0 = row0;
+    if (!ref_weight_ok(c.t, REF_ENCS_ALL, (uint64_t)V, (uint64_t)N) || !ref_raw_i32_ok(ids, (uint64_t)c.M) ||
+        !ref_buf_ok(c.out, (uint64_t)c.M, (uint64_t)N))
+        return RAD_E_SHAPE;
+    c.ids = ids->data;
+    for (int64_t i = 0; i < c.M; i++) /* every id first: no partial output */
+        if (c.ids[i] < 0 || c.ids[i] >= n_vocab) return RAD_E_ARG;
+    c.isa = ref_isa(a);
+    ref_parallel(a, ref_threads(a, (double)c.M * (double)N, 65536.0), embed_task, &c);
+    return RAD_OK;
 }
 
 int ref_run_embed_gather(const RadKernelArgs *a) {
@@ -35,21 +60,19 @@ int ref_run_embed_gather(const RadKernelArgs *a) {
     if (rc) return rc;
     int64_t N, V;
     if (!ref_pint(a, "N", &N) || !ref_pint(a, "V", &V) || N < 1 || V < 1) return RAD_E_ARG;
-    EmbedCtx c;
-    c.t = &a->args[0];
-    const RadKArg *ids = &a->args[1];
-    c.out = &a->args[2];
-    c.M = a->n;
-    c.N = N;
-    if (!ref_weight_ok(c.t, REF_ENCS_ALL, (uint64_t)V, (uint64_t)N) || !ref_raw_i32_ok(ids, (uint64_t)c.M) ||
-        !ref_buf_ok(c.out, (uint64_t)c.M, (uint64_t)N))
-        return RAD_E_SHAPE;
-    c.ids = ids->data;
-    for (int64_t i = 0; i < c.M; i++) /* every id first: no partial output */
-        if (c.ids[i] < 0 || c.ids[i] >= V) return RAD_E_ARG;
-    c.isa = ref_isa(a);
-    ref_parallel(a, ref_threads(a, (double)c.M * (double)N, 65536.0), embed_task, &c);
-    return RAD_OK;
+    return embed_run(a, N, V, 0, V);
+}
+
+/* A rank's part of a vocabulary-parallel table: the all_reduce that follows adds the one rank's
+ * row to the others' zeros (x + 0 is x: the same bits as the whole table's gather). */
+int ref_run_embed_gather_part(const RadKernelArgs *a) {
+    int rc = ref_preamble(a, 3);
+    if (rc) return rc;
+    int64_t N, V, row0, nv;
+    if (!ref_pint(a, "N", &N) || !ref_pint(a, "V", &V) || !ref_pint(a, "row0", &row0) || !ref_pint(a, "n_vocab", &nv) ||
+        N < 1 || V < 1 || row0 < 0 || nv < row0 + V)
+        return RAD_E_ARG;
+    return embed_run(a, N, V, row0, nv);
 }
 
 /* ---- logits_gather --------------------------------------------------------------------------------- */

@@ -25,6 +25,9 @@ typedef struct Schema {
 /* docs/OPS.md, "Summary": names and order are the contract kernels rely on */
 static const Schema VOCAB[] = {
     {"embed_gather", "docs/OPS.md", 3, {"M", "N", "V"}, {R, I, I}, 1, {RAD_PROLE_NONE}, 0},
+    /* tensor parallelism's vocabulary-parallel embedding and head */
+    {"embed_gather_part", "docs/OPS.md", 5, {"M", "N", "V", "row0", "n_vocab"}, {R, I, I, I, I}, 1, {RAD_PROLE_NONE}, 0},
+    {"all_gather", "docs/OPS.md", 4, {"M", "N", "col0", "W"}, {R, I, I, I}, 0, {RAD_PROLE_NONE}, 0},
     {"rmsnorm", "docs/OPS.md", 3, {"M", "N", "eps"}, {R, I, F}, 1, {RAD_PROLE_NONE}, 0},
     {"add_rmsnorm", "docs/OPS.md", 3, {"M", "N", "eps"}, {R, I, F}, 1, {RAD_PROLE_NONE}, 0},
     {"gemm_nt", "docs/OPS.md", 3, {"M", "N", "K"}, {R, I, I}, 1, {RAD_PROLE_NONE}, 0},

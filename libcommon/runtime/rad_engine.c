@@ -1141,6 +1141,11 @@ const RadPlugin *rad_engine_rank_lib(const RadEngine *en, uint32_t rank, int i, 
     return q ? rad_engine_lib(q, i, state) : NULL;
 }
 
+const RadGraph *rad_engine_rank_graph(const RadEngine *en, uint32_t rank) {
+    const RadEngine *q = rank == 0 ? en : en->tp && rank < en->tp->n ? en->tp->rank[rank] : NULL;
+    return q ? &q->g : NULL;
+}
+
 const RadPlugin *rad_engine_lib(const RadEngine *en, int i, void **state) {
     if (i < 0 || i >= en->n_libs) return NULL;
     if (state) *state = en->lib_state[i];

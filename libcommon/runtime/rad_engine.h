@@ -277,6 +277,8 @@ const RadPlugin *rad_engine_lib(const RadEngine *en, int i, void **state);
  * (NULL past the ranks). */
 uint32_t rad_engine_world(const RadEngine *en);
 const RadPlugin *rad_engine_rank_lib(const RadEngine *en, uint32_t rank, int i, void **state);
+/* Rank r's graph: its ops at its own shapes (a collective's other ranks' params); NULL past the ranks. */
+const RadGraph *rad_engine_rank_graph(const RadEngine *en, uint32_t rank);
 /* Under --tp, weight w's stored bytes as this rank holds them (its rows or columns, in the stored
  * encoding, before any packing), cut from m (the container, opened by the caller): *bytes (the
  * caller frees it) and *n; *bytes NULL when the weight is whole. The checker's reference decodes these. */

@@ -63,11 +63,15 @@ static uint64_t now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* all_gather's operand on every rank: a value of (row, global column) alone, so each rank fills its
+ * own columns and the whole row is known without the others (exact in f32). */
+static float gather_value(uint64_t row, uint64_t col) { return (float)((row * 7919u + col * 104729u) % 2001u) / 500.0f - 2.0f; }
+
 /* ---- the ops this checker has a reference for ------------------------------------------------ */
 
 typedef enum OpKind {
     OP_NONE, OP_EMBED, OP_RMSNORM, OP_ADD_RMSNORM, OP_GEMM, OP_GEMM_MULTI, OP_ROPE, OP_ATTN, OP_SILU, OP_ADD,
-    OP_ALLREDUCE, OP_LGATHER, OP_ADD_BIAS, OP_GELU, OP_HEAD_NORM, OP_SCALE,
+    OP_ALLREDUCE, OP_ALLGATHER, OP_EMBED_PART, OP_LGATHER, OP_ADD_BIAS, OP_GELU, OP_HEAD_NORM, OP_SCALE,
     OP_LAYERNORM, OP_GELU_ERF, OP_ATTN_SEQ, OP_POOL, OP_L2NORM /* the encoder ops */
 } OpKind;
 
@@ -77,6 +81,7 @@ static OpKind op_kind(const char *op) {
         {"gemm_nt", OP_GEMM},       {"logits_gemm", OP_GEMM},    {"gemm_nt2", OP_GEMM_MULTI},
         {"gemm_nt3", OP_GEMM_MULTI}, {"rope", OP_ROPE},          {"attn_paged", OP_ATTN},
         {"silu_mul", OP_SILU},      {"add", OP_ADD},             {"all_reduce", OP_ALLREDUCE},
+        {"all_gather", OP_ALLGATHER}, {"embed_gather_part", OP_EMBED_PART},
         {"logits_gather", OP_LGATHER}, {"add_bias", OP_ADD_BIAS}, {"gelu_tanh_mul", OP_GELU},
         {"head_rmsnorm", OP_HEAD_NORM}, {"scale", OP_SCALE},
         {"layernorm", OP_LAYERNORM}, {"gelu", OP_GELU_ERF}, {"attn_seq", OP_ATTN_SEQ}, {"pool", OP_POOL},
@@ -525,6 +530,27 @@ static int build_case(Kb *c, const RadGOp *op, OpKind kind, Weight *w, int n_w, 
         NEED(!plain_batch(cs, ids, NULL));
         return RAD_OK;
     }
+    case OP_EMBED_PART: { /* this rank's rows [row0, row0 + V) of an n_vocab table: its ids' rows, zeros for the rest */
+        int64_t row0 = 0, nv = 0;
+        if (!rad_graph_op_int(op, "N", &N) || !rad_graph_op_int(op, "V", &V) || !rad_graph_op_int(op, "row0", &row0) ||
+            !rad_graph_op_int(op, "n_vocab", &nv) || n_w != 1 || row0 < 0 || nv < row0 + V || V < 1)
+            break;
+        int32_t *ids = add_raw(cs, M);
+        Buf *out = add_buf(cs, M, (uint64_t)N, 0, 1);
+        NEED(ids && out);
+        for (uint64_t i = 0; i < M; i++) { /* every other id this rank's, the rest anywhere in the vocabulary */
+            ids[i] = (int32_t)(i % 2 ? rng_u64(&c->rng) % (uint64_t)nv : (uint64_t)row0 + rng_u64(&c->rng) % (uint64_t)V);
+            float *ref = out->ref + i * (uint64_t)N;
+            if (ids[i] < row0 || ids[i] >= row0 + V) {
+                memset(ref, 0, (size_t)N * sizeof *ref);
+                continue;
+            }
+            int rc = weight_row(&w[0], (uint64_t)(ids[i] - row0), ref, e);
+            if (rc) return rc;
+        }
+        NEED(!plain_batch(cs, ids, NULL));
+        return RAD_OK;
+    }
     case OP_RMSNORM:
     case OP_ADD_RMSNORM: {
         if (!rad_graph_op_int(op, "N", &N) || !rad_graph_op_f64(op, "eps", &eps) || n_w != 1) break;
@@ -649,6 +675,20 @@ static int build_case(Kb *c, const RadGOp *op, OpKind kind, Weight *w, int n_w, 
         NEED(!plain_batch(cs, NULL, NULL));
         return RAD_OK;
     }
+    case OP_ALLGATHER: { /* every rank's x holds gather_value(row, its global column): the row, whole */
+        int64_t col0 = 0, W = 0;
+        if (!rad_graph_op_int(op, "N", &N) || !rad_graph_op_int(op, "col0", &col0) || !rad_graph_op_int(op, "W", &W) ||
+            col0 < 0 || col0 + N > W)
+            break;
+        Buf *x = add_buf(cs, M, (uint64_t)N, 1, 0), *out = add_buf(cs, M, (uint64_t)W, 0, 1);
+        NEED(x && out);
+        for (uint64_t i = 0; i < M; i++) {
+            for (int64_t j = 0; j < N; j++) x->init[i * (uint64_t)N + (uint64_t)j] = gather_value(i, (uint64_t)(col0 + j));
+            for (int64_t j = 0; j < W; j++) out->ref[i * (uint64_t)W + (uint64_t)j] = gather_value(i, (uint64_t)j);
+        }
+        NEED(!plain_batch(cs, NULL, NULL));
+        return RAD_OK;
+    }
     case OP_LGATHER: {
         if (!rad_graph_op_int(op, "N", &N)) break;
         const uint64_t n_tok = M + 2;
@@ -757,7 +797,8 @@ static void reset_work(Case *cs) {
 typedef struct Run {
     const RadKernel *k;
     int lib;                       /* the kernel's library (rad_engine_lib's index) */
-    int collective;                /* all_reduce: every rank runs it at once */
+    int collective;                /* all_reduce, all_gather: every rank runs it at once */
+    int op_index;                  /* the op's index in every rank's graph (a collective's peers read theirs) */
     void *state;
     void *ws;
     size_t ws_bytes;
@@ -769,7 +810,8 @@ static int run_prepare(Kb *c, const RadGOp *op, const RadKernel *k, int lib, int
     memset(run, 0, sizeof *run);
     run->k = k;
     run->lib = lib;
-    run->collective = c->world > 1 && !strcmp(op->op, "all_reduce");
+    run->collective = c->world > 1 && (!strcmp(op->op, "all_reduce") || !strcmp(op->op, "all_gather"));
+    run->op_index = (int)(op - c->g->ops);
     if (!rad_engine_lib(c->en, lib, &run->state)) return RAD_E_ARG;
     if (k->workspace) {
         size_t ws = k->workspace(op->params, op->n_params, hi);
@@ -781,11 +823,14 @@ static int run_prepare(Kb *c, const RadGOp *op, const RadKernel *k, int lib, int
     return RAD_OK;
 }
 
-/* A collective's other ranks: rank r runs the kernel on its own copy of the rows, times (r + 1). */
+/* A collective's other ranks. all_reduce: rank r runs the kernel on its own copy of the rows,
+ * times (r + 1). all_gather: rank r runs its own op's params (its columns) on gather_value's rows
+ * into an output of its own. */
 typedef struct PeerRun {
     RadKernelArgs ka;
-    RadKArg arg;
-    float *x;
+    RadKArg arg[2];
+    RadParam prm[16];              /* all_gather: rank r's params */
+    float *x, *out;
     int rc;
 } PeerRun;
 
@@ -795,34 +840,78 @@ static void *peer_run(void *p) {
     return NULL;
 }
 
+/* Rank r's all_gather: its op's params with the ranged one at n, x [n, N_r] of gather_value, out [n, W]. */
+static int peer_gather(Kb *c, const Run *run, uint32_t r, PeerRun *q) {
+    const RadGraph *g = rad_engine_rank_graph(c->en, r);
+    const RadGOp *op = g && run->op_index < g->n_ops ? &g->ops[run->op_index] : NULL;
+    int64_t N = 0, col0 = 0, W = 0;
+    if (!op || strcmp(op->op, "all_gather") || op->n_params > 16 || !rad_graph_op_int(op, "N", &N) ||
+        !rad_graph_op_int(op, "col0", &col0) || !rad_graph_op_int(op, "W", &W) || N < 1 || W < 1)
+        return RAD_E_ARG;
+    const uint64_t n = (uint64_t)q->ka.n;
+    memcpy(q->prm, op->params, op->n_params * sizeof *q->prm);
+    for (uint32_t i = 0; i < op->n_params; i++)
+        if (q->prm[i].kind == RAD_PARAM_RANGE) q->prm[i].lo = q->prm[i].hi = (int64_t)n;
+    q->ka.params = q->prm, q->ka.n_params = op->n_params;
+    q->x = malloc((size_t)(n * (uint64_t)N) * sizeof *q->x);
+    q->out = malloc((size_t)(n * (uint64_t)W) * sizeof *q->out);
+    if (!q->x || !q->out) return RAD_E_NOMEM;
+    for (uint64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < N; j++) q->x[i * (uint64_t)N + (uint64_t)j] = gather_value(i, (uint64_t)(col0 + j));
+    q->arg[0] = (RadKArg){.data = q->x, .dtype = RAD_F32, .rows = n, .cols = (uint64_t)N, .row_stride = (uint64_t)N};
+    q->arg[1] = (RadKArg){.data = q->out, .dtype = RAD_F32, .rows = n, .cols = (uint64_t)W, .row_stride = (uint64_t)W};
+    return RAD_OK;
+}
+
+static void comm_abort(Kb *c, int lib, int on) {
+    void *st;
+    const RadPlugin *p = rad_engine_rank_lib(c->en, 0, lib, &st);
+    const RadKernelLib *l = p ? p->lib : NULL;
+    if (l && l->struct_size >= offsetof(RadKernelLib, comm_abort) + sizeof l->comm_abort && l->comm_abort) l->comm_abort(st, on);
+}
+
 static int run_collective(Kb *c, const Run *run, RadKernelArgs *ka) {
     enum { MAX_RANKS = 64 };
     PeerRun peer[MAX_RANKS];
     pthread_t th[MAX_RANKS];
     const RadKArg *x = &ka->args[0];
     const uint64_t n = x->rows * x->cols;
-    uint32_t started = 0;
+    const int gather = !strcmp(run->k->op, "all_gather");
+    const uint32_t W = c->world < MAX_RANKS ? c->world : MAX_RANKS;
     int rc = RAD_OK;
-    for (uint32_t r = 1; r < c->world && r < MAX_RANKS; r++) {
+    /* every peer made ready before any starts: a rank that never comes would leave the others waiting */
+    for (uint32_t r = 1; r < W; r++) {
         PeerRun *q = &peer[r];
+        memset(q, 0, sizeof *q);
         q->ka = *ka;
-        q->arg = *x;
-        q->x = malloc((size_t)(n ? n : 1) * sizeof *q->x);
-        for (uint64_t i = 0; q->x && i < n; i++) q->x[i] = ((const float *)x->data)[i] * (float)(r + 1);
-        q->arg.data = q->x;
-        q->ka.args = &q->arg;
+        q->ka.args = q->arg;
         q->ka.workspace = (void *)run->k; /* the kernel, for the thread (a collective takes no workspace) */
-        if (!rad_engine_rank_lib(c->en, r, run->lib, &q->ka.lib_state)) q->arg.data = NULL;
-        if (pthread_create(&th[r], NULL, peer_run, q)) break;
+        if (!rc && !rad_engine_rank_lib(c->en, r, run->lib, &q->ka.lib_state)) rc = RAD_E_ARG;
+        if (!rc && gather) rc = peer_gather(c, run, r, q);
+        else if (!rc) {
+            q->arg[0] = *x;
+            if (!(q->x = malloc((size_t)(n ? n : 1) * sizeof *q->x))) rc = RAD_E_NOMEM;
+            for (uint64_t i = 0; q->x && i < n; i++) q->x[i] = ((const float *)x->data)[i] * (float)(r + 1);
+            q->arg[0].data = q->x;
+        }
+    }
+    uint32_t started = 0;
+    for (uint32_t r = 1; !rc && r < W; r++) {
+        if (pthread_create(&th[r], NULL, peer_run, &peer[r])) {
+            rc = RAD_E_NOMEM;
+            break;
+        }
         started = r;
     }
-    if (started + 1 == c->world) rc = run->k->run(ka);
-    else rc = RAD_E_NOMEM; /* never reached in practice: the started ranks would wait on the missing one */
+    const int released = rc && started; /* the started ranks wait in the collective for rank 0: release them */
+    if (!rc) rc = run->k->run(ka);
+    else if (released) comm_abort(c, run->lib, 1);
     for (uint32_t r = 1; r <= started; r++) {
         pthread_join(th[r], NULL);
         if (!rc && peer[r].rc) rc = peer[r].rc;
-        free(peer[r].x);
     }
+    if (released) comm_abort(c, run->lib, 0); /* every rank out: the communicator usable again */
+    for (uint32_t r = 1; r < W; r++) free(peer[r].x), free(peer[r].out);
     return rc;
 }
 

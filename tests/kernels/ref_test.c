@@ -310,7 +310,7 @@ Test(ref, plugin_info_and_table) {
         cr_assert_eq(k->kv_block_size, strcmp(k->op, "attn_paged") == 0 ? 16u : 0u);
     }
     /* the classes of docs/OPS.md */
-    static const char *exact_ops[] = {"embed_gather", "logits_gather", "add"};
+    static const char *exact_ops[] = {"embed_gather", "embed_gather_part", "logits_gather", "add", "all_gather"};
     for (size_t i = 0; i < N_OF(exact_ops); i++) cr_assert_eq(find(exact_ops[i], NULL)->exactness, RAD_EXACT_BITWISE);
     /* all_reduce: the rank-order sum is bitwise; the arrival order's is within a reordered sum */
     cr_assert_eq(find("all_reduce", "generic")->exactness, RAD_EXACT_BITWISE);
@@ -349,12 +349,14 @@ Test(ref, zero_rows) {
                           RAD_INT("n_head", 1), RAD_INT("head_dim", 4), RAD_INT("n_rot", 4), RAD_FLOAT("theta", 1e4),
                           RAD_INT("scaling", 0), RAD_FLOAT("factor", 1), RAD_FLOAT("low_freq_factor", 0),
                           RAD_FLOAT("high_freq_factor", 0), RAD_INT("orig_ctx", 0), RAD_INT("exact", 1),
-                          RAD_INT("N0", 4), RAD_INT("N1", 4), RAD_INT("N2", 4)};
+                          RAD_INT("N0", 4), RAD_INT("N1", 4), RAD_INT("N2", 4), RAD_INT("row0", 0), RAD_INT("n_vocab", 4),
+                          RAD_INT("col0", 0), RAD_INT("W", 4)};
         RadKArg a[7];
         uint32_t na = 0;
         memset(a, 0, sizeof a);
         RadDType wt = (k->weight_encs & RAD_ENC_BIT(RAD_F32)) ? RAD_F32 : RAD_Q8_0;
-        if (!strcmp(op, "embed_gather")) a[0] = weight(w, RAD_F32, 4, 4), a[1] = raw_i32(ids, 4), a[2] = fbuf(o, 4, 4), na = 3;
+        if (!strcmp(op, "embed_gather") || !strcmp(op, "embed_gather_part"))
+            a[0] = weight(w, RAD_F32, 4, 4), a[1] = raw_i32(ids, 4), a[2] = fbuf(o, 4, 4), na = 3;
         else if (!strcmp(op, "rmsnorm")) a[0] = weight(w, RAD_F32, 1, 4), a[1] = fbuf(x, 4, 4), a[2] = fbuf(o, 4, 4), na = 3;
         else if (!strcmp(op, "add_rmsnorm"))
             a[0] = weight(w, RAD_F32, 1, 4), a[1] = fbuf(x, 4, 4), a[2] = fbuf(z, 4, 4), a[3] = fbuf(o, 4, 4), na = 4;
@@ -372,7 +374,8 @@ Test(ref, zero_rows) {
         else if (!strcmp(op, "add_bias") || !strcmp(op, "head_rmsnorm")) a[0] = weight(w, RAD_F32, 1, 4), a[1] = fbuf(o, 4, 4), na = 2;
         else if (!strcmp(op, "scale")) a[0] = fbuf(o, 4, 4), na = 1;
         else if (!strcmp(op, "all_reduce") || !strcmp(op, "l2_normalize")) a[0] = fbuf(o, 4, 4), na = 1;
-        else if (!strcmp(op, "gelu") || !strcmp(op, "pool")) a[0] = fbuf(x, 4, 4), a[1] = fbuf(o, 4, 4), na = 2;
+        else if (!strcmp(op, "gelu") || !strcmp(op, "pool") || !strcmp(op, "all_gather"))
+            a[0] = fbuf(x, 4, 4), a[1] = fbuf(o, 4, 4), na = 2;
         else if (!strcmp(op, "layernorm"))
             a[0] = weight(w, RAD_F32, 1, 4), a[1] = weight(w, RAD_F32, 1, 4), a[2] = fbuf(x, 4, 4), a[3] = fbuf(o, 4, 4), na = 4;
         else if (!strcmp(op, "logits_gather")) a[0] = fbuf(x, 4, 4), a[1] = raw_i32(ids, 4), a[2] = fbuf(o, 4, 4), na = 3;
@@ -418,6 +421,28 @@ Test(ref, embed_gather_every_encoding) {
             cr_assert_eq(call(find("embed_gather", NULL), g_st[s], p, 3, M, a, 3), RAD_E_ARG);
             assert_untouched(out, sizeof(float) * M * (size_t)N, "embed_gather, bad id");
             a[1] = raw_i32(ids, M);
+            /* a vocabulary-parallel table's parts [0, 5) and [5, V): each gives the whole table's rows
+               for its own ids, bit for bit, and +0 for the others' (what the all_reduce adds to them) */
+            static const float zeros[512];
+            for (int part = 0; part < 2; part++) {
+                const int row0 = part ? 5 : 0, rows = part ? V - 5 : 5;
+                RadParam pp[] = {RAD_RANGE("M", 1, 8), RAD_INT("N", N), RAD_INT("V", rows), RAD_INT("row0", row0),
+                                 RAD_INT("n_vocab", V)};
+                RadKArg ap[3] = {weight((const uint8_t *)tab + (size_t)row0 * row_bytes(t, (uint64_t)N), t, (uint64_t)rows,
+                                        (uint64_t)N),
+                                 raw_i32(ids, M), fbuf(out, M, (uint64_t)N)};
+                memset(out, 0x5a, sizeof(float) * M * (size_t)N);
+                cr_assert_eq(call(find("embed_gather_part", NULL), g_st[s], pp, 5, M, ap, 3), RAD_OK);
+                for (int i = 0; i < M; i++) {
+                    const int mine = ids[i] >= row0 && ids[i] < row0 + rows;
+                    assert_bitwise(out + (size_t)i * N, mine ? dec + (size_t)ids[i] * N : zeros, (size_t)N,
+                                   mine ? "embed_gather_part: its own id" : "embed_gather_part: another part's id");
+                }
+                ap[1] = raw_i32(bad, M); /* an id outside the whole vocabulary: refused, nothing written */
+                memset(out, 0x5a, sizeof(float) * M * (size_t)N);
+                cr_assert_eq(call(find("embed_gather_part", NULL), g_st[s], pp, 5, M, ap, 3), RAD_E_ARG);
+                assert_untouched(out, sizeof(float) * M * (size_t)N, "embed_gather_part, bad id");
+            }
         }
         free(tab), free(dec), free(out);
     }
@@ -1530,6 +1555,88 @@ Test(ref, all_reduce_ranks) {
     other.bytes[8] ^= 0x55;
     RadKernelLibConfig cfg = {sizeof cfg, 1, 0, 0, AR_W, &other};
     cr_assert_eq(g_lib->init(&cfg, &again), RAD_E_ARG, "another process's communicator");
+}
+
+/* all_gather over three ranks as threads: uneven column spans (13, 12, 12 of 37) land in every
+ * rank's output, the same bits; spans that overlap or rows that differ are refused on every rank
+ * with nothing written; one rank is a copy that must hold the whole row. */
+enum { AG_W = 3, AG_M = 4, AG_COLS = 37 };
+typedef struct AgRank {
+    void *st;
+    float x[AG_M * AG_COLS], out[AG_M * AG_COLS];
+    int64_t m, col0, n;
+    int rc;
+} AgRank;
+
+static void *ag_rank(void *arg) {
+    AgRank *r = arg;
+    RadParam p[] = {RAD_RANGE("M", r->m, r->m), RAD_INT("N", r->n), RAD_INT("col0", r->col0), RAD_INT("W", AG_COLS)};
+    RadKArg a[2] = {fbuf(r->x, (uint64_t)r->m, (uint64_t)r->n), fbuf(r->out, (uint64_t)r->m, AG_COLS)};
+    RadKernelArgs ka = {sizeof ka, p, 4, r->m, a, 2, NULL, NULL, NULL, r->st, 1, 1, NULL, 0};
+    r->rc = find("all_gather", NULL)->run(&ka);
+    return NULL;
+}
+
+static void ag_run(AgRank *rk) {
+    pthread_t th[AG_W];
+    for (int i = 0; i < AG_W; i++) {
+        memset(rk[i].out, 0x5a, sizeof rk[i].out);
+        cr_assert_eq(pthread_create(&th[i], NULL, ag_rank, &rk[i]), 0);
+    }
+    for (int i = 0; i < AG_W; i++) pthread_join(th[i], NULL);
+}
+
+Test(ref, all_gather_ranks) {
+    RadCommId id;
+    cr_assert_eq(g_lib->comm_id(AG_W, &id), RAD_OK);
+    static AgRank rk[AG_W];
+    float want[AG_M * AG_COLS];
+    const int64_t col0[AG_W] = {0, 13, 25}, n[AG_W] = {13, 12, 12};
+    for (int i = 0; i < AG_W; i++) {
+        RadKernelLibConfig cfg = {sizeof cfg, 1, 0, (uint32_t)i, AG_W, &id};
+        cr_assert_eq(g_lib->init(&cfg, &rk[i].st), RAD_OK, "rank %d joins", i);
+        rk[i].m = AG_M, rk[i].col0 = col0[i], rk[i].n = n[i];
+        fill(rk[i].x, AG_M * (int)n[i]);
+        for (int r = 0; r < AG_M; r++) memcpy(want + r * AG_COLS + col0[i], rk[i].x + r * n[i], (size_t)n[i] * sizeof(float));
+    }
+    for (int round = 0; round < 20; round++) {
+        ag_run(rk);
+        for (int i = 0; i < AG_W; i++) {
+            cr_assert_eq(rk[i].rc, RAD_OK, "round %d rank %d", round, i);
+            assert_bitwise(rk[i].out, want, AG_M * AG_COLS, "every rank's columns in every rank's row");
+        }
+    }
+    rk[2].col0 = 24; /* overlaps rank 1's last column (and leaves column 36 to nobody) */
+    ag_run(rk);
+    for (int i = 0; i < AG_W; i++) {
+        cr_assert_eq(rk[i].rc, RAD_E_SHAPE, "rank %d: spans overlap", i);
+        assert_untouched(rk[i].out, sizeof rk[i].out, "all_gather, overlapping spans");
+    }
+    rk[2].col0 = 25, rk[1].m = AG_M - 1; /* one rank with other rows */
+    ag_run(rk);
+    for (int i = 0; i < AG_W; i++) cr_assert_eq(rk[i].rc, RAD_E_SHAPE, "rank %d: rows differ", i);
+    rk[1].m = AG_M;
+    ag_run(rk);
+    for (int i = 0; i < AG_W; i++) cr_assert_eq(rk[i].rc, RAD_OK, "after a refusal, rank %d", i);
+    g_lib->comm_abort(rk[0].st, 1); /* a rank left its step: the others return, none waits */
+    ag_run(rk);
+    for (int i = 0; i < AG_W; i++) cr_assert_eq(rk[i].rc, RAD_E_IO, "poisoned, rank %d", i);
+    g_lib->comm_abort(rk[0].st, 0);
+    for (int i = 0; i < AG_W; i++) g_lib->fini(rk[i].st);
+    /* one rank: a copy of the whole row, and only of the whole row */
+    float x[2 * 8], out[2 * 8];
+    fill(x, 16);
+    RadParam p[] = {RAD_RANGE("M", 1, 2), RAD_INT("N", 8), RAD_INT("col0", 0), RAD_INT("W", 8)};
+    RadKArg a[2] = {fbuf(x, 2, 8), fbuf(out, 2, 8)};
+    for (int s = 0; s < N_ST; s++) {
+        cr_assert_eq(call(find("all_gather", NULL), g_st[s], p, 4, 2, a, 2), RAD_OK);
+        assert_bitwise(out, x, 16, "all_gather over one rank is a copy");
+    }
+    RadParam half[] = {RAD_RANGE("M", 1, 2), RAD_INT("N", 4), RAD_INT("col0", 0), RAD_INT("W", 8)};
+    RadKArg ah[2] = {fbuf(x, 2, 4), fbuf(out, 2, 8)};
+    memset(out, 0x5a, sizeof out);
+    cr_assert_eq(call(find("all_gather", NULL), g_st[0], half, 4, 2, ah, 2), RAD_E_SHAPE, "one rank, half a row");
+    assert_untouched(out, sizeof out, "all_gather, one rank, half a row");
 }
 
 /* ---- attn_paged --------------------------------------------------------------------------------------------- */

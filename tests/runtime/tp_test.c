@@ -195,18 +195,18 @@ Test(tp, smollm2_at_2_and_3_ranks_is_one_rank) {
 #define QWEN05 "models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 #define GEMMA3 "models/gemma-3-270m-q4_k_m.gguf"
 
-/* Two cases each: the exact path on these files is slow (f32 products), and three ranks share
- * two cores; the sanitizer build leaves them to the release one. */
+/* One case each (the MANIFEST's first): the exact path on these files is slow (f32
+ * products), and three ranks share two cores; the sanitizer build leaves them to the release one. */
 Test(tp, qwen05_at_2_and_3_ranks_is_one_rank) {
     if (access(QWEN05, R_OK)) cr_skip_test("Qwen2.5-Coder-0.5B not fetched (make model)");
     if (getenv("RAD_ORACLE_QUICK")) cr_skip_test("the real Qwen at 2 and 3 ranks runs in the release build");
-    same_as_one_rank(QWEN05, "qwen05", "qwen05-", 2);
+    same_as_one_rank(QWEN05, "qwen05", "qwen05-", 1);
 }
 
 Test(tp, gemma3_at_2_and_3_ranks_is_one_rank) {
     if (access(GEMMA3, R_OK)) cr_skip_test("Gemma 3 270M not fetched (make model)");
     if (getenv("RAD_ORACLE_QUICK")) cr_skip_test("the real Gemma 3 at 2 and 3 ranks runs in the release build");
-    same_as_one_rank(GEMMA3, "gemma3", "gemma3-", 2);
+    same_as_one_rank(GEMMA3, "gemma3", "gemma3-", 1);
 }
 
 /* Rank 0's up rows and rank 1's gate rows traded on every layer: each rank's slice holds the
@@ -315,6 +315,37 @@ Test(tp, batching_and_the_prefix_cache_at_2_ranks) {
 }
 
 /* ---- refusals -------------------------------------------------------------------------------- */
+
+/* The vocabulary is split, not replicated: rank r's embedding (the tied head) holds its balanced
+ * rows of the 49152 and nothing else, each rank's graph gathers its part (embed_gather_part, then
+ * the all_reduce) and all_gathers the head's columns into a whole [rows, 49152] logits buffer. */
+Test(tp, the_vocabulary_is_split_over_the_ranks) {
+    const char *model = convert("models/SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2");
+    RadEngine *en = must_open(model, 3, 1);
+    uint64_t rows = 0;
+    for (uint32_t r = 0; r < 3; r++) {
+        const RadGraph *g = rad_engine_rank_graph(en, r);
+        cr_assert_not_null(g, "rank %u", r);
+        int w = -1, part = 0, gather = 0, whole = 0;
+        for (int i = 0; i < g->n_w; i++)
+            if (!strcmp(g->w[i].name, "tok_embd.weight")) w = i;
+        cr_assert_geq(w, 0, "rank %u declares tok_embd.weight", r);
+        cr_assert_eq(g->w[w].d.shard, RAD_SHARD_ROW, "rank %u: the table is vocabulary-parallel", r);
+        cr_assert_eq(g->w[w].d.shape[0], 49152 / 3, "rank %u: its third of the vocabulary", r);
+        cr_assert_eq(g->w[w].stored_rows, 49152);
+        rows += g->w[w].d.shape[0];
+        for (int o = 0; o < g->n_ops; o++) {
+            part += !strcmp(g->ops[o].op, "embed_gather_part");
+            gather += !strcmp(g->ops[o].op, "all_gather");
+            whole += !strcmp(g->ops[o].op, "embed_gather");
+        }
+        cr_assert(part == 1 && gather == 1 && whole == 0, "rank %u: part %d, all_gather %d, embed_gather %d", r, part, gather,
+                  whole);
+        cr_assert_eq(g->bufs[g->logits.id].d.shape[1], 49152, "rank %u: the logits are whole", r);
+    }
+    cr_assert_eq(rows, 49152, "the ranks' rows are the vocabulary");
+    rad_engine_close(en);
+}
 
 Test(tp, a_split_that_leaves_a_rank_nothing_is_refused_by_name) {
     const char *model = convert("models/SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2");

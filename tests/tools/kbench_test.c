@@ -294,20 +294,23 @@ Test(kbench, ops_glob_and_usage) {
     }
     json_decref(j);
     cr_assert(strstr(slurp_file("b.md"), "| time | GB/s | GFLOP/s | bound | flops |"), "%s", slurp_file("b.md"));
-    /* --tp 2: rank 0's shapes, the all-reduce run by both ranks (rank r brings x * (r + 1)) and
-     * checked against their sum in rank order; both forms where the wire may be lossy */
-    snprintf(a, sizeof a, "-m %s --kernels ref --tp 2 --tp-wire lossy --tp-wire-min-bytes 64 --ops all_reduce --buckets 2 --json",
-             tiny);
+    /* --tp 2: every op at rank 0's shapes against rank 0's slices; the all-reduce run by both ranks
+     * (rank r brings x * (r + 1)) and checked against their sum in rank order, both forms where the
+     * wire may be lossy; the vocabulary-parallel embedding's part and the head's all_gather (each
+     * rank its own columns, the whole row checked) */
+    snprintf(a, sizeof a, "-m %s --kernels ref --tp 2 --tp-wire lossy --tp-wire-min-bytes 64 --buckets 2 --json", tiny);
     cr_assert_eq(kbench(a), 0, "%s", slurp_file("err"));
     j = json_loads(slurp_file("out"), 0, &je);
     cr_assert_not_null(j);
-    int generic = 0, arrival = 0;
+    int generic = 0, arrival = 0, gather = 0, part = 0;
     json_array_foreach(json_object_get(j, "rows"), i, r) {
         const char *k = json_string_value(json_object_get(r, "kernel"));
         cr_assert(json_is_true(json_object_get(r, "pass")), "%s failed", k);
         generic += k && strstr(k, "all_reduce:generic") != NULL, arrival += k && strstr(k, "all_reduce:arrival") != NULL;
+        gather += k && strstr(k, "all_gather:") != NULL, part += k && strstr(k, "embed_gather_part:") != NULL;
     }
-    cr_assert(generic > 0 && arrival > 0, "generic %d, arrival %d rows", generic, arrival);
+    cr_assert(generic > 0 && arrival > 0 && gather > 0 && part > 0, "generic %d, arrival %d, all_gather %d, embed part %d rows",
+              generic, arrival, gather, part);
     json_decref(j);
 }
 
