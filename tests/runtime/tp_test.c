@@ -188,8 +188,8 @@ static void same_as_one_rank(const char *src, const char *label, const char *pre
     rad_engine_close(one);
 }
 
-Test(tp, smollm2_at_2_and_3_ranks_is_one_rank) {
-    same_as_one_rank("models/SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2", "smollm2-", 8);
+Test(tp, smollm2_at_2_and_3_ranks_is_one_rank) { /* 8 cases; 3 short ones in the sanitizer build */
+    same_as_one_rank("models/SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2", "smollm2-", getenv("RAD_ORACLE_QUICK") ? 3 : 8);
 }
 
 #define QWEN05 "models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
