@@ -173,11 +173,19 @@ flake-check:
 # --- fuzzing (clang + libFuzzer) -------------------------------------------------------------
 FUZZ_CC = clang
 FUZZ_FLAGS = $(CSTD) -O1 -g -I. $(PKG_CFLAGS) -fsanitize=fuzzer,address,undefined
-$(B)/fuzz/%: fuzz/%.c $(LIB_SRC) $(LIB_HDR)
-	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< $(LIB_SRC) $(PKG_LIBS) -lm -lpthread -ldl
-
+# libcommon compiled once for every fuzzer (instrumented, without libFuzzer's main), not once each
+FUZZ_LIB_FLAGS = $(CSTD) -O1 -g -I. $(PKG_CFLAGS) -fsanitize=fuzzer-no-link,address,undefined
+FUZZ_OBJ  = $(LIB_SRC:%.c=$(B)/fuzz/obj/%.o)
 FUZZ_BINS = $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz/%)
+$(FUZZ_OBJ): $(B)/fuzz/obj/%.o: %.c $(LIB_HDR)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_LIB_FLAGS) -c $< -o $@
+$(B)/fuzz/libcommon.a: $(FUZZ_OBJ)
+	@rm -f $@; ar rcs $@ $^
+$(FUZZ_BINS): $(B)/fuzz/%: fuzz/%.c $(B)/fuzz/libcommon.a
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< $(B)/fuzz/libcommon.a $(PKG_LIBS) -lm -lpthread -ldl
+
 fuzz: $(FUZZ_BINS)
 	@for f in $(FUZZ_BINS); do n=$$(basename $$f); mkdir -p $(B)/fuzz/corpus-$$n; \
 	  echo "fuzz $$n: $(FUZZ_SECONDS) s"; \
