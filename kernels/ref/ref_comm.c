@@ -142,6 +142,18 @@ static int comm_barrier(RefComm *c) {
     return RAD_OK;
 }
 
+/* Every collective's communicator: RAD_OK with *c NULL for one rank (the collective is local),
+ * RAD_E_UNSUPPORTED when more ranks have none, RAD_E_IO while it is poisoned. */
+static int comm_of(const RadKernelArgs *a, RefComm **c) {
+    const RefState *s = a->lib_state;
+    *c = NULL;
+    if (!s || s->world_size <= 1) return RAD_OK;
+    if (!s->comm) return RAD_E_UNSUPPORTED;
+    if (atomic_load(&s->comm->poisoned)) return RAD_E_IO;
+    *c = s->comm;
+    return RAD_OK;
+}
+
 /* What both forms check first. RAD_OK with *c NULL: one rank, the sum is its own rows; else the
  * communicator, the rows' *total elements (whole rows: one run of n * N floats) and `exact`. */
 static int ar_begin(const RadKernelArgs *a, RefComm **c, uint64_t *total, int64_t *exact) {
@@ -151,12 +163,9 @@ static int ar_begin(const RadKernelArgs *a, RefComm **c, uint64_t *total, int64_
     int64_t N;
     if (!ref_pint(a, "N", &N) || !ref_pint(a, "exact", exact) || N < 1) return RAD_E_ARG;
     if (!ref_buf_ok(&a->args[0], (uint64_t)a->n, (uint64_t)N)) return RAD_E_SHAPE;
-    const RefState *s = a->lib_state;
-    if (!s || s->world_size <= 1) return RAD_OK;
-    if (!s->comm) return RAD_E_UNSUPPORTED;
-    if (atomic_load(&s->comm->poisoned)) return RAD_E_IO;
+    if ((rc = comm_of(a, c)) || !*c) return rc;
     if (a->args[0].row_stride != (uint64_t)N) return RAD_E_SHAPE;
-    *c = s->comm, *total = (uint64_t)a->n * (uint64_t)N;
+    *total = (uint64_t)a->n * (uint64_t)N;
     return RAD_OK;
 }
 
@@ -240,17 +249,15 @@ int ref_run_all_gather(const RadKernelArgs *a) {
     const RadKArg *x = &a->args[0], *out = &a->args[1];
     const uint64_t M = (uint64_t)a->n;
     if (!ref_buf_ok(x, M, (uint64_t)N) || !ref_buf_ok(out, M, (uint64_t)W)) return RAD_E_SHAPE;
-    const RefState *s = a->lib_state;
-    if (!s || s->world_size <= 1) { /* one rank holds the whole row */
+    RefComm *c;
+    if ((rc = comm_of(a, &c))) return rc;
+    if (!c) { /* one rank holds the whole row */
         if (col0 != 0 || N != W) return RAD_E_SHAPE;
         for (uint64_t i = 0; i < M; i++) memcpy(ref_frow(out, i), ref_frow(x, i), (size_t)N * sizeof(float));
         return RAD_OK;
     }
-    RefComm *c = s->comm;
-    if (!c) return RAD_E_UNSUPPORTED;
-    if (atomic_load(&c->poisoned)) return RAD_E_IO;
     if (x->row_stride != (uint64_t)N || out->row_stride != (uint64_t)W) return RAD_E_SHAPE;
-    const uint32_t Wr = c->world, r = s->rank;
+    const uint32_t Wr = c->world, r = ((const RefState *)a->lib_state)->rank;
     atomic_store(&c->outs[r], (float *)out->data);
     atomic_store(&c->count[r], M);
     atomic_store(&c->col0[r], (uint64_t)col0);

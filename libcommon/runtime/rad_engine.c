@@ -1136,15 +1136,22 @@ int rad_engine_weight_slice(RadEngine *en, const RadModelFile *m, int w, void **
 
 uint32_t rad_engine_world(const RadEngine *en) { return en->world; }
 
+/* Rank r's engine (rank 0 is en itself), NULL past the ranks. */
+static const RadEngine *rank_engine(const RadEngine *en, uint32_t rank) {
+    return rank == 0 ? en : en->tp && rank < en->tp->n ? en->tp->rank[rank] : NULL;
+}
+
 const RadPlugin *rad_engine_rank_lib(const RadEngine *en, uint32_t rank, int i, void **state) {
-    const RadEngine *q = rank == 0 ? en : en->tp && rank < en->tp->n ? en->tp->rank[rank] : NULL;
+    const RadEngine *q = rank_engine(en, rank);
     return q ? rad_engine_lib(q, i, state) : NULL;
 }
 
 const RadGraph *rad_engine_rank_graph(const RadEngine *en, uint32_t rank) {
-    const RadEngine *q = rank == 0 ? en : en->tp && rank < en->tp->n ? en->tp->rank[rank] : NULL;
+    const RadEngine *q = rank_engine(en, rank);
     return q ? &q->g : NULL;
 }
+
+void rad_engine_comm_abort(RadEngine *en, int on) { comm_abort_all(en, on); }
 
 const RadPlugin *rad_engine_lib(const RadEngine *en, int i, void **state) {
     if (i < 0 || i >= en->n_libs) return NULL;

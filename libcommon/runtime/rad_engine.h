@@ -279,6 +279,9 @@ uint32_t rad_engine_world(const RadEngine *en);
 const RadPlugin *rad_engine_rank_lib(const RadEngine *en, uint32_t rank, int i, void **state);
 /* Rank r's graph: its ops at its own shapes (a collective's other ranks' params); NULL past the ranks. */
 const RadGraph *rad_engine_rank_graph(const RadEngine *en, uint32_t rank);
+/* Every library's communicators poisoned (on = 1: a rank will not come, so none waits on it) or
+ * usable again (on = 0, once no rank is in a collective); the ranks share them. */
+void rad_engine_comm_abort(RadEngine *en, int on);
 /* Under --tp, weight w's stored bytes as this rank holds them (its rows or columns, in the stored
  * encoding, before any packing), cut from m (the container, opened by the caller): *bytes (the
  * caller frees it) and *n; *bytes NULL when the weight is whole. The checker's reference decodes these. */

@@ -517,29 +517,19 @@ static int build_case(Kb *c, const RadGOp *op, OpKind kind, Weight *w, int n_w, 
     const int nomem = RAD_E_NOMEM;
 #define NEED(x) do { if (!(x)) return rad_err_set(e, nomem, "out of memory"); } while (0)
     switch (kind) {
-    case OP_EMBED: {
-        if (!rad_graph_op_int(op, "N", &N) || !rad_graph_op_int(op, "V", &V) || n_w != 1) break;
-        int32_t *ids = add_raw(cs, M);
-        Buf *out = add_buf(cs, M, (uint64_t)N, 0, 1);
-        NEED(ids && out);
-        for (uint64_t i = 0; i < M; i++) {
-            ids[i] = (int32_t)(rng_u64(&c->rng) % (uint64_t)V);
-            int rc = weight_row(&w[0], (uint64_t)ids[i], out->ref + i * (uint64_t)N, e);
-            if (rc) return rc;
-        }
-        NEED(!plain_batch(cs, ids, NULL));
-        return RAD_OK;
-    }
-    case OP_EMBED_PART: { /* this rank's rows [row0, row0 + V) of an n_vocab table: its ids' rows, zeros for the rest */
+    case OP_EMBED:
+    case OP_EMBED_PART: { /* the table's rows [row0, row0 + V) of n_vocab (the whole one: 0, V): its ids' rows, zeros for the rest */
         int64_t row0 = 0, nv = 0;
-        if (!rad_graph_op_int(op, "N", &N) || !rad_graph_op_int(op, "V", &V) || !rad_graph_op_int(op, "row0", &row0) ||
-            !rad_graph_op_int(op, "n_vocab", &nv) || n_w != 1 || row0 < 0 || nv < row0 + V || V < 1)
-            break;
+        if (!rad_graph_op_int(op, "N", &N) || !rad_graph_op_int(op, "V", &V) || n_w != 1 || V < 1) break;
+        if (kind == OP_EMBED) nv = V;
+        else if (!rad_graph_op_int(op, "row0", &row0) || !rad_graph_op_int(op, "n_vocab", &nv)) break;
+        if (row0 < 0 || nv < row0 + V) break;
         int32_t *ids = add_raw(cs, M);
         Buf *out = add_buf(cs, M, (uint64_t)N, 0, 1);
         NEED(ids && out);
-        for (uint64_t i = 0; i < M; i++) { /* every other id this rank's, the rest anywhere in the vocabulary */
-            ids[i] = (int32_t)(i % 2 ? rng_u64(&c->rng) % (uint64_t)nv : (uint64_t)row0 + rng_u64(&c->rng) % (uint64_t)V);
+        for (uint64_t i = 0; i < M; i++) { /* a part: every other id its own, the rest anywhere in the vocabulary */
+            const int64_t base = i % 2 ? 0 : row0, span = i % 2 ? nv : V;
+            ids[i] = (int32_t)(base + (int64_t)(rng_u64(&c->rng) % (uint64_t)span));
             float *ref = out->ref + i * (uint64_t)N;
             if (ids[i] < row0 || ids[i] >= row0 + V) {
                 memset(ref, 0, (size_t)N * sizeof *ref);
@@ -863,13 +853,6 @@ static int peer_gather(Kb *c, const Run *run, uint32_t r, PeerRun *q) {
     return RAD_OK;
 }
 
-static void comm_abort(Kb *c, int lib, int on) {
-    void *st;
-    const RadPlugin *p = rad_engine_rank_lib(c->en, 0, lib, &st);
-    const RadKernelLib *l = p ? p->lib : NULL;
-    if (l && l->struct_size >= offsetof(RadKernelLib, comm_abort) + sizeof l->comm_abort && l->comm_abort) l->comm_abort(st, on);
-}
-
 static int run_collective(Kb *c, const Run *run, RadKernelArgs *ka) {
     enum { MAX_RANKS = 64 };
     PeerRun peer[MAX_RANKS];
@@ -877,10 +860,10 @@ static int run_collective(Kb *c, const Run *run, RadKernelArgs *ka) {
     const RadKArg *x = &ka->args[0];
     const uint64_t n = x->rows * x->cols;
     const int gather = !strcmp(run->k->op, "all_gather");
-    const uint32_t W = c->world < MAX_RANKS ? c->world : MAX_RANKS;
+    const uint32_t n_ranks = c->world < MAX_RANKS ? c->world : MAX_RANKS;
     int rc = RAD_OK;
     /* every peer made ready before any starts: a rank that never comes would leave the others waiting */
-    for (uint32_t r = 1; r < W; r++) {
+    for (uint32_t r = 1; r < n_ranks; r++) {
         PeerRun *q = &peer[r];
         memset(q, 0, sizeof *q);
         q->ka = *ka;
@@ -896,7 +879,7 @@ static int run_collective(Kb *c, const Run *run, RadKernelArgs *ka) {
         }
     }
     uint32_t started = 0;
-    for (uint32_t r = 1; !rc && r < W; r++) {
+    for (uint32_t r = 1; !rc && r < n_ranks; r++) {
         if (pthread_create(&th[r], NULL, peer_run, &peer[r])) {
             rc = RAD_E_NOMEM;
             break;
@@ -905,13 +888,13 @@ static int run_collective(Kb *c, const Run *run, RadKernelArgs *ka) {
     }
     const int released = rc && started; /* the started ranks wait in the collective for rank 0: release them */
     if (!rc) rc = run->k->run(ka);
-    else if (released) comm_abort(c, run->lib, 1);
+    else if (released) rad_engine_comm_abort(c->en, 1);
     for (uint32_t r = 1; r <= started; r++) {
         pthread_join(th[r], NULL);
         if (!rc && peer[r].rc) rc = peer[r].rc;
     }
-    if (released) comm_abort(c, run->lib, 0); /* every rank out: the communicator usable again */
-    for (uint32_t r = 1; r < W; r++) free(peer[r].x), free(peer[r].out);
+    if (released) rad_engine_comm_abort(c->en, 0); /* every rank out: the communicator usable again */
+    for (uint32_t r = 1; r < n_ranks; r++) free(peer[r].x), free(peer[r].out);
     return rc;
 }
 

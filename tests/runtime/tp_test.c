@@ -314,8 +314,6 @@ Test(tp, batching_and_the_prefix_cache_at_2_ranks) {
     rad_engine_close(one);
 }
 
-/* ---- refusals -------------------------------------------------------------------------------- */
-
 /* The vocabulary is split, not replicated: rank r's embedding (the tied head) holds its balanced
  * rows of the 49152 and nothing else, each rank's graph gathers its part (embed_gather_part, then
  * the all_reduce) and all_gathers the head's columns into a whole [rows, 49152] logits buffer. */
@@ -346,6 +344,8 @@ Test(tp, the_vocabulary_is_split_over_the_ranks) {
     cr_assert_eq(rows, 49152, "the ranks' rows are the vocabulary");
     rad_engine_close(en);
 }
+
+/* ---- refusals -------------------------------------------------------------------------------- */
 
 Test(tp, a_split_that_leaves_a_rank_nothing_is_refused_by_name) {
     const char *model = convert("models/SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2");
