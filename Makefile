@@ -32,16 +32,21 @@ MODEL_SHA256 = b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 # of 1.1, without which the 135M model loops on some seeds. tests/e2e/run.sh reads this line.
 MODEL_SETS   = --set generation.temperature=0.2 --set generation.top_p=0.9 --set generation.repetition_penalty=1.1
 
+NVCC     ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
+R4D_CU    = $(sort $(wildcard kernels/r4d/*.cu))
+R4D_ARCH ?= -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=compute_80
+NVFLAGS   = -std=c++17 -O3 -lineinfo -I. -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra,-Werror --Werror all-warnings
+R4D_SO    = $(if $(and $(NVCC),$(R4D_CU)),$(if $(findstring -fsanitize,$(OPT)),,$(B)/plugins-cuda/kern_r4d.so))
 .DEFAULT_GOAL := all
 .SECONDARY:
 setup:
 	sh scripts/install-deps.sh
 	$(MAKE) run
 
-.PHONY: models plugin-sdk setup all tools test test-unit test-san test-e2e test-e2e-san test-hostile test-hostile-san unit-check walls flake-check fuzz fuzz-smoke model run clean install
+.PHONY: r4d models plugin-sdk setup all tools test test-unit test-san test-e2e test-e2e-san test-hostile test-hostile-san unit-check walls flake-check fuzz fuzz-smoke model run clean install
 all: tools
 
-tools: $(TOOLS:%=$(B)/%) plugins
+tools: $(TOOLS:%=$(B)/%) plugins $(R4D_SO)
 
 # --- plugins: built against abi/ only, linked against nothing of ours ------------------------
 # One source may build several plugins (a family at two weight formats): arch/<family>/<family>.c
@@ -93,6 +98,23 @@ $(B)/plugins/arch_bert.so: arch/bert/bert.c $(ARCH_HDR)
 $(B)/plugins/kern_ref.so: $(REF_SRC) $(wildcard kernels/ref/*.h) $(ARCH_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(PLUGIN_CFLAGS) -pthread -o $@ $(REF_SRC) $(PLUGIN_LDLIBS) -lpthread
+# libr4d (CUDA, kernels/r4d/): built wherever nvcc is found, for sm_90a (Hopper's own instructions)
+# and as compute_80 PTX the driver compiles for any newer GPU. It lands in $(B)/plugins-cuda/, not
+# beside libref: the tools load it when asked (--plugin-dir $(B)/plugins-cuda, or installed), so a
+# CPU test run never maps cuBLASLt and NCCL into every process. Not in sanitizer builds (nvcc's
+# device code takes no -fsanitize); its host logic is C (r4d_host.c), tested in both builds.
+R4D_HDR   = $(wildcard kernels/r4d/*.h kernels/r4d/*.cuh) $(ARCH_HDR)
+$(B)/obj-r4d/%.o: kernels/r4d/%.cu $(R4D_HDR)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) $(R4D_ARCH) -c $< -o $@
+$(B)/obj-r4d/r4d_host.o: kernels/r4d/r4d_host.c $(R4D_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(CSTD) $(WARN) $(OPT) -I. -fPIC -fvisibility=hidden -c $< -o $@
+$(B)/plugins-cuda/kern_r4d.so: $(R4D_CU:kernels/r4d/%.cu=$(B)/obj-r4d/%.o) $(B)/obj-r4d/r4d_host.o
+	@mkdir -p $(dir $@)
+	$(NVCC) -shared $(R4D_ARCH) -o $@ $^ -lcublasLt -lnccl
+r4d: $(R4D_SO)
+	@$(if $(R4D_SO),true,echo "r4d: nvcc not found (looked on PATH and in /usr/local/cuda/bin): libr4d not built")
 $(B)/test-plugins/%.so: tests/plugins/%.c $(ARCH_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(PLUGIN_CFLAGS) -o $@ $< $(PLUGIN_LDLIBS)
@@ -112,7 +134,9 @@ $(B)/%: $$(addprefix $(B)/obj/,$$(subst .c,.o,$$(wildcard tools/$$*/*.c))) $(B)/
 	$(CC) $(CFLAGS) -o $@ $(filter %.o,$^) $(B)/libcommon.a $(LDLIBS)
 
 # --- tests: every tests/<folder>/*.c is one Criterion binary, so CI reads one summary line ----------
-$(B)/tests/run: $(TEST_SRC:%.c=$(B)/obj/%.o) $(B)/libcommon.a
+$(B)/obj/kernels/r4d/r4d_host.o $(B)/obj/tests/kernels/r4d_host_test.o: $(wildcard kernels/r4d/*.h)
+# r4d_host.o: libr4d's host-side logic, which tests/kernels/r4d_host_test.c checks without a GPU
+$(B)/tests/run: $(TEST_SRC:%.c=$(B)/obj/%.o) $(B)/obj/kernels/r4d/r4d_host.o $(B)/libcommon.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $(filter %.o,$^) $(B)/libcommon.a $(LDLIBS) -lcriterion
 
@@ -241,7 +265,7 @@ install: tools
 	  $(DESTDIR)$(PREFIX)/include/radiance/abi $(DESTDIR)$(PREFIX)/include/radiance/arch/common \
 	  $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 755 $(TOOLS:%=$(B)/%) $(DESTDIR)$(PREFIX)/bin
-	$(if $(strip $(ARCH_SO) $(KERN_SO)),install -m 755 $(ARCH_SO) $(KERN_SO) $(DESTDIR)$(PREFIX)/lib/radiance/plugins)
+	$(if $(strip $(ARCH_SO) $(KERN_SO) $(R4D_SO)),install -m 755 $(ARCH_SO) $(KERN_SO) $(R4D_SO) $(DESTDIR)$(PREFIX)/lib/radiance/plugins)
 	install -m 644 abi/*.h $(DESTDIR)$(PREFIX)/include/radiance/abi
 	install -m 644 arch/rad_arch.h $(DESTDIR)$(PREFIX)/include/radiance/arch
 	$(if $(wildcard arch/common/*.h),install -m 644 $(wildcard arch/common/*.h) $(DESTDIR)$(PREFIX)/include/radiance/arch/common)

@@ -1,6 +1,7 @@
 #!/bin/sh
 # check-walls.sh — the layout's include walls, read from the sources (docs/LAYOUT.md):
-#   arch/ and kernels/ include only abi/ (and system headers);
+#   arch/ and kernels/ include only abi/ (and system headers); a kernel library (kernels/<lib>/)
+#   only its own folder besides;
 #   libcommon/ never includes arch/, kernels/ or tools/;
 #   inside libcommon/, a folder includes only itself and the folders below it, in the order
 #     base < io < format < tensor < tok < plugin < text < runtime
@@ -38,8 +39,9 @@ if [ "${1:-}" = "--self-test" ]; then
     plant arch/llama/llama.c '#include "libcommon/base/rad_err.h"' "a plugin sees only abi/"
     plant libcommon/text/rad_chat.c '#include "arch/rad_arch.h"' "libcommon loads plugins with dlopen"
     plant libcommon/runtime/rad_sched.c '#include "rad_kvcache.h"' "the engine owns the KV cache"
+    plant kernels/ref/ref_misc.c '#include "kernels/r4d/r4d_host.h"' "a kernel library sees only its own folder"
     plant tools/radiance/server.c '#include "../../libcommon/runtime/rad_kvcache.h"' "a tool asks it"
-    [ $fails -eq 0 ] && echo "walls self-test: 10 planted breaches, each caught"
+    [ $fails -eq 0 ] && echo "walls self-test: 11 planted breaches, each caught"
     exit $fails
 fi
 
@@ -56,7 +58,10 @@ for f in $(find arch kernels libcommon tools -type f \( -name '*.c' -o -name '*.
         case "$f" in
         arch/*|kernels/*)
             case "$path" in abi/*) ;; arch/*) [ "${f%%/*}" = arch ] || breach "$f" "$inc" "a plugin sees only abi/";;
-                kernels/*) [ "${f%%/*}" = kernels ] || breach "$f" "$inc" "a plugin sees only abi/";;
+                kernels/*) [ "${f%%/*}" = kernels ] || breach "$f" "$inc" "a plugin sees only abi/"
+                    # one kernel library per folder: libref and libr4d share nothing but abi/
+                    [ "$(echo "$f" | cut -d/ -f1-2)" = "$(echo "$path" | cut -d/ -f1-2)" ] ||
+                        breach "$f" "$inc" "a kernel library sees only its own folder and abi/";;
                 *) breach "$f" "$inc" "a plugin sees only abi/";; esac;;
         libcommon/*)
             case "$path" in

@@ -1,0 +1,192 @@
+/* r4d_gemm.cu — GEMMs of many rows through cuBLASLt: y[M, N] = x[M, K] · W[N, K]ᵀ.
+ *
+ * cuBLASLt is column-major; the row-major product with the checkpoint's [out, in] weight is its
+ * TN case as it stands (docs/notes: A = W transposed, K×N, ld K; B = x, K×M, ld its row stride;
+ * D = y, N×M, ld its row stride). Two variants:
+ *   lt_f32   W dequantised exactly (rad_dequant's operations) into f32 slabs of at most 64 MiB,
+ *            each an SGEMM with CUBLAS_COMPUTE_32F (no TF32): f32 products, any order of sums,
+ *            OPS.md's "weights dequantised exactly": TOLERANCE 1e-4.
+ *   lt_bf16  x rounded to bf16 once a call; W as bf16: the library's packed layout of a plain float
+ *            (r4d_pack, load time), else slabs dequantised and rounded; bf16 tensor-core products,
+ *            f32 sums: RAD_EXACT_BF16ACT.
+ * An algorithm is chosen once per (M bucket, N, K, types) by cuBLASLt's heuristic, with the 32 MiB
+ * workspace Hopper wants, and kept in the state's plan cache (r4d_host.h). */
+#include <cublasLt.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "r4d.cuh"
+
+struct R4dPlan {
+    cublasLtMatmulAlgo_t algo;
+};
+
+extern "C" void r4d_plans_free(R4dState *s) {
+    for (int i = 0; i < R4D_PLAN_CAP; i++)
+        if (s->plans.used[i]) free(s->plans.val[i]);
+    memset(&s->plans, 0, sizeof s->plans);
+}
+
+/* D[M, N] (ld ldd, f32) = X[M, K] (ld ldx) · W[N, K]ᵀ (ld ldw), W and X of type t (f32 or bf16). */
+static int lt_matmul(R4dState *s, cudaDataType_t t, const void *W, int64_t ldw, int64_t N, int64_t K, const void *X, int64_t ldx,
+                     int64_t M, float *D, int64_t ldd) {
+    cublasLtHandle_t lt = (cublasLtHandle_t)s->lt;
+    cublasLtMatmulDesc_t op = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+    const cublasOperation_t tr = CUBLAS_OP_T, nt = CUBLAS_OP_N;
+    int rc = RAD_E_IO;
+    if (cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &tr, sizeof tr) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &nt, sizeof nt) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatrixLayoutCreate(&la, t, (uint64_t)K, (uint64_t)N, ldw) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatrixLayoutCreate(&lb, t, (uint64_t)K, (uint64_t)M, ldx) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, (uint64_t)N, (uint64_t)M, ldd) != CUBLAS_STATUS_SUCCESS)
+        goto done;
+    {
+        R4dGemmKey key;
+        memset(&key, 0, sizeof key);
+        key.m_bucket = r4d_m_bucket(M), key.n = N, key.k = K, key.a_type = key.b_type = (int32_t)t;
+        key.c_type = (int32_t)CUDA_R_32F, key.compute = (int32_t)CUBLAS_COMPUTE_32F;
+        R4dPlan *plan = (R4dPlan *)r4d_plan_find(&s->plans, &key), fresh;
+        if (!plan) {
+            const size_t ws = R4D_LT_WORKSPACE;
+            cublasLtMatmulHeuristicResult_t res;
+            int found = 0;
+            if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS ||
+                cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) !=
+                    CUBLAS_STATUS_SUCCESS ||
+                cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 1, &res, &found) != CUBLAS_STATUS_SUCCESS || !found) {
+                rc = RAD_E_UNSUPPORTED;
+                goto done;
+            }
+            fresh.algo = res.algo;
+            R4dPlan *keep = (R4dPlan *)malloc(sizeof *keep);
+            if (keep) *keep = fresh;
+            if (keep && r4d_plan_put(&s->plans, &key, keep)) free(keep); /* a full cache plans again next time */
+            plan = &fresh;
+        }
+        const float one = 1.0f, zero = 0.0f;
+        if (cublasLtMatmul(lt, op, &one, W, la, X, lb, &zero, D, ld, D, ld, &plan->algo, s->lt_ws, R4D_LT_WORKSPACE, s->stream) ==
+            CUBLAS_STATUS_SUCCESS)
+            rc = RAD_OK;
+    }
+done:
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (ld) cublasLtMatrixLayoutDestroy(ld);
+    if (lb) cublasLtMatrixLayoutDestroy(lb);
+    if (la) cublasLtMatrixLayoutDestroy(la);
+    if (op) cublasLtMatmulDescDestroy(op);
+    return rc;
+}
+
+/* Rows [r0, r0 + S) of W decoded exactly (f32), or rounded to bf16, into out [S, K]. */
+__global__ void k_deq(int enc, const uint8_t *w, uint64_t stride, int64_t r0, int64_t K, void *out, int bf16) {
+    const uint8_t *row = w + (uint64_t)(r0 + blockIdx.x) * stride;
+    const uint64_t o = (uint64_t)blockIdx.x * (uint64_t)K;
+    const int plain = enc == RAD_F32 || enc == RAD_F16 || enc == RAD_BF16;
+    if (plain) {
+        for (int64_t j = threadIdx.x; j < K; j += blockDim.x) {
+            const float v = r4d_dec_plain(enc, row, j);
+            if (bf16) ((uint16_t *)out)[o + j] = r4d_enc_bf16(v);
+            else ((float *)out)[o + j] = v;
+        }
+        return;
+    }
+    float v[32];
+    for (int64_t g = threadIdx.x; g < K / 32; g += blockDim.x) {
+        r4d_dec_group(enc, row, g, v);
+        for (int j = 0; j < 32; j++) {
+            if (bf16) ((uint16_t *)out)[o + g * 32 + j] = r4d_enc_bf16(v[j]);
+            else ((float *)out)[o + g * 32 + j] = v[j];
+        }
+    }
+}
+__global__ void k_x_bf16(const float *x, uint64_t xs, int64_t K, uint16_t *out) {
+    for (int64_t j = threadIdx.x; j < K; j += blockDim.x)
+        out[(uint64_t)blockIdx.x * (uint64_t)K + j] = r4d_enc_bf16(x[(uint64_t)blockIdx.x * xs + j]);
+}
+
+/* ---- workspace ------------------------------------------------------------------------------------- */
+
+static void shape_of(const RadParam *p, uint32_t np, int64_t *K, int64_t *n_max_part) {
+    *K = 0, *n_max_part = 0;
+    for (uint32_t i = 0; i < np; i++) {
+        if (!p[i].name) continue;
+        if (!strcmp(p[i].name, "K")) *K = p[i].lo;
+        else if ((!strcmp(p[i].name, "N") || !strncmp(p[i].name, "N", 1)) && p[i].kind == RAD_PARAM_INT && p[i].lo > *n_max_part)
+            *n_max_part = p[i].lo;
+    }
+}
+static size_t up256(size_t n) { return (n + 255) & ~(size_t)255; }
+extern "C" size_t r4d_gemm_f32_workspace(const RadParam *p, uint32_t np, int64_t n_max) {
+    (void)n_max;
+    int64_t K, N;
+    shape_of(p, np, &K, &N);
+    if (K < 1 || N < 1) return 0;
+    return up256((size_t)r4d_slab_rows(N, K, 4, R4D_SLAB_BYTES) * (size_t)K * 4);
+}
+extern "C" size_t r4d_gemm_bf16_workspace(const RadParam *p, uint32_t np, int64_t n_max) {
+    int64_t K, N;
+    shape_of(p, np, &K, &N);
+    if (K < 1 || N < 1) return 0;
+    const int64_t rows = n_max > 0 ? n_max : 1;
+    return up256((size_t)rows * (size_t)K * 2) + up256((size_t)r4d_slab_rows(N, K, 2, R4D_SLAB_BYTES) * (size_t)K * 2);
+}
+
+/* ---- runs -------------------------------------------------------------------------------------------- */
+
+static int lt_run(const RadKernelArgs *a, int multi, int bf16) {
+    const int np = !multi ? 1 : a && a->n_args == 7 ? 3 : 2;
+    int rc = r4d_preamble(a, (uint32_t)(2 * np + 1));
+    if (rc) return rc;
+    R4dState *s = r4d_state(a);
+    int64_t K;
+    if (!s || !a->workspace) return RAD_E_ARG;
+    if (!r4d_pint(a, "K", &K) || K < 1) return RAD_E_ARG;
+    const RadKArg *x = &a->args[np];
+    const uint64_t M = (uint64_t)a->n;
+    if (!r4d_buf_ok(x, M, (uint64_t)K)) return RAD_E_SHAPE;
+    static const char *names[3] = {"N0", "N1", "N2"};
+    int64_t N[3];
+    for (int i = 0; i < np; i++) { /* every part checked before anything is launched */
+        const RadKArg *w = &a->args[i], *y = &a->args[np + 1 + i];
+        if (!r4d_pint(a, multi ? names[i] : "N", &N[i]) || N[i] < 1) return RAD_E_ARG;
+        if (!r4d_weight_ok(w, RAD_ENC_PLAIN_FLOATS | RAD_ENC_GGML_BLOCKS, bf16, (uint64_t)N[i], (uint64_t)K) ||
+            !r4d_buf_ok(y, M, (uint64_t)N[i]))
+            return RAD_E_SHAPE;
+        if (y->data == x->data) return RAD_E_ARG;
+        const int base = (int)(w->dtype & ~RAD_PACKED);
+        if (!(base == RAD_F32 || base == RAD_F16 || base == RAD_BF16) && K % 32) return RAD_E_SHAPE;
+    }
+    uint8_t *ws = (uint8_t *)a->workspace;
+    const void *X = x->data;
+    int64_t ldx = (int64_t)x->row_stride;
+    if (bf16) { /* x rounded once for every part */
+        k_x_bf16<<<(unsigned)M, 256, 0, s->stream>>>((const float *)x->data, x->row_stride, K, (uint16_t *)ws);
+        R4D_LAUNCHED();
+        X = ws, ldx = K;
+        ws += up256((size_t)M * (size_t)K * 2);
+    }
+    const cudaDataType_t t = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    const size_t el = bf16 ? 2 : 4;
+    for (int i = 0; i < np; i++) {
+        const RadKArg *w = &a->args[i], *y = &a->args[np + 1 + i];
+        if (bf16 && (w->dtype & RAD_PACKED)) { /* the packed bf16 rows: the weight as it is */
+            if ((rc = lt_matmul(s, t, w->data, K, N[i], K, X, ldx, (int64_t)M, (float *)y->data, (int64_t)y->row_stride))) return rc;
+            continue;
+        }
+        const int64_t S = r4d_slab_rows(N[i], K, el, R4D_SLAB_BYTES);
+        for (int64_t r0 = 0; r0 < N[i]; r0 += S) {
+            const int64_t rows = N[i] - r0 < S ? N[i] - r0 : S;
+            k_deq<<<(unsigned)rows, 128, 0, s->stream>>>((int)w->dtype, (const uint8_t *)w->data, w->row_stride, r0, K, ws, bf16);
+            R4D_LAUNCHED();
+            if ((rc = lt_matmul(s, t, ws, K, rows, K, X, ldx, (int64_t)M, (float *)y->data + r0, (int64_t)y->row_stride))) return rc;
+        }
+    }
+    return RAD_OK;
+}
+extern "C" int r4d_run_gemm_f32(const RadKernelArgs *a) { return lt_run(a, 0, 0); }
+extern "C" int r4d_run_gemm_f32_multi(const RadKernelArgs *a) { return lt_run(a, 1, 0); }
+extern "C" int r4d_run_gemm_bf16(const RadKernelArgs *a) { return lt_run(a, 0, 1); }
+extern "C" int r4d_run_gemm_bf16_multi(const RadKernelArgs *a) { return lt_run(a, 1, 1); }
