@@ -52,7 +52,9 @@ typedef struct RadKArg {
     uint64_t rows, cols;    /* extent (cols in elements) */
     uint64_t row_stride;    /* elements between rows; weights: BYTES between encoded rows; raw operands: 1
                                (a raw operand arrives as rows = element count, cols = 1) */
-    const void *planes[4];  /* multi-plane weights: codes, scale, ... */
+    const void *planes[4];  /* multi-plane weights: codes, scale, ... A raw operand for a device library
+                               (ABI 1.9): data is the device copy, planes[1] the same values in host
+                               memory, so a kernel checks them (ids in range) before it launches */
 } RadKArg;
 
 typedef struct RadKernelArgs {
@@ -170,6 +172,10 @@ typedef struct RadKernelLib {
      * on every rank, so no rank waits for one that stopped. on = 0, called by the core once
      * every rank has left the step, makes it usable again. NULL: no collectives. */
     void (*comm_abort)(void *state, int on);
+    /* ABI 1.9: why this library's last init failed, one line without a newline ("no CUDA
+     * device (cudaGetDeviceCount: ...)"), or NULL when it has nothing to add. The core appends it
+     * to its own "kernel library 'x' (path): init failed". NULL: none. */
+    const char *(*init_error)(void);
 } RadKernelLib;
 
 /* A library's kernels, indexed by the library's own struct size (RadKernel grows in minor

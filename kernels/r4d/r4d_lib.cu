@@ -16,19 +16,24 @@
 
 static void r4d_fini(void *state);
 
+/* Why the last init failed (RadKernelLib.init_error): one line, for the core's message. */
+static char g_init_error[256];
+static const char *r4d_init_error(void) { return g_init_error[0] ? g_init_error : NULL; }
+
 static int r4d_init(const RadKernelLibConfig *cfg, void **state) {
     if (!state) return RAD_E_ARG;
     int n_dev = 0;
     const cudaError_t ce = cudaGetDeviceCount(&n_dev);
     int device = 0;
     if (cfg && cfg->struct_size >= offsetof(RadKernelLibConfig, device_index) + sizeof cfg->device_index) device = cfg->device_index;
+    g_init_error[0] = 0;
     if (ce != cudaSuccess || n_dev == 0) {
-        /* the one line the engine's "init failed" names the library with (docs/PLUGINS.md) */
-        fprintf(stderr, "r4d: no CUDA device (%s)\n", ce != cudaSuccess ? cudaGetErrorString(ce) : "none found");
+        snprintf(g_init_error, sizeof g_init_error, "no CUDA device (cudaGetDeviceCount: %s)",
+                 ce != cudaSuccess ? cudaGetErrorString(ce) : "0 devices");
         return RAD_E_UNSUPPORTED;
     }
     if (device < 0 || device >= n_dev) {
-        fprintf(stderr, "r4d: device_index %d: this machine has %d CUDA device(s)\n", device, n_dev);
+        snprintf(g_init_error, sizeof g_init_error, "device_index %d: this machine has %d CUDA device(s)", device, n_dev);
         return RAD_E_ARG;
     }
     R4dState *s = (R4dState *)calloc(1, sizeof *s);
@@ -57,6 +62,8 @@ static int r4d_init(const RadKernelLibConfig *cfg, void **state) {
     *state = s;
     return RAD_OK;
 fail:
+    snprintf(g_init_error, sizeof g_init_error, "device %d: %s", device,
+             rc == RAD_E_IO ? cudaGetErrorString(cudaGetLastError()) : "the communicator could not be joined");
     r4d_fini(s);
     return rc;
 }
@@ -126,16 +133,11 @@ static size_t r4d_pack_size(void *state, RadDType enc, uint64_t rows, uint64_t c
     (void)state;
     return r4d_pack_bf16_size(enc, rows, cols);
 }
-/* src is host memory (the stored rows), dst device memory: converted on the host, then sent. */
+/* src and dst are host memory (docs/PLUGINS.md: the core packs into its staging copy of the
+ * weights and uploads it whole); 64-byte aligned rows of bf16. */
 static int r4d_pack(void *state, RadDType enc, uint64_t rows, uint64_t cols, const void *src, uint64_t stride, void *dst) {
-    const size_t bytes = r4d_pack_bf16_size(enc, rows, cols);
-    if (!bytes) return RAD_E_ARG;
-    uint16_t *tmp = NULL;
-    if (cudaMallocHost((void **)&tmp, bytes) != cudaSuccess) return RAD_E_NOMEM;
-    int rc = r4d_pack_bf16(enc, rows, cols, src, stride, tmp);
-    if (!rc) rc = r4d_copy(state, dst, tmp, bytes, 1);
-    cudaFreeHost(tmp);
-    return rc;
+    (void)state;
+    return r4d_pack_bf16(enc, rows, cols, src, stride, (uint16_t *)dst);
 }
 
 /* ---- the table ------------------------------------------------------------------------------------ */
@@ -186,7 +188,7 @@ static const RadKernel kernels[] = {
 
 static const RadKernelLib lib = {sizeof(RadKernelLib), RAD_DEVICE_CUDA, kernels, (uint32_t)(sizeof kernels / sizeof kernels[0]),
                                  r4d_init, r4d_fini, r4d_alloc, r4d_free, r4d_copy, r4d_sync, r4d_pack_size, r4d_pack,
-                                 r4d_comm_id, r4d_comm_abort};
+                                 r4d_comm_id, r4d_comm_abort, r4d_init_error};
 
 extern "C" {
 RAD_KERNEL_LIB(lib, "r4d", "0.1.0", "libr4d: CUDA kernels for the docs/OPS.md decoder vocabulary (cuBLASLt, GGUF GEMV, paged attention, NCCL)")

@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
 #include <zstd.h>
 
 #include "libcommon/base/rad_num.h"
@@ -249,6 +250,84 @@ static int run_load_jobs(const RadEngine *en, LoadJob *jobs, size_t n, int verif
  * Compressed planes are always decompressed into the region, and tensors a kernel library
  * packs (pack_plan) are always packed into it. A tensor two weights read (a tied head) is
  * copied once. */
+__attribute__((format(printf, 2, 3))) static int step_err(RadEngine *en, const char *fmt, ...);
+
+/* ---- a CUDA deployment's memory (docs/ENGINE.md, "A CUDA deployment") ---------------------- */
+
+/* bytes of the deployment's memory: the device library's when there is one, else 256-aligned host
+ * memory. NULL when it cannot be had. */
+static uint8_t *mem_alloc(RadEngine *en, size_t bytes) {
+    if (en->dev) return en->dev->alloc(en->dev_state, bytes ? bytes : 1);
+    return aligned_alloc(256, (bytes + 255) & ~(size_t)255);
+}
+static void mem_free(RadEngine *en, void *p) {
+    if (!p) return;
+    if (en->dev) en->dev->free(en->dev_state, p);
+    else free(p);
+}
+
+/* The weights in wstore sent to the device whole, every weight's pointers moved to the image. */
+static int dev_upload_weights(RadEngine *en, RadErr *e) {
+    if (!en->dev || !en->wstore) return RAD_OK;
+    const char *lib = en->libs[0]->info->name;
+    if (!(en->dev_weights = en->dev->alloc(en->dev_state, en->wstore_bytes)))
+        return rad_err_set(e, RAD_E_NOMEM, "%s: kernel library '%s' cannot allocate %zu bytes of device memory for the weights",
+                           en->o.model, lib, en->wstore_bytes);
+    en->dev_weights_bytes = en->wstore_bytes;
+    if (en->dev->copy(en->dev_state, en->dev_weights, en->wstore, en->wstore_bytes, 1) != RAD_OK)
+        return rad_err_set(e, RAD_E_IO, "%s: kernel library '%s': copying %zu bytes of weights to the device failed", en->o.model, lib,
+                           en->wstore_bytes);
+    const uint8_t *lo = en->wstore, *hi = en->wstore + en->wstore_bytes;
+    for (int i = 0; i < en->g.n_w; i++) {
+        RadKArg *a = &en->w[i].arg;
+        for (int k = 0; k < 4; k++)
+            if ((const uint8_t *)a->planes[k] >= lo && (const uint8_t *)a->planes[k] < hi)
+                a->planes[k] = en->dev_weights + ((const uint8_t *)a->planes[k] - lo);
+        if ((const uint8_t *)a->data >= lo && (const uint8_t *)a->data < hi) a->data = en->dev_weights + ((uint8_t *)a->data - lo);
+        else if (a->data) /* every weight of a CUDA deployment is in wstore (no --mmap, no control vector) */
+            return rad_err_set(e, RAD_E_UNSUPPORTED, "%s: weight %d is not in the loaded weights' memory", en->o.model, i);
+    }
+    munmap(en->wstore, en->wstore_bytes); /* the device holds them now */
+    en->wstore = NULL;
+    return RAD_OK;
+}
+
+/* A raw operand's device copy for this step: copied once per (host array, bytes, content). */
+static void *dev_raw(RadEngine *en, const void *host, uint64_t bytes) {
+    const uint64_t h = XXH3_64bits(host, (size_t)bytes);
+    for (int i = 0; i < en->n_dev_raw_seen; i++) {
+        const struct RadDevRaw *r = &en->dev_raw_seen[i];
+        if (r->host == host && r->bytes == bytes && r->hash == h) return r->dev;
+    }
+    const size_t at = (en->dev_raw_used + 255) & ~(size_t)255;
+    if (en->n_dev_raw_seen == (int)(sizeof en->dev_raw_seen / sizeof *en->dev_raw_seen) || at + bytes > en->dev_raw_cap) return NULL;
+    if (en->dev->copy(en->dev_state, en->dev_raw + at, host, (size_t)bytes, 1) != RAD_OK) return NULL;
+    en->dev_raw_used = at + (size_t)bytes;
+    en->dev_raw_seen[en->n_dev_raw_seen++] = (struct RadDevRaw){host, bytes, h, en->dev_raw + at};
+    return en->dev_raw + at;
+}
+
+/* After the plugin's step on a CUDA deployment: the device finished (a refusal a kernel found
+ * there is the step's), then what the tools read comes back to the host: the n_out rows of
+ * logits, or the n_seq pooled rows. */
+static void dev_finish_step(RadEngine *en, const RadBatch *b) {
+    const int rc = en->dev->sync(en->dev_state);
+    const char *lib = en->libs[0]->info->name;
+    if (en->step_failed) return;
+    if (rc != RAD_OK) {
+        step_err(en, "kernel library '%s': the step failed on the device: %s", lib, rad_status_name(rc));
+        return;
+    }
+    const int id = en->g.logits.id >= 0 ? en->g.logits.id : en->g.pooled.id;
+    const uint64_t rows = en->g.logits.id >= 0 ? b->n_out : b->n_seq;
+    if (id < 0 || !rows) return;
+    const RadGBuf *g = &en->g.bufs[id];
+    const size_t bytes = (size_t)rows * (size_t)g->d.shape[1] * sizeof(float);
+    const uint8_t *src = (g->d.kind == RAD_BUF_TRANSIENT ? en->arena : en->persist) + g->offset;
+    if (bytes > en->host_out_bytes || en->dev->copy(en->dev_state, en->host_out, src, bytes, 0) != RAD_OK)
+        step_err(en, "kernel library '%s': copying the step's %s from the device failed", lib, en->g.logits.id >= 0 ? "logits" : "pooled rows");
+}
+
 static int bind_weights(RadEngine *en, RadErr *e) {
     en->w = calloc((size_t)(en->g.n_w ? en->g.n_w : 1), sizeof *en->w);
     const RadTensor **tens = malloc((size_t)(en->g.n_w ? en->g.n_w : 1) * sizeof *tens);
@@ -382,26 +461,17 @@ static int bind_weights(RadEngine *en, RadErr *e) {
 
 /* ---- kernel libraries and selection ------------------------------------------------------- */
 
-static int pick_libs(RadEngine *en, RadErr *e) {
-    int n = 0;
-    for (int i = 0; i < en->plugins.n; i++) n += en->plugins.p[i].info->kind == RAD_PLUGIN_KERNELS;
-    en->libs = calloc((size_t)(n ? n : 1), sizeof *en->libs);
-    en->lib_state = calloc((size_t)(n ? n : 1), sizeof *en->lib_state);
-    if (!en->libs || !en->lib_state) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
-    /* the list is checked item by item (empty, twice, unknown, skipped); this engine runs CPU kernels */
-    int rc = rad_plugins_pick_kernels(&en->plugins, en->o.kernels, RAD_DEVICE_CPU, en->libs, n, &en->n_libs, e);
-    if (rc) return rc;
-    /* A library whose init fails is an error when --kernels names it or under strict mode;
-     * among "all installed" it is left out with one warning, as a bad file on the path is. */
-    int strict;
-    if ((rc = rad_plugins_strict(&strict, e))) return rc;
-    const int named = en->o.kernels && *en->o.kernels;
+/* Initialise libs[0, n_libs): a library whose init fails is an error when --kernels names it (or
+ * under strict mode); among "all installed" it is left out with one warning, as a bad file on the
+ * path is. The failure names the library and, from ABI 1.9, says why (RadKernelLib.init_error). */
+static int init_libs(RadEngine *en, int named, int strict, RadErr *e) {
+    const int n = en->n_libs;
     RadKernelLibConfig cfg = {.struct_size = sizeof cfg, .n_threads = en->o.n_threads, .rank = en->rank,
                               .world_size = en->world};
-    if (en->world > 1 && !en->root && !(en->comm = calloc((size_t)(n ? n : 1), sizeof *en->comm)))
+    if (en->world > 1 && !en->root && !en->comm && !(en->comm = calloc((size_t)(n ? n : 1), sizeof *en->comm)))
         return rad_err_set(e, RAD_E_NOMEM, "out of memory");
     int kept = 0;
-    for (int i = 0; i < en->n_libs; i++) {
+    for (int i = 0; i < n; i++) {
         const RadKernelLib *l = en->libs[i]->lib;
         void *state = NULL;
         cfg.comm = NULL;
@@ -412,11 +482,19 @@ static int pick_libs(RadEngine *en, RadErr *e) {
                 if (!strcmp(en->root->libs[j]->info->name, en->libs[i]->info->name)) cfg.comm = &en->root->comm[j];
         }
         if (l->init && l->init(&cfg, &state) != RAD_OK) {
-            if (named || strict)
-                return rad_err_set(e, RAD_E_IO, "kernel library '%s' (%s): init failed%s", en->libs[i]->info->name,
-                                   en->libs[i]->path, strict && !named ? " (RADIANCE_PLUGINS_STRICT=1)" : "");
-            fprintf(stderr, "%s: warning: kernel library '%s' (%s) skipped: init failed\n", program_invocation_short_name,
-                    en->libs[i]->info->name, en->libs[i]->path);
+            const char *why = l->struct_size >= offsetof(RadKernelLib, init_error) + sizeof l->init_error && l->init_error
+                                  ? l->init_error() : NULL;
+            char because[300] = "";
+            if (why && *why) snprintf(because, sizeof because, ": %.280s", why);
+            if (named || strict) {
+                for (int j = 0; j < kept; j++) /* the ones already up are let go: the caller may pick others */
+                    if (en->libs[j]->lib->fini && en->lib_state[j]) en->libs[j]->lib->fini(en->lib_state[j]);
+                en->n_libs = 0;
+                return rad_err_set(e, RAD_E_IO, "kernel library '%s' (%s): init failed%s%s", en->libs[i]->info->name,
+                                   en->libs[i]->path, because, strict && !named ? " (RADIANCE_PLUGINS_STRICT=1)" : "");
+            }
+            fprintf(stderr, "%s: warning: kernel library '%s' (%s) skipped: init failed%s\n", program_invocation_short_name,
+                    en->libs[i]->info->name, en->libs[i]->path, because);
             continue;
         }
         en->libs[kept] = en->libs[i];
@@ -425,6 +503,108 @@ static int pick_libs(RadEngine *en, RadErr *e) {
     }
     if (!kept) return rad_err_set(e, RAD_E_NOTFOUND, "no kernel library could be initialised");
     en->n_libs = kept;
+    return RAD_OK;
+}
+
+/* --kernels split at its first item that is not a CUDA library: `head` the leading CUDA items
+ * (a CUDA deployment, when there are any), `tail` the rest, each comma-separated. Items not
+ * installed stay in the part they were met in (rad_plugins_pick_kernels names them). */
+static int split_device_list(const RadPluginSet *ps, const char *list, char *head, char *tail, size_t n) {
+    head[0] = tail[0] = 0;
+    int in_head = 1;
+    for (const char *p = list; *p;) {
+        const char *end = strchr(p, ',');
+        const size_t l = end ? (size_t)(end - p) : strlen(p);
+        int cuda = 0;
+        for (int i = 0; i < ps->n; i++)
+            if (ps->p[i].info->kind == RAD_PLUGIN_KERNELS && strlen(ps->p[i].info->name) == l && !memcmp(ps->p[i].info->name, p, l))
+                cuda = ps->p[i].lib->device == RAD_DEVICE_CUDA;
+        in_head = in_head && cuda;
+        char *dst = in_head ? head : tail;
+        const size_t used = strlen(dst);
+        if (used + l + 2 > n) return -1;
+        if (used) dst[used] = ',', dst[used + 1] = 0;
+        strncat(dst, p, l);
+        if (!end) break;
+        p = end + 1;
+    }
+    return head[0] != 0;
+}
+
+/* What a CUDA deployment does not do yet: refused by name before its library is initialised,
+ * never ignored. */
+static int cuda_refusals(const RadEngine *en, RadErr *e) {
+    const char *lib = en->libs[0]->info->name;
+    if (en->world > 1)
+        return rad_err_set(e, RAD_E_UNSUPPORTED, "--tp %u: kernel library '%s' is a CUDA library; tensor parallelism runs on "
+                           "CPU libraries only yet", en->world, lib);
+    if (en->o.mmap_weights)
+        return rad_err_set(e, RAD_E_UNSUPPORTED, "--mmap: kernel library '%s' is a CUDA library, whose kernels read the "
+                           "weights in device memory (copied at load)", lib);
+    if (en->o.control_vector)
+        return rad_err_set(e, RAD_E_UNSUPPORTED, "--control-vector: not served on CUDA library '%s' yet", lib);
+    return RAD_OK;
+}
+
+static int pick_libs(RadEngine *en, RadErr *e) {
+    int n = 0;
+    for (int i = 0; i < en->plugins.n; i++) n += en->plugins.p[i].info->kind == RAD_PLUGIN_KERNELS;
+    en->libs = calloc((size_t)(n ? n : 1), sizeof *en->libs);
+    en->lib_state = calloc((size_t)(n ? n : 1), sizeof *en->lib_state);
+    if (!en->libs || !en->lib_state) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+    int strict, rc;
+    if ((rc = rad_plugins_strict(&strict, e))) return rc;
+    const int named = en->o.kernels && *en->o.kernels;
+    if (named && en->o.kernels_any_device) { /* rad-kbench: every named library, whatever its device */
+        en->n_libs = 0;
+        char one[RAD_PLUGIN_MAX_NAME + 1];
+        for (const char *p = en->o.kernels; *p;) { /* item by item, in the list's order */
+            const char *end = strchr(p, ',');
+            const size_t l = end ? (size_t)(end - p) : strlen(p);
+            if (l > RAD_PLUGIN_MAX_NAME) return rad_err_set(e, RAD_E_NOTFOUND, "--kernels: no kernel library named '%.*s...'", 32, p);
+            memcpy(one, p, l), one[l] = 0;
+            const RadPlugin *found = NULL;
+            int got = 0;
+            for (int dv = 0; dv < 2 && !got; dv++) {
+                RadErr quiet = {0};
+                if (rad_plugins_pick_kernels(&en->plugins, one, dv ? RAD_DEVICE_CUDA : RAD_DEVICE_CPU, &found, 1, &got, &quiet))
+                    got = 0;
+            }
+            if (!got) return rad_plugins_pick_kernels(&en->plugins, one, RAD_DEVICE_CPU, &found, 1, &got, e); /* its own refusal */
+            for (int i = 0; i < en->n_libs; i++)
+                if (en->libs[i] == found) return rad_err_set(e, RAD_E_ARG, "--kernels: '%s' named twice", one);
+            en->libs[en->n_libs++] = found;
+            if (!end) break;
+            p = end + 1;
+        }
+        if ((rc = init_libs(en, 1, strict, e))) return rc;
+    } else {
+        char head[1024], tail[1024];
+        const int cuda = named ? split_device_list(&en->plugins, en->o.kernels, head, tail, sizeof head) : 0;
+        if (cuda < 0) return rad_err_set(e, RAD_E_ARG, "--kernels: a list of over 1000 bytes");
+        const char *cpu_list = named ? en->o.kernels : NULL;
+        if (cuda) { /* a CUDA deployment; its init failing falls back to the list's CPU libraries, if it names any */
+            if ((rc = rad_plugins_pick_kernels(&en->plugins, head, RAD_DEVICE_CUDA, en->libs, n, &en->n_libs, e))) return rc;
+            if ((rc = cuda_refusals(en, e))) return rc;
+            RadErr why = {0};
+            rc = init_libs(en, 1, strict, &why);
+            if (rc == RAD_OK) {
+                if (en->n_libs > 1)
+                    return rad_err_set(e, RAD_E_UNSUPPORTED, "--kernels: '%s' and '%s' are both CUDA libraries; a deployment "
+                                       "runs on one", en->libs[0]->info->name, en->libs[1]->info->name);
+                en->dev = en->libs[0]->lib, en->dev_state = en->lib_state[0];
+            } else if (!tail[0]) {
+                return rad_err_set(e, rc, "%s", why.msg);
+            } else { /* the order the user gave: the next libraries serve */
+                fprintf(stderr, "%s: warning: %s; --kernels goes on with '%s'\n", program_invocation_short_name, why.msg, tail);
+                cpu_list = tail;
+            }
+        }
+        if (!en->dev) {
+            if ((rc = rad_plugins_pick_kernels(&en->plugins, cpu_list, RAD_DEVICE_CPU, en->libs, n, &en->n_libs, e))) return rc;
+            if ((rc = init_libs(en, named, strict, e))) return rc;
+        }
+    }
     en->sel.p = calloc((size_t)en->n_libs, sizeof *en->sel.p);
     if (!en->sel.p) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
     for (int i = 0; i < en->n_libs; i++) en->sel.p[i] = *en->libs[i];
@@ -465,8 +645,9 @@ static int build_candidates(RadEngine *en, RadErr *e) {
             if (ws > en->workspace_bytes) en->workspace_bytes = ws;
         }
     }
-    if (en->workspace_bytes && !(en->workspace = aligned_alloc(256, (en->workspace_bytes + 255) & ~(size_t)255)))
-        return rad_err_set(e, RAD_E_NOMEM, "out of memory for a %zu-byte kernel workspace", en->workspace_bytes);
+    if (en->workspace_bytes && !(en->workspace = mem_alloc(en, en->workspace_bytes)))
+        return rad_err_set(e, RAD_E_NOMEM, "out of %s memory for a %zu-byte kernel workspace", en->dev ? "device" : "host",
+                           en->workspace_bytes);
     return RAD_OK;
 }
 
@@ -545,10 +726,20 @@ static int build_kv(RadEngine *en, RadErr *e) {
         if (rc) return rc;
         if (!(en->step_table[gi] = calloc((size_t)en->ctx.max_seqs * en->kv[gi].max_blocks, sizeof(int32_t))))
             return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+        if (en->dev) { /* the pools live on the device; the manager's host map is never touched (only its indices) */
+            if (!en->dev_pools && !(en->dev_pools = calloc((size_t)en->g.n_kvs, sizeof *en->dev_pools)))
+                return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+            if (!(en->dev_pools[gi] = en->dev->alloc(en->dev_state, en->kv[gi].pool_map_bytes)))
+                return rad_err_set(e, RAD_E_NOMEM, "KV group '%s': kernel library '%s' cannot allocate %zu bytes of device memory "
+                                   "for %u blocks (--kv-blocks sets fewer)", k->name, en->libs[0]->info->name,
+                                   en->kv[gi].pool_map_bytes, en->kv[gi].n_blocks);
+        }
         uint32_t li = 0;
         for (int l = 0; l < en->g.n_layer_kv; l++) {
             if (en->g.layer_kv[l] != gi) continue;
-            en->kv_state[l] = (RadKvState){.group = {gi}, .pool = en->kv[gi].pools[li++], .dtype = k->d.dtype,
+            uint8_t *pool = en->kv[gi].pools[li++];
+            if (en->dev) pool = en->dev_pools[gi] + (pool - en->kv[gi].pool_map);
+            en->kv_state[l] = (RadKvState){.group = {gi}, .pool = pool, .dtype = k->d.dtype,
                                            .block_size = k->block_size, .n_head_kv = k->d.n_head_kv,
                                            .head_dim = k->d.head_dim, .layer = (uint32_t)l, .block_bytes = bb,
                                            .max_blocks = en->kv[gi].max_blocks, .n_blocks = en->kv[gi].n_blocks};
@@ -646,6 +837,13 @@ static int c_issue(RadCtx *c, rad_op h, const RadOperand *ops, uint32_t n_ops, u
             a->rows = o->n;
             a->cols = 1;
             a->row_stride = 1;
+            if (en->dev) { /* the device copy, and the host values for the kernel's checks (ABI 1.9) */
+                const RadEncInfo *ei = rad_enc_info((RadEnc)o->dtype);
+                a->planes[1] = o->raw;
+                if (!ei || !(a->data = dev_raw(en, o->raw, o->n * ei->block_bytes)))
+                    return step_err(en, "op '%s': raw operand %u (%" PRIu64 " values) could not be copied to the device", op->op, i,
+                                    o->n);
+            }
         }
     }
     RadKernelArgs ka = {.struct_size = sizeof ka, .params = params, .n_params = op->n_params, .n = (int64_t)n,
@@ -660,6 +858,7 @@ static int c_issue(RadCtx *c, rad_op h, const RadOperand *ops, uint32_t n_ops, u
     en->n_issues++;
     const uint64_t t0 = en->prof_ns ? now_ns() : 0;
     int rc = k->run(&ka);
+    if (en->prof_ns && en->dev && rc == RAD_OK) rc = en->dev->sync(en->dev_state); /* --profile times the device's work */
     if (en->prof_ns) en->prof_ns[en->prof_at[h.id] + bucket] += now_ns() - t0, en->prof_calls[en->prof_at[h.id] + bucket]++;
     if (h.id + 1 < en->g.n_ops) /* a step issues ops mostly in declaration order */
         __builtin_prefetch(&en->g.ops[h.id + 1]), __builtin_prefetch(&en->cand[h.id + 1]);
@@ -883,13 +1082,22 @@ static int engine_open(RadEngine *en, const RadEngineOpts *o, uint32_t rank, uin
                            "the engine does not run a plugin's draft passes yet (--spec ngram or --draft FILE draft outside "
                            "the model)", o->model, en->arch->info->name, en->g.drafter.depth);
     if ((rc = rad_graph_plan(&en->g, e))) return rc;
-    en->arena = aligned_alloc(256, en->g.arena_bytes ? en->g.arena_bytes : 256);
-    en->persist = aligned_alloc(256, en->g.persist_bytes ? en->g.persist_bytes : 256);
+    en->arena = mem_alloc(en, en->g.arena_bytes);
+    en->persist = mem_alloc(en, en->g.persist_bytes);
     if (!en->arena || !en->persist)
-        return rad_err_set(e, RAD_E_NOMEM, "cannot allocate the %" PRIu64 "-byte activation arena", en->g.arena_bytes);
+        return rad_err_set(e, RAD_E_NOMEM, "cannot allocate the %" PRIu64 "-byte activation arena%s", en->g.arena_bytes,
+                           en->dev ? " in device memory" : "");
+    if (en->dev) { /* a step's raw operands, and the host copy of what it returns */
+        en->dev_raw_cap = (size_t)16 * 4 * ((size_t)en->ctx.max_tok + en->ctx.max_seqs + 1) + ((size_t)64 << 10);
+        const int out = en->g.logits.id >= 0 ? en->g.logits.id : en->g.pooled.id;
+        en->host_out_bytes = out >= 0 ? (size_t)en->g.bufs[out].d.shape[0] * (size_t)en->g.bufs[out].d.shape[1] * sizeof(float) : 0;
+        if (!(en->dev_raw = en->dev->alloc(en->dev_state, en->dev_raw_cap)) || !(en->host_out = malloc(en->host_out_bytes + 1)))
+            return rad_err_set(e, RAD_E_NOMEM, "out of memory for a step's operands on kernel library '%s'", en->libs[0]->info->name);
+    }
     if ((rc = build_candidates(en, e))) return rc; /* first: the picks decide which weights are packed */
     if ((rc = check_kv_kernels(en, e))) return rc;
     if ((rc = bind_weights(en, e))) return rc;
+    if ((rc = dev_upload_weights(en, e))) return rc;
     if (!en->o.mmap_weights) { /* every weight is in wstore now: the file is never read again */
         rad_model_unguard(en->guard);
         en->guard = -1;
@@ -940,7 +1148,9 @@ static void rank_step(RadEngine *en, const RadBatch *b) {
         if (gi < 0) continue;
         en->kv_state[l].block_table = b->kv && (uint32_t)gi < b->n_kv ? b->kv[gi].block_table : NULL;
     }
+    en->n_dev_raw_seen = 0, en->dev_raw_used = 0;
     en->arch->step(&en->head, b);
+    if (en->dev) dev_finish_step(en, b);
     en->batch = NULL;
     if (en->step_failed && en->world > 1) comm_abort_all(en, 1);
 }
@@ -1082,9 +1292,16 @@ void rad_engine_close(RadEngine *en) {
     free(en->step_i32);
     free(en->kv);
     free(en->kv_state);
-    free(en->arena);
-    free(en->persist);
-    free(en->workspace);
+    mem_free(en, en->arena);
+    mem_free(en, en->persist);
+    mem_free(en, en->workspace);
+    if (en->dev) {
+        for (int i = 0; en->dev_pools && i < en->g.n_kvs; i++) mem_free(en, en->dev_pools[i]);
+        mem_free(en, en->dev_weights);
+        mem_free(en, en->dev_raw);
+    }
+    free(en->dev_pools);
+    free(en->host_out);
     free(en->cvec);
     for (int i = 0; i < en->n_libs; i++)
         if (en->libs[i]->lib->fini && en->lib_state[i]) en->libs[i]->lib->fini(en->lib_state[i]);
@@ -1194,6 +1411,7 @@ const float *rad_engine_logits(const RadEngine *en, uint32_t *n_vocab) {
     if (en->g.logits.id < 0) return NULL;
     const RadGBuf *b = &en->g.bufs[en->g.logits.id];
     if (n_vocab) *n_vocab = (uint32_t)b->d.shape[1];
+    if (en->dev) return (const float *)(void *)en->host_out; /* the step's rows, copied back */
     return (const float *)(void *)((b->d.kind == RAD_BUF_TRANSIENT ? en->arena : en->persist) + b->offset);
 }
 
@@ -1255,7 +1473,7 @@ int rad_engine_embed(RadEngine *en, const RadEngineText *texts, uint32_t n_seq, 
     int rc = rad_engine_step(en, &bt, e);
     if (rc) return rc;
     const RadGBuf *b = &en->g.bufs[en->g.pooled.id];
-    memcpy(out, (en->arena + b->offset), (size_t)n_seq * dim * sizeof *out);
+    memcpy(out, en->dev ? en->host_out : (en->arena + b->offset), (size_t)n_seq * dim * sizeof *out);
     return RAD_OK;
 }
 

@@ -66,6 +66,9 @@ typedef struct RadEngineOpts {
     uint64_t tp_wire_min_bytes;    /* --tp-wire-min-bytes: below it a message goes exact (0: 65536) */
     const char *scope;             /* a drafter's engine: "draft" (RadBuildCtx.is_draft, names declared under
                                       "draft.", looked up in its own container without it); NULL: the model */
+    int kernels_any_device;        /* rad-kbench: every library --kernels names is loaded and initialised
+                                      whatever its device, and the engine's memory stays on the host (the
+                                      checker runs the kernels itself); 0: a deployment on one device */
 } RadEngineOpts;
 
 /* Opaque: tools see the engine through these functions only; its state, the KV cache among it,

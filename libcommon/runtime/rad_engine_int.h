@@ -79,6 +79,20 @@ struct RadEngine {
     const struct RadEngine *root;  /* rank 0, on ranks 1..; NULL on rank 0 */
     RadCommId *comm;               /* [n_libs] rank 0: each library's communicator (world > 1) */
     struct RadTp *tp;              /* rank 0 of world > 1: the other ranks and their threads */
+    /* a device deployment (docs/ENGINE.md, "A CUDA deployment"): --kernels named a CUDA library
+       first and its init succeeded; every op runs on it and every pointer a kernel gets (arena,
+       persist, workspace, weights, KV pools, raw operands) is its device memory */
+    const RadKernelLib *dev;       /* that library, or NULL (a CPU deployment) */
+    void *dev_state;               /* its state */
+    uint8_t *dev_weights;          /* wstore's image, uploaded whole at load */
+    size_t dev_weights_bytes;
+    uint8_t **dev_pools;           /* [g.n_kvs] each group's pool_map image */
+    uint8_t *dev_raw;              /* [dev_raw_cap] a step's raw operands, copied once each */
+    size_t dev_raw_cap, dev_raw_used;
+    struct RadDevRaw { const void *host; uint64_t bytes, hash; void *dev; } dev_raw_seen[16];
+    int n_dev_raw_seen;
+    uint8_t *host_out;             /* [host_out_bytes] the step's logits (or pooled rows), copied back */
+    size_t host_out_bytes;
 };
 
 /* Rank r's engine of a tensor-parallel rank 0 (r = 0: en itself); NULL past its ranks. */

@@ -130,7 +130,7 @@ Test(plugins, a_bad_plugin_info_is_refused_naming_the_field) {
     static const char *const cases[][2] = {
         {"info-null", "rad_plugin_info() returned NULL"},
         {"info-size", "RadPluginInfo.struct_size 4 is smaller"},
-        {"info-abi", "built for ABI 2.8, this core serves 1.0..1.8"},
+        {"info-abi", "built for ABI 2.9, this core serves 1.0..1.9"},
         {"info-minor", "built for ABI 1.99"},
         {"info-kind", "RadPluginInfo.kind 7"},
         {"info-name-null", "RadPluginInfo.name is NULL"},

@@ -1,0 +1,178 @@
+/* A CUDA deployment's engine side, checked on the CPU (docs/ENGINE.md, "A CUDA deployment").
+ *
+ * tests/plugins/kern_fakedev.c says it is a CUDA library and serves libref's kernels behind
+ * device-memory hooks, failing any call given a pointer a device library could not use (host
+ * memory where device memory is due, raw operands without their host values, a device batch).
+ * On SmolLM2 the engine on it must give libref's logits bit for bit (every position of a
+ * prompt, and a greedy continuation), with the weights uploaded and the host copy released, the
+ * logits copied back, the device synced each step. Then: the refusals of what a CUDA deployment
+ * does not do (--tp, --mmap), one library per deployment, and the fallback --kernels asks for: a
+ * CUDA library whose init fails gives way to the CPU libraries after it in the list, with one
+ * warning, and is an error naming it (and why) when nothing follows. libr4d itself (where nvcc
+ * built it and no GPU is here): its init refuses in one line, naming "no CUDA device". */
+#include <criterion/criterion.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "libcommon/runtime/rad_engine_int.h"
+#include "tests/test_util.h"
+
+static char dir[256], model[300], pd_test[300], pd_ref[256], pd_cuda[256];
+static const char *dirs[3];
+
+static const char *bdir(void) {
+    const char *b = getenv("RAD_BUILD");
+    return b && *b ? b : "build";
+}
+static void setup(void) {
+    test_deadline(600);
+    unsetenv("RAD_FAKEDEV_FAIL");
+    snprintf(dir, sizeof dir, "/tmp/rad-dev-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(model, sizeof model, "%s/smollm2.rad", dir);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s/rad-convert models/SmolLM2-135M-Instruct.Q4_1.gguf -o %s >/dev/null 2>&1", bdir(), model);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    /* a folder with fakedev alone (test-plugins holds architecture plugins that clash), libref's
+     * path given to it */
+    char cwd[200], ref[512];
+    cr_assert_not_null(getcwd(cwd, sizeof cwd));
+    snprintf(pd_test, sizeof pd_test, "%s/fd", dir);
+    snprintf(cmd, sizeof cmd, "mkdir %s && ln -s %s/%s/test-plugins/kern_fakedev.so %s/", pd_test, cwd, bdir(), pd_test);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    snprintf(ref, sizeof ref, "%s/%s/plugins/kern_ref.so", cwd, bdir());
+    setenv("RAD_FAKEDEV_REF", ref, 1);
+    snprintf(pd_ref, sizeof pd_ref, "%s/plugins", bdir());
+    snprintf(pd_cuda, sizeof pd_cuda, "%s/plugins-cuda", bdir());
+    dirs[0] = pd_test, dirs[1] = pd_ref, dirs[2] = pd_cuda;
+}
+static void teardown(void) {
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+    unsetenv("RAD_FAKEDEV_FAIL");
+    unsetenv("RAD_FAKEDEV_REF");
+}
+TestSuite(device, .init = setup, .fini = teardown);
+
+static RadEngineOpts opts(const char *kernels) {
+    return (RadEngineOpts){.model = model, .plugin_dirs = dirs, .n_plugin_dirs = 2, .kernels = kernels, .n_threads = 2,
+                           .max_tok = 32, .max_seqs = 2, .max_ctx = 128, .max_out_rows = 32};
+}
+
+static void counts(unsigned long c[4]) {
+    char path[400];
+    snprintf(path, sizeof path, "%s/kern_fakedev.so", pd_test);
+    void *dl = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    cr_assert_not_null(dl, "kern_fakedev.so is not loaded");
+    void (*fn)(unsigned long *);
+    void *p = dlsym(dl, "fakedev_counts");
+    cr_assert_not_null(p);
+    memcpy(&fn, &p, sizeof p);
+    fn(c);
+    dlclose(dl);
+}
+
+Test(device, a_cuda_deployment_gives_the_cpu_logits_bit_for_bit) {
+    RadErr e = {0};
+    RadEngine *cpu = NULL, *dev = NULL;
+    RadEngineOpts oc = opts("ref"), od = opts("fakedev");
+    cr_assert_eq(rad_engine_open(&cpu, &oc, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_engine_open(&dev, &od, &e), RAD_OK, "%s", e.msg);
+    cr_assert_not_null(dev->dev, "fakedev says CUDA: the engine should deploy on it");
+    cr_assert_null(dev->wstore, "the weights' host copy is released once uploaded");
+    cr_assert_not_null(dev->dev_weights);
+    cr_assert_null(cpu->dev);
+    unsigned long c0[4];
+    counts(c0);
+    const int32_t prompt[12] = {1, 9690, 314, 253, 2156, 28, 1073, 314, 260, 1345, 282, 4237};
+    uint32_t nv = 0;
+    rad_engine_logits(cpu, &nv);
+    cr_assert_gt(nv, 1000);
+    float *a = malloc(sizeof(float) * 12 * nv), *b = malloc(sizeof(float) * 12 * nv);
+    cr_assert_eq(rad_engine_forward_all(cpu, 0, prompt, 12, 0, a, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_engine_forward_all(dev, 0, prompt, 12, 0, b, &e), RAD_OK, "%s", e.msg);
+    for (size_t i = 0; i < (size_t)12 * nv; i++)
+        cr_assert_eq(f32_bits(a[i]), f32_bits(b[i]), "position %zu, token %zu: %g on the CPU, %g on the device", i / nv, i % nv,
+                     (double)a[i], (double)b[i]);
+    /* a greedy continuation, one decode step at a time */
+    int32_t tc = prompt[11], td = prompt[11];
+    rad_engine_drop_seq(cpu, 0), rad_engine_drop_seq(dev, 0);
+    cr_assert_eq(rad_engine_forward(cpu, 0, prompt, 11, 0, 0, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_engine_forward(dev, 0, prompt, 11, 0, 0, &e), RAD_OK, "%s", e.msg);
+    for (uint32_t step = 0; step < 16; step++) {
+        cr_assert_eq(rad_engine_forward(cpu, 0, &tc, 1, 11 + step, 1, &e), RAD_OK, "%s", e.msg);
+        cr_assert_eq(rad_engine_forward(dev, 0, &td, 1, 11 + step, 1, &e), RAD_OK, "%s", e.msg);
+        const float *lc = rad_engine_logits(cpu, NULL), *ld = rad_engine_logits(dev, NULL);
+        int32_t bc = 0, bd = 0;
+        for (uint32_t v = 1; v < nv; v++) bc = lc[v] > lc[bc] ? (int32_t)v : bc, bd = ld[v] > ld[bd] ? (int32_t)v : bd;
+        cr_assert_eq(memcmp(lc, ld, sizeof(float) * nv), 0, "decode step %u: the logits differ", step);
+        cr_assert_eq(bc, bd);
+        tc = bc, td = bd;
+    }
+    unsigned long c1[4];
+    counts(c1);
+    cr_assert_gt(c1[0], c0[0], "no raw operand was copied to the device");
+    cr_assert_geq(c1[1] - c0[1], 17, "the logits of every step come back (%lu copies)", c1[1] - c0[1]);
+    cr_assert_geq(c1[2] - c0[2], 17, "every step syncs the device (%lu syncs)", c1[2] - c0[2]);
+    cr_assert_gt(c1[3], c0[3]);
+    free(a), free(b);
+    rad_engine_close(cpu), rad_engine_close(dev);
+}
+
+static void refused(RadEngineOpts o, const char *want) {
+    RadEngine *en = NULL;
+    RadErr e = {0};
+    cr_assert_neq(rad_engine_open(&en, &o, &e), RAD_OK, "opened; wanted a refusal naming '%s'", want);
+    cr_assert(strstr(e.msg, want), "the refusal does not say '%s': %s", want, e.msg);
+    cr_assert_null(strchr(e.msg, '\n'), "not one line: %s", e.msg);
+}
+
+Test(device, what_a_cuda_deployment_does_not_do_is_refused_by_name) {
+    RadEngineOpts o = opts("fakedev");
+    o.tp = 2;
+    refused(o, "--tp 2: kernel library 'fakedev' is a CUDA library");
+    o = opts("fakedev");
+    o.mmap_weights = 1;
+    refused(o, "--mmap: kernel library 'fakedev' is a CUDA library");
+    /* a CUDA library after a CPU one: the deployment is the first item's device */
+    refused(opts("ref,fakedev"), "'fakedev' is a CUDA library");
+}
+
+Test(device, a_failing_cuda_library_falls_back_only_where_the_list_goes_on) {
+    setenv("RAD_FAKEDEV_FAIL", "1", 1);
+    refused(opts("fakedev"), "kernel library 'fakedev' (");
+    refused(opts("fakedev"), "init failed: no device (RAD_FAKEDEV_FAIL)");
+    RadEngineOpts o = opts("fakedev,ref");
+    RadEngine *en = NULL;
+    RadErr e = {0};
+    cr_assert_eq(rad_engine_open(&en, &o, &e), RAD_OK, "--kernels fakedev,ref: %s", e.msg);
+    cr_assert_null(en->dev, "the fallback is a CPU deployment");
+    cr_assert_eq(en->n_libs, 1);
+    cr_assert_str_eq(en->libs[0]->info->name, "ref");
+    rad_engine_close(en);
+}
+
+Test(device, libr4d_without_a_gpu_refuses_in_one_line) {
+    char so[300];
+    snprintf(so, sizeof so, "%s/kern_r4d.so", pd_cuda);
+    if (access(so, R_OK)) cr_skip_test("%s not built (no nvcc where this build ran)", so);
+    RadEngineOpts o = opts("r4d");
+    o.n_plugin_dirs = 3;
+    RadEngine *en = NULL;
+    RadErr e = {0};
+    const int rc = rad_engine_open(&en, &o, &e);
+    if (rc == RAD_OK) {
+        rad_engine_close(en);
+        cr_skip_test("a CUDA device is present: tests/gpu/check.sh checks libr4d there");
+    }
+    cr_assert(strstr(e.msg, "kernel library 'r4d' (") && strstr(e.msg, "init failed: no CUDA device"), "%s", e.msg);
+    cr_assert_null(strchr(e.msg, '\n'));
+    o.kernels = "r4d,ref"; /* asked for: the CPU library serves */
+    cr_assert_eq(rad_engine_open(&en, &o, &e), RAD_OK, "%s", e.msg);
+    cr_assert_null(en->dev);
+    rad_engine_close(en);
+}
