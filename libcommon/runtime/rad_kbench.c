@@ -100,6 +100,10 @@ typedef struct Weight {
     RadKArg stored;                /* the stored layout, from the container */
     void *own;                     /* stored bytes loaded here (a compressed plane), or NULL */
     float *deq;                    /* [rows * cols] rad_dequant of the stored bytes (NULL: not asked) */
+    /* a device library's copies of bound (0) and stored (1), made when its kernel first runs */
+    void *dev[2];
+    const RadKernelLib *dev_lib;
+    void *dev_state;
 } Weight;
 
 typedef struct Kb {
@@ -159,6 +163,8 @@ static int weight_load(Kb *c, int id, int dequant, Weight *w, RadErr *e) {
 }
 
 static void weight_free(Weight *w) {
+    for (int i = 0; i < 2; i++)
+        if (w->dev[i]) w->dev_lib->free(w->dev_state, w->dev[i]);
     free(w->own);
     free(w->deq);
     memset(w, 0, sizeof *w);
@@ -794,7 +800,25 @@ typedef struct Run {
     size_t ws_bytes;
     int64_t knobs[RAD_KNOB_MAX];   /* the knob values of this run, in k's knobs order (n_knobs 0: the defaults) */
     uint32_t n_knobs;
+    /* a device library's run (docs/TOOLS.md, "rad-kbench on a CUDA library"): the case's buffers,
+       raw operands and pool mirrored in its memory, sent before a checked call and read back after */
+    const RadKernelLib *dev;       /* the kernel's library when it is a device one, else NULL */
+    void *dbuf[MAX_BUFS], *draw[2], *dpool;
 } Run;
+
+static void run_free(Run *run) {
+    if (run->dev) {
+        for (int i = 0; i < MAX_BUFS; i++)
+            if (run->dbuf[i]) run->dev->free(run->state, run->dbuf[i]);
+        for (int i = 0; i < 2; i++)
+            if (run->draw[i]) run->dev->free(run->state, run->draw[i]);
+        if (run->dpool) run->dev->free(run->state, run->dpool);
+        if (run->ws) run->dev->free(run->state, run->ws);
+    } else {
+        free(run->ws);
+    }
+    memset(run, 0, sizeof *run);
+}
 
 static int run_prepare(Kb *c, const RadGOp *op, const RadKernel *k, int lib, int64_t hi, Run *run) {
     memset(run, 0, sizeof *run);
@@ -802,12 +826,15 @@ static int run_prepare(Kb *c, const RadGOp *op, const RadKernel *k, int lib, int
     run->lib = lib;
     run->collective = c->world > 1 && (!strcmp(op->op, "all_reduce") || !strcmp(op->op, "all_gather"));
     run->op_index = (int)(op - c->g->ops);
-    if (!rad_engine_lib(c->en, lib, &run->state)) return RAD_E_ARG;
+    const RadPlugin *lp = rad_engine_lib(c->en, lib, &run->state);
+    if (!lp) return RAD_E_ARG;
+    run->dev = lp->lib->device == RAD_DEVICE_CUDA ? lp->lib : NULL;
     if (k->workspace) {
         size_t ws = k->workspace(op->params, op->n_params, hi);
         if (ws) {
             run->ws_bytes = ws;
-            if (!(run->ws = aligned_alloc(256, (ws + 255) & ~(size_t)255))) return RAD_E_NOMEM;
+            run->ws = run->dev ? run->dev->alloc(run->state, ws) : aligned_alloc(256, (ws + 255) & ~(size_t)255);
+            if (!run->ws) return RAD_E_NOMEM;
         }
     }
     return RAD_OK;
@@ -898,28 +925,83 @@ static int run_collective(Kb *c, const Run *run, RadKernelArgs *ka) {
     return rc;
 }
 
-/* Kernel k on the case's work buffers with operands ops (weights by kernel), as c_issue binds them. */
-static int run_kernel(Kb *c, Case *cs, const Run *run, const Weight *w, const Opnd *ops, int n_ops, const RadParam *params,
-                      uint32_t n_params) {
+/* A device run's copy of what the host holds (made once per run, then sent again when `send`). */
+static void *dev_mirror(const Run *run, void **slot, const void *host, size_t bytes, int send) {
+    if (!*slot && !(*slot = run->dev->alloc(run->state, bytes ? bytes : 1))) return NULL;
+    if (send && bytes && run->dev->copy(run->state, *slot, host, bytes, 1) != RAD_OK) return NULL;
+    return *slot;
+}
+/* A weight as a device kernel reads it: its bytes in the library's memory, sent once. */
+static int dev_weight(const Run *run, Weight *w, RadKArg *a) {
+    const int stored = a->data == w->stored.data;
+    void **slot = &w->dev[stored];
+    if (!*slot) {
+        size_t bytes = (size_t)(a->rows * a->row_stride);
+        if (a->dtype & RAD_PACKED) { /* the engine packed it for this library: its own size */
+            bytes = run->dev->pack_size ? run->dev->pack_size(run->state, (RadDType)(a->dtype & ~RAD_PACKED), a->rows, a->cols) : 0;
+            if (!bytes) return RAD_E_ARG;
+        }
+        if (w->dev_lib && w->dev_lib != run->dev) return RAD_E_UNSUPPORTED; /* one device library per check */
+        w->dev_lib = run->dev, w->dev_state = run->state;
+        if (!dev_mirror(run, slot, a->data, bytes, 1)) return RAD_E_NOMEM;
+    }
+    a->data = *slot;
+    memset(a->planes, 0, sizeof a->planes);
+    a->planes[0] = *slot;
+    return RAD_OK;
+}
+
+/* Kernel k on the case's work buffers with operands ops (weights by kernel), as c_issue binds them.
+ * On a device library with `check`, the inputs are sent first and every buffer read back after
+ * (its sync first); without it (timing repeats) the device works on what it holds, synced. */
+static int run_kernel_io(Kb *c, Case *cs, Run *run, Weight *w, const Opnd *ops, int n_ops, const RadParam *params,
+                         uint32_t n_params, int check) {
     RadKArg args[MAX_ARGS];
     memset(args, 0, sizeof args);
+    RadKvState kv = cs->kv;
     for (int i = 0; i < n_ops; i++) {
         const Opnd *o = &ops[i];
         if (o->kind == 0) {
             args[i] = *weight_for(&w[o->idx], run->k);
+            if (run->dev) {
+                const int rc = dev_weight(run, &w[o->idx], &args[i]);
+                if (rc) return rc;
+            }
         } else if (o->kind == 1) {
             const Buf *b = &cs->buf[o->idx];
             args[i] = (RadKArg){.data = b->work, .dtype = RAD_F32, .rows = b->rows, .cols = b->cols, .row_stride = b->cols};
+            if (run->dev && !(args[i].data = dev_mirror(run, &run->dbuf[o->idx], b->work, b->rows * b->cols * sizeof(float), check)))
+                return RAD_E_NOMEM;
         } else {
             args[i] = (RadKArg){.data = cs->raw[o->idx], .dtype = RAD_I32, .rows = cs->raw_n[o->idx], .cols = 1, .row_stride = 1};
+            if (run->dev) {
+                args[i].planes[1] = cs->raw[o->idx]; /* the host values (ABI 1.9) */
+                if (!(args[i].data = dev_mirror(run, &run->draw[o->idx], cs->raw[o->idx], cs->raw_n[o->idx] * 4, check)))
+                    return RAD_E_NOMEM;
+            }
         }
     }
+    if (run->dev && cs->pool && !(kv.pool = dev_mirror(run, &run->dpool, cs->pool, cs->pool_bytes, check))) return RAD_E_NOMEM;
     RadKernelArgs ka = {.struct_size = sizeof ka, .params = params, .n_params = n_params, .n = cs->n, .args = args,
-                        .n_args = (uint32_t)n_ops, .batch = &cs->batch, .kv = cs->pool ? &cs->kv : NULL,
+                        .n_args = (uint32_t)n_ops, .batch = &cs->batch, .kv = cs->pool ? &kv : NULL,
                         .workspace = run->ws, .lib_state = run->state, .n_threads = c->kernel_threads,
                         .deterministic = (uint32_t)c->g->sel.deterministic, .knobs = run->n_knobs ? run->knobs : NULL,
                         .n_knobs = run->n_knobs};
-    return run->collective ? run_collective(c, run, &ka) : run->k->run(&ka);
+    int rc = run->collective ? run_collective(c, run, &ka) : run->k->run(&ka);
+    if (!run->dev) return rc;
+    const int src = run->dev->sync(run->state);
+    if (!rc) rc = src;
+    for (int i = 0; check && !rc && i < n_ops; i++) /* every buffer back: outputs, and in-place inputs */
+        if (ops[i].kind == 1) {
+            const Buf *b = &cs->buf[ops[i].idx];
+            if (run->dev->copy(run->state, b->work, run->dbuf[ops[i].idx], b->rows * b->cols * sizeof(float), 0) != RAD_OK) rc = RAD_E_IO;
+        }
+    if (check && !rc && cs->pool && run->dev->copy(run->state, cs->pool, run->dpool, cs->pool_bytes, 0) != RAD_OK) rc = RAD_E_IO;
+    return rc;
+}
+static int run_kernel(Kb *c, Case *cs, Run *run, Weight *w, const Opnd *ops, int n_ops, const RadParam *params,
+                      uint32_t n_params) {
+    return run_kernel_io(c, cs, run, w, ops, n_ops, params, n_params, 1);
 }
 
 /* ---- comparing ------------------------------------------------------------------------------- */
@@ -1064,16 +1146,16 @@ static int cmp_u64(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-static void time_kernel(Kb *c, Case *cs, const Run *run, const Weight *w, RadKbenchRow *row) {
+static void time_kernel(Kb *c, Case *cs, Run *run, Weight *w, RadKbenchRow *row) {
     enum { WARM = 2, MIN_REPS = 5, MAX_REPS = 200 };
     const uint64_t budget = c->o->quick ? 5000000u : 40000000u; /* ns of repeats per kernel and case */
     uint64_t t[MAX_REPS];
     int n = 0;
-    for (int i = 0; i < WARM; i++) run_kernel(c, cs, run, w, cs->op, cs->n_op, cs->params, cs->n_params);
+    for (int i = 0; i < WARM; i++) run_kernel_io(c, cs, run, w, cs->op, cs->n_op, cs->params, cs->n_params, 0);
     uint64_t spent = 0;
     while (n < MAX_REPS && (n < MIN_REPS || spent < budget)) {
         uint64_t a = now_ns();
-        run_kernel(c, cs, run, w, cs->op, cs->n_op, cs->params, cs->n_params);
+        run_kernel_io(c, cs, run, w, cs->op, cs->n_op, cs->params, cs->n_params, 0); /* a device library: synced, nothing sent */
         t[n] = now_ns() - a;
         spent += t[n++];
     }
@@ -1161,11 +1243,11 @@ static int run_chain(Kb *c, const RadGOp *op, OpKind kind, Case *cs, Weight *w, 
         else if (k->exactness == RAD_EXACT_BF16ACT) *bitwise = 0, *bf = 1;
         else if (k->exactness != RAD_EXACT_BITWISE) *bitwise = 0, *tol += k->tolerance;
         Run run;
-        if (run_prepare(c, op, k, lib, cs->n, &run)) return free(run.ws), snprintf(why, wn, "out of memory"), 0;
+        if (run_prepare(c, op, k, lib, cs->n, &run)) return run_free(&run), snprintf(why, wn, "out of memory"), 0;
         run.k = k;
         /* the chain's weights: stored unless k reads the packed layout */
         int rc = run_kernel(c, cs, &run, w, ops, n_ops, pr, np);
-        free(run.ws);
+        run_free(&run);
         if (rc) return snprintf(why, wn, "chain link %s:%s failed: %s", lp->info->name, k->variant, rad_status_name(rc)), 0;
     }
     for (int i = 0; i < cs->n_buf; i++) {
@@ -1243,7 +1325,7 @@ static int try_kernel(Kb *c, Try *x, int ki, const int64_t *vals, uint32_t nv, c
     snprintf(row->knobs, sizeof row->knobs, "%s", knobs);
     Run run;
     if (run_prepare(c, x->op, k, t->k_lib[ki], t->range_hi, &run)) {
-        free(run.ws);
+        run_free(&run);
         return rad_err_set(e, RAD_E_NOMEM, "out of memory for %s's workspace", kname);
     }
     if (vals) memcpy(run.knobs, vals, nv * sizeof *vals), run.n_knobs = nv;
@@ -1252,7 +1334,7 @@ static int try_kernel(Kb *c, Try *x, int ki, const int64_t *vals, uint32_t nv, c
     Err a = {0};
     const int q8 = k->exactness == RAD_EXACT_Q8ACT, bf = k->exactness == RAD_EXACT_BF16ACT;
     if ((q8 || x->chain_q8 || bf || x->chain_bf) && !need_bounds(c, cs, x->w, q8 || x->chain_q8, bf || x->chain_bf))
-        return free(run.ws), rad_err_set(e, RAD_E_NOMEM, "out of memory");
+        return run_free(&run), rad_err_set(e, RAD_E_NOMEM, "out of memory");
     if (same == 1) x->base_ok = !krc;
     if (krc) snprintf(row->why, sizeof row->why, "the kernel returned %s", rad_status_name(krc));
     else {
@@ -1267,7 +1349,7 @@ static int try_kernel(Kb *c, Try *x, int ki, const int64_t *vals, uint32_t nv, c
             const size_t bytes = b->rows * b->cols * sizeof(float);
             if (!b->ref) continue;
             if (same == 1) { /* the base the other values of a SAME_BITS knob must reproduce */
-                if (!x->base[i] && !(x->base[i] = malloc(bytes))) return free(run.ws), rad_err_set(e, RAD_E_NOMEM, "out of memory");
+                if (!x->base[i] && !(x->base[i] = malloc(bytes))) return run_free(&run), rad_err_set(e, RAD_E_NOMEM, "out of memory");
                 memcpy(x->base[i], b->work, bytes);
             } else if (x->base[i] && memcmp(x->base[i], b->work, bytes) != 0 && !row->why[0]) {
                 uint64_t nd = 0;
@@ -1281,7 +1363,7 @@ static int try_kernel(Kb *c, Try *x, int ki, const int64_t *vals, uint32_t nv, c
     finish_row(c, row, &a, bw, k->tolerance, q8, bf);
     if (x->fused) { /* the same outputs against the chain */
         RadKbenchRow *cr = new_row(c, x->o, kname, x->blo, x->bhi, cs);
-        if (!cr) return free(run.ws), rad_err_set(e, RAD_E_NOMEM, "out of memory");
+        if (!cr) return run_free(&run), rad_err_set(e, RAD_E_NOMEM, "out of memory");
         cr = &c->r->rows[c->r->n - 1], row = &c->r->rows[c->r->n - 2]; /* realloc moved them */
         snprintf(cr->check, sizeof cr->check, "chain");
         snprintf(cr->knobs, sizeof cr->knobs, "%s", knobs);
@@ -1307,7 +1389,7 @@ static int try_kernel(Kb *c, Try *x, int ki, const int64_t *vals, uint32_t nv, c
         row->bound_share = c->r->membw_gbs > 0 ? row->gbs / c->r->membw_gbs : 0;
         row->flop_share = c->r->peak_gflops > 0 ? row->gflops / c->r->peak_gflops : 0;
     }
-    free(run.ws);
+    run_free(&run);
     return RAD_OK;
 }
 

@@ -176,3 +176,34 @@ Test(device, libr4d_without_a_gpu_refuses_in_one_line) {
     cr_assert_null(en->dev);
     rad_engine_close(en);
 }
+
+/* rad-kbench on a CUDA library: the case's operands sent to its memory, the outputs read back,
+ * every kernel of it checked against the reference like any other (fakedev fails a call given
+ * host memory, so a kernel passing here was given device memory throughout). */
+Test(device, rad_kbench_checks_a_cuda_library_through_its_memory_hooks) {
+    char cmd[2048], out[400];
+    snprintf(out, sizeof out, "%s/k.json", dir);
+    snprintf(cmd, sizeof cmd,
+             "%s/rad-kbench -m %s --kernels fakedev,ref --quick --threads 2 --plugin-dir %s --max-mixed-tok 16 --max-seqs 2 "
+             "--ctx 128 --json >%s 2>%s/k.err",
+             bdir(), model, pd_test, out, dir);
+    const int rc = system(cmd);
+    size_t n;
+    char *j = slurp(out, &n);
+    cr_assert_eq(rc, 0, "%s: exit %d", cmd, rc);
+    size_t fd = 0, ok = 0;
+    for (const char *p = j; (p = strstr(p, "\"kernel\": \"fakedev:")); p++) {
+        fd++;
+        const char *pass = strstr(p, "\"pass\": ");
+        cr_assert_not_null(pass);
+        ok += !strncmp(pass + 8, "true", 4);
+    }
+    cr_assert_gt(fd, 50, "%zu fakedev rows", fd);
+    cr_assert_eq(ok, fd, "%zu of %zu fakedev rows pass", ok, fd);
+    for (const char *op = "embed_gather\0rmsnorm\0gemm_nt\0rope\0attn_paged\0silu_mul\0logits_gemm\0"; *op; op += strlen(op) + 1) {
+        char want[80];
+        snprintf(want, sizeof want, "\"kernel\": \"fakedev:%s:", op);
+        cr_assert_not_null(strstr(j, want), "no fakedev row for %s", op);
+    }
+    free(j);
+}

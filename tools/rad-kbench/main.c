@@ -400,7 +400,7 @@ int main(int argc, char **argv) {
     if (rc == -1) return usage(stdout), rad_stdout_close("rad-kbench", 0);
     if (rc) return rc;
     RadEngineOpts eo = {.model = o.model, .plugin_dirs = o.plugin_dirs, .n_plugin_dirs = o.n_plugin_dirs,
-                        .kernels = o.kernels, .n_threads = o.threads, .max_tok = o.max_tok ? o.max_tok : RAD_SERVE_MAX_TOK,
+                        .kernels = o.kernels, .kernels_any_device = 1, .n_threads = o.threads, .max_tok = o.max_tok ? o.max_tok : RAD_SERVE_MAX_TOK,
                         .max_seqs = o.max_seqs ? o.max_seqs : RAD_SERVE_MAX_SEQS, .max_ctx = o.ctx, .deterministic = o.deterministic,
                         .max_tolerance = o.tolerance, .no_repack = o.no_repack};
     rad_engine_deploy_apply(&eo, &o.deploy);
