@@ -303,8 +303,8 @@ int rad_sched_open(RadSched **out, RadEngine *en, const RadTok *tok, const RadSc
     s->block_size = kv.block_size ? kv.block_size : 1;
     s->max_ctx = lim.max_ctx;
     s->n_vocab = nv;
-    s->eos = rad_tok_eos(tok);
-    s->eot = rad_tok_eot(tok);
+    s->eos = tok ? rad_tok_eos(tok) : -1; /* no tokenizer (ids in, ids out): generation ends at max_tokens */
+    s->eot = tok ? rad_tok_eot(tok) : -1;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     uint32_t S = s->o.max_seqs;
@@ -562,7 +562,7 @@ static RadGenFinish commit(RadSched *s, Seq *q, const float *lg, int32_t t) {
     for (uint32_t i = 0; i < q->n_stop_ids; i++)
         if (t == q->stop_ids[i]) return RAD_FINISH_STOP;
     char piece[256];
-    int n = rad_tok_is_special(s->tok, t) ? 0 : rad_tok_piece(s->tok, t, piece, sizeof piece);
+    int n = !s->tok || rad_tok_is_special(s->tok, t) ? 0 : rad_tok_piece(s->tok, t, piece, sizeof piece);
     if (n < 0) n = 0;
     if (n > (int)sizeof piece) n = (int)sizeof piece;
     const char *out;

@@ -649,7 +649,11 @@ int main(int argc, char **argv) {
         rc = rad_err_set(&e, RAD_E_UNSUPPORTED, "%s: an embedding model (plugin '%s' declares a pooled output): it does not "
                          "generate; --embed embeds each line of stdin", o.model, rad_engine_arch(en)->info->name);
     if (!rc && rad_engine_tune_warning(en)) fprintf(stderr, "radiance: warning: %s\n", rad_engine_tune_warning(en));
-    if (!rc && (o.chat || o.prompt || o.ids)) rc = rad_tok_init(&tok, rad_engine_tok_data(en), &e); /* a plan needs none */
+    if (!rc && (o.chat || o.prompt || o.ids)) { /* a plan needs none */
+        rc = rad_tok_init(&tok, rad_engine_tok_data(en), &e);
+        /* a container without a tokenizer (rad-convert --no-tokenizer) runs ids in, ids out */
+        if (rc && o.ids && o.print_ids && !o.chat && !o.prompt && o.spec == RAD_SPEC_NONE) rc = RAD_OK, tok = NULL, rad_err_clear(&e);
+    }
     t_load = now() - t_load;
     if (!rc && o.debug_graph) rad_engine_dump_graph(en, stdout);
     if (!rc && o.debug_placement) rad_engine_dump_placement(en, stdout);
@@ -673,9 +677,11 @@ int main(int argc, char **argv) {
             rc = rad_tok_encode(tok, o.prompt, strlen(o.prompt), 1, &ids, &n_prompt, &e);
             if (!rc && !n_prompt) rc = rad_err_set(&e, RAD_E_ARG, "-p: the prompt encodes to no tokens");
         }
+        uint32_t nv = 0;
+        if (tok) nv = rad_tok_n_vocab(tok);
+        else rad_engine_logits(en, &nv);
         for (size_t i = 0; !rc && i < n_prompt; i++)
-            if (ids[i] < 0 || ids[i] >= (int32_t)rad_tok_n_vocab(tok))
-                rc = rad_err_set(&e, RAD_E_ARG, "--ids: token %d outside the vocabulary (%u)", ids[i], rad_tok_n_vocab(tok));
+            if (ids[i] < 0 || ids[i] >= (int32_t)nv) rc = rad_err_set(&e, RAD_E_ARG, "--ids: token %d outside the vocabulary (%u)", ids[i], nv);
         if (!rc) {
             if (o.prompt && !o.print_ids) fputs(o.prompt, stdout);
             rc = generate(sched, &o.sp, ids, n_prompt, o.n_predict, NULL, 0, o.print_ids, o.ignore_eos, NULL, &st, &e);
