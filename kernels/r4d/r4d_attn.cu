@@ -219,10 +219,12 @@ static int stage(R4dState *s, const RadBatch *b, const RadKvState *kv, int64_t w
         R4D_CU(cudaMemcpyAsync(im->dev, im->host, need, cudaMemcpyHostToDevice, s->stream));
         R4D_CU(cudaEventRecord(im->done, s->stream));
     }
-    /* the same layout at the device copy */
-    const ptrdiff_t d = (uint8_t *)im->dev - s->img_new;
-    dev_img->row_seq = (int32_t *)((uint8_t *)host.row_seq + d), dev_img->row_slot = (int32_t *)((uint8_t *)host.row_slot + d);
-    dev_img->row_lo = (int32_t *)((uint8_t *)host.row_lo + d), dev_img->table = (int32_t *)((uint8_t *)host.table + d);
+    /* the same layout at the device copy: each part at its offset in the image */
+    uint8_t *dev = (uint8_t *)im->dev;
+    dev_img->row_seq = (int32_t *)(dev + ((uint8_t *)host.row_seq - s->img_new));
+    dev_img->row_slot = (int32_t *)(dev + ((uint8_t *)host.row_slot - s->img_new));
+    dev_img->row_lo = (int32_t *)(dev + ((uint8_t *)host.row_lo - s->img_new));
+    dev_img->table = (int32_t *)(dev + ((uint8_t *)host.table - s->img_new));
     return RAD_OK;
 }
 

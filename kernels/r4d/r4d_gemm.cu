@@ -27,6 +27,15 @@ extern "C" void r4d_plans_free(R4dState *s) {
     memset(&s->plans, 0, sizeof s->plans);
 }
 
+/* The alignment of a pointer cuBLASLt may rely on (its algorithms ask up to 16 bytes): an operand
+ * the engine hands over at a row offset may be aligned to its element only. */
+static uint32_t align_of(const void *p) {
+    const uintptr_t a = (uintptr_t)p;
+    uint32_t b = 16;
+    while (b > 1 && (a & (b - 1))) b >>= 1;
+    return b;
+}
+
 /* D[M, N] (ld ldd, f32) = X[M, K] (ld ldx) · W[N, K]ᵀ (ld ldw), W and X of type t (f32 or bf16). */
 static int lt_matmul(R4dState *s, cudaDataType_t t, const void *W, int64_t ldw, int64_t N, int64_t K, const void *X, int64_t ldx,
                      int64_t M, float *D, int64_t ldd) {
@@ -47,7 +56,9 @@ static int lt_matmul(R4dState *s, cudaDataType_t t, const void *W, int64_t ldw, 
         R4dGemmKey key;
         memset(&key, 0, sizeof key);
         key.m_bucket = r4d_m_bucket(M), key.n = N, key.k = K, key.a_type = key.b_type = (int32_t)t;
+        const uint32_t al_a = align_of(W), al_b = align_of(X), al_d = align_of(D);
         key.c_type = (int32_t)CUDA_R_32F, key.compute = (int32_t)CUBLAS_COMPUTE_32F;
+        key.compute |= (int32_t)((al_a | al_b << 5 | al_d << 10) << 16); /* another alignment, another plan */
         R4dPlan *plan = (R4dPlan *)r4d_plan_find(&s->plans, &key), fresh;
         if (!plan) {
             const size_t ws = R4D_LT_WORKSPACE;
@@ -55,6 +66,14 @@ static int lt_matmul(R4dState *s, cudaDataType_t t, const void *W, int64_t ldw, 
             int found = 0;
             if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS ||
                 cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) !=
+                    CUBLAS_STATUS_SUCCESS ||
+                cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a) !=
+                    CUBLAS_STATUS_SUCCESS ||
+                cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b) !=
+                    CUBLAS_STATUS_SUCCESS ||
+                cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d) !=
+                    CUBLAS_STATUS_SUCCESS ||
+                cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d) !=
                     CUBLAS_STATUS_SUCCESS ||
                 cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 1, &res, &found) != CUBLAS_STATUS_SUCCESS || !found) {
                 rc = RAD_E_UNSUPPORTED;

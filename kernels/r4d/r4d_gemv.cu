@@ -8,7 +8,7 @@
  *         partial sums then the warp's tree: TOLERANCE 1e-4 (OPS.md, exact dequantisation).
  *   q8    x quantised per 32-element block (docs/OPS.md "Quantised activations": amax / 127 in f32,
  *         codes rounded to nearest), weight codes times x codes summed exactly in integers per
- *         group, scaled in f32: RAD_EXACT_Q8ACT. */
+ *         group (dp4a over the codes packed four to a word), scaled in f32: RAD_EXACT_Q8ACT. */
 #include <string.h>
 
 #include "r4d.cuh"
@@ -115,13 +115,18 @@ __global__ void k_gemv_q8(Parts ps, int64_t n_total, const int8_t *q, const floa
     for (int64_t g = lane; g < nb; g += 32) {
         float s0, s1, b;
         r4d_dec_codes(P.enc, row, g, c, &s0, &s1, &b);
+        int cp[8]; /* the codes as 4 signed bytes a word (every encoding's codes fit in i8), for dp4a */
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            cp[j] = (int)((uint32_t)(c[4 * j] & 0xff) | (uint32_t)(c[4 * j + 1] & 0xff) << 8 | (uint32_t)(c[4 * j + 2] & 0xff) << 16 |
+                          (uint32_t)(c[4 * j + 3] & 0xff) << 24);
 #pragma unroll
         for (int m = 0; m < R4D_GEMV_MAX_ROWS; m++) {
             if (m >= M) break;
-            const int8_t *xq = q + (uint64_t)m * K + g * 32;
+            const int *xq = (const int *)(q + (uint64_t)m * K + g * 32); /* 32-byte aligned: K is a multiple of 32 */
             int lo = 0, hi = 0;
 #pragma unroll
-            for (int j = 0; j < 16; j++) lo += c[j] * xq[j], hi += c[j + 16] * xq[j + 16];
+            for (int j = 0; j < 4; j++) lo = __dp4a(cp[j], xq[j], lo), hi = __dp4a(cp[j + 4], xq[j + 4], hi);
             const float dx = d[(uint64_t)m * nb + g];
             acc[m] += dx * (s0 * (float)lo + s1 * (float)hi + b * (float)qsum[(uint64_t)m * nb + g]);
         }

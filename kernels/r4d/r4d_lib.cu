@@ -103,15 +103,17 @@ static void r4d_free(void *state, void *p) {
     R4dState *s = (R4dState *)state;
     if (s && p) cudaSetDevice(s->device), cudaFree(p);
 }
-/* Ordered after every launch issued so far on the rank's stream (a copy back reads what the step
- * wrote); returns when the bytes are where they were sent. */
+/* In the rank's stream: ordered after every launch issued so far and before every later one. To
+ * the device it returns once src may be reused (pageable memory is staged by the driver before
+ * cudaMemcpyAsync returns), without waiting for the device: a step's raw operands cost no sync.
+ * To the host it returns with the bytes. */
 static int r4d_copy(void *state, void *dst, const void *src, size_t bytes, int to_device) {
     R4dState *s = (R4dState *)state;
     if (!s) return RAD_E_ARG;
     if (!bytes) return RAD_OK;
-    if (cudaMemcpyAsync(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, s->stream) != cudaSuccess ||
-        cudaStreamSynchronize(s->stream) != cudaSuccess)
+    if (cudaMemcpyAsync(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, s->stream) != cudaSuccess)
         return RAD_E_IO;
+    if (!to_device && cudaStreamSynchronize(s->stream) != cudaSuccess) return RAD_E_IO;
     return RAD_OK;
 }
 /* The end of a step: every launch done; a refusal a kernel found on the device (r4d.cuh, err) is
