@@ -1931,7 +1931,10 @@ static void dump_rank_placement(const RadEngine *en, FILE *f) {
     if (en->world > 1)
         fprintf(f, "rank %u of %u: %d weights sliced (their rows or columns of this rank), the rest whole\n", en->rank, en->world,
                 n_sliced);
-    if (en->wstore)
+    if (en->dev)
+        fprintf(f, "weights: %" PRIu64 " bytes from %s, sent in %zu bytes to the device memory of kernel library '%s'; arena, "
+                "workspace and KV pools there too\n", total, en->o.model, en->dev_weights_bytes, en->libs[0]->info->name);
+    else if (en->wstore)
         fprintf(f, "weights: %" PRIu64 " bytes from %s, copied into %zu bytes of anonymous memory (%s)\n", total, en->o.model,
                 en->wstore_bytes, en->wstore_huge ? "transparent huge pages asked" : "huge pages refused: 4 KiB pages");
     else
