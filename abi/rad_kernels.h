@@ -176,6 +176,13 @@ typedef struct RadKernelLib {
      * device (cudaGetDeviceCount: ...)"), or NULL when it has nothing to add. The core appends it
      * to its own "kernel library 'x' (path): init failed". NULL: none. */
     const char *(*init_error)(void);
+    /* ABI 1.9, a device library (both or neither; may be NULL): the engine calls step_begin before
+     * a step's first op and step_end(ok) after its last (ok = 0: the step failed on the way), then
+     * sync. Between them the library may record its launches and replay them (CUDA graphs); a
+     * kernel called outside a step (rad-kbench) runs as it is. RAD_OK or a RadStatus (the step
+     * fails). */
+    int (*step_begin)(void *state, const struct RadBatch *batch);
+    int (*step_end)(void *state, int ok);
 } RadKernelLib;
 
 /* A library's kernels, indexed by the library's own struct size (RadKernel grows in minor

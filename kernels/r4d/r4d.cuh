@@ -47,6 +47,15 @@ typedef struct R4dState {
     R4dComm *comm;                /* world_size > 1 */
     void *coll;                   /* [coll_cap] the collectives' device scratch (r4d_comm.cu) */
     size_t coll_cap;
+    /* decode graphs (r4d_graph.cu): a step between step_begin and step_end runs eagerly, is
+     * captured, or replays a graph; in replay the runs do their host work and launch nothing */
+    int graphs;                   /* 1: on (R4D_GRAPHS=0 turns them off) */
+    int mode;                     /* R4D_EAGER, R4D_CAPTURE, R4D_REPLAY */
+    int cur;                      /* the graph entry of the step in capture or replay */
+    uint64_t print;               /* the step's launches so far, hashed (what a replay must repeat) */
+    cudaStream_t side;            /* copies while the main stream is capturing */
+    struct R4dGraph { R4dGraphKey key; int seen; cudaGraphExec_t exec; uint64_t print; } gr[32];
+    int n_gr;
 } R4dState;
 
 /* A CUDA call inside a run: any error is RAD_E_IO (the device failed, not the input). */
@@ -56,6 +65,8 @@ typedef struct R4dState {
     } while (0)
 /* After a launch: the launch itself failed (bad configuration, no device). */
 #define R4D_LAUNCHED() R4D_CU(cudaGetLastError())
+
+enum { R4D_EAGER = 0, R4D_CAPTURE = 1, R4D_REPLAY = 2 };
 
 static inline R4dState *r4d_state(const RadKernelArgs *a) { return (R4dState *)a->lib_state; }
 static inline cudaStream_t r4d_stream(const RadKernelArgs *a) { return a->lib_state ? r4d_state(a)->stream : 0; }
@@ -101,6 +112,21 @@ void r4d_comm_leave(R4dComm *c);
 void r4d_comm_abort(void *state, int on);
 /* r4d_gemm.cu */
 void r4d_plans_free(R4dState *s);
+/* r4d_graph.cu */
+int r4d_step_begin(void *state, const RadBatch *b);
+int r4d_step_end(void *state, int ok);
+void r4d_graphs_free(R4dState *s);
+/* A run's launches, once its checks passed: noted in the step's fingerprint (capture, replay);
+ * 1 when they must not be issued (a replay: the graph holds them). */
+int r4d_gate(const RadKernelArgs *a, const char *run);
+/* The context the attention plans its splits for: a power of two from 256 (so a decode graph
+ * keeps its grid while the context grows inside it). */
+uint32_t r4d_ctx_bucket(uint32_t max_ctx);
 }
+/* The gate at the top of a run's launches. */
+#define R4D_GATE(a)                                                                                                      \
+    do {                                                                                                              \
+        if (r4d_gate((a), __func__)) return RAD_OK;                                                                     \
+    } while (0)
 
 #endif

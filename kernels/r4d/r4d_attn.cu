@@ -202,6 +202,13 @@ static int stage(R4dState *s, const RadBatch *b, const RadKvState *kv, int64_t w
         s->img[k].table = kv->block_table, s->img[k].window = window, s->img[k].bytes = 0;
     }
     struct R4dState::R4dImg *im = &s->img[k];
+    if (s->mode != R4D_EAGER) { /* a graph's step: the pinned copy always written, the graph's copy node sends it */
+        if (need > im->cap) return RAD_E_IO; /* the key's eager step made it this big */
+        memcpy(im->host, s->img_new, need);
+        memcpy(im->last, s->img_new, need);
+        im->bytes = need;
+        if (s->mode == R4D_CAPTURE) R4D_CU(cudaMemcpyAsync(im->dev, im->host, need, cudaMemcpyHostToDevice, s->stream));
+    } else {
     if (!im->done && cudaEventCreateWithFlags(&im->done, cudaEventDisableTiming) != cudaSuccess) return RAD_E_IO;
     if (need != im->bytes || memcmp(im->last, s->img_new, need)) {
         R4D_CU(cudaEventSynchronize(im->done)); /* the last upload from the pinned copy is done */
@@ -218,6 +225,7 @@ static int stage(R4dState *s, const RadBatch *b, const RadKvState *kv, int64_t w
         im->bytes = need;
         R4D_CU(cudaMemcpyAsync(im->dev, im->host, need, cudaMemcpyHostToDevice, s->stream));
         R4D_CU(cudaEventRecord(im->done, s->stream));
+    }
     }
     /* the same layout at the device copy: each part at its offset in the image */
     uint8_t *dev = (uint8_t *)im->dev;
@@ -255,10 +263,12 @@ extern "C" int r4d_run_attn_paged(const RadKernelArgs *a) {
     R4dStepImage img;
     if ((rc = stage(s, b, kv, window, &img))) return rc;
     const uint32_t G = (uint32_t)(nh / nkv);
-    uint32_t splits = r4d_attn_splits((uint32_t)M, (uint32_t)nkv, b->max_ctx_len, (uint32_t)s->n_sm);
+    /* planned for the context's bucket, not the context: a decode graph keeps its grid as it grows */
+    uint32_t splits = r4d_attn_splits((uint32_t)M, (uint32_t)nkv, r4d_ctx_bucket(b->max_ctx_len), (uint32_t)s->n_sm);
     if ((uint64_t)M * (uint64_t)nkv * splits > MAX_PARTIAL_BLOCKS) splits = 1;
     const Geo g = {(uint8_t *)kv->pool, kv->block_bytes, (uint64_t)nkv * kv->block_size * (uint64_t)hd * elem, dt,
                    kv->block_size, (uint32_t)nkv, (uint32_t)hd, elem, img.table, kv->max_blocks};
+    R4D_GATE(a);
     k_append<<<dim3((unsigned)M, (unsigned)nkv), 128, 0, s->stream>>>(g, img.row_seq, img.row_slot, (const float *)k->data,
                                                                      k->row_stride, (const float *)v->data, v->row_stride);
     R4D_LAUNCHED();

@@ -153,6 +153,7 @@ static int all_reduce(const RadKernelArgs *a, int ordered) {
     R4dComm *c = s->comm;
     if (!c) return RAD_E_UNSUPPORTED;
     if ((rc = comm_ready(c))) return rc;
+    R4D_GATE(a);
     const uint64_t n = M * (uint64_t)N;
     const unsigned blocks = r4d_blocks(n, 256);
     float *flat = (float *)x->data;
@@ -204,12 +205,14 @@ extern "C" int r4d_run_all_gather(const RadKernelArgs *a) {
     if (!s) return RAD_E_ARG;
     if (s->world_size <= 1) {
         if (col0 != 0 || N != W) return RAD_E_SHAPE;
+        R4D_GATE(a);
         R4D_CU(cudaMemcpy2DAsync(out->data, out->row_stride * 4, x->data, x->row_stride * 4, (size_t)N * 4, M,
                                  cudaMemcpyDeviceToDevice, s->stream));
         return RAD_OK;
     }
     R4dComm *c = s->comm;
     if (!c) return RAD_E_UNSUPPORTED;
+    if (s->mode != R4D_EAGER) return RAD_E_UNSUPPORTED; /* it reads the spans back mid-call: never in a graph */
     if ((rc = comm_ready(c))) return rc;
     const uint32_t R = s->world_size;
     /* 1. every rank's (col0, N, M): the tiling is checked on every rank before any column moves */

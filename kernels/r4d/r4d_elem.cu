@@ -65,6 +65,7 @@ static int embed(const RadKernelArgs *a, int part) {
     const int32_t *h = r4d_raw_host(ids);
     for (int64_t i = 0; i < a->n; i++)
         if (h[i] < 0 || h[i] >= n_vocab) return RAD_E_ARG;
+    R4D_GATE(a);
     k_embed<<<(unsigned)a->n, 128, 0, r4d_stream(a)>>>((int)w->dtype, (const uint8_t *)w->data, w->row_stride, V, row0, N,
                                                       (const int32_t *)ids->data, (float *)out->data, out->row_stride);
     R4D_LAUNCHED();
@@ -89,6 +90,7 @@ extern "C" int r4d_run_logits_gather(const RadKernelArgs *a) {
     const int32_t *h = r4d_raw_host(rows);
     for (int64_t i = 0; i < a->n; i++)
         if (h[i] < 0 || (uint64_t)h[i] >= x->rows) return RAD_E_ARG;
+    R4D_GATE(a);
     k_rows<<<(unsigned)a->n, THREADS, 0, r4d_stream(a)>>>((const float *)x->data, x->row_stride, (const int32_t *)rows->data,
                                                           (float *)out->data, out->row_stride, N);
     R4D_LAUNCHED();
@@ -137,6 +139,7 @@ static int norm(const RadKernelArgs *a, int fused, int heads) {
         (res && !r4d_buf_ok(res, M, (uint64_t)N)) || !r4d_buf_ok(out, M, (uint64_t)N))
         return RAD_E_SHAPE;
     if (res && (res->data == out->data || res->data == x->data)) return RAD_E_ARG; /* OPS.md: out never aliases res */
+    R4D_GATE(a);
     k_rmsnorm<<<(unsigned)(M * (uint64_t)n_head), THREADS, 0, r4d_stream(a)>>>(
         (int)g->dtype, (const uint8_t *)g->data, (const float *)x->data, x->row_stride, res ? (float *)res->data : NULL,
         res ? res->row_stride : 0, (float *)out->data, out->row_stride, hd, (int)n_head, (float)eps);
@@ -198,6 +201,7 @@ static int ew(const RadKernelArgs *a, int op) {
     if (!r4d_buf_ok(x, M, (uint64_t)N) || !r4d_buf_ok(out, M, (uint64_t)N)) return RAD_E_SHAPE;
     if (M > 65535) return RAD_E_LIMIT;
     const dim3 grid(r4d_blocks((uint64_t)N, THREADS) < 64 ? r4d_blocks((uint64_t)N, THREADS) : 64, (unsigned)M);
+    R4D_GATE(a);
     k_ew<<<grid, THREADS, 0, r4d_stream(a)>>>(op, (const float *)x->data, x->row_stride, b ? (const float *)b->data : NULL,
                                               b ? b->row_stride : 0, w ? (int)w->dtype : 0, w ? (const uint8_t *)w->data : NULL,
                                               (float *)out->data, out->row_stride, N, (float)f);
@@ -278,8 +282,9 @@ extern "C" int r4d_run_rope(const RadKernelArgs *a) {
     if (!s) return RAD_E_ARG;
     const float *inv = rope_table(s, &c);
     if (!inv) return RAD_E_NOMEM;
+    if (ff && !a->workspace) return RAD_E_ARG;
+    R4D_GATE(a);
     if (ff) {
-        if (!a->workspace) return RAD_E_ARG;
         k_rope_factors<<<1, 256, 0, s->stream>>>(inv, (int)ff->dtype, (const uint8_t *)ff->data, hf, (float *)a->workspace, s->err);
         R4D_LAUNCHED();
         inv = (const float *)a->workspace;

@@ -178,6 +178,7 @@ static int lt_run(const RadKernelArgs *a, int multi, int bf16) {
         const int base = (int)(w->dtype & ~RAD_PACKED);
         if (!(base == RAD_F32 || base == RAD_F16 || base == RAD_BF16) && K % 32) return RAD_E_SHAPE;
     }
+    R4D_GATE(a);
     uint8_t *ws = (uint8_t *)a->workspace;
     const void *X = x->data;
     int64_t ldx = (int64_t)x->row_stride;

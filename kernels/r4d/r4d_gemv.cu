@@ -195,6 +195,7 @@ static int gemv(const RadKernelArgs *a, int multi) {
         if (plain[i] && K % 8) return RAD_E_SHAPE;
         n_plain += plain[i];
     }
+    R4D_GATE(a);
     for (int kind = 0; kind < 2; kind++) {
         if (kind ? n_plain == 0 : n_plain == ps.np) continue;
         Parts sub;
@@ -228,6 +229,7 @@ static int gemv_q8(const RadKernelArgs *a, int multi) {
     float *d = (float *)((uint8_t *)a->workspace + (((size_t)R4D_GEMV_MAX_ROWS * (size_t)K + 15) & ~(size_t)15));
     int *qs = (int *)(d + (size_t)R4D_GEMV_MAX_ROWS * (size_t)nb);
     const cudaStream_t st = r4d_stream(a);
+    R4D_GATE(a);
     k_quant_q8<<<dim3(r4d_blocks((uint64_t)nb, WARPS), (unsigned)a->n), WARPS * 32, 0, st>>>((const float *)x->data, x->row_stride, K,
                                                                                              q, d, qs);
     R4D_LAUNCHED();

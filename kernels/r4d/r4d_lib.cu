@@ -39,6 +39,10 @@ static int r4d_init(const RadKernelLibConfig *cfg, void **state) {
     R4dState *s = (R4dState *)calloc(1, sizeof *s);
     if (!s) return RAD_E_NOMEM;
     s->device = device, s->world_size = 1;
+    {
+        const char *g = getenv("R4D_GRAPHS"); /* decode graphs, on unless R4D_GRAPHS=0 */
+        s->graphs = !(g && !strcmp(g, "0"));
+    }
     if (cfg && cfg->struct_size >= offsetof(RadKernelLibConfig, world_size) + sizeof cfg->world_size) {
         s->rank = cfg->rank;
         s->world_size = cfg->world_size ? cfg->world_size : 1;
@@ -74,6 +78,8 @@ static void r4d_fini(void *state) {
     cudaSetDevice(s->device);
     if (s->stream) cudaStreamSynchronize(s->stream);
     r4d_comm_leave(s->comm);
+    r4d_graphs_free(s);
+    if (s->side) cudaStreamDestroy(s->side);
     r4d_plans_free(s);
     for (int i = 0; i < s->n_rope; i++) cudaFree(s->rope[i].inv);
     for (int i = 0; i < s->n_img; i++) {
@@ -111,6 +117,12 @@ static int r4d_copy(void *state, void *dst, const void *src, size_t bytes, int t
     R4dState *s = (R4dState *)state;
     if (!s) return RAD_E_ARG;
     if (!bytes) return RAD_OK;
+    if (s->mode == R4D_CAPTURE) { /* the main stream is capturing: the copy goes now, on the side stream */
+        if (!to_device || cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s->side) != cudaSuccess ||
+            cudaStreamSynchronize(s->side) != cudaSuccess)
+            return RAD_E_IO;
+        return RAD_OK;
+    }
     if (cudaMemcpyAsync(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, s->stream) != cudaSuccess)
         return RAD_E_IO;
     if (!to_device && cudaStreamSynchronize(s->stream) != cudaSuccess) return RAD_E_IO;
@@ -190,7 +202,7 @@ static const RadKernel kernels[] = {
 
 static const RadKernelLib lib = {sizeof(RadKernelLib), RAD_DEVICE_CUDA, kernels, (uint32_t)(sizeof kernels / sizeof kernels[0]),
                                  r4d_init, r4d_fini, r4d_alloc, r4d_free, r4d_copy, r4d_sync, r4d_pack_size, r4d_pack,
-                                 r4d_comm_id, r4d_comm_abort, r4d_init_error};
+                                 r4d_comm_id, r4d_comm_abort, r4d_init_error, r4d_step_begin, r4d_step_end};
 
 extern "C" {
 RAD_KERNEL_LIB(lib, "r4d", "0.1.0", "libr4d: CUDA kernels for the docs/OPS.md decoder vocabulary (cuBLASLt, GGUF GEMV, paged attention, NCCL)")

@@ -238,6 +238,6 @@ static const RadKernel kernels[] = {
 
 static const RadKernelLib lib = {sizeof(RadKernelLib), RAD_DEVICE_CPU, kernels, (uint32_t)(sizeof kernels / sizeof kernels[0]),
                                  ref_init, ref_fini, NULL, NULL, NULL, NULL, ref_pack_size, ref_pack,
-                                 ref_comm_id, ref_comm_abort, NULL};
+                                 ref_comm_id, ref_comm_abort, NULL, NULL, NULL};
 
 RAD_KERNEL_LIB(lib, "ref", "0.1.0", "libref: CPU kernels for the docs/OPS.md vocabulary, decoders and encoders (AVX2+FMA or portable C, pthreads)")

@@ -1149,7 +1149,15 @@ static void rank_step(RadEngine *en, const RadBatch *b) {
         en->kv_state[l].block_table = b->kv && (uint32_t)gi < b->n_kv ? b->kv[gi].block_table : NULL;
     }
     en->n_dev_raw_seen = 0, en->dev_raw_used = 0;
-    en->arch->step(&en->head, b);
+    /* a device library may record the step's launches between its step hooks (CUDA graphs);
+     * --profile syncs after every op, so it runs without them */
+    const int hooks = en->dev && !en->prof_ns && en->dev->struct_size >= offsetof(RadKernelLib, step_end) + sizeof en->dev->step_end &&
+                      en->dev->step_begin && en->dev->step_end;
+    int rc = hooks ? en->dev->step_begin(en->dev_state, b) : RAD_OK;
+    if (rc) step_err(en, "kernel library '%s': step_begin failed: %s", en->libs[0]->info->name, rad_status_name(rc));
+    else en->arch->step(&en->head, b);
+    if (hooks && !rc && (rc = en->dev->step_end(en->dev_state, !en->step_failed)) != RAD_OK)
+        step_err(en, "kernel library '%s': step_end failed: %s", en->libs[0]->info->name, rad_status_name(rc));
     if (en->dev) dev_finish_step(en, b);
     en->batch = NULL;
     if (en->step_failed && en->world > 1) comm_abort_all(en, 1);

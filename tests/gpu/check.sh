@@ -9,7 +9,7 @@
 #      prompts, one of 700 tokens) on the three 22-layer models, and against transformers (the
 #      oracle, f32 on the bf16 weights: tests/gpu/oracle.py) on the bf16 one;
 #   3. radiance tg128 and pp512 on r4d, and batch-1 decode against the bound (the bytes a token
-#      reads over 4.8 TB/s);
+#      reads over 4.8 TB/s), tg128 with decode graphs and without (R4D_GRAPHS=0);
 #   4. the server on r4d at concurrency 1, 8 and 32 (tests/gpu/serve_load.py).
 # Tools: build/ (a build on this machine), else (or with CARRY=1) build/gpu-carry/ (tests/gpu/prepare.sh, made on
 # the build machine: the tools, plugins and their libraries). Every stage has a time limit; the
@@ -186,8 +186,8 @@ fi
 say ""
 say "## radiance on r4d: pp512 and tg128, batch 1 (22 layers)"
 say ""
-say "| model | weight bytes | pp512 tok/s | tg128 tok/s | bound tok/s (bytes / 4.8 TB/s) | share of bound |"
-say "|---|---|---|---|---|---|"
+say "| model | weight bytes | pp512 tok/s | tg128 tok/s | tg128 without graphs (R4D_GRAPHS=0) | bound tok/s (bytes / 4.8 TB/s) | share of bound |"
+say "|---|---|---|---|---|---|---|"
 P512=$("$PY" -c "print(','.join(str(3 + (i * 7919) % 31990) for i in range(512)))")
 for m in bf16 q8 q4k; do
     f=$M/big/$m.rad
@@ -199,11 +199,13 @@ print(sum(t['bytes'] for t in d['tensors'] if t['name'] != 'tok_embd.weight'))" 
         sed -n 's/.*prompt \([0-9]*\) tokens in [0-9.]* s (\([0-9.]*\) tok\/s).*/\2/p')
     tg=$(timeout 120 "$BIN/radiance" --model "$f" --kernels "$KLIB" $PD --ids 1,2,3 -n 128 --ignore-eos --temp 0 --print-ids 2>&1 >/dev/null |
         sed -n 's/.*generation \([0-9]*\) tokens in [0-9.]* s (\([0-9.]*\) tok\/s).*/\2/p')
+    tg0=$(R4D_GRAPHS=0 timeout 120 "$BIN/radiance" --model "$f" --kernels "$KLIB" $PD --ids 1,2,3 -n 128 --ignore-eos --temp 0 --print-ids 2>&1 >/dev/null |
+        sed -n 's/.*generation \([0-9]*\) tokens in [0-9.]* s (\([0-9.]*\) tok\/s).*/\2/p')
     "$PY" -c "
-b, pp, tg = int('${bytes:-0}' or 0), '${pp:-}', '${tg:-}'
+b, pp, tg, tg0 = int('${bytes:-0}' or 0), '${pp:-}', '${tg:-}', '${tg0:-}'
 bound = 4.8e12 / b if b else 0
 share = '%.0f%%' % (100 * float(tg) / bound) if tg and bound else '-'
-print('| $m | %.2f GB | %s | %s | %.0f | %s |' % (b / 1e9, pp or '-', tg or '-', bound, share))" >>"$R"
+print('| $m | %.2f GB | %s | %s | %s | %.0f | %s |' % (b / 1e9, pp or '-', tg or '-', tg0 or '-', bound, share))" >>"$R"
     [ -n "$pp" ] && [ -n "$tg" ] || fail "$m: radiance on r4d did not time (log)"
 done
 

@@ -23,7 +23,8 @@
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct { uint8_t *p; size_t n; } blocks[MAX_BLOCKS];
 static int n_blocks;
-static unsigned long n_copies_up, n_copies_down, n_syncs, n_runs;
+static unsigned long n_copies_up, n_copies_down, n_syncs, n_runs, n_begins, n_ends, n_bad_hooks;
+static int in_step;
 
 static int is_dev(const void *p, size_t bytes) {
     const uint8_t *q = p;
@@ -136,7 +137,23 @@ static int fd_copy(void *state, void *dst, const void *src, size_t bytes, int to
 }
 static int fd_sync(void *state) {
     (void)state;
+    if (in_step) __atomic_add_fetch(&n_bad_hooks, 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&n_syncs, 1, __ATOMIC_RELAXED);
+    return RAD_OK;
+}
+/* The step hooks: a begin, then an end, then the sync (a sync or a begin inside a step is out of order). */
+static int fd_step_begin(void *state, const struct RadBatch *b) {
+    (void)state;
+    if (in_step || !b) __atomic_add_fetch(&n_bad_hooks, 1, __ATOMIC_RELAXED);
+    in_step = 1;
+    __atomic_add_fetch(&n_begins, 1, __ATOMIC_RELAXED);
+    return RAD_OK;
+}
+static int fd_step_end(void *state, int ok) {
+    (void)state, (void)ok;
+    if (!in_step) __atomic_add_fetch(&n_bad_hooks, 1, __ATOMIC_RELAXED);
+    in_step = 0;
+    __atomic_add_fetch(&n_ends, 1, __ATOMIC_RELAXED);
     return RAD_OK;
 }
 static size_t fd_pack_size(void *state, RadDType enc, uint64_t rows, uint64_t cols) {
@@ -152,7 +169,8 @@ static int fd_pack(void *state, RadDType enc, uint64_t rows, uint64_t cols, cons
 
 static RadKernelLib lib = {.struct_size = sizeof(RadKernelLib), .device = RAD_DEVICE_CUDA, .kernels = table, .init = fd_init,
                            .fini = fd_fini, .alloc = fd_alloc, .free = fd_free, .copy = fd_copy, .sync = fd_sync,
-                           .pack_size = fd_pack_size, .pack = fd_pack, .init_error = fd_init_error};
+                           .pack_size = fd_pack_size, .pack = fd_pack, .init_error = fd_init_error,
+                           .step_begin = fd_step_begin, .step_end = fd_step_end};
 
 /* kern_ref.so: $RAD_FAKEDEV_REF, else ../plugins/kern_ref.so from this file's folder. */
 static const RadKernelLib *load_ref(void) {
@@ -198,9 +216,11 @@ static void build(void) {
     lib.n_kernels = n_table;
 }
 
-/* The hooks' use so far: copies to and from the device, syncs, kernel calls. */
-RAD_EXPORT void fakedev_counts(unsigned long out[4]) {
+/* The hooks' use so far: copies to and from the device, syncs, kernel calls, step begins and
+ * ends, hooks called out of order. */
+RAD_EXPORT void fakedev_counts(unsigned long out[7]) {
     out[0] = n_copies_up, out[1] = n_copies_down, out[2] = n_syncs, out[3] = n_runs;
+    out[4] = n_begins, out[5] = n_ends, out[6] = n_bad_hooks;
 }
 
 RAD_EXPORT const RadPluginInfo *rad_plugin_info(void) {

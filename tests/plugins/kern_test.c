@@ -518,9 +518,9 @@ static int kt_init(const RadKernelLibConfig *cfg, void **state) {
 static void kt_fini(void *state) { free(state); }
 
 static const RadKernelLib lib_full = {sizeof(RadKernelLib), RAD_DEVICE_CPU, kernels, N_KERNELS, kt_init, kt_fini,
-                                      NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+                                      NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
 static const RadKernelLib lib_unfused = {sizeof(RadKernelLib), RAD_DEVICE_CPU, kernels, N_KERNELS - N_FUSED, kt_init,
-                                         kt_fini, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+                                         kt_fini, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
 
 static const RadKernelLib *kern_test_lib(void) {
     const char *v = getenv("KERN_TEST_NO_FUSED");

@@ -5,7 +5,8 @@
  * memory where device memory is due, raw operands without their host values, a device batch).
  * On SmolLM2 the engine on it must give libref's logits bit for bit (every position of a
  * prompt, and a greedy continuation), with the weights uploaded and the host copy released, the
- * logits copied back, the device synced each step. Then: the refusals of what a CUDA deployment
+ * logits copied back, the device synced each step, its step hooks called around each step in
+ * order. Then: the refusals of what a CUDA deployment
  * does not do (--tp, --mmap), one library per deployment, and the fallback --kernels asks for: a
  * CUDA library whose init fails gives way to the CPU libraries after it in the list, with one
  * warning, and is an error naming it (and why) when nothing follows. libr4d itself (where nvcc
@@ -63,7 +64,7 @@ static RadEngineOpts opts(const char *kernels) {
                            .max_tok = 32, .max_seqs = 2, .max_ctx = 128, .max_out_rows = 32};
 }
 
-static void counts(unsigned long c[4]) {
+static void counts(unsigned long c[7]) {
     char path[400];
     snprintf(path, sizeof path, "%s/kern_fakedev.so", pd_test);
     void *dl = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
@@ -86,7 +87,7 @@ Test(device, a_cuda_deployment_gives_the_cpu_logits_bit_for_bit) {
     cr_assert_null(dev->wstore, "the weights' host copy is released once uploaded");
     cr_assert_not_null(dev->dev_weights);
     cr_assert_null(cpu->dev);
-    unsigned long c0[4];
+    unsigned long c0[7];
     counts(c0);
     const int32_t prompt[12] = {1, 9690, 314, 253, 2156, 28, 1073, 314, 260, 1345, 282, 4237};
     uint32_t nv = 0;
@@ -113,9 +114,12 @@ Test(device, a_cuda_deployment_gives_the_cpu_logits_bit_for_bit) {
         cr_assert_eq(bc, bd);
         tc = bc, td = bd;
     }
-    unsigned long c1[4];
+    unsigned long c1[7];
     counts(c1);
     cr_assert_gt(c1[0], c0[0], "no raw operand was copied to the device");
+    cr_assert_geq(c1[4] - c0[4], 17, "every step opens with step_begin (%lu)", c1[4] - c0[4]);
+    cr_assert_eq(c1[4] - c0[4], c1[5] - c0[5], "every step_begin has its step_end");
+    cr_assert_eq(c1[6], 0, "a step hook or a sync out of order (%lu)", c1[6]);
     cr_assert_geq(c1[1] - c0[1], 17, "the logits of every step come back (%lu copies)", c1[1] - c0[1]);
     cr_assert_geq(c1[2] - c0[2], 17, "every step syncs the device (%lu syncs)", c1[2] - c0[2]);
     cr_assert_gt(c1[3], c0[3]);
