@@ -102,7 +102,8 @@ $(B)/plugins/kern_ref.so: $(REF_SRC) $(wildcard kernels/ref/*.h) $(ARCH_HDR)
 # and as compute_80 PTX the driver compiles for any newer GPU. It lands in $(B)/plugins-cuda/, not
 # beside libref: the tools load it when asked (--plugin-dir $(B)/plugins-cuda, or installed), so a
 # CPU test run never maps cuBLASLt and NCCL into every process. Not in sanitizer builds (nvcc's
-# device code takes no -fsanitize); its host logic is C (r4d_host.c), tested in both builds.
+# device code takes no -fsanitize); its host logic is C (r4d_host.c), tested in both builds. It
+# finds cuBLASLt and NCCL through the toolkit's lib64 (an rpath) where ld.so's path lacks them.
 R4D_HDR   = $(wildcard kernels/r4d/*.h kernels/r4d/*.cuh) $(ARCH_HDR)
 $(B)/obj-r4d/%.o: kernels/r4d/%.cu $(R4D_HDR)
 	@mkdir -p $(dir $@)
@@ -112,7 +113,7 @@ $(B)/obj-r4d/r4d_host.o: kernels/r4d/r4d_host.c $(R4D_HDR)
 	$(CC) $(CSTD) $(WARN) $(OPT) -I. -fPIC -fvisibility=hidden -c $< -o $@
 $(B)/plugins-cuda/kern_r4d.so: $(R4D_CU:kernels/r4d/%.cu=$(B)/obj-r4d/%.o) $(B)/obj-r4d/r4d_host.o
 	@mkdir -p $(dir $@)
-	$(NVCC) -shared $(R4D_ARCH) -o $@ $^ -lcublasLt -lnccl
+	$(NVCC) -shared $(R4D_ARCH) -o $@ $^ -lcublasLt -lnccl $(if $(NVCC),-Xlinker -rpath=$(abspath $(dir $(NVCC))../lib64))
 r4d: $(R4D_SO)
 	@$(if $(R4D_SO),true,echo "r4d: nvcc not found (looked on PATH and in /usr/local/cuda/bin): libr4d not built")
 $(B)/test-plugins/%.so: tests/plugins/%.c $(ARCH_HDR)
