@@ -582,7 +582,7 @@ static int pick_libs(RadEngine *en, RadErr *e) {
         char head[1024], tail[1024];
         const int cuda = named ? split_device_list(&en->plugins, en->o.kernels, head, tail, sizeof head) : 0;
         if (cuda < 0) return rad_err_set(e, RAD_E_ARG, "--kernels: a list of over 1000 bytes");
-        const char *cpu_list = named ? en->o.kernels : NULL;
+        const char *cpu_list = en->o.kernels; /* "" is refused there, as an empty list */
         if (cuda) { /* a CUDA deployment; its init failing falls back to the list's CPU libraries, if it names any */
             if ((rc = rad_plugins_pick_kernels(&en->plugins, head, RAD_DEVICE_CUDA, en->libs, n, &en->n_libs, e))) return rc;
             if ((rc = cuda_refusals(en, e))) return rc;
