@@ -81,93 +81,6 @@ R4D_HD void r4d_scale_min_k4(int j, const uint8_t *q, int *d, int *m) {
     }
 }
 
-/* The 32 elements of group g of a GGML row — a 32-element block, or one 32-element part of a
- * 256-element super-block (g / 8 its super-block, g % 8 the part) — each exactly rad_dequant's.
- * Returns 0, or -1 for an encoding it does not read (y then holds NaNs). */
-R4D_HD int r4d_dec_group(int enc, const uint8_t *row, int64_t g, float *y) {
-    switch (enc) {
-    case RAD_ENC_Q8_0: {
-        const uint8_t *x = row + g * 34;
-        const float d = r4d_dec_f16(r4d_ld16(x));
-        for (int j = 0; j < 32; j++) y[j] = R4D_MUL((float)(int8_t)x[2 + j], d);
-        return 0;
-    }
-    case RAD_ENC_Q4_0: {
-        const uint8_t *x = row + g * 18, *qs = x + 2;
-        const float d = r4d_dec_f16(r4d_ld16(x));
-        for (int j = 0; j < 16; j++) {
-            y[j] = R4D_MUL((float)((qs[j] & 15) - 8), d);
-            y[j + 16] = R4D_MUL((float)((qs[j] >> 4) - 8), d);
-        }
-        return 0;
-    }
-    case RAD_ENC_Q4_1: {
-        const uint8_t *x = row + g * 20, *qs = x + 4;
-        const float d = r4d_dec_f16(r4d_ld16(x)), m = r4d_dec_f16(r4d_ld16(x + 2));
-        for (int j = 0; j < 16; j++) {
-            y[j] = R4D_ADD(R4D_MUL((float)(qs[j] & 15), d), m);
-            y[j + 16] = R4D_ADD(R4D_MUL((float)(qs[j] >> 4), d), m);
-        }
-        return 0;
-    }
-    case RAD_ENC_Q5_0: {
-        const uint8_t *x = row + g * 22, *qs = x + 6;
-        const float d = r4d_dec_f16(r4d_ld16(x));
-        const uint32_t qh = r4d_ld32(x + 2);
-        for (int j = 0; j < 16; j++) {
-            const int h0 = (int)(((qh >> j) << 4) & 0x10), h1 = (int)((qh >> (j + 12)) & 0x10);
-            y[j] = R4D_MUL((float)(((qs[j] & 15) | h0) - 16), d);
-            y[j + 16] = R4D_MUL((float)(((qs[j] >> 4) | h1) - 16), d);
-        }
-        return 0;
-    }
-    case RAD_ENC_Q5_1: {
-        const uint8_t *x = row + g * 24, *qs = x + 8;
-        const float d = r4d_dec_f16(r4d_ld16(x)), m = r4d_dec_f16(r4d_ld16(x + 2));
-        const uint32_t qh = r4d_ld32(x + 4);
-        for (int j = 0; j < 16; j++) {
-            const int h0 = (int)(((qh >> j) << 4) & 0x10), h1 = (int)((qh >> (j + 12)) & 0x10);
-            y[j] = R4D_ADD(R4D_MUL((float)((qs[j] & 15) | h0), d), m);
-            y[j + 16] = R4D_ADD(R4D_MUL((float)((qs[j] >> 4) | h1), d), m);
-        }
-        return 0;
-    }
-    case RAD_ENC_Q4_K:
-    case RAD_ENC_Q5_K: {
-        const int k5 = enc == RAD_ENC_Q5_K;
-        const uint8_t *x = row + (g / 8) * (k5 ? 176 : 144);
-        const int part = (int)(g % 8), chunk = part / 2, hi = part & 1;
-        const float d = r4d_dec_f16(r4d_ld16(x)), dmin = r4d_dec_f16(r4d_ld16(x + 2));
-        int sc, mn;
-        r4d_scale_min_k4(part, x + 4, &sc, &mn);
-        const float d1 = R4D_MUL(d, (float)sc), m1 = R4D_MUL(dmin, (float)mn);
-        const uint8_t *q = x + (k5 ? 48 : 16) + chunk * 32, *qh = x + 16;
-        for (int l = 0; l < 32; l++) {
-            int v = hi ? q[l] >> 4 : q[l] & 15;
-            if (k5 && (qh[l] & (1u << part))) v += 16;
-            y[l] = R4D_SUB(R4D_MUL(d1, (float)v), m1);
-        }
-        return 0;
-    }
-    case RAD_ENC_Q6_K: {
-        const uint8_t *x = row + (g / 8) * 210;
-        const int part = (int)(g % 8), half = part / 4, quarter = part % 4;
-        const uint8_t *ql = x + half * 64 + (quarter & 1) * 32, *qh = x + 128 + half * 32;
-        const int8_t *sc = (const int8_t *)(x + 192) + half * 8 + quarter * 2;
-        const float d = r4d_dec_f16(r4d_ld16(x + 208));
-        for (int l = 0; l < 32; l++) {
-            const int lo4 = quarter >= 2 ? ql[l] >> 4 : ql[l] & 15;
-            const int q = (lo4 | (((qh[l] >> (2 * quarter)) & 3) << 4)) - 32;
-            y[l] = R4D_MUL(R4D_MUL(d, (float)sc[l / 16]), (float)q);
-        }
-        return 0;
-    }
-    default:
-        for (int j = 0; j < 32; j++) y[j] = r4d_bits_f32(0x7fc00000u);
-        return -1;
-    }
-}
-
 /* The integer codes of group g and what they mean: w_j = s_(j / 16) · c_j + b, exactly (the q8
  * GEMV's integer dot takes c; rad_dequant's roundings of these products are not reproduced,
  * which the q8 bound allows for). */
@@ -228,6 +141,26 @@ R4D_HD int r4d_dec_codes(int enc, const uint8_t *row, int64_t g, int *c, float *
     default:
         return -1;
     }
+}
+
+/* The 32 elements of group g of a GGML row — a 32-element block, or one 32-element part of a
+ * 256-element super-block (g / 8 its super-block, g % 8 the part) — each exactly rad_dequant's:
+ * its codes times their f32 scale, plus the group's offset where the format has one (q4_1, q5_1,
+ * and the K-quants' minimum: rad_dequant's `d1 * q - m1` is `s·c + (−m1)` in IEEE arithmetic).
+ * Returns 0, or -1 for an encoding it does not read (y then holds NaNs). */
+R4D_HD int r4d_dec_group(int enc, const uint8_t *row, int64_t g, float *y) {
+    int c[32];
+    float s0, s1, b;
+    if (r4d_dec_codes(enc, row, g, c, &s0, &s1, &b)) {
+        for (int j = 0; j < 32; j++) y[j] = r4d_bits_f32(0x7fc00000u);
+        return -1;
+    }
+    const int offset = enc == RAD_ENC_Q4_1 || enc == RAD_ENC_Q5_1 || enc == RAD_ENC_Q4_K || enc == RAD_ENC_Q5_K;
+    for (int j = 0; j < 32; j++) {
+        const float p = R4D_MUL(j < 16 ? s0 : s1, (float)c[j]);
+        y[j] = offset ? R4D_ADD(p, b) : p; /* no `+ 0` where there is none: it would turn -0 into +0 */
+    }
+    return 0;
 }
 
 #endif
