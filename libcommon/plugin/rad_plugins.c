@@ -634,12 +634,14 @@ void rad_plugins_skip_note(const RadPluginSet *s, char *buf, size_t n) {
     }
 }
 
-int rad_plugins_pick_kernels(const RadPluginSet *s, const char *list, RadDevice device, const RadPlugin **out, int cap,
-                             int *n, RadErr *e) {
+int rad_plugins_pick_kernels(const RadPluginSet *s, const char *list, RadDevice device, RadPick how,
+                             const RadPlugin **out, int cap, int *n, const char **rest, RadErr *e) {
     *n = 0;
+    if (rest) *rest = list;
     char note[400];
     rad_plugins_skip_note(s, note, sizeof note);
     if (!list) {
+        if (how == RAD_PICK_LEADING) return RAD_OK; /* no list, no leading run */
         for (int i = 0; i < s->n && *n < cap; i++)
             if (s->p[i].info->kind == RAD_PLUGIN_KERNELS && s->p[i].lib->device == device) out[(*n)++] = &s->p[i];
         if (!*n)
@@ -659,6 +661,10 @@ int rad_plugins_pick_kernels(const RadPluginSet *s, const char *list, RadDevice 
         for (int i = 0; i < s->n && !found; i++)
             if (s->p[i].info->kind == RAD_PLUGIN_KERNELS && strlen(s->p[i].info->name) == l && memcmp(s->p[i].info->name, p, l) == 0)
                 found = &s->p[i];
+        if (how == RAD_PICK_LEADING && (!found || found->lib->device != device)) {
+            *rest = p; /* the next pick reads (and refuses) it */
+            return RAD_OK;
+        }
         if (!found) {
             for (int i = 0; i < s->n_skipped; i++)
                 if (strlen(s->skipped[i].name) == l && memcmp(s->skipped[i].name, p, l) == 0)
@@ -668,12 +674,15 @@ int rad_plugins_pick_kernels(const RadPluginSet *s, const char *list, RadDevice 
         }
         for (int i = 0; i < *n; i++)
             if (out[i] == found) return rad_err_set(e, RAD_E_ARG, "--kernels: '%.*s' named twice", (int)l, p);
-        if (found->lib->device != device)
+        if (how == RAD_PICK_ALL && found->lib->device != device)
             return rad_err_set(e, RAD_E_UNSUPPORTED, "--kernels: '%.*s' is a %s library; this engine runs %s kernels", (int)l, p,
                                found->lib->device == RAD_DEVICE_CPU ? "CPU" : "CUDA", dev);
         if (*n == cap) return rad_err_set(e, RAD_E_ARG, "--kernels: more than %d libraries", cap);
         out[(*n)++] = found;
-        if (!end) break;
+        if (!end) {
+            if (rest) *rest = p + l;
+            break;
+        }
         p = end;
     }
     return RAD_OK;

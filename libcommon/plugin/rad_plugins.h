@@ -93,12 +93,22 @@ int rad_arch_exports_check(const char *arch_id, const char *quant, int serves_im
 /* "; skipped: PATH (WHY), ..." for an error about a missing plugin, or "" when none was skipped. */
 void rad_plugins_skip_note(const RadPluginSet *s, char *buf, size_t n);
 
+/* How rad_plugins_pick_kernels reads a --kernels list. */
+typedef enum RadPick {
+    RAD_PICK_ALL = 0,     /* every item, each a library of `device` */
+    RAD_PICK_ANY = 1,     /* every item, whatever its device (rad-kbench and rad-tune check them all) */
+    RAD_PICK_LEADING = 2, /* the items before the first that is not an installed library of `device`:
+                             *rest is the list after them ("" when all were taken); none taken is no
+                             error (the deployment split: "r4d,ref" is a CUDA head and a CPU rest) */
+} RadPick;
+
 /* The kernel libraries for a device, in preference order: those a --kernels list names
- * ("r4d,ref"), else every loaded one in load order. Refuses, naming the item: an empty list or
- * item, a name given twice, a name no loaded kernel library has (saying so when a file of that
- * name was skipped, and why), a library for another device. out has room for cap entries. */
-int rad_plugins_pick_kernels(const RadPluginSet *s, const char *list, RadDevice device, const RadPlugin **out,
-                             int cap, int *n, RadErr *e);
+ * ("r4d,ref"), else every loaded one of `device` in load order. Refuses, naming the item: an empty
+ * list or item, a name given twice, a name no loaded kernel library has (saying so when a file of
+ * that name was skipped, and why), a library for another device (RAD_PICK_ALL). out has room for
+ * cap entries; rest (RAD_PICK_LEADING only, else may be NULL) gets the untaken tail. */
+int rad_plugins_pick_kernels(const RadPluginSet *s, const char *list, RadDevice device, RadPick how,
+                             const RadPlugin **out, int cap, int *n, const char **rest, RadErr *e);
 
 /* The architecture plugin for (id, quant): an exact match, no fallback. A quantisation imported
  * from another tool (quant_origin "import:<tool>") is served by the family's one quantised

@@ -506,31 +506,6 @@ static int init_libs(RadEngine *en, int named, int strict, RadErr *e) {
     return RAD_OK;
 }
 
-/* --kernels split at its first item that is not a CUDA library: `head` the leading CUDA items
- * (a CUDA deployment, when there are any), `tail` the rest, each comma-separated. Items not
- * installed stay in the part they were met in (rad_plugins_pick_kernels names them). */
-static int split_device_list(const RadPluginSet *ps, const char *list, char *head, char *tail, size_t n) {
-    head[0] = tail[0] = 0;
-    int in_head = 1;
-    for (const char *p = list; *p;) {
-        const char *end = strchr(p, ',');
-        const size_t l = end ? (size_t)(end - p) : strlen(p);
-        int cuda = 0;
-        for (int i = 0; i < ps->n; i++)
-            if (ps->p[i].info->kind == RAD_PLUGIN_KERNELS && strlen(ps->p[i].info->name) == l && !memcmp(ps->p[i].info->name, p, l))
-                cuda = ps->p[i].lib->device == RAD_DEVICE_CUDA;
-        in_head = in_head && cuda;
-        char *dst = in_head ? head : tail;
-        const size_t used = strlen(dst);
-        if (used + l + 2 > n) return -1;
-        if (used) dst[used] = ',', dst[used + 1] = 0;
-        strncat(dst, p, l);
-        if (!end) break;
-        p = end + 1;
-    }
-    return head[0] != 0;
-}
-
 /* What a CUDA deployment does not do yet: refused by name before its library is initialised,
  * never ignored. */
 static int cuda_refusals(const RadEngine *en, RadErr *e) {
@@ -555,37 +530,27 @@ static int pick_libs(RadEngine *en, RadErr *e) {
     int strict, rc;
     if ((rc = rad_plugins_strict(&strict, e))) return rc;
     const int named = en->o.kernels && *en->o.kernels;
-    if (named && en->o.kernels_any_device) { /* rad-kbench: every named library, whatever its device */
-        en->n_libs = 0;
-        char one[RAD_PLUGIN_MAX_NAME + 1];
-        for (const char *p = en->o.kernels; *p;) { /* item by item, in the list's order */
-            const char *end = strchr(p, ',');
-            const size_t l = end ? (size_t)(end - p) : strlen(p);
-            if (l > RAD_PLUGIN_MAX_NAME) return rad_err_set(e, RAD_E_NOTFOUND, "--kernels: no kernel library named '%.*s...'", 32, p);
-            memcpy(one, p, l), one[l] = 0;
-            const RadPlugin *found = NULL;
-            int got = 0;
-            for (int dv = 0; dv < 2 && !got; dv++) {
-                RadErr quiet = {0};
-                if (rad_plugins_pick_kernels(&en->plugins, one, dv ? RAD_DEVICE_CUDA : RAD_DEVICE_CPU, &found, 1, &got, &quiet))
-                    got = 0;
-            }
-            if (!got) return rad_plugins_pick_kernels(&en->plugins, one, RAD_DEVICE_CPU, &found, 1, &got, e); /* its own refusal */
-            for (int i = 0; i < en->n_libs; i++)
-                if (en->libs[i] == found) return rad_err_set(e, RAD_E_ARG, "--kernels: '%s' named twice", one);
-            en->libs[en->n_libs++] = found;
-            if (!end) break;
-            p = end + 1;
-        }
+    if (named && en->o.kernels_any_device) { /* rad-kbench, rad-tune: every named library, whatever its device */
+        if ((rc = rad_plugins_pick_kernels(&en->plugins, en->o.kernels, RAD_DEVICE_CPU, RAD_PICK_ANY, en->libs, n, &en->n_libs,
+                                           NULL, e)))
+            return rc;
         if ((rc = init_libs(en, 1, strict, e))) return rc;
     } else {
-        char head[1024], tail[1024];
-        const int cuda = named ? split_device_list(&en->plugins, en->o.kernels, head, tail, sizeof head) : 0;
-        if (cuda < 0) return rad_err_set(e, RAD_E_ARG, "--kernels: a list of over 1000 bytes");
-        const char *cpu_list = en->o.kernels; /* "" is refused there, as an empty list */
-        if (cuda) { /* a CUDA deployment; its init failing falls back to the list's CPU libraries, if it names any */
-            if ((rc = rad_plugins_pick_kernels(&en->plugins, head, RAD_DEVICE_CUDA, en->libs, n, &en->n_libs, e))) return rc;
-            if ((rc = cuda_refusals(en, e))) return rc;
+        /* A list that starts with CUDA libraries is a CUDA deployment on them; the CPU libraries
+         * after them are where it falls back when its library cannot start (checked now all the same). */
+        const char *cpu_list = en->o.kernels; /* "" is refused as an empty list */
+        if (named && (rc = rad_plugins_pick_kernels(&en->plugins, en->o.kernels, RAD_DEVICE_CUDA, RAD_PICK_LEADING, en->libs, n,
+                                                    &en->n_libs, &cpu_list, e)))
+            return rc;
+        if (en->n_libs) {
+            const RadPlugin **fallback = calloc((size_t)n, sizeof *fallback);
+            int n_fallback = 0;
+            if (!fallback) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+            rc = *cpu_list ? rad_plugins_pick_kernels(&en->plugins, cpu_list, RAD_DEVICE_CPU, RAD_PICK_ALL, fallback, n, &n_fallback,
+                                                      NULL, e)
+                           : RAD_OK;
+            free(fallback);
+            if (rc || (rc = cuda_refusals(en, e))) return rc;
             RadErr why = {0};
             rc = init_libs(en, 1, strict, &why);
             if (rc == RAD_OK) {
@@ -593,15 +558,16 @@ static int pick_libs(RadEngine *en, RadErr *e) {
                     return rad_err_set(e, RAD_E_UNSUPPORTED, "--kernels: '%s' and '%s' are both CUDA libraries; a deployment "
                                        "runs on one", en->libs[0]->info->name, en->libs[1]->info->name);
                 en->dev = en->libs[0]->lib, en->dev_state = en->lib_state[0];
-            } else if (!tail[0]) {
+            } else if (!n_fallback) {
                 return rad_err_set(e, rc, "%s", why.msg);
             } else { /* the order the user gave: the next libraries serve */
-                fprintf(stderr, "%s: warning: %s; --kernels goes on with '%s'\n", program_invocation_short_name, why.msg, tail);
-                cpu_list = tail;
+                fprintf(stderr, "%s: warning: %s; --kernels goes on with '%s'\n", program_invocation_short_name, why.msg, cpu_list);
             }
         }
         if (!en->dev) {
-            if ((rc = rad_plugins_pick_kernels(&en->plugins, cpu_list, RAD_DEVICE_CPU, en->libs, n, &en->n_libs, e))) return rc;
+            if ((rc = rad_plugins_pick_kernels(&en->plugins, cpu_list, RAD_DEVICE_CPU, RAD_PICK_ALL, en->libs, n, &en->n_libs, NULL,
+                                               e)))
+                return rc;
             if ((rc = init_libs(en, named, strict, e))) return rc;
         }
     }

@@ -313,7 +313,7 @@ static void pick_refused_on(const RadPluginSet *s, const char *list, RadDevice d
     const RadPlugin *out[4];
     int n = -1;
     RadErr e = {0};
-    cr_assert_eq(rad_plugins_pick_kernels(s, list, dev, out, 4, &n, &e), code, "--kernels '%s': %s", list, e.msg);
+    cr_assert_eq(rad_plugins_pick_kernels(s, list, dev, RAD_PICK_ALL, out, 4, &n, NULL, &e), code, "--kernels '%s': %s", list, e.msg);
     cr_assert(strstr(e.msg, want) != NULL, "--kernels '%s': want '%s' in: %s", list, want, e.msg);
     cr_assert(!strchr(e.msg, '\n'));
 }
@@ -333,13 +333,52 @@ Test(plugins, the_kernels_list_refuses_empty_repeated_and_unknown_items) {
     const RadPlugin *out[4];
     int n = 0;
     RadErr e = {0};
-    cr_assert_eq(rad_plugins_pick_kernels(&s, "kern_test", RAD_DEVICE_CPU, out, 4, &n, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_plugins_pick_kernels(&s, "kern_test", RAD_DEVICE_CPU, RAD_PICK_ALL, out, 4, &n, NULL, &e), RAD_OK, "%s", e.msg);
     cr_assert_eq(n, 1);
-    cr_assert_eq(rad_plugins_pick_kernels(&s, NULL, RAD_DEVICE_CPU, out, 4, &n, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_plugins_pick_kernels(&s, NULL, RAD_DEVICE_CPU, RAD_PICK_ALL, out, 4, &n, NULL, &e), RAD_OK, "%s", e.msg);
     cr_assert_eq(n, 1);
     /* a library for another device than the engine's, and none for its device */
     pick_refused_on(&s, "kern_test", RAD_DEVICE_CUDA, RAD_E_UNSUPPORTED, "--kernels: 'kern_test' is a CPU library");
     pick_refused_on(&s, NULL, RAD_DEVICE_CUDA, RAD_E_NOTFOUND, "no CUDA kernel library installed");
+    rad_plugins_free(&s);
+}
+
+/* The deployment split and rad-kbench's any-device list, read in the one place lists are read. */
+Test(plugins, a_kernels_list_splits_at_its_first_library_of_another_device) {
+    put("test-plugins/kern_test.so", "kern_test.so");
+    put("test-plugins/kern_fakedev.so", "kern_fakedev.so"); /* says RAD_DEVICE_CUDA */
+    char *dirs[] = {dir};
+    RadPluginSet s = {.quiet = 1};
+    RadErr e = {0};
+    cr_assert_eq(rad_plugins_load(&s, dirs, 1, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(s.n, 2);
+    const RadPlugin *out[4];
+    int n = -1;
+    const char *rest = NULL;
+    const char *list = "fakedev,kern_test";
+    cr_assert_eq(rad_plugins_pick_kernels(&s, list, RAD_DEVICE_CUDA, RAD_PICK_LEADING, out, 4, &n, &rest, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(n, 1);
+    cr_assert_str_eq(out[0]->info->name, "fakedev");
+    cr_assert_eq(rest, list + 8, "rest '%s'", rest);
+    cr_assert_eq(rad_plugins_pick_kernels(&s, "fakedev", RAD_DEVICE_CUDA, RAD_PICK_LEADING, out, 4, &n, &rest, &e), RAD_OK);
+    cr_assert(n == 1 && !*rest, "n %d, rest '%s'", n, rest);
+    /* a list that starts elsewhere (or with a name nobody has) takes nothing: the next pick names it */
+    for (int i = 0; i < 2; i++) {
+        const char *l = i ? "nope,fakedev" : "kern_test,fakedev";
+        cr_assert_eq(rad_plugins_pick_kernels(&s, l, RAD_DEVICE_CUDA, RAD_PICK_LEADING, out, 4, &n, &rest, &e), RAD_OK, "%s", e.msg);
+        cr_assert(n == 0 && rest == l, "%s: n %d", l, n);
+    }
+    cr_assert_eq(rad_plugins_pick_kernels(&s, NULL, RAD_DEVICE_CUDA, RAD_PICK_LEADING, out, 4, &n, &rest, &e), RAD_OK);
+    cr_assert(n == 0 && !rest);
+    pick_refused_on(&s, "fakedev,fakedev", RAD_DEVICE_CUDA, RAD_E_ARG, "'fakedev' named twice");
+    /* what is left of the list is still a CPU list, checked as one */
+    pick_refused(&s, "kern_test,fakedev", RAD_E_UNSUPPORTED, "--kernels: 'fakedev' is a CUDA library; this engine runs CPU kernels");
+    /* rad-kbench: every item, in order, whatever its device; the same refusals */
+    cr_assert_eq(rad_plugins_pick_kernels(&s, "kern_test,fakedev", RAD_DEVICE_CPU, RAD_PICK_ANY, out, 4, &n, NULL, &e), RAD_OK,
+                 "%s", e.msg);
+    cr_assert(n == 2 && !strcmp(out[0]->info->name, "kern_test") && !strcmp(out[1]->info->name, "fakedev"));
+    cr_assert_eq(rad_plugins_pick_kernels(&s, "fakedev,nope", RAD_DEVICE_CPU, RAD_PICK_ANY, out, 4, &n, NULL, &e), RAD_E_NOTFOUND);
+    cr_assert(strstr(e.msg, "no kernel library named 'nope'"), "%s", e.msg);
     rad_plugins_free(&s);
 }
 
