@@ -12,6 +12,7 @@
 #ifndef RAD_KERNELS_H
 #define RAD_KERNELS_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -210,6 +211,32 @@ static inline int64_t rad_knob_n_max(const RadKnob *kn) {
 static inline int64_t rad_knob_value(const RadKernelArgs *a, uint32_t i, int64_t def) {
     return a->struct_size >= offsetof(RadKernelArgs, n_knobs) + sizeof a->n_knobs && a->knobs && i < a->n_knobs ? a->knobs[i]
                                                                                                             : def;
+}
+
+/* rope's inv_freq[i] (i < n_rot/2): docs/OPS.md's sequence of f32 operations, the order
+ * transformers' ROPE_INIT_FUNCTIONS evaluate it in on f32 tensors. One copy for every library,
+ * since a library that rounds one step otherwise rotates by other angles. scaling: 0 none,
+ * 1 linear (factor), 2 llama3 (factor, low, high, orig_ctx). */
+static inline float rad_rope_inv_freq(int64_t i, int64_t n_rot, double theta, int64_t scaling, double factor, double low,
+                                      double high, int64_t orig_ctx) {
+    const float e = (float)(2 * i) / (float)n_rot;
+    const float p = (float)pow((double)(float)theta, (double)e);
+    float inv = 1.0f / p;
+    if (scaling == 1) {
+        inv = inv / (float)factor;
+    } else if (scaling == 2) {
+        const float lo_wl = (float)((double)orig_ctx / low), hi_wl = (float)((double)orig_ctx / high);
+        const float wl0 = 1.0f / inv, wavelen = wl0 * (float)6.283185307179586; /* (float)(2 * pi) */
+        if (wavelen > lo_wl) {
+            inv = inv / (float)factor;
+        } else if (!(wavelen < hi_wl)) {
+            const float r0 = 1.0f / wavelen, ratio = r0 * (float)orig_ctx, num = ratio - (float)low;
+            const float s = num / (float)(high - low), oms = 1.0f - s, t0 = oms * inv;
+            const float t = t0 / (float)factor, u = s * inv;
+            inv = t + u;
+        }
+    }
+    return inv;
 }
 
 /* The export. */

@@ -210,24 +210,6 @@ int r4d_rope_cfg(const RadKernelArgs *a, R4dRope *c) {
 }
 
 void r4d_rope_table(const R4dRope *c, float *inv_out) {
-    for (int64_t i = 0; i < c->n_rot / 2; i++) {
-        const float e = (float)(2 * i) / (float)c->n_rot;
-        const float p = (float)pow((double)(float)c->theta, (double)e);
-        float inv = 1.0f / p;
-        if (c->scaling == 1) {
-            inv = inv / (float)c->factor;
-        } else if (c->scaling == 2) {
-            const float lo_wl = (float)((double)c->orig_ctx / c->low), hi_wl = (float)((double)c->orig_ctx / c->high);
-            const float wl0 = 1.0f / inv, wavelen = wl0 * (float)6.283185307179586;
-            if (wavelen > lo_wl) {
-                inv = inv / (float)c->factor;
-            } else if (!(wavelen < hi_wl)) {
-                const float r0 = 1.0f / wavelen, ratio = r0 * (float)c->orig_ctx, num = ratio - (float)c->low;
-                const float s = num / (float)(c->high - c->low), oms = 1.0f - s, t0 = oms * inv;
-                const float t = t0 / (float)c->factor, u = s * inv;
-                inv = t + u;
-            }
-        }
-        inv_out[i] = inv;
-    }
+    for (int64_t i = 0; i < c->n_rot / 2; i++)
+        inv_out[i] = rad_rope_inv_freq(i, c->n_rot, c->theta, c->scaling, c->factor, c->low, c->high, c->orig_ctx);
 }

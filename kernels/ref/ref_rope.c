@@ -37,33 +37,9 @@ static int rope_cfg(const RadKernelArgs *a, RopeCfg *c) {
     return RAD_OK;
 }
 
-/* inv_freq[i], exactly docs/OPS.md's sequence of f32 operations. */
+/* inv_freq[i], exactly docs/OPS.md's sequence of f32 operations (abi/rad_kernels.h). */
 static float inv_freq(const RopeCfg *c, int64_t i) {
-    const float e = (float)(2 * i) / (float)c->n_rot;
-    const float p = (float)pow((double)(float)c->theta, (double)e);
-    float inv = 1.0f / p;
-    if (c->scaling == 1) {
-        inv = inv / (float)c->factor;
-    } else if (c->scaling == 2) {
-        const float lo_wl = (float)((double)c->orig_ctx / c->low);
-        const float hi_wl = (float)((double)c->orig_ctx / c->high);
-        const float wl0 = 1.0f / inv;
-        const float wavelen = wl0 * (float)6.283185307179586; /* (float)(2 * M_PI) */
-        if (wavelen > lo_wl) {
-            inv = inv / (float)c->factor;
-        } else if (!(wavelen < hi_wl)) {
-            const float r0 = 1.0f / wavelen;
-            const float ratio = r0 * (float)c->orig_ctx;
-            const float num = ratio - (float)c->low;
-            const float s = num / (float)(c->high - c->low);
-            const float oms = 1.0f - s;
-            const float t0 = oms * inv;
-            const float t = t0 / (float)c->factor;
-            const float u = s * inv;
-            inv = t + u;
-        }
-    }
-    return inv;
+    return rad_rope_inv_freq(i, c->n_rot, c->theta, c->scaling, c->factor, c->low, c->high, c->orig_ctx);
 }
 
 static void fill_table(const RopeCfg *c, float *inv) {

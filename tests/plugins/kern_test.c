@@ -248,29 +248,9 @@ static int rope_cfg(const RadKernelArgs *a, RopeCfg *c) {
     return RAD_OK;
 }
 
-/* inv_freq[i], i < n_rot/2, in f32 one operation at a time, in the order transformers'
- * ROPE_INIT_FUNCTIONS evaluate it on f32 tensors (docs/OPS.md, rope). */
+/* inv_freq[i], i < n_rot/2: docs/OPS.md's f32 sequence (abi/rad_kernels.h). */
 static float rope_inv_freq(const RopeCfg *c, int64_t i) {
-    const float e = (float)(2 * i) / (float)c->n_rot;
-    const float p = (float)pow((double)(float)c->theta, (double)e);
-    float inv = 1.0f / p;
-    if (c->scaling == 1) {
-        inv = inv / (float)c->factor;
-    } else if (c->scaling == 2) {
-        const float lo_wl = (float)((double)c->orig_ctx / c->low);
-        const float hi_wl = (float)((double)c->orig_ctx / c->high);
-        const float wavelen = (1.0f / inv) * (float)6.283185307179586; /* 2*pi */
-        if (wavelen > lo_wl) {
-            inv = inv / (float)c->factor;
-        } else if (!(wavelen < hi_wl)) {
-            const float ratio = (1.0f / wavelen) * (float)c->orig_ctx;
-            const float s = (ratio - (float)c->low) / (float)(c->high - c->low);
-            const float t = ((1.0f - s) * inv) / (float)c->factor;
-            const float u = s * inv;
-            inv = t + u;
-        }
-    }
-    return inv;
+    return rad_rope_inv_freq(i, c->n_rot, c->theta, c->scaling, c->factor, c->low, c->high, c->orig_ctx);
 }
 
 static size_t rope_workspace(const RadParam *p, uint32_t np, int64_t n_max) {
