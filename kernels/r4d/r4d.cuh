@@ -27,11 +27,12 @@ typedef struct R4dState {
     void *lt_ws;                  /* [R4D_LT_WORKSPACE] cuBLASLt's workspace, device */
     R4dPlanCache plans;           /* per-shape cuBLASLt plans */
     int *err;                     /* device word: a kernel's refusal found on the device (0: none) */
-    /* step images (r4d_host.h), one slot per (KV group's table, window): pinned host copy, device
+    /* step images (r4d_host.h), one slot per (KV group's table, window, plan): pinned host copy, device
      * copy, the bytes last uploaded (an equal image is not sent again), the upload's event */
     struct R4dImg {
         const void *table;        /* the group's host block table: which group this slot serves */
         int64_t window;
+        uint32_t tile_rows;       /* the prefill plan's rows per tile (0: none) */
         void *host, *dev;
         uint8_t *last;
         size_t cap, bytes;
@@ -99,7 +100,8 @@ size_t r4d_gemm_f32_workspace(const RadParam *p, uint32_t np, int64_t n_max);
 int r4d_run_gemm_bf16(const RadKernelArgs *a);    /* bf16 weights (packed or slabs), x rounded to bf16, cuBLASLt */
 int r4d_run_gemm_bf16_multi(const RadKernelArgs *a);
 size_t r4d_gemm_bf16_workspace(const RadParam *p, uint32_t np, int64_t n_max);
-int r4d_run_attn_paged(const RadKernelArgs *a);
+int r4d_run_attn_paged(const RadKernelArgs *a);  /* split-K over every row */
+int r4d_run_attn_flash(const RadKernelArgs *a);  /* tensor-core tiles for prefill runs, split-K for the rest */
 size_t r4d_attn_workspace(const RadParam *p, uint32_t np, int64_t n_max);
 int r4d_run_all_reduce_nccl(const RadKernelArgs *a);    /* exact = 0: NCCL's sum */
 int r4d_run_all_reduce_ordered(const RadKernelArgs *a); /* every rank's x gathered, summed in rank order */

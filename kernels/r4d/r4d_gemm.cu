@@ -196,6 +196,12 @@ static int lt_run(const RadKernelArgs *a, int multi, int bf16) {
             if ((rc = lt_matmul(s, t, w->data, K, N[i], K, X, ldx, (int64_t)M, (float *)y->data, (int64_t)y->row_stride))) return rc;
             continue;
         }
+        if ((int)w->dtype == (bf16 ? RAD_BF16 : RAD_F32) && w->row_stride % el == 0) { /* stored in the GEMM's type: no slab */
+            if ((rc = lt_matmul(s, t, w->data, (int64_t)(w->row_stride / el), N[i], K, X, ldx, (int64_t)M, (float *)y->data,
+                                (int64_t)y->row_stride)))
+                return rc;
+            continue;
+        }
         const int64_t S = r4d_slab_rows(N[i], K, el, R4D_SLAB_BYTES);
         for (int64_t r0 = 0; r0 < N[i]; r0 += S) {
             const int64_t rows = N[i] - r0 < S ? N[i] - r0 : S;

@@ -157,13 +157,17 @@ uint32_t r4d_attn_splits(uint32_t n_rows, uint32_t n_head_kv, uint32_t max_keys,
 
 static size_t up16(size_t n) { return (n + 15) & ~(size_t)15; }
 
-size_t r4d_step_image_bytes(const RadBatch *b, const RadKvState *kv) {
-    return 3 * up16((size_t)b->n_tok * 4) + up16((size_t)b->n_seq * kv->max_blocks * 4);
+uint32_t r4d_flash_rows(uint32_t G) { return G && G <= R4D_FLASH_SLOTS ? R4D_FLASH_SLOTS / G : 0; }
+
+size_t r4d_step_image_bytes(const RadBatch *b, const RadKvState *kv, uint32_t tile_rows) {
+    const size_t plan = tile_rows ? up16((size_t)b->n_tok * sizeof(R4dFlashTile)) + up16((size_t)b->n_tok * 4) : 0;
+    return 3 * up16((size_t)b->n_tok * 4) + up16((size_t)b->n_seq * kv->max_blocks * 4) + plan;
 }
 
-int r4d_step_image_fill(const RadBatch *b, const RadKvState *kv, int64_t window, void *buf, size_t bytes, R4dStepImage *img) {
+int r4d_step_image_fill(const RadBatch *b, const RadKvState *kv, int64_t window, uint32_t tile_rows, void *buf, size_t bytes,
+                        R4dStepImage *img) {
     if (!b || !kv || !buf || !b->cu_seqlens || !b->q_lens || !b->ctx_lens || !kv->block_table || !kv->block_size) return RAD_E_ARG;
-    const size_t need = r4d_step_image_bytes(b, kv);
+    const size_t need = r4d_step_image_bytes(b, kv, tile_rows);
     if (bytes < need) return RAD_E_SHAPE;
     if (b->cu_seqlens[0] != 0 || (uint32_t)b->cu_seqlens[b->n_seq] != b->n_tok) return RAD_E_ARG;
     for (uint32_t s = 0; s < b->n_seq; s++) {
@@ -182,7 +186,8 @@ int r4d_step_image_fill(const RadBatch *b, const RadKvState *kv, int64_t window,
     img->row_seq = (int32_t *)(void *)p, p += up16((size_t)b->n_tok * 4);
     img->row_slot = (int32_t *)(void *)p, p += up16((size_t)b->n_tok * 4);
     img->row_lo = (int32_t *)(void *)p, p += up16((size_t)b->n_tok * 4);
-    img->table = (int32_t *)(void *)p;
+    img->table = (int32_t *)(void *)p, p += up16((size_t)b->n_seq * kv->max_blocks * 4);
+    img->tiles = NULL, img->rest = NULL, img->n_tiles = 0, img->n_rest = b->n_tok;
     img->n_tok = b->n_tok, img->n_seq = b->n_seq, img->max_blocks = kv->max_blocks, img->bytes = need;
     for (uint32_t s = 0; s < b->n_seq; s++)
         for (int32_t t = b->cu_seqlens[s]; t < b->cu_seqlens[s + 1]; t++) {
@@ -191,6 +196,20 @@ int r4d_step_image_fill(const RadBatch *b, const RadKvState *kv, int64_t window,
             img->row_lo[t] = window > 0 && j + 1 - window > 0 ? (int32_t)(j + 1 - window) : 0;
         }
     memcpy(img->table, kv->block_table, (size_t)b->n_seq * kv->max_blocks * 4);
+    if (tile_rows) { /* the prefill plan: a sequence's run of rows in tiles, or each row to split-K */
+        img->tiles = (R4dFlashTile *)(void *)p, p += up16((size_t)b->n_tok * sizeof(R4dFlashTile));
+        img->rest = (int32_t *)(void *)p;
+        img->n_rest = 0;
+        for (uint32_t s = 0; s < b->n_seq; s++) {
+            const int32_t t0 = b->cu_seqlens[s], q = b->q_lens[s];
+            if (q >= R4D_FLASH_MIN_Q) {
+                for (int32_t r = 0; r < q; r += (int32_t)tile_rows)
+                    img->tiles[img->n_tiles++] = (R4dFlashTile){(int32_t)s, t0 + r, q - r < (int32_t)tile_rows ? q - r : (int32_t)tile_rows, 0};
+            } else {
+                for (int32_t r = 0; r < q; r++) img->rest[img->n_rest++] = t0 + r;
+            }
+        }
+    }
     return RAD_OK;
 }
 

@@ -91,25 +91,44 @@ int r4d_graph_key_eq(const R4dGraphKey *a, const R4dGraphKey *b);
 #define R4D_SPLIT_MAX 32
 uint32_t r4d_attn_splits(uint32_t n_rows, uint32_t n_head_kv, uint32_t max_keys, uint32_t n_sm);
 
+/* ---- the prefill attention's plan ----------------------------------------------------------- */
+/* The tensor-core kernel (r4d_attn.cu, "flash") takes tiles of R4D_FLASH_SLOTS (row, query head)
+ * slots: r4d_flash_rows(G) consecutive rows of one sequence, each with its KV head's G query heads
+ * (so K and V are read once for the group). A sequence with fewer than R4D_FLASH_MIN_Q rows in the
+ * step (a decode row) takes the split-K kernel instead. */
+#define R4D_FLASH_SLOTS 64
+#define R4D_FLASH_MIN_Q 16
+typedef struct R4dFlashTile {
+    int32_t seq;                  /* the sequence */
+    int32_t t0, n_rows;           /* its rows t0 .. t0 + n_rows - 1 of the step */
+    int32_t reserved;             /* 0 (16 bytes a tile) */
+} R4dFlashTile;
+/* Rows a tile holds for G query heads per KV head; 0 when one row's heads do not fit. */
+uint32_t r4d_flash_rows(uint32_t G);
+
 /* ---- the step image ---------------------------------------------------------------------------- */
 /* What the attention kernels read of a step, laid out in one device buffer by the host: for every
  * row t, its sequence and its slot j_t (docs/OPS.md, attn_paged), the window's first slot, and
- * the group's block table. Built in pinned memory and uploaded once per (step, KV group). */
+ * the group's block table; with tile_rows > 0 also the prefill plan: the tiles and the rows left
+ * to the split-K kernel. Built in pinned memory and uploaded once per (step, KV group, plan). */
 typedef struct R4dStepImage {
     int32_t *row_seq;             /* [n_tok] sequence of row t */
     int32_t *row_slot;            /* [n_tok] j_t */
     int32_t *row_lo;              /* [n_tok] the first slot row t sees (window) */
     int32_t *table;               /* [n_seq][max_blocks] the group's block table */
+    R4dFlashTile *tiles;          /* [n_tiles] (tile_rows > 0; else NULL) */
+    int32_t *rest;                /* [n_rest] rows no tile holds, in order (tile_rows > 0; else NULL: every row) */
     uint32_t n_tok, n_seq, max_blocks;
+    uint32_t n_tiles, n_rest;
     size_t bytes;                 /* of the whole image */
 } R4dStepImage;
 /* Bytes an image for this step needs. */
-size_t r4d_step_image_bytes(const RadBatch *b, const RadKvState *kv);
+size_t r4d_step_image_bytes(const RadBatch *b, const RadKvState *kv, uint32_t tile_rows);
 /* Lays the image out in buf (bytes long, 16-byte aligned) and fills it; checks what the kernels
  * rely on first: cu_seqlens cover [0, n_tok) in order, each sequence's q_len ≤ ctx_len, and every
  * table entry a row reads in [0, kv->n_blocks) (entries before a window's first slot may be -1).
  * RAD_OK, or RAD_E_ARG / RAD_E_SHAPE with nothing relied on. */
-int r4d_step_image_fill(const RadBatch *b, const RadKvState *kv, int64_t window, void *buf, size_t bytes,
+int r4d_step_image_fill(const RadBatch *b, const RadKvState *kv, int64_t window, uint32_t tile_rows, void *buf, size_t bytes,
                         R4dStepImage *img);
 
 /* ---- rope --------------------------------------------------------------------------------------- */

@@ -169,10 +169,10 @@ static int r4d_pack(void *state, RadDType enc, uint64_t rows, uint64_t cols, con
 #define K_(...) K0_(__VA_ARGS__) /* BITWISE, TOL(t), ... expand to two arguments first */
 #define E_(OP, ENCS, EX, RUN) K_(OP, "cuda", ENCS, 1, 0, EX, NULL, RUN, 0, 0, 0, 0)
 #define GEMMS_(OP, RUN1, RUNQ, RUNF, RUNB)                                                                            \
-    K_(OP, "gemv", R4D_ALL, 1, R4D_GEMV_MAX_ROWS, TOL(1e-4), NULL, RUN1, 0, 0, 0, 0),                                 \
-    K_(OP, "lt_f32", R4D_ALL, 1, 0, TOL(1e-4), r4d_gemm_f32_workspace, RUNF, 0, 0, 0, 0),                             \
     K_(OP, "q8", RAD_ENC_GGML_BLOCKS, 1, R4D_GEMV_MAX_ROWS, Q8(2e-2), r4d_gemv_q8_workspace, RUNQ, 0, 0, 0, 0),       \
-    K_(OP, "lt_bf16", R4D_ALL, 1, 0, BF16P(1e-2), r4d_gemm_bf16_workspace, RUNB, 0, 0, R4D_PLAIN, 0)
+    K_(OP, "lt_bf16", R4D_ALL, R4D_GEMV_MAX_ROWS + 1, 0, BF16P(1e-2), r4d_gemm_bf16_workspace, RUNB, 0, 0, R4D_PLAIN, 0), \
+    K_(OP, "gemv", R4D_ALL, 1, R4D_GEMV_MAX_ROWS, TOL(1e-4), NULL, RUN1, 0, 0, 0, 0),                                 \
+    K_(OP, "lt_f32", R4D_ALL, 1, 0, TOL(1e-4), r4d_gemm_f32_workspace, RUNF, 0, 0, 0, 0)
 
 static const RadKernel kernels[] = {
     E_("embed_gather", R4D_ALL, BITWISE, r4d_run_embed_gather),
@@ -181,13 +181,17 @@ static const RadKernel kernels[] = {
     E_("rmsnorm", R4D_PLAIN, TOL(1e-5), r4d_run_rmsnorm),
     E_("add_rmsnorm", R4D_PLAIN, TOL(1e-5), r4d_run_add_rmsnorm),
     E_("head_rmsnorm", R4D_PLAIN, TOL(1e-5), r4d_run_head_rmsnorm),
-    /* exact class first (the default --max-tolerance takes them): the GEMV to 8 rows, then
-     * slabs dequantised to f32 through cuBLASLt; --fast takes q8 activations and bf16 products */
+    /* The selector takes the first kernel within --max-tolerance, so the lossy ones come first:
+     * --fast (2e-2) takes q8 activations to 8 rows and bf16 tensor cores beyond; the default
+     * (1e-3) passes over them to the exact GEMV to 8 rows, then slabs dequantised to f32 through
+     * cuBLASLt. A decode row never takes lt_bf16 (dequantising a slab per token). */
     GEMMS_("gemm_nt", r4d_run_gemv, r4d_run_gemv_q8, r4d_run_gemm_f32, r4d_run_gemm_bf16),
     GEMMS_("logits_gemm", r4d_run_gemv, r4d_run_gemv_q8, r4d_run_gemm_f32, r4d_run_gemm_bf16),
     GEMMS_("gemm_nt2", r4d_run_gemv_multi, r4d_run_gemv_q8_multi, r4d_run_gemm_f32_multi, r4d_run_gemm_bf16_multi),
     GEMMS_("gemm_nt3", r4d_run_gemv_multi, r4d_run_gemv_q8_multi, r4d_run_gemm_f32_multi, r4d_run_gemm_bf16_multi),
     K_("rope", "cuda", R4D_PLAIN, 1, 0, TOL(1e-5), r4d_rope_workspace, r4d_run_rope, 0, 0, 0, 0),
+    /* --fast: prefill runs of f16/bf16 caches on tensor cores; the default: split-K, f32 */
+    K_("attn_paged", "flash", 0, 1, 0, TOL(1e-2), r4d_attn_workspace, r4d_run_attn_flash, 16, R4D_KV, 0, 1),
     K_("attn_paged", "splitk", 0, 1, 0, TOL(1e-5), r4d_attn_workspace, r4d_run_attn_paged, 16, R4D_KV, 0, 1),
     E_("silu_mul", 0, TOL(1e-6), r4d_run_silu_mul),
     E_("gelu_tanh_mul", 0, TOL(1e-6), r4d_run_gelu_tanh_mul),

@@ -199,11 +199,11 @@ Test(r4d_host, the_step_image) {
     RadBatch b = {.struct_size = sizeof b, .phase = RAD_PHASE_MIXED, .n_tok = 4, .n_seq = 2, .n_seq_decode = 1,
                   .cu_seqlens = cu, .q_lens = q, .ctx_lens = ctx};
     RadKvState kv = {.block_table = table, .max_blocks = 6, .block_size = 4, .n_blocks = 10};
-    const size_t need = r4d_step_image_bytes(&b, &kv);
+    const size_t need = r4d_step_image_bytes(&b, &kv, 0);
     cr_assert_eq(need, 3 * 16 + 48);
     uint8_t *buf = aligned_alloc(16, need);
     R4dStepImage im;
-    cr_assert_eq(r4d_step_image_fill(&b, &kv, 8, buf, need, &im), RAD_OK);
+    cr_assert_eq(r4d_step_image_fill(&b, &kv, 8, 0, buf, need, &im), RAD_OK);
     const int32_t seq[4] = {0, 1, 1, 1}, slot[4] = {19, 4, 5, 6}, lo[4] = {12, 0, 0, 0};
     for (int t = 0; t < 4; t++) {
         cr_assert_eq(im.row_seq[t], seq[t]);
@@ -213,28 +213,66 @@ Test(r4d_host, the_step_image) {
     cr_assert_eq(memcmp(im.table, table, sizeof table), 0);
     cr_assert_eq((uint8_t *)im.table - buf, 48, "16-byte aligned parts");
     /* without the window the released entries are read: refused */
-    cr_assert_eq(r4d_step_image_fill(&b, &kv, 0, buf, need, &im), RAD_E_ARG);
+    cr_assert_eq(r4d_step_image_fill(&b, &kv, 0, 0, buf, need, &im), RAD_E_ARG);
     /* an entry a row needs out of the pool */
     table[4] = 10;
-    cr_assert_eq(r4d_step_image_fill(&b, &kv, 8, buf, need, &im), RAD_E_ARG);
+    cr_assert_eq(r4d_step_image_fill(&b, &kv, 8, 0, buf, need, &im), RAD_E_ARG);
     table[4] = 7;
     /* a window one longer reaches the released block 1 (slot 7, since 19 + 1 - 13 = 7) */
-    cr_assert_eq(r4d_step_image_fill(&b, &kv, 13, buf, need, &im), RAD_E_ARG);
-    cr_assert_eq(r4d_step_image_fill(&b, &kv, 12, buf, need, &im), RAD_OK);
+    cr_assert_eq(r4d_step_image_fill(&b, &kv, 13, 0, buf, need, &im), RAD_E_ARG);
+    cr_assert_eq(r4d_step_image_fill(&b, &kv, 12, 0, buf, need, &im), RAD_OK);
     /* cu_seqlens that do not cover the rows, a q_len past its context, a short buffer */
     const int32_t bad_cu[3] = {0, 2, 4};
     b.cu_seqlens = bad_cu;
-    cr_assert_eq(r4d_step_image_fill(&b, &kv, 8, buf, need, &im), RAD_E_ARG);
+    cr_assert_eq(r4d_step_image_fill(&b, &kv, 8, 0, buf, need, &im), RAD_E_ARG);
     b.cu_seqlens = cu;
     const int32_t bad_ctx[2] = {20, 2};
     b.ctx_lens = bad_ctx;
-    cr_assert_eq(r4d_step_image_fill(&b, &kv, 8, buf, need, &im), RAD_E_ARG);
+    cr_assert_eq(r4d_step_image_fill(&b, &kv, 8, 0, buf, need, &im), RAD_E_ARG);
     b.ctx_lens = ctx;
-    cr_assert_eq(r4d_step_image_fill(&b, &kv, 8, buf, need - 4, &im), RAD_E_SHAPE);
+    cr_assert_eq(r4d_step_image_fill(&b, &kv, 8, 0, buf, need - 4, &im), RAD_E_SHAPE);
     /* a context past the table's blocks */
     const int32_t long_ctx[2] = {25, 7};
     b.ctx_lens = long_ctx;
-    cr_assert_eq(r4d_step_image_fill(&b, &kv, 8, buf, need, &im), RAD_E_ARG);
+    cr_assert_eq(r4d_step_image_fill(&b, &kv, 8, 0, buf, need, &im), RAD_E_ARG);
+    free(buf);
+}
+
+/* The prefill plan: a decode row, a 40-row chunk and a 15-row one; tiles of 8 rows (G = 8). */
+Test(r4d_host, the_prefill_plan) {
+    cr_assert_eq(r4d_flash_rows(8), 8);
+    cr_assert_eq(r4d_flash_rows(7), 9, "G = 7: 63 of the 64 slots");
+    cr_assert_eq(r4d_flash_rows(1), 64);
+    cr_assert_eq(r4d_flash_rows(65), 0, "a row's heads must fit one tile");
+    cr_assert_eq(r4d_flash_rows(0), 0);
+    const int32_t cu[4] = {0, 1, 41, 56}, q[3] = {1, 40, 15}, ctx[3] = {9, 40, 20};
+    int32_t table[3 * 4] = {0, 1, -1, -1, /**/ 2, 3, 4, 5, /**/ 6, 7, -1, -1};
+    RadBatch b = {.struct_size = sizeof b, .phase = RAD_PHASE_MIXED, .n_tok = 56, .n_seq = 3, .n_seq_decode = 1,
+                  .cu_seqlens = cu, .q_lens = q, .ctx_lens = ctx};
+    RadKvState kv = {.block_table = table, .max_blocks = 4, .block_size = 16, .n_blocks = 8};
+    const size_t need = r4d_step_image_bytes(&b, &kv, 8);
+    cr_assert_eq(need, r4d_step_image_bytes(&b, &kv, 0) + 56 * 16 + 224, "the plan's parts, 16-byte aligned");
+    uint8_t *buf = aligned_alloc(16, need);
+    R4dStepImage im;
+    cr_assert_eq(r4d_step_image_fill(&b, &kv, 0, 8, buf, need, &im), RAD_OK);
+    cr_assert_eq(im.n_tiles, 5, "40 rows in tiles of 8");
+    for (uint32_t i = 0; i < im.n_tiles; i++) {
+        cr_assert_eq(im.tiles[i].seq, 1);
+        cr_assert_eq(im.tiles[i].t0, 1 + 8 * (int32_t)i);
+        cr_assert_eq(im.tiles[i].n_rows, 8);
+    }
+    cr_assert_eq(im.n_rest, 16, "the decode row and the 15-row chunk take split-K");
+    cr_assert_eq(im.rest[0], 0);
+    for (int i = 1; i < 16; i++) cr_assert_eq(im.rest[i], 40 + i);
+    cr_assert_eq((uint8_t *)im.tiles - buf, (ptrdiff_t)r4d_step_image_bytes(&b, &kv, 0));
+    /* tiles of 9 rows (G = 7): the last one short */
+    cr_assert_eq(r4d_step_image_fill(&b, &kv, 0, 9, buf, need, &im), RAD_OK);
+    cr_assert_eq(im.n_tiles, 5);
+    cr_assert_eq(im.tiles[4].t0, 37);
+    cr_assert_eq(im.tiles[4].n_rows, 4);
+    /* no plan: every row is the split-K kernel's */
+    cr_assert_eq(r4d_step_image_fill(&b, &kv, 0, 0, buf, need, &im), RAD_OK);
+    cr_assert(im.n_tiles == 0 && im.n_rest == 56 && !im.tiles && !im.rest);
     free(buf);
 }
 
