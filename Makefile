@@ -55,7 +55,9 @@ PLUGIN_CFLAGS = $(CSTD) $(WARN) $(OPT) -I. -fPIC -shared -fvisibility=hidden
 PLUGIN_LDLIBS = -lm
 ARCH_SO = $(if $(wildcard arch/llama/llama.c),$(B)/plugins/arch_llama.so $(B)/plugins/arch_llama_ggml.so \
                                               $(B)/plugins/arch_qwen2.so $(B)/plugins/arch_qwen2_ggml.so \
-                                              $(B)/plugins/arch_qwen3.so $(B)/plugins/arch_qwen3_ggml.so) \
+                                              $(B)/plugins/arch_qwen3.so $(B)/plugins/arch_qwen3_ggml.so \
+                                              $(B)/plugins/arch_llama_fp8.so $(B)/plugins/arch_qwen2_fp8.so \
+                                              $(B)/plugins/arch_qwen3_fp8.so) \
           $(if $(wildcard arch/gemma3/gemma3.c),$(B)/plugins/arch_gemma3.so $(B)/plugins/arch_gemma3_ggml.so) \
           $(if $(wildcard arch/bert/bert.c),$(B)/plugins/arch_bert.so)
 REF_SRC = $(wildcard kernels/ref/*.c)
@@ -83,6 +85,16 @@ $(B)/plugins/arch_qwen3.so: arch/llama/llama.c $(ARCH_HDR)
 $(B)/plugins/arch_qwen3_ggml.so: arch/llama/llama.c $(ARCH_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(PLUGIN_CFLAGS) -DRAD_PLUGIN_NAME='"qwen3_ggml"' -DRAD_LLAMA_FAMILY=2 -DRAD_LLAMA_QUANTISED=1 -o $@ $< $(PLUGIN_LDLIBS)
+# Block-scaled fp8 checkpoints (DeepSeek/Qwen3-FP8: codes + 128x128 scales), one per family: RAD_LLAMA_QUANTISED=2
+$(B)/plugins/arch_llama_fp8.so: arch/llama/llama.c $(ARCH_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(PLUGIN_CFLAGS) -DRAD_PLUGIN_NAME='"llama_fp8"' -DRAD_LLAMA_QUANTISED=2 -o $@ $< $(PLUGIN_LDLIBS)
+$(B)/plugins/arch_qwen2_fp8.so: arch/llama/llama.c $(ARCH_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(PLUGIN_CFLAGS) -DRAD_PLUGIN_NAME='"qwen2_fp8"' -DRAD_LLAMA_FAMILY=1 -DRAD_LLAMA_QUANTISED=2 -o $@ $< $(PLUGIN_LDLIBS)
+$(B)/plugins/arch_qwen3_fp8.so: arch/llama/llama.c $(ARCH_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(PLUGIN_CFLAGS) -DRAD_PLUGIN_NAME='"qwen3_fp8"' -DRAD_LLAMA_FAMILY=2 -DRAD_LLAMA_QUANTISED=2 -o $@ $< $(PLUGIN_LDLIBS)
 $(B)/plugins/arch_gemma3.so: arch/gemma3/gemma3.c $(ARCH_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(PLUGIN_CFLAGS) -DRAD_PLUGIN_NAME='"gemma3"' -DRAD_GEMMA3_QUANTISED=0 -o $@ $< $(PLUGIN_LDLIBS)

@@ -70,4 +70,27 @@ static inline const RadEncInfo *rad_enc_info(RadEnc e) {
     return ((unsigned)e < RAD_ENC_COUNT) ? &t[e] : NULL;
 }
 
+/* Block-scaled fp8 (docs/FORMAT.md, "Block-scaled f8_e4m3"): an f8_e4m3 weight [N, K] in two
+ * planes, "codes" (N·K e4m3 bytes, row-major) and "scale" (f32 [ceil(N/128)][ceil(K/128)],
+ * row-major), as DeepSeek-V3 and Qwen3-FP8 checkpoints store `weight` and `weight_scale_inv`:
+ *   w[n][k] = e4m3(codes[n][k]) · scale[n / 128][k / 128]   (one f32 product, rounded)
+ * A one-plane f8_e4m3 tensor is the codes alone (scale 1). */
+#define RAD_F8_BLOCK 128u
+static inline uint64_t rad_f8_blocks(uint64_t n) { return (n + RAD_F8_BLOCK - 1) / RAD_F8_BLOCK; }
+/* Bytes of the scale plane of an [n, k] block-scaled weight. */
+static inline uint64_t rad_f8_scale_bytes(uint64_t n, uint64_t k) { return rad_f8_blocks(n) * rad_f8_blocks(k) * 4; }
+/* The value of an e4m3 (fn: no infinities, S.1111.111 NaN) code, exactly. */
+static inline float rad_f8_e4m3_value(uint8_t b) {
+    const uint32_t exp = (b >> 3) & 0xfu, mant = b & 7u;
+    union {
+        uint32_t u;
+        float f;
+    } v;
+    if (exp == 0xfu && mant == 7u) v.u = 0x7fc00000u;
+    else if (exp == 0) v.f = (float)mant * 0x1p-9f;          /* subnormal: mant/8 · 2^-6 */
+    else v.u = ((exp + 120u) << 23) | (mant << 20);          /* (1 + mant/8) · 2^(exp-7) */
+    if (b & 0x80u) v.u ^= 0x80000000u;
+    return v.f;
+}
+
 #endif

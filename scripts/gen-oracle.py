@@ -9,6 +9,7 @@ tests compare against, computed by Hugging Face transformers on the CPU in f32.
                                                                     # against the committed files (meta.json only)
     /work/venv-hf/bin/python scripts/gen-oracle.py --family qwen05   # a real checkpoint's cases, spliced in
     /work/venv-hf/bin/python scripts/gen-oracle.py --tiny-qwen3      # ~10 s: the random Qwen3's cases, spliced in
+    /work/venv-hf/bin/python scripts/gen-oracle.py --tiny-qwen3-fp8  # ~10 s: the random fp8 Qwen3's, spliced in
 
 Two models:
   smollm2          models/SmolLM2-135M-Instruct.Q4_1.gguf, dequantised to f32 by transformers'
@@ -267,6 +268,10 @@ TINY_QWEN3_SEED = 11
 TINY_QWEN3_PROMPTS = [("len1", 1), ("len7", 7), ("len40", 40), ("len150", 150)]
 
 
+TINY_QWEN3_FP8 = os.path.join(ROOT, "tests", "fixtures", "tiny-qwen3-fp8")
+TINY_QWEN3_FP8_SEED = 13
+
+
 def gen_tiny_qwen3():
     """Writes qwen3-tiny-<case>.bin for scripts/make-tiny-qwen3.py's random Qwen3 (transformers'
     Qwen3ForCausalLM on the bf16 folder, widened to f32, f32 compute; full logits rows at every
@@ -275,7 +280,6 @@ def gen_tiny_qwen3():
     key_length, so with the folder's config) and must give the same logits bit for bit, so these
     goldens are both files'. Splices MANIFEST and meta.json."""
     from transformers import AutoConfig, Qwen3ForCausalLM
-    name = "tiny-qwen3"
     torch.manual_seed(0)
     torch.set_num_threads(THREADS)
     torch.use_deterministic_algorithms(True)
@@ -285,23 +289,61 @@ def gen_tiny_qwen3():
     twin = plain(AutoModelForCausalLM.from_pretrained(
         folder, gguf_file=fname, config=AutoConfig.from_pretrained(TINY_QWEN3), dtype=torch.float32,
         attn_implementation="eager"), torch.float32, "Qwen3RMSNorm")
-    vocab = model.config.vocab_size
     assert model.config.head_dim * model.config.num_attention_heads != model.config.hidden_size
-    for f in os.listdir(OUT):
-        if f.startswith("qwen3-tiny-"):
-            os.remove(os.path.join(OUT, f))
-    meta = json.load(open(os.path.join(OUT, "meta.json"), encoding="utf-8"))
-    meta["models"][name] = {
+    gen_tiny_random("tiny-qwen3", "qwen3-tiny-", model, twin, TINY_QWEN3_SEED, {
         "source": [os.path.relpath(TINY_QWEN3, ROOT), os.path.relpath(TINY_QWEN3_GGUF, ROOT)],
         "sha256": {**{f: sha256(os.path.join(TINY_QWEN3, f)) for f in sorted(os.listdir(TINY_QWEN3))},
                    fname: sha256(TINY_QWEN3_GGUF)},
         "load": "Qwen3ForCausalLM.from_pretrained(folder, dtype=float32, attn_implementation='eager'); the GGUF "
                 "with AutoModelForCausalLM.from_pretrained(gguf_file=..., config=the folder's) gives equal logits",
-        "weights": "bf16, widened to f32 exactly (the GGUF holds the same values in f32)", "compute": "f32",
-        "vocab": vocab, "versions": {"torch": torch.__version__, "transformers": transformers.__version__}}
+        "weights": "bf16, widened to f32 exactly (the GGUF holds the same values in f32)", "compute": "f32"})
+
+
+def gen_tiny_qwen3_fp8():
+    """Writes qwen3fp8-tiny-<case>.bin for scripts/make-tiny-qwen3-fp8.py's block-scaled fp8 Qwen3:
+    transformers' own fp8 loader (FineGrainedFP8, which on a machine without a GPU dequantises
+    every linear to codes * scale in the dtype asked: f32 here) and f32 compute. The loaded weights
+    are checked equal to codes.float() * scale per 128x128 block, the definition the kernels use."""
+    from safetensors.torch import load_file
+    torch.manual_seed(0)
+    torch.set_num_threads(THREADS)
+    torch.use_deterministic_algorithms(True)
+    model = plain(AutoModelForCausalLM.from_pretrained(TINY_QWEN3_FP8, dtype=torch.float32, attn_implementation="eager"),
+                  torch.float32, "Qwen3RMSNorm")
+    st = load_file(os.path.join(TINY_QWEN3_FP8, "model.safetensors"))
+    n_fp8 = 0
+    for k, t in st.items():
+        if t.dtype != torch.float8_e4m3fn:
+            continue
+        s = st[k + "_scale_inv"]
+        want = t.to(torch.float32) * s.repeat_interleave(128, 0).repeat_interleave(128, 1)[:t.shape[0], :t.shape[1]]
+        got = model.get_parameter(k)
+        assert torch.equal(got.detach(), want), f"{k}: transformers' dequantised weight is not codes * scale"
+        n_fp8 += 1
+    assert n_fp8 == 7 * model.config.num_hidden_layers, n_fp8
+    gen_tiny_random("tiny-qwen3-fp8", "qwen3fp8-tiny-", model, None, TINY_QWEN3_FP8_SEED, {
+        "source": [os.path.relpath(TINY_QWEN3_FP8, ROOT)],
+        "sha256": {f: sha256(os.path.join(TINY_QWEN3_FP8, f)) for f in sorted(os.listdir(TINY_QWEN3_FP8))},
+        "load": "AutoModelForCausalLM.from_pretrained(folder, dtype=float32, attn_implementation='eager') "
+                "(FineGrainedFP8: dequantised without a GPU)",
+        "weights": "fp8 e4m3 codes times their 128x128 block's f32 scale, in f32 (checked against the file)",
+        "compute": "f32"})
+
+
+def gen_tiny_random(name, prefix, model, twin, seed, meta_model):
+    """The cases of a random-weight model: seeded random prompts (TINY_QWEN3_PROMPTS' lengths),
+    redrawn until the greedy continuation has no near-tie; full logits rows. A twin (the same
+    weights in another file) must give the same logits bit for bit. Splices MANIFEST and meta.json."""
+    vocab = model.config.vocab_size
+    for f in os.listdir(OUT):
+        if f.startswith(prefix):
+            os.remove(os.path.join(OUT, f))
+    meta = json.load(open(os.path.join(OUT, "meta.json"), encoding="utf-8"))
+    meta["models"][name] = {**meta_model, "vocab": vocab,
+                            "versions": {"torch": torch.__version__, "transformers": transformers.__version__}}
     meta["cases"] = [c for c in meta["cases"] if c["model"] != name]
     rows = [l for l in open(os.path.join(OUT, "MANIFEST"), encoding="utf-8") if l.split()[1:2] != [name]]
-    rng = np.random.default_rng(TINY_QWEN3_SEED)
+    rng = np.random.default_rng(seed)
     for case, n in TINY_QWEN3_PROMPTS:
         for draws in range(1, 1001):
             prompt_ids = [int(t) for t in rng.integers(0, vocab, n)]
@@ -309,19 +351,20 @@ def gen_tiny_qwen3():
             if min(margins) >= TINY_MIN_MARGIN:
                 break
         else:
-            raise SystemExit(f"tiny-qwen3 {case}: no prompt with greedy margins >= {TINY_MIN_MARGIN}")
-        with torch.no_grad():
-            seq = torch.tensor([prompt_ids + gen[:-1]])
-            a, b = model(input_ids=seq).logits[0], twin(input_ids=seq).logits[0]
-        assert torch.equal(a, b), f"{case}: the GGUF twin's logits differ by {float((a - b).abs().max())}"
-        fn = f"qwen3-tiny-{case}.bin"
+            raise SystemExit(f"{name} {case}: no prompt with greedy margins >= {TINY_MIN_MARGIN}")
+        if twin is not None:
+            with torch.no_grad():
+                seq = torch.tensor([prompt_ids + gen[:-1]])
+                a, b = model(input_ids=seq).logits[0], twin(input_ids=seq).logits[0]
+            assert torch.equal(a, b), f"{case}: the twin's logits differ by {float((a - b).abs().max())}"
+        fn = f"{prefix}{case}.bin"
         n_pos = n + GEN - 1
         rest = write_case(os.path.join(OUT, fn), vocab, prompt_ids, gen, logits, list(range(n_pos)))
         meta["cases"].append({
             "file": fn, "model": name, "case": case, "kind": "ids", "n_prompt": n, "n_gen": GEN, "draws": draws,
             "min_greedy_margin": min(margins), "rest_mass": {"mean": float(rest.mean()), "max": float(rest.max())}})
         rows.append(f"{fn} {name} {n} {GEN} {n_pos}\n")
-        print(f"  tiny-qwen3 {case:7s} {n:4d} tokens  margin {min(margins):6.3f} ({draws} draws) -> {gen}")
+        print(f"  {name} {case:7s} {n:4d} tokens  margin {min(margins):6.3f} ({draws} draws) -> {gen}")
     with open(os.path.join(OUT, "MANIFEST"), "w", encoding="utf-8") as f:
         f.writelines(rows)
     with open(os.path.join(OUT, "meta.json"), "w", encoding="utf-8") as f:
@@ -428,9 +471,13 @@ def main():
                     help="only (re)write this model's cases, splicing them into MANIFEST and meta.json")
     ap.add_argument("--tiny-qwen3", action="store_true",
                     help="only (re)write the random Qwen3's cases (scripts/make-tiny-qwen3.py), splicing them in")
+    ap.add_argument("--tiny-qwen3-fp8", action="store_true",
+                    help="only (re)write the random fp8 Qwen3's cases (scripts/make-tiny-qwen3-fp8.py), splicing them in")
     args = ap.parse_args()
     if args.tiny_qwen3:
         return gen_tiny_qwen3()
+    if args.tiny_qwen3_fp8:
+        return gen_tiny_qwen3_fp8()
     if args.family:
         return gen_family(args.family)
     if args.verify:

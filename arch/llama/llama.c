@@ -6,6 +6,9 @@
  *   RAD_LLAMA_QUANTISED=1  "llama_ggml"  quant "ggml"  GGUF block quantisations (q8_0, q4_0, q4_1,
  *                                                      q5_0, q5_1, q4_k, q5_k, q6_k) beside floats;
  *                                                      serves imported quantisations
+ *   RAD_LLAMA_QUANTISED=2  "llama_fp8"   quant "fp8_e4m3"  block-scaled fp8 linears (codes and
+ *                                                      128x128 f32 scales, as DeepSeek/Qwen3-FP8
+ *                                                      checkpoints) beside floats
  *
  * The two differ only in the descriptor and the encodings accepted; the graph is the same:
  *
@@ -65,7 +68,10 @@
 #endif
 #define LLAMA_PN RAD_PLUGIN_NAME_OF(LLAMA_ID) /* the plugin's name, in every message */
 
-#if RAD_LLAMA_QUANTISED
+#if RAD_LLAMA_QUANTISED == 2
+#define LLAMA_QUANT "fp8_e4m3"
+#define LLAMA_DESC LLAMA_FAMILY_DESC ": block-scaled fp8 (e4m3, 128x128 f32 scales)"
+#elif RAD_LLAMA_QUANTISED
 #define LLAMA_QUANT "ggml"
 #define LLAMA_DESC LLAMA_FAMILY_DESC ": GGUF block quantisations"
 #else
@@ -76,7 +82,9 @@
 /* Encodings a projection / embedding weight may be stored in for this plugin. */
 static const uint64_t llama_encs =
     (1ull << RAD_ENC_F32) | (1ull << RAD_ENC_F16) | (1ull << RAD_ENC_BF16)
-#if RAD_LLAMA_QUANTISED
+#if RAD_LLAMA_QUANTISED == 2
+    | (1ull << RAD_ENC_F8_E4M3)
+#elif RAD_LLAMA_QUANTISED
     | (1ull << RAD_ENC_Q8_0) | (1ull << RAD_ENC_Q4_0) | (1ull << RAD_ENC_Q4_1) | (1ull << RAD_ENC_Q5_0) |
     (1ull << RAD_ENC_Q5_1) | (1ull << RAD_ENC_Q4_K) | (1ull << RAD_ENC_Q5_K) | (1ull << RAD_ENC_Q6_K)
 #endif
@@ -392,7 +400,9 @@ static int llama_check_enc(RadBuilder *b, rad_weight w, const char *name) {
     if (llama_encs & (1ull << e)) return 0;
     const RadEncInfo *info = rad_enc_info(e);
     return rad_block_fail(b, LLAMA_PN ": weight %s is stored as %s, which this plugin does not serve%s", name,
-                      info ? info->name : "?", RAD_LLAMA_QUANTISED ? "" : " (GGUF block quantisations: " LLAMA_ID "_ggml)");
+                      info ? info->name : "?",
+                      RAD_LLAMA_QUANTISED ? "" : e == RAD_ENC_F8_E4M3 ? " (block-scaled fp8: " LLAMA_ID "_fp8)"
+                                                                      : " (GGUF block quantisations: " LLAMA_ID "_ggml)");
 }
 
 /* The embedding, the head and the final norm. The head is stored under its own name when the
@@ -573,7 +583,8 @@ static void llama_notes(RadBuilder *b, const LlamaHparams *hp, const LlamaModel 
              (int)g->head_dim, (int)hp->n_ff, (int)hp->n_vocab, m->head_tied ? "tied" : "untied");
     llama_note_rope(b, g);
     rad_note(b, "weights: projections and embedding as stored (%s), norms f32; %u of %u norms fuse the residual add",
-             RAD_LLAMA_QUANTISED ? "f32/f16/bf16 or GGUF blocks" : "f32/f16/bf16", fused, norms);
+             RAD_LLAMA_QUANTISED == 2 ? "f32/f16/bf16 or block-scaled fp8" : RAD_LLAMA_QUANTISED ? "f32/f16/bf16 or GGUF blocks"
+                                                                                         : "f32/f16/bf16", fused, norms);
     if (LLAMA_QK_NORM)
         rad_note(b, "attention: head_rmsnorm on q (%u heads) and k (%u heads) over head_dim %u before the rope "
                     "(attn_q_norm / attn_k_norm)", g->n_head, g->n_head_kv, g->head_dim);
@@ -691,7 +702,7 @@ static const RadArchOps llama_ops = {
     .probe = llama_probe,
     .chat_format = llama_chat_format,
     .audio_format = NULL,
-    .serves_imports = RAD_LLAMA_QUANTISED,
+    .serves_imports = RAD_LLAMA_QUANTISED == 1, /* GGUF's quantisations; fp8 is its own (native) descriptor */
 };
 
 RAD_ARCH_PLUGIN(llama_ops, LLAMA_ID, LLAMA_QUANT, "1.0.0", LLAMA_DESC)

@@ -195,6 +195,8 @@ REF_AVX2 REF_INLINE void ref_store_tail(float *p, __m256 v, int n) {
 int ref_run_gemm_exact(const RadKernelArgs *a);
 int ref_run_gemm_q8act(const RadKernelArgs *a);
 int ref_run_gemm_multi_exact(const RadKernelArgs *a); /* gemm_nt2, gemm_nt3 */
+int ref_run_gemm_f8(const RadKernelArgs *a);          /* block-scaled f8_e4m3 weights (ref_gemm_f8.c) */
+int ref_run_gemm_multi_f8(const RadKernelArgs *a);
 int ref_run_gemm_multi_q8act(const RadKernelArgs *a);
 int ref_run_gemm_q8tile(const RadKernelArgs *a);
 int ref_run_gemm_bf16(const RadKernelArgs *a);

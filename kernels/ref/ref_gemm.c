@@ -34,24 +34,6 @@ typedef struct ExactCtx {
 
 /* ---- portable C -------------------------------------------------------------------------------- */
 
-static void dot8_acc(const float *x, const float *w, int64_t n, float acc[8]) {
-    int64_t k = 0;
-    for (; k + 8 <= n; k += 8)
-        for (int l = 0; l < 8; l++) {
-            const float p = x[k + l] * w[k + l];
-            acc[l] = acc[l] + p;
-        }
-    for (int l = 0; k + l < n; l++) {
-        const float p = x[k + l] * w[k + l];
-        acc[l] = acc[l] + p;
-    }
-}
-static float red8(const float a[8]) {
-    const float s0 = a[0] + a[4], s1 = a[1] + a[5], s2 = a[2] + a[6], s3 = a[3] + a[7];
-    const float t0 = s0 + s2, t1 = s1 + s3;
-    return t0 + t1;
-}
-
 static void exact_generic(const ExactCtx *c, int64_t c0, int64_t c1) {
     const RefGemmArgs *g = &c->g;
     const RadDType e = g->w->dtype;
@@ -67,8 +49,8 @@ static void exact_generic(const ExactCtx *c, int64_t c0, int64_t c1) {
             }
             for (int64_t i = 0; i < g->M; i++) {
                 float acc[8] = {0};
-                dot8_acc(ref_frow(g->x, (uint64_t)i), w, g->K, acc);
-                ref_frow(g->y, (uint64_t)i)[n] = red8(acc);
+                ref_dot8_acc(ref_frow(g->x, (uint64_t)i), w, g->K, acc);
+                ref_frow(g->y, (uint64_t)i)[n] = ref_red8(acc);
             }
         } else { /* no scratch: a chunk at a time on the stack, decoded again for each row */
             for (int64_t i = 0; i < g->M; i++) {
@@ -77,9 +59,9 @@ static void exact_generic(const ExactCtx *c, int64_t c0, int64_t c1) {
                 for (int64_t k0 = 0; k0 < g->K; k0 += CH) {
                     const int64_t kn = g->K - k0 < CH ? g->K - k0 : CH;
                     ref_dequant_range(REF_ISA_GENERIC, e, wr, k0, kn, chunk);
-                    dot8_acc(x + k0, chunk, kn, acc);
+                    ref_dot8_acc(x + k0, chunk, kn, acc);
                 }
-                ref_frow(g->y, (uint64_t)i)[n] = red8(acc);
+                ref_frow(g->y, (uint64_t)i)[n] = ref_red8(acc);
             }
         }
     }

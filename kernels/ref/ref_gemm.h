@@ -30,6 +30,26 @@ static inline int ref_gemm_args(const RadKernelArgs *a, uint64_t encs, RefGemmAr
     return RAD_OK;
 }
 
+/* The portable dot of the exact GEMMs: eight lanes, lane l summing k ≡ l (mod 8) in ascending k
+ * (a rounded product, then an add), acc += over [0, n); ref_red8 their tree. */
+static inline void ref_dot8_acc(const float *x, const float *w, int64_t n, float acc[8]) {
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8)
+        for (int l = 0; l < 8; l++) {
+            const float p = x[k + l] * w[k + l];
+            acc[l] = acc[l] + p;
+        }
+    for (int l = 0; k + l < n; l++) {
+        const float p = x[k + l] * w[k + l];
+        acc[l] = acc[l] + p;
+    }
+}
+static inline float ref_red8(const float a[8]) {
+    const float s0 = a[0] + a[4], s1 = a[1] + a[5], s2 = a[2] + a[6], s3 = a[3] + a[7];
+    const float t0 = s0 + s2, t1 = s1 + s3;
+    return t0 + t1;
+}
+
 /* gemm_nt2 / gemm_nt3 (docs/OPS.md): parameters N0, N1[, N2], K; weights W_i [N_i, K], then
  * x [M, K], then y_i [M, N_i]; the parts' count is n_args / 2. Fills g[0 .. *n_parts). */
 #define REF_GEMM_MAX_PARTS 3

@@ -156,6 +156,12 @@ int rad_writer_add_tensor(RadWriter *w, const char *name, RadEnc enc, uint32_t r
         if (!planes[i].name || !*planes[i].name || strlen(planes[i].name) >= sizeof w->t[0].planes[0].name ||
             name_control_at(planes[i].name) >= 0 || !rad_utf8_valid(planes[i].name, strlen(planes[i].name)))
             return rad_err_set(e, RAD_E_ARG, "tensor '%s': plane %u has no name, one too long (15 bytes at most) or not text", name, i);
+    if (n_planes > 1 && enc == RAD_ENC_F8_E4M3) {
+        const char *pn[RAD_MAX_PLANES];
+        uint64_t pb[RAD_MAX_PLANES];
+        for (uint32_t i = 0; i < n_planes; i++) pn[i] = planes[i].name, pb[i] = planes[i].nbytes;
+        if ((rc = rad_tensor_planes_check(name, enc, rank, shape, n_planes, pn, pb, e))) return rc;
+    }
     if (rad_dict_get(&w->names, name)) return rad_err_set(e, RAD_E_ARG, "tensor '%s' added twice", name);
     if ((w->n_t & (w->n_t - 1)) == 0) {
         WTensor *nt = realloc(w->t, (w->n_t ? w->n_t * 2 : 16) * sizeof *nt);
@@ -480,6 +486,14 @@ static int read_tensors(RadIn *h, RadModelFile *m, uint64_t data_bytes, uint32_t
         if (!rc && t.n_planes == 1 && t.planes[0].nbytes != want)
             rc = rad_err_set(e, RAD_E_FORMAT, "%s: tensor '%s': %" PRIu64 " bytes, but %s of this shape is %" PRIu64,
                              h->name, t.name, t.planes[0].nbytes, rad_enc_info(t.enc)->name, want);
+        if (!rc && t.n_planes > 1 && t.enc == RAD_ENC_F8_E4M3) { /* the one multi-plane form a kernel reads */
+            const char *pn[RAD_MAX_PLANES];
+            uint64_t pb[RAD_MAX_PLANES];
+            for (uint32_t j = 0; j < t.n_planes; j++) pn[j] = t.planes[j].name, pb[j] = t.planes[j].nbytes;
+            RadErr why = {0};
+            if (rad_tensor_planes_check(t.name, t.enc, t.rank, t.shape, t.n_planes, pn, pb, &why))
+                rc = rad_err_set(e, RAD_E_FORMAT, "%s: %s", h->name, why.msg);
+        }
         if (!rc && rad_model_find(m, t.name)) /* the model's name index: linear in the tensors */
             rc = rad_err_set(e, RAD_E_FORMAT, "%s: tensor '%s' appears twice", h->name, t.name);
         if (!rc) rc = rad_model_add_tensor(m, &t, e);

@@ -1658,6 +1658,7 @@ int rad_hf_load(RadSrc *s, RadModelFile *m, RadErr *e) {
     StPipe pipe;
     if ((rc = read_st_pipeline(s, m, &pipe, e))) return rc;
     if ((rc = rad_hf_load_weights(s, m, e))) return rc;
+    if ((rc = rad_hf_fold_fp8(m, s->path, e))) return rc;
     if ((rc = add_st_dense(s, m, &pipe, e))) return rc; /* after the model's: its input stays ins[0] */
     if (!rad_dict_get(&m->meta, "model.tie_embeddings") && m->n_tensors > 0 &&
         (rc = rad_dict_set_bool(&m->meta, "model.tie_embeddings", !rad_model_find(m, "lm_head.weight"), e)))

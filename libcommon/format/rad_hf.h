@@ -25,6 +25,12 @@ int rad_hf_load(RadSrc *s, RadModelFile *m, RadErr *e);
  * model.safetensors, else a single *.safetensors, else none. */
 int rad_hf_load_weights(RadSrc *s, RadModelFile *m, RadErr *e);
 
+/* An fp8 checkpoint (config.json's quantization_config.quant_method "fp8", 128x128 blocks, e4m3,
+ * dynamic activations; anything else of fp8 is refused by name): every `X.weight_scale_inv` becomes
+ * the "scale" plane of `X.weight` (codes, scale: docs/FORMAT.md) and model.quant "fp8_e4m3". Other
+ * checkpoints are left as they are. file names the folder in messages. */
+int rad_hf_fold_fp8(RadModelFile *m, const char *file, RadErr *e);
+
 /* The parts of rad_hf_load that read one JSON document from memory; name is used in messages.
  * config.json → m->meta model.* / rope.scaling.* and m->raw "config.*"; folder names the model
  * when the config has no _name_or_path (may be NULL). */

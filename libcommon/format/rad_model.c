@@ -208,6 +208,24 @@ int rad_model_rename_tensor(RadModelFile *m, uint64_t i, const char *name, RadEr
     return RAD_OK;
 }
 
+int rad_model_drop_tensors(RadModelFile *m, const uint8_t *drop, RadErr *e) {
+    uint64_t *ix = m->name_cap ? calloc(m->name_cap, sizeof *ix) : NULL;
+    if (m->name_cap && !ix) return rad_err_set(e, RAD_E_NOMEM, "%s: out of memory", m->path);
+    uint64_t k = 0;
+    for (uint64_t i = 0; i < m->n_tensors; i++) {
+        if (drop[i]) {
+            free(m->tensors[i].name);
+            continue;
+        }
+        m->tensors[k++] = m->tensors[i];
+    }
+    m->n_tensors = k;
+    for (uint64_t j = 0; j < m->n_tensors; j++) name_ix_put(ix, m->name_cap, m->tensors, j);
+    free(m->name_ix);
+    m->name_ix = ix;
+    return RAD_OK;
+}
+
 const RadTensor *rad_model_find(const RadModelFile *m, const char *name) {
     if (!m->name_cap) return NULL; /* no tensor was ever added */
     /* an entry past n_tensors is a rolled-back add (a loader that failed part way): skipped */
@@ -216,6 +234,26 @@ const RadTensor *rad_model_find(const RadModelFile *m, const char *name) {
         if (i < m->n_tensors && strcmp(m->tensors[i].name, name) == 0) return &m->tensors[i];
     }
     return NULL;
+}
+
+int rad_tensor_planes_check(const char *tname, RadEnc enc, uint32_t rank, const uint64_t *shape, uint32_t n_planes,
+                            const char *const *names, const uint64_t *nbytes, RadErr *e) {
+    if (n_planes <= 1) return RAD_OK;
+    if (enc != RAD_ENC_F8_E4M3)
+        return rad_err_set(e, RAD_E_FORMAT, "tensor '%s': %u planes of %s (the format defines several planes only for "
+                           "block-scaled f8_e4m3: codes, scale)", tname, n_planes, rad_enc_info(enc) ? rad_enc_info(enc)->name : "?");
+    if (n_planes != 2 || strcmp(names[0], "codes") != 0 || strcmp(names[1], "scale") != 0)
+        return rad_err_set(e, RAD_E_FORMAT, "tensor '%s': block-scaled f8_e4m3 has two planes, 'codes' then 'scale'", tname);
+    if (rank != 2 || !shape[0] || !shape[1])
+        return rad_err_set(e, RAD_E_FORMAT, "tensor '%s': block-scaled f8_e4m3 is a matrix [N, K], not rank %u", tname, rank);
+    if (shape[0] > UINT64_MAX / shape[1] || nbytes[0] != shape[0] * shape[1])
+        return rad_err_set(e, RAD_E_FORMAT, "tensor '%s': plane 'codes' holds %" PRIu64 " bytes, [%" PRIu64 ", %" PRIu64
+                           "] needs %" PRIu64, tname, nbytes[0], shape[0], shape[1], shape[0] * shape[1]);
+    if (nbytes[1] != rad_f8_scale_bytes(shape[0], shape[1]))
+        return rad_err_set(e, RAD_E_FORMAT, "tensor '%s': plane 'scale' holds %" PRIu64 " bytes, %" PRIu64 " x %" PRIu64
+                           " blocks of 128x128 need %" PRIu64 " (f32)", tname, nbytes[1], rad_f8_blocks(shape[0]),
+                           rad_f8_blocks(shape[1]), rad_f8_scale_bytes(shape[0], shape[1]));
+    return RAD_OK;
 }
 
 int rad_tensor_bytes(RadEnc enc, uint32_t rank, const uint64_t *shape, uint64_t *n_elems,

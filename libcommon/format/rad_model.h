@@ -112,9 +112,21 @@ int rad_model_meta(const RadModelFile *m, RadModelMeta *out, RadErr *e);
 /* Helpers shared by the readers. */
 int rad_model_add_tensor(RadModelFile *m, RadTensor *t, RadErr *e); /* takes t->name */
 const RadTensor *rad_model_find(const RadModelFile *m, const char *name);
+/* Removes the tensors whose drop[i] is set (the rest keep their order) and rebuilds the name
+ * index. The dropped tensors' names are freed; their bytes stay where the inputs hold them. */
+int rad_model_drop_tensors(RadModelFile *m, const uint8_t *drop, RadErr *e);
 /* Gives tensor i another name (a module's tensors taken in under the container's names) and
  * rebuilds the name index; RAD_E_FORMAT, nothing changed, when a tensor already has the name. */
 int rad_model_rename_tensor(RadModelFile *m, uint64_t i, const char *name, RadErr *e);
+/* A tensor of several planes is one the format defines: block-scaled f8_e4m3 (abi/rad_types.h),
+ * rank 2 [N, K], planes "codes" (N·K bytes) and "scale" (4·⌈N/128⌉·⌈K/128⌉ bytes), in that order.
+ * names[i] and nbytes[i] describe plane i. RAD_OK for one plane (its size is rad_tensor_bytes'
+ * check); RAD_E_FORMAT, one line naming the tensor and what is wrong, otherwise. */
+int rad_tensor_planes_check(const char *tname, RadEnc enc, uint32_t rank, const uint64_t *shape, uint32_t n_planes,
+                            const char *const *names, const uint64_t *nbytes, RadErr *e);
+/* Whether t is a block-scaled f8_e4m3 weight (two planes). */
+static inline int rad_tensor_is_f8_blocks(const RadTensor *t) { return t->enc == RAD_ENC_F8_E4M3 && t->n_planes == 2; }
+
 /* Element count and byte size of an encoded tensor with overflow checks; RAD_E_FORMAT when the
  * innermost dim is not a whole number of blocks or the product overflows u64. */
 int rad_tensor_bytes(RadEnc enc, uint32_t rank, const uint64_t *shape, uint64_t *n_elems,

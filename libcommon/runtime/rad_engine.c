@@ -85,6 +85,10 @@ static int weight_extent(RadEngine *en, int i, const RadTensor *t, WExtent *x, R
     x->rows = t->rank >= 2 ? t->shape[0] : 1;
     x->cols = t->rank >= 2 ? 1 : t->shape[0];
     for (uint32_t d = 1; d < t->rank; d++) x->cols *= t->shape[d];
+    if (t->n_planes > 1 && !rad_tensor_is_f8_blocks(t)) /* the container reads it; no kernel knows the form */
+        return rad_err_set(e, RAD_E_UNSUPPORTED, "%s: weight '%s': %u planes of %s; kernels read several planes only as "
+                           "block-scaled f8_e4m3 (codes, scale)", en->o.model, en->g.w[i].name, t->n_planes,
+                           rad_enc_info(t->enc)->name);
     if (rad_graph_weight_slice(&en->g, i, &x->s)) return rad_err_set(e, RAD_E_SHAPE, "%s: %s", en->o.model, en->g.msg);
     if (x->s.whole) return RAD_OK;
     const RadEncInfo *ei = rad_enc_info(t->enc);

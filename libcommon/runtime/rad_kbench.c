@@ -102,6 +102,7 @@ typedef struct Weight {
     float *deq;                    /* [rows * cols] rad_dequant of the stored bytes (NULL: not asked) */
     /* a device library's copies of bound (0) and stored (1), made when its kernel first runs */
     void *dev[2];
+    void *dev_scale;               /* a block-scaled f8 weight's scale plane there */
     const RadKernelLib *dev_lib;
     void *dev_state;
 } Weight;
@@ -119,6 +120,33 @@ typedef struct Kb {
     uint32_t world;                /* --tp: ranks (a collective runs on every one of them) */
 } Kb;
 
+/* A block-scaled f8_e4m3 weight (codes, scale): both planes, read whole (never sliced: the engine
+ * refuses --tp for them), the scale where kernels find it (planes[1]). */
+static int weight_load_f8(Kb *c, const RadTensor *t, Weight *w, int dequant, RadErr *e) {
+    const void *pl[2];
+    size_t at[2] = {0, 0}, total = 0;
+    for (int k = 0; k < 2; k++)
+        if (!t->planes[k].data || t->planes[k].compression) at[k] = total, total += (t->planes[k].nbytes + 63) & ~(size_t)63;
+    if (total && !(w->own = malloc(total))) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+    for (int k = 0; k < 2; k++) {
+        pl[k] = t->planes[k].data;
+        if (pl[k] && !t->planes[k].compression) continue;
+        int rc = rad_plane_load(&c->m, t, (uint32_t)k, (uint8_t *)w->own + at[k], 0, e);
+        if (rc) return rc;
+        pl[k] = (uint8_t *)w->own + at[k];
+    }
+    w->stored = *w->bound;
+    w->stored.dtype = RAD_F8_E4M3;
+    w->stored.data = (void *)pl[0];
+    memset(w->stored.planes, 0, sizeof w->stored.planes);
+    w->stored.planes[0] = pl[0], w->stored.planes[1] = pl[1];
+    if (!dequant) return RAD_OK;
+    const uint64_t n = w->stored.rows * w->stored.cols;
+    if (!(w->deq = malloc((size_t)(n ? n : 1) * sizeof *w->deq))) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
+    rad_dequant_f8_blocks(pl[0], pl[1], w->stored.cols, 0, w->stored.rows, w->deq);
+    return RAD_OK;
+}
+
 static int weight_load(Kb *c, int id, int dequant, Weight *w, RadErr *e) {
     memset(w, 0, sizeof *w);
     w->id = id;
@@ -135,9 +163,11 @@ static int weight_load(Kb *c, int id, int dequant, Weight *w, RadErr *e) {
         return RAD_OK;
     }
     if (!t || !w->bound) return rad_err_set(e, RAD_E_NOTFOUND, "%s: tensor '%s': not in the container", c->o->model, name);
-    if (t->n_planes != 1)
-        return rad_err_set(e, RAD_E_UNSUPPORTED, "%s: tensor '%s': %u planes (the checker decodes one)", c->o->model, name,
-                           t->n_planes);
+    const int f8b = rad_tensor_is_f8_blocks(t);
+    if (t->n_planes != 1 && !f8b)
+        return rad_err_set(e, RAD_E_UNSUPPORTED, "%s: tensor '%s': %u planes of %s (the checker decodes one, or block-scaled "
+                           "f8_e4m3's two)", c->o->model, name, t->n_planes, rad_enc_info(t->enc)->name);
+    if (f8b) return weight_load_f8(c, t, w, dequant, e);
     const void *data = t->planes[0].data;
     uint64_t nbytes = t->planes[0].nbytes;
     void *cut = NULL; /* --tp: this rank's rows or columns of it */
@@ -165,6 +195,7 @@ static int weight_load(Kb *c, int id, int dequant, Weight *w, RadErr *e) {
 static void weight_free(Weight *w) {
     for (int i = 0; i < 2; i++)
         if (w->dev[i]) w->dev_lib->free(w->dev_state, w->dev[i]);
+    if (w->dev_scale) w->dev_lib->free(w->dev_state, w->dev_scale);
     free(w->own);
     free(w->deq);
     memset(w, 0, sizeof *w);
@@ -183,6 +214,10 @@ static const RadKArg *weight_for(const Weight *w, const RadKernel *k) {
 
 /* One dequantised row of a stored weight (an embedding row). */
 static int weight_row(const Weight *w, uint64_t r, float *dst, RadErr *e) {
+    if (w->stored.dtype == RAD_F8_E4M3 && w->stored.planes[1]) {
+        rad_dequant_f8_blocks(w->stored.data, w->stored.planes[1], w->stored.cols, r, 1, dst);
+        return RAD_OK;
+    }
     const RadEncInfo *ei = rad_enc_info((RadEnc)w->stored.dtype);
     const uint8_t *p = (const uint8_t *)w->stored.data + r * w->stored.row_stride;
     return rad_dequant((RadEnc)w->stored.dtype, p, w->stored.cols / ei->block_elems * ei->block_bytes, dst, w->stored.cols, e);
@@ -945,9 +980,15 @@ static int dev_weight(const Run *run, Weight *w, RadKArg *a) {
         w->dev_lib = run->dev, w->dev_state = run->state;
         if (!dev_mirror(run, slot, a->data, bytes, 1)) return RAD_E_NOMEM;
     }
+    const void *scale = a->planes[1] && a->dtype == RAD_F8_E4M3 ? a->planes[1] : NULL; /* block-scaled f8 */
     a->data = *slot;
     memset(a->planes, 0, sizeof a->planes);
     a->planes[0] = *slot;
+    if (scale) {
+        if (!w->dev_scale && !dev_mirror(run, &w->dev_scale, scale, (size_t)rad_f8_scale_bytes(a->rows, a->cols), 1))
+            return RAD_E_NOMEM;
+        a->planes[1] = w->dev_scale;
+    }
     return RAD_OK;
 }
 

@@ -33,6 +33,12 @@ float rad_f8e5m2_to_f32(uint8_t b);
 int rad_dequant(RadEnc enc, const void *src, uint64_t src_bytes, float *dst, uint64_t n_elems,
                 RadErr *e);
 
+/* Rows [r0, r0 + nr) of a block-scaled f8_e4m3 weight of `cols` columns (abi/rad_types.h: codes
+ * [rows, cols], scale [ceil(rows/128)][ceil(cols/128)] f32; both planes whole, from row 0) into
+ * dst[nr][cols]: e4m3(code) · scale of its 128x128 block, one f32 product. scale NULL: the codes
+ * alone. */
+void rad_dequant_f8_blocks(const uint8_t *codes, const float *scale, uint64_t cols, uint64_t r0, uint64_t nr, float *dst);
+
 /* Bytes that n_elems elements of enc occupy; RAD_E_SHAPE when n_elems is not a whole number
  * of blocks, RAD_E_UNSUPPORTED for an unknown enc, RAD_E_FORMAT when it overflows u64. */
 int rad_enc_bytes(RadEnc enc, uint64_t n_elems, uint64_t *n_bytes, RadErr *e);

@@ -270,12 +270,20 @@ static int has_blocks(const RadModelFile *m) {
     return 0;
 }
 
+static int has_f8_blocks(const RadModelFile *m) {
+    for (uint64_t i = 0; i < m->n_tensors; i++)
+        if (rad_tensor_is_f8_blocks(&m->tensors[i])) return 1;
+    return 0;
+}
+
 /* keep on a GGUF quantisation imports it (served by the family's importing plugin); q8_0
  * made here is the native "ggml" descriptor; float targets are unquantised. */
 static void descriptor(const RadModelFile *m, QuantChoice q, const char **quant, const char **origin) {
     *origin = "native";
     if (q == Q_Q8_0) {
         *quant = "ggml";
+    } else if (q == Q_KEEP && has_f8_blocks(m)) { /* an fp8 checkpoint: the fp8 plugins' own descriptor */
+        *quant = "fp8_e4m3";
     } else if (q == Q_KEEP && has_blocks(m)) {
         *quant = "";
         rad_dict_gets(&m->meta, "model.quant", quant, NULL);
@@ -544,6 +552,16 @@ int main(int argc, char **argv) {
         for (int i = 0; i < plan.n && !rc; i++) {
             const PlanItem *it = &plan.items[i];
             progress(tty, i, plan.n, it->dst);
+            if (it->n_planes > 1) { /* block-scaled f8: each plane as the source holds it */
+                RadPlaneSrc ps[RAD_MAX_PLANES];
+                for (uint32_t j = 0; j < it->n_planes && !rc; j++) {
+                    const RadPlane *sp = &it->src[0]->planes[j];
+                    if (!sp->data) rc = rad_err_set(&e, RAD_E_UNSUPPORTED, "tensor '%s': source data is not mapped", it->src[0]->name);
+                    ps[j] = (RadPlaneSrc){sp->name, sp->data, sp->nbytes};
+                }
+                if (!rc) rc = rad_writer_add_tensor(w, it->dst, it->enc, it->rank, it->shape, it->n_planes, ps, &e);
+                continue;
+            }
             rc = plan_produce(&plan, it, &bufs[i], &owned[i], &e);
             RadPlaneSrc ps = {"data", bufs[i], it->bytes};
             if (!rc) rc = rad_writer_add_tensor(w, it->dst, it->enc, it->rank, it->shape, 1, &ps, &e);

@@ -110,6 +110,14 @@ RadEnc plan_lookup(void *user, const char *name, const RadWeightDecl *d, const R
             snprintf(p->missing, sizeof p->missing, "missing tensor: the plugin's '%s' needs one of %s", name, tried);
         return RAD_ENC_COUNT;
     }
+    /* a block-scaled f8 weight (codes, scale) crosses as it is: copied, never transformed */
+    for (int i = 0; i < n_src; i++)
+        if (src[i]->n_planes > 1 && (n_src > 1 || (m && (m->kind != RAD_MAP_COPY || m->add)))) {
+            if (!p->missing[0])
+                snprintf(p->missing, sizeof p->missing, "tensor '%s' is block-scaled f8_e4m3 (codes, scale): the plugin's "
+                         "map entry for '%s' transforms it, which rad-convert does not do for a two-plane tensor", src[i]->name, name);
+            return free(src), RAD_ENC_COUNT;
+        }
     RadXTensor *in = malloc((size_t)n_src * sizeof *in);
     if (!in) return free(src), RAD_ENC_COUNT;
     for (int i = 0; i < n_src; i++) in[i] = xt(src[i]);
@@ -140,7 +148,18 @@ RadEnc plan_lookup(void *user, const char *name, const RadWeightDecl *d, const R
     it->rank = xs.rank;
     memcpy(it->shape, xs.shape, sizeof it->shape);
     it->enc = target_enc(p->quant, xs.enc, d, xs.rank, xs.shape);
-    if (it->enc == xs.enc) it->bytes = xs.nbytes;
+    it->n_planes = src[0]->n_planes;
+    if (it->n_planes > 1) { /* kept as it is, or refused: re-encoding needs its scales */
+        it->bytes = 0;
+        for (uint32_t j = 0; j < it->n_planes; j++) it->bytes += src[0]->planes[j].nbytes;
+        if (it->enc != xs.enc) {
+            if (!p->missing[0])
+                snprintf(p->missing, sizeof p->missing, "--quant: weight '%s' is block-scaled f8_e4m3 (from '%s'), which "
+                         "rad-convert keeps as it is (give --quant keep)", name, src[0]->name);
+            free(it->dst), free(it->src);
+            return RAD_ENC_COUNT;
+        }
+    } else if (it->enc == xs.enc) it->bytes = xs.nbytes;
     else if (rad_encode_plan(it->enc, xs.rank, xs.shape, name, &it->bytes, &e) != RAD_OK) {
         if (!p->missing[0]) snprintf(p->missing, sizeof p->missing, "%s", e.msg);
         free(it->dst), free(it->src); /* the item is not kept */

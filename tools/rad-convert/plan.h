@@ -18,7 +18,8 @@ typedef struct PlanItem {
     RadEnc enc;                   /* target encoding */
     uint32_t rank;
     uint64_t shape[RAD_MAX_RANK]; /* of the output */
-    uint64_t bytes;               /* of the output */
+    uint64_t bytes;               /* of the output (every plane) */
+    uint32_t n_planes;            /* 1, or a block-scaled f8_e4m3 source's 2, copied plane by plane */
 } PlanItem;
 
 typedef struct Plan {
