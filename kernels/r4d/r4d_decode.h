@@ -71,6 +71,19 @@ R4D_HD float r4d_dec_plain(int enc, const uint8_t *row, int64_t j) {
 #endif
     return enc == RAD_ENC_F16 ? r4d_dec_f16(h) : r4d_dec_bf16(h);
 }
+/* An e4m3 (fn) code's value, exactly (abi/rad_types.h's rad_f8_e4m3_value, without the union). */
+R4D_HD float r4d_dec_e4m3(uint8_t b) {
+    const uint32_t exp = (b >> 3) & 0xfu, mant = b & 7u, sign = (uint32_t)(b & 0x80u) << 24;
+    if (exp == 0xfu && mant == 7u) return r4d_bits_f32(sign | 0x7fc00000u);
+    if (!exp) return r4d_bits_f32(sign | r4d_f32_bits((float)mant * 0x1p-9f)); /* exact: mant < 8 */
+    return r4d_bits_f32(sign | ((exp + 120u) << 23) | (mant << 20));
+}
+/* Element j of row `row` of a block-scaled f8_e4m3 weight, whose scale row (the weight row's
+ * 128-row block) is srow: code · srow[j / 128], one f32 product; srow NULL: the code alone. */
+R4D_HD float r4d_dec_f8(const uint8_t *row, const float *srow, int64_t j) {
+    const float v = r4d_dec_e4m3(row[j]);
+    return srow ? R4D_MUL(v, srow[j / RAD_F8_BLOCK]) : v;
+}
 /* The 12 scale bytes of q4_k/q5_k: eight 6-bit scales and eight 6-bit mins. */
 R4D_HD void r4d_scale_min_k4(int j, const uint8_t *q, int *d, int *m) {
     if (j < 4) {

@@ -100,10 +100,19 @@ done:
 }
 
 /* Rows [r0, r0 + S) of W decoded exactly (f32), or rounded to bf16, into out [S, K]. */
-__global__ void k_deq(int enc, const uint8_t *w, uint64_t stride, int64_t r0, int64_t K, void *out, int bf16) {
+__global__ void k_deq(int enc, const uint8_t *w, uint64_t stride, const float *scale, int64_t r0, int64_t K, void *out, int bf16) {
     const uint8_t *row = w + (uint64_t)(r0 + blockIdx.x) * stride;
     const uint64_t o = (uint64_t)blockIdx.x * (uint64_t)K;
     const int plain = enc == RAD_F32 || enc == RAD_F16 || enc == RAD_BF16;
+    if (enc == RAD_F8_E4M3) { /* codes · their block's scale (scale NULL: the codes alone) */
+        const float *srow = scale ? scale + (uint64_t)((r0 + blockIdx.x) / RAD_F8_BLOCK) * (uint64_t)((K + RAD_F8_BLOCK - 1) / RAD_F8_BLOCK) : NULL;
+        for (int64_t j = threadIdx.x; j < K; j += blockDim.x) {
+            const float v = r4d_dec_f8(row, srow, j);
+            if (bf16) ((uint16_t *)out)[o + j] = r4d_enc_bf16(v);
+            else ((float *)out)[o + j] = v;
+        }
+        return;
+    }
     if (plain) {
         for (int64_t j = threadIdx.x; j < K; j += blockDim.x) {
             const float v = r4d_dec_plain(enc, row, j);
@@ -171,12 +180,12 @@ static int lt_run(const RadKernelArgs *a, int multi, int bf16) {
     for (int i = 0; i < np; i++) { /* every part checked before anything is launched */
         const RadKArg *w = &a->args[i], *y = &a->args[np + 1 + i];
         if (!r4d_pint(a, multi ? names[i] : "N", &N[i]) || N[i] < 1) return RAD_E_ARG;
-        if (!r4d_weight_ok(w, RAD_ENC_PLAIN_FLOATS | RAD_ENC_GGML_BLOCKS, bf16, (uint64_t)N[i], (uint64_t)K) ||
-            !r4d_buf_ok(y, M, (uint64_t)N[i]))
+        if (!r4d_weight_ok(w, R4D_GEMM_ENCS, bf16, (uint64_t)N[i], (uint64_t)K) || !r4d_buf_ok(y, M, (uint64_t)N[i]) ||
+            !r4d_f8_whole(w))
             return RAD_E_SHAPE;
         if (y->data == x->data) return RAD_E_ARG;
         const int base = (int)(w->dtype & ~RAD_PACKED);
-        if (!(base == RAD_F32 || base == RAD_F16 || base == RAD_BF16) && K % 32) return RAD_E_SHAPE;
+        if (!(base == RAD_F32 || base == RAD_F16 || base == RAD_BF16 || base == RAD_F8_E4M3) && K % 32) return RAD_E_SHAPE;
     }
     R4D_GATE(a);
     uint8_t *ws = (uint8_t *)a->workspace;
@@ -205,7 +214,8 @@ static int lt_run(const RadKernelArgs *a, int multi, int bf16) {
         const int64_t S = r4d_slab_rows(N[i], K, el, R4D_SLAB_BYTES);
         for (int64_t r0 = 0; r0 < N[i]; r0 += S) {
             const int64_t rows = N[i] - r0 < S ? N[i] - r0 : S;
-            k_deq<<<(unsigned)rows, 128, 0, s->stream>>>((int)w->dtype, (const uint8_t *)w->data, w->row_stride, r0, K, ws, bf16);
+            k_deq<<<(unsigned)rows, 128, 0, s->stream>>>((int)w->dtype, (const uint8_t *)w->data, w->row_stride, r4d_f8_scale(w), r0,
+                                                          K, ws, bf16);
             R4D_LAUNCHED();
             if ((rc = lt_matmul(s, t, ws, K, rows, K, X, ldx, (int64_t)M, (float *)y->data + r0, (int64_t)y->row_stride))) return rc;
         }

@@ -4,8 +4,9 @@
  * One warp per output column n (a row of W), four warps a block; lane l takes the row's 32-element
  * groups l, l + 32, ... (a GGML block, or a 32-element part of a K-quant super-block), so a
  * warp's loads cover consecutive blocks. Two variants:
- *   gemv  weights decoded exactly as rad_dequant (r4d_dec_group), f32 products and sums, a lane's
- *         partial sums then the warp's tree: TOLERANCE 1e-4 (OPS.md, exact dequantisation).
+ *   gemv  weights decoded exactly as rad_dequant (r4d_dec_group; block-scaled f8 as code · scale,
+ *         r4d_dec_f8), f32 products and sums, a lane's partial sums then the warp's tree:
+ *         TOLERANCE 1e-4 (OPS.md, exact dequantisation).
  *   q8    x quantised per 32-element block (docs/OPS.md "Quantised activations": amax / 127 in f32,
  *         codes rounded to nearest), weight codes times x codes summed exactly in integers per
  *         group (dp4a over the codes packed four to a word), scaled in f32: RAD_EXACT_Q8ACT. */
@@ -28,6 +29,8 @@ struct Part {
     int64_t n;
     float *y;
     uint64_t y_stride;
+    const float *scale;           /* block-scaled f8: [ceil(n/128)][s_stride] (NULL otherwise) */
+    uint64_t s_stride;            /* ceil(K/128) */
 };
 struct Parts {
     Part p[3];
@@ -43,10 +46,12 @@ __device__ __forceinline__ int find_part(const Parts &ps, int64_t col, int64_t *
 
 /* ---- exact ----------------------------------------------------------------------------------------- */
 
-/* PLAIN: f32/f16/bf16 rows, 8 elements a group; else GGML groups of 32. */
-template <bool PLAIN>
+/* What a launch's parts are: GGML groups of 32, plain f32/f16/bf16 rows or f8 codes 8 elements a
+ * group (an f8 group lies in one 128-column block: one scale). */
+enum { K_GGML = 0, K_PLAIN = 1, K_F8 = 2 };
+template <int KIND>
 __global__ void k_gemv(Parts ps, int64_t n_total, const float *x, uint64_t xs, int M, int64_t K) {
-    constexpr int PER = PLAIN ? 8 : 32;
+    constexpr int PER = KIND == K_GGML ? 32 : 8;
     const int64_t col = (int64_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     if (col >= n_total) return;
@@ -58,8 +63,12 @@ __global__ void k_gemv(Parts ps, int64_t n_total, const float *x, uint64_t xs, i
     for (int m = 0; m < R4D_GEMV_MAX_ROWS; m++) acc[m] = 0.0f;
     float v[PER];
     const int64_t groups = K / PER;
+    const float *srow = KIND == K_F8 && P.scale ? P.scale + (uint64_t)(n / RAD_F8_BLOCK) * P.s_stride : NULL;
     for (int64_t g = lane; g < groups; g += 32) {
-        if (PLAIN) {
+        if (KIND == K_F8) {
+#pragma unroll
+            for (int j = 0; j < PER; j++) v[j] = r4d_dec_f8(row, srow, g * PER + j);
+        } else if (KIND == K_PLAIN) {
 #pragma unroll
             for (int j = 0; j < PER; j++) v[j] = r4d_dec_plain(P.enc, row, g * PER + j);
         } else {
@@ -169,9 +178,12 @@ static int gather_parts(const RadKernelArgs *a, int multi, uint64_t encs, Parts 
         int64_t N;
         if (!r4d_pint(a, multi ? names[i] : "N", &N) || N < 1) return RAD_E_ARG;
         const RadKArg *w = &a->args[i], *y = &a->args[np + 1 + i];
-        if (!r4d_weight_ok(w, encs, 0, (uint64_t)N, (uint64_t)*K) || !r4d_buf_ok(y, (uint64_t)a->n, (uint64_t)N)) return RAD_E_SHAPE;
+        if (!r4d_weight_ok(w, encs, 0, (uint64_t)N, (uint64_t)*K) || !r4d_buf_ok(y, (uint64_t)a->n, (uint64_t)N) ||
+            !r4d_f8_whole(w))
+            return RAD_E_SHAPE;
         if (y->data == (*x)->data) return RAD_E_ARG;
-        ps->p[i] = Part{(const uint8_t *)w->data, w->row_stride, (int)w->dtype, N, (float *)y->data, y->row_stride};
+        ps->p[i] = Part{(const uint8_t *)w->data, w->row_stride, (int)w->dtype, N, (float *)y->data, y->row_stride,
+                        r4d_f8_scale(w), rad_f8_blocks((uint64_t)*K)};
     }
     return RAD_OK;
 }
@@ -186,29 +198,28 @@ static int gemv(const RadKernelArgs *a, int multi) {
     Parts ps;
     const RadKArg *x;
     int64_t K;
-    int rc = gather_parts(a, multi, RAD_ENC_PLAIN_FLOATS | RAD_ENC_GGML_BLOCKS, &ps, &x, &K);
+    int rc = gather_parts(a, multi, R4D_GEMM_ENCS, &ps, &x, &K);
     if (rc) return rc;
-    /* one launch per kind of part (plain floats, GGML blocks): each template's loop is unrolled */
-    int plain[3], n_plain = 0;
+    /* one launch per kind of part (GGML blocks, plain floats, f8): each template's loop is unrolled */
+    int kind[3];
     for (int i = 0; i < ps.np; i++) {
-        plain[i] = ps.p[i].enc == RAD_F32 || ps.p[i].enc == RAD_F16 || ps.p[i].enc == RAD_BF16;
-        if (plain[i] && K % 8) return RAD_E_SHAPE;
-        n_plain += plain[i];
+        const int e = ps.p[i].enc;
+        kind[i] = e == RAD_F8_E4M3 ? K_F8 : e == RAD_F32 || e == RAD_F16 || e == RAD_BF16 ? K_PLAIN : K_GGML;
+        if (kind[i] != K_GGML && K % 8) return RAD_E_SHAPE;
     }
     R4D_GATE(a);
-    for (int kind = 0; kind < 2; kind++) {
-        if (kind ? n_plain == 0 : n_plain == ps.np) continue;
+    for (int k = K_GGML; k <= K_F8; k++) {
         Parts sub;
         sub.np = 0;
         for (int i = 0; i < ps.np; i++)
-            if (plain[i] == kind) sub.p[sub.np++] = ps.p[i];
+            if (kind[i] == k) sub.p[sub.np++] = ps.p[i];
+        if (!sub.np) continue;
         const int64_t nt = total(sub);
-        if (kind)
-            k_gemv<true><<<r4d_blocks((uint64_t)nt, WARPS), WARPS * 32, 0, r4d_stream(a)>>>(sub, nt, (const float *)x->data,
-                                                                                          x->row_stride, (int)a->n, K);
-        else
-            k_gemv<false><<<r4d_blocks((uint64_t)nt, WARPS), WARPS * 32, 0, r4d_stream(a)>>>(sub, nt, (const float *)x->data,
-                                                                                           x->row_stride, (int)a->n, K);
+        const unsigned grid = r4d_blocks((uint64_t)nt, WARPS);
+        const float *xd = (const float *)x->data;
+        if (k == K_GGML) k_gemv<K_GGML><<<grid, WARPS * 32, 0, r4d_stream(a)>>>(sub, nt, xd, x->row_stride, (int)a->n, K);
+        else if (k == K_PLAIN) k_gemv<K_PLAIN><<<grid, WARPS * 32, 0, r4d_stream(a)>>>(sub, nt, xd, x->row_stride, (int)a->n, K);
+        else k_gemv<K_F8><<<grid, WARPS * 32, 0, r4d_stream(a)>>>(sub, nt, xd, x->row_stride, (int)a->n, K);
         R4D_LAUNCHED();
     }
     return RAD_OK;

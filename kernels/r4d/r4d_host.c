@@ -38,7 +38,7 @@ int r4d_raw_ok(const RadKArg *b, uint64_t n) {
     return b->data && b->planes[1] && b->dtype == RAD_I32 && b->rows >= n && b->cols == 1;
 }
 uint64_t r4d_row_bytes(RadDType e, uint64_t cols) {
-    const uint64_t ours = RAD_ENC_PLAIN_FLOATS | RAD_ENC_GGML_BLOCKS;
+    const uint64_t ours = RAD_ENC_PLAIN_FLOATS | RAD_ENC_GGML_BLOCKS | RAD_ENC_BIT(RAD_ENC_F8_E4M3);
     if ((unsigned)e >= 64 || !(ours & RAD_ENC_BIT(e))) return 0;
     const RadEncInfo *ei = rad_enc_info((RadEnc)e);
     if (!ei || cols == 0 || cols % ei->block_elems) return 0;

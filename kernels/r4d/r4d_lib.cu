@@ -170,9 +170,9 @@ static int r4d_pack(void *state, RadDType enc, uint64_t rows, uint64_t cols, con
 #define E_(OP, ENCS, EX, RUN) K_(OP, "cuda", ENCS, 1, 0, EX, NULL, RUN, 0, 0, 0, 0)
 #define GEMMS_(OP, RUN1, RUNQ, RUNF, RUNB)                                                                            \
     K_(OP, "q8", RAD_ENC_GGML_BLOCKS, 1, R4D_GEMV_MAX_ROWS, Q8(2e-2), r4d_gemv_q8_workspace, RUNQ, 0, 0, 0, 0),       \
-    K_(OP, "lt_bf16", R4D_ALL, R4D_GEMV_MAX_ROWS + 1, 0, BF16P(1e-2), r4d_gemm_bf16_workspace, RUNB, 0, 0, R4D_PLAIN, 0), \
-    K_(OP, "gemv", R4D_ALL, 1, R4D_GEMV_MAX_ROWS, TOL(1e-4), NULL, RUN1, 0, 0, 0, 0),                                 \
-    K_(OP, "lt_f32", R4D_ALL, 1, 0, TOL(1e-4), r4d_gemm_f32_workspace, RUNF, 0, 0, 0, 0)
+    K_(OP, "lt_bf16", R4D_GEMM_ENCS, R4D_GEMV_MAX_ROWS + 1, 0, BF16P(1e-2), r4d_gemm_bf16_workspace, RUNB, 0, 0, R4D_PLAIN, 0), \
+    K_(OP, "gemv", R4D_GEMM_ENCS, 1, R4D_GEMV_MAX_ROWS, TOL(1e-4), NULL, RUN1, 0, 0, 0, 0),                           \
+    K_(OP, "lt_f32", R4D_GEMM_ENCS, 1, 0, TOL(1e-4), r4d_gemm_f32_workspace, RUNF, 0, 0, 0, 0)
 
 static const RadKernel kernels[] = {
     E_("embed_gather", R4D_ALL, BITWISE, r4d_run_embed_gather),

@@ -87,6 +87,28 @@ Test(r4d_decode, f16_bf16_and_plain_rows_are_exact) {
     cr_assert_eq(r4d_dec_plain(RAD_ENC_F32, (const uint8_t *)frow, 1), -0.25f);
 }
 
+/* Block-scaled f8: every code's value and a row's scales by block, as rad_dequant_f8_blocks (the
+ * reference rad-kbench checks the fp8 GEMMs against), bit for bit. */
+Test(r4d_decode, f8_codes_and_block_scales_are_the_references) {
+    for (int c = 0; c < 256; c++) {
+        const float a = r4d_dec_e4m3((uint8_t)c), b = rad_f8_e4m3_value((uint8_t)c);
+        cr_assert(r4d_f32_bits(a) == r4d_f32_bits(b) || (isnan(a) && isnan(b)), "code 0x%02x: %g, want %g", c, (double)a, (double)b);
+    }
+    enum { R = 130, C = 300 };
+    uint8_t *codes = malloc(R * C);
+    float scale[2 * 3], got[C], want[C];
+    for (int i = 0; i < R * C; i++) codes[i] = (uint8_t)((i * 37 + 11) & 0xff) == 0x7f ? 0 : (uint8_t)((i * 37 + 11) & 0xff);
+    for (int i = 0; i < 6; i++) scale[i] = 0.001f * (float)(i + 1) / 3.0f;
+    for (int r = 126; r < R; r++) {
+        for (int j = 0; j < C; j++) got[j] = r4d_dec_f8(codes + r * C, scale + (r / 128) * 3, j);
+        rad_dequant_f8_blocks(codes, scale, C, (uint64_t)r, 1, want);
+        for (int j = 0; j < C; j++)
+            cr_assert(r4d_f32_bits(got[j]) == r4d_f32_bits(want[j]) || (isnan(got[j]) && isnan(want[j])), "row %d col %d", r, j);
+    }
+    cr_assert_eq(r4d_dec_f8(codes, NULL, 5), rad_f8_e4m3_value(codes[5]), "no scale plane: the code alone");
+    free(codes);
+}
+
 Test(r4d_decode, bf16_rounding_is_rad_convert_s) {
     const uint32_t edge[] = {0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x7f7fffffu, 0xff7fffffu, 0x7f800000u, 0x7fc00001u,
                              0xffa00000u, 0x00000001u, 0x80008000u, 0x00018000u};
