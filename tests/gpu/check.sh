@@ -7,7 +7,8 @@
 #      r4d kernel's check against libref and the reference, its median time, and its share of the
 #      H200's HBM bandwidth (4.8 TB/s) and bf16 tensor-core rate (989 TFLOP/s);
 #   2. greedy text: radiance --kernels r4d against --kernels ref (exact paths, 32 tokens, token-id
-#      prompts, one of 700 tokens) on the three 22-layer models, and against transformers (the
+#      prompts, one of 700 tokens) on the three 22-layer models and a 2-layer block-scaled fp8 one
+#      (tests/gpu/make-models.py --fp8), and against transformers (the
 #      oracle, f32 on the bf16 weights: tests/gpu/oracle.py) on the bf16 one;
 #   3. radiance tg128 and pp512 on r4d, exact and --fast --kv-type f16 (q8/bf16 GEMMs, the
 #      tensor-core prefill attention), and batch-1 decode against the bound (the bytes a token
@@ -93,7 +94,8 @@ note "models: random Llamas (1.1B and 2 layers) in $M"
 if [ ! -f "$M/big/llama-q4k.gguf" ]; then
     run 180 "$PY" tests/gpu/make-models.py --out "$M/big" --layers "$BIG_LAYERS" || fail "make-models.py ($BIG_LAYERS layers)"
 fi
-[ -f "$M/k/llama-q4k.gguf" ] || run 60 "$PY" tests/gpu/make-models.py --out "$M/k" --layers 2 || fail "make-models.py (2 layers)"
+[ -f "$M/k/llama-fp8/config.json" ] || run 90 "$PY" tests/gpu/make-models.py --out "$M/k" --layers 2 --fp8 || fail "make-models.py (2 layers)"
+[ -f "$M/k/fp8.rad" ] || run 120 "$BIN/rad-convert" "$M/k/llama-fp8" -o "$M/k/fp8.rad" --no-tokenizer --force || fail "convert k fp8"
 for d in big k; do
     [ -f "$M/$d/bf16.rad" ] || run 120 "$BIN/rad-convert" "$M/$d/llama-bf16" -o "$M/$d/bf16.rad" --no-tokenizer --force || fail "convert $d bf16"
     [ -f "$M/$d/q8.rad" ] || run 120 "$BIN/rad-convert" "$M/$d/llama-bf16" -o "$M/$d/q8.rad" --quant q8_0 --no-tokenizer --force || fail "convert $d q8_0"
@@ -107,10 +109,10 @@ say ""
 say "Each r4d kernel checked against the reference (its stated exactness) and timed (median of the"
 say "repeats, synced each call: launch included). HBM share: bytes / time over 4.8 TB/s; TC share:"
 say "flops / time over 989 TFLOP/s (dense bf16)."
-for m in bf16 q8 q4k; do
+for m in bf16 q8 q4k fp8; do
     note "kbench $m"
     # a 16-bit cache, so --fast's tensor-core prefill attention (flash) runs: bf16 on the bf16 model, f16 on the others
-    kvt=f16; [ $m = bf16 ] && kvt=bf16
+    kvt=f16; [ $m = bf16 ] && kvt=bf16 # fp8 (block-scaled f8_e4m3 linears) with f16
     if ! timeout 150 "$BIN/rad-kbench" -m "$M/k/$m.rad" --kernels "$KLIB",ref $PD --quick --bench --fast --kv-type $kvt --json --threads "$(nproc)" \
         --max-mixed-tok 256 --max-seqs 8 --ctx 2048 --buckets 1,8,64,256 >"$OUT/kbench-$m.json" 2>>"$LOG"; then
         fail "rad-kbench on $m (exit or time limit; rows below are what it wrote)"
@@ -170,6 +172,15 @@ for m in bf16 q8 q4k; do
     say "- $m: r4d = ref on $same of $total prompts"
     [ "$same" = "$total" ] || fail "$m: greedy r4d differs from ref on $((total - same)) prompts (log)"
 done
+# block-scaled fp8 (llama_fp8): the 2-layer model, its first five prompts (r4d's gemv/lt_f32 against libref's fp8)
+same=0 total=0
+for p in $(echo $PROMPTS | cut -d' ' -f1-5); do
+    a=$(gen "$M/k/fp8.rad" "$KLIB" "$p") b=$(gen "$M/k/fp8.rad" ref "$p")
+    total=$((total + 1))
+    if [ -n "$a" ] && [ "$a" = "$b" ]; then same=$((same + 1)); else note "fp8: r4d $a / ref $b"; fi
+done
+say "- fp8 (2 layers): r4d = ref on $same of $total prompts"
+[ "$same" = "$total" ] || fail "fp8: greedy r4d differs from ref on $((total - same)) prompts (log)"
 note "oracle (transformers)"
 if timeout 200 "$PY" tests/gpu/oracle.py "$M/big/llama-bf16" 32 $PROMPTS >"$OUT/oracle.txt" 2>>"$LOG"; then
     same=0 total=0 i=0

@@ -9,6 +9,10 @@ DIR/llama-bf16/      a Hugging Face folder (config.json, model.safetensors in bf
                      KV heads (GQA 8), FFN 5632, vocab 32000, --layers layers (22: 1.1B weights,
                      2.2 GB). rad-convert makes the bf16 and q8_0 containers of it; transformers
                      is its oracle (tests/gpu/oracle.py).
+DIR/llama-fp8/       with --fp8: the bf16 folder's weights as a block-scaled fp8 checkpoint
+                     (DeepSeek/Qwen3-FP8's layout: each linear's e4m3 codes and a weight_scale_inv
+                     per 128x128 block, amax / 448; embedding, norms and head in bf16), for the
+                     fp8 GEMMs (rad-convert makes a llama_fp8 container of it).
 DIR/llama-q4k.gguf   the same shape as llama.cpp writes a Q4_K_M file: layer matrices in q4_k
                      (ffn_down and attn_v in q6_k), the embedding in q8_0, the head in q6_k, norms
                      in f32; a SentencePiece vocabulary of byte pieces and made-up words (the
@@ -79,6 +83,75 @@ def write_hf(out, c):
         f.write(struct.pack("<Q", len(h)) + h)
         for name, s, fan in sh:  # tensor by tensor: 1.1B weights never sit in memory at once
             f.write(bf16_bits(tensor(rng, name, s, fan)).tobytes())
+
+
+# ---- the same weights as a block-scaled fp8 checkpoint ---------------------------------------------
+
+LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+# every finite positive e4m3fn value, ascending, code 0x00 .. 0x7e
+E4M3 = np.array([(m / 8.0) * 2.0 ** -6 if e == 0 else (1 + m / 8.0) * 2.0 ** (e - 7)
+                 for e in range(16) for m in range(8) if not (e == 15 and m == 7)], dtype=np.float64)
+
+
+def e4m3_codes(x):
+    """f32 array (|x| <= 448) -> uint8 e4m3fn codes, the nearest value (ties to the lower code)."""
+    a = np.abs(x).astype(np.float64)
+    i = np.clip(np.searchsorted(E4M3, a), 1, len(E4M3) - 1)
+    i -= (a - E4M3[i - 1]) <= (E4M3[i] - a)
+    return (i.astype(np.uint8) | np.where(x < 0, 0x80, 0).astype(np.uint8)).astype(np.uint8)
+
+
+def fp8_blocks(w):
+    """f32 [N, K] -> (codes uint8 [N, K], scale f32 [ceil(N/128), ceil(K/128)])."""
+    n, k = w.shape
+    bn, bk = -(-n // 128), -(-k // 128)
+    scale = np.empty((bn, bk), np.float32)
+    codes = np.empty((n, k), np.uint8)
+    for i in range(bn):
+        for j in range(bk):
+            blk = w[i * 128:(i + 1) * 128, j * 128:(j + 1) * 128]
+            s = np.float32(max(float(np.abs(blk).max()), 1e-12) / 448.0)
+            scale[i, j] = s
+            codes[i * 128:(i + 1) * 128, j * 128:(j + 1) * 128] = e4m3_codes(np.clip(blk / s, -448, 448))
+    return codes, scale
+
+
+def write_hf_fp8(out, c):
+    os.makedirs(out, exist_ok=True)
+    cfg = dict(c, architectures=["LlamaForCausalLM"], model_type="llama", hidden_act="silu", rms_norm_eps=1e-5,
+               rope_theta=10000.0, max_position_embeddings=2048, tie_word_embeddings=False, torch_dtype="bfloat16",
+               bos_token_id=1, eos_token_id=2,
+               quantization_config={"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                                    "weight_block_size": [128, 128]})
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
+    sh = shapes(c)
+    header, off, plan = {}, 0, []
+    for name, s, fan in sh:
+        if name.split(".")[-2] in LINEAR:
+            n = int(np.prod(s))
+            header[name] = {"dtype": "F8_E4M3", "shape": list(s), "data_offsets": [off, off + n]}
+            off += n
+            sb = [-(-s[0] // 128), -(-s[1] // 128)]
+            header[name + "_scale_inv"] = {"dtype": "F32", "shape": sb, "data_offsets": [off, off + 4 * sb[0] * sb[1]]}
+            off += 4 * sb[0] * sb[1]
+        else:
+            n = int(np.prod(s)) * 2
+            header[name] = {"dtype": "BF16", "shape": list(s), "data_offsets": [off, off + n]}
+            off += n
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    rng = np.random.default_rng(SEED)  # the bf16 folder's draws, in its order
+    with open(os.path.join(out, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        for name, s, fan in sh:
+            w = tensor(rng, name, s, fan)
+            if name.split(".")[-2] in LINEAR:
+                codes, scale = fp8_blocks(w)
+                f.write(codes.tobytes())
+                f.write(scale.astype("<f4").tobytes())
+            else:
+                f.write(bf16_bits(w).tobytes())
 
 
 # ---- a GGUF with random K-quant blocks ------------------------------------------------------------
@@ -191,6 +264,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--layers", type=int, default=22)
     ap.add_argument("--small", action="store_true")
+    ap.add_argument("--fp8", action="store_true", help="also DIR/llama-fp8 (block-scaled fp8)")
     a = ap.parse_args()
     c = dict(hidden_size=2048, num_attention_heads=32, num_key_value_heads=4, intermediate_size=5632, vocab_size=32000,
              num_hidden_layers=a.layers)
@@ -200,6 +274,8 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     write_hf(os.path.join(a.out, "llama-bf16"), c)
     write_gguf(os.path.join(a.out, "llama-q4k.gguf"), c)
+    if a.fp8:
+        write_hf_fp8(os.path.join(a.out, "llama-fp8"), c)
 
 
 if __name__ == "__main__":

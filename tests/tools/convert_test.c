@@ -402,12 +402,13 @@ Test(convert, refusals_are_one_line_and_leave_nothing) {
     refused("$CONV $NT $D/nothing-here -o $D/n.rad", "nothing-here", "n.rad");
 }
 
-Test(convert, rad_info_lists_both_llama_plugins) {
+Test(convert, rad_info_lists_the_three_llama_plugins) {
     char *err;
     cr_assert_eq(run("$INFO --plugins --json > $D/p.json && "
-                     "jq -e '[.plugins[] | select(.arch_id == \"llama\")] | length == 2' $D/p.json && "
+                     "jq -e '[.plugins[] | select(.arch_id == \"llama\")] | length == 3' $D/p.json && "
                      "jq -e '.plugins[] | select(.name == \"llama\") | .quant == \"\" and .version != \"\"' $D/p.json && "
                      "jq -e '.plugins[] | select(.name == \"llama_ggml\") | .quant == \"ggml\" and .serves_imports' $D/p.json && "
+                     "jq -e '.plugins[] | select(.name == \"llama_fp8\") | .quant == \"fp8_e4m3\" and (.serves_imports | not)' $D/p.json && "
                      "$INFO --plugins | grep -q llama_ggml", &err), 0, "%s", err);
     free(err);
 }
