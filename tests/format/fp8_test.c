@@ -191,4 +191,11 @@ Test(fp8, convert_keeps_the_planes_and_refuses_to_re_encode) {
     cr_assert(strstr(msg, "is block-scaled f8_e4m3 (from 'model.layers.0.self_attn.q_proj.weight'), which rad-convert keeps as it is"),
               "%s", msg);
     free(msg);
+    /* --tp would slice rows or columns the scales index whole: refused at open, naming the weight */
+    snprintf(cmd, sizeof cmd, "%s/radiance --model %s --ids 1,2 -n 1 --tp 2 >/dev/null 2>%s", bdir(), out, err);
+    const int st2 = system(cmd);
+    cr_assert(WIFEXITED(st2) && WEXITSTATUS(st2) == 1, "status %d", st2);
+    msg = slurp(err, &n);
+    cr_assert(strstr(msg, "weight 'blk.0.attn_q.weight' (2 planes, rank 2): only single-plane weights"), "%s", msg);
+    free(msg);
 }

@@ -327,3 +327,67 @@ CASES += [
          check=lambda t, p: None if b" concat " in p.stdout and b"plan: 1 tensors, 96 bytes" in p.stdout
          else "no plan for 'w': %r" % p.stdout[-300:]),
 ]
+
+
+# ---- a block-scaled fp8 checkpoint that lies (tests/fixtures/tiny-qwen3-fp8): each refused by name,
+# at read, before a weight is decoded with another weight's scales -----------------------------------
+
+FP8 = "tests/fixtures/tiny-qwen3-fp8"
+
+
+def fp8_folder(header_edit=None, config_edit=None):
+    """A copy of the fp8 fixture in {T}/q; the safetensors header's JSON text and config.json edited
+    (same length for the header, so the offsets stay valid)."""
+    def setup(t):
+        d = os.path.join(t, "q")
+        shutil.copytree(os.path.join(ROOT, FP8), d)
+        if header_edit:
+            p = os.path.join(d, "model.safetensors")
+            with open(p, "rb") as f:
+                b = bytearray(f.read())
+            n = struct.unpack("<Q", b[:8])[0]
+            h = header_edit(b[8:8 + n].decode())
+            assert len(h) == n
+            b[8:8 + n] = h.encode()
+            with open(p, "wb") as f:
+                f.write(b)
+        if config_edit:
+            p = os.path.join(d, "config.json")
+            with open(p) as f:
+                j = json.load(f)
+            config_edit(j["quantization_config"])
+            with open(p, "w") as f:
+                json.dump(j, f)
+    return setup
+
+
+def _qc(key, value):
+    def edit(q):
+        if value is None:
+            del q[key]
+        else:
+            q[key] = value
+    return edit
+
+
+CASES += [
+    dict(name="parse-fp8-scale-grid-transposed",
+         setup=fp8_folder(lambda h: h.replace('"model.layers.0.mlp.gate_proj.weight_scale_inv":{"dtype":"F32","shape":[3,2]',
+                                              '"model.layers.0.mlp.gate_proj.weight_scale_inv":{"dtype":"F32","shape":[2,3]')),
+         argv=["{B}/rad-convert", "--no-tokenizer", "{T}/q", "-o", "{T}/out.rad"], rc=1,
+         stderr=r"q: tensor 'model\.layers\.0\.mlp\.gate_proj\.weight_scale_inv' is not \[3, 2\], one scale per 128x128 block",
+         no_files=["{T}/out.rad*"]),
+    dict(name="parse-fp8-scale-without-weight",
+         setup=fp8_folder(lambda h: h.replace('"model.layers.1.mlp.up_proj.weight"', '"model.layers.1.mlp.up_prox.weight"')),
+         argv=["{B}/rad-info", "{T}/q"], rc=1,
+         stderr=r"q: tensor 'model\.layers\.1\.mlp\.up_proj\.weight_scale_inv' scales a weight 'model\.layers\.1\.mlp\.up_proj\.weight' that is not there"),
+    dict(name="parse-fp8-static-activations", setup=fp8_folder(config_edit=_qc("activation_scheme", "static")),
+         argv=["{B}/radiance", "--model", "{T}/q", "--ids", "1,2", "-n", "1"], rc=1,
+         stderr=r"q: quantization_config\.activation_scheme 'static': only 'dynamic' is read"),
+    dict(name="parse-fp8-per-tensor-scales", setup=fp8_folder(config_edit=_qc("weight_block_size", None)),
+         argv=["{B}/rad-convert", "--no-tokenizer", "{T}/q", "-o", "{T}/out.rad"], rc=1,
+         stderr=r"q: quantization_config\.weight_block_size is absent \(per-tensor scales\)", no_files=["{T}/out.rad*"]),
+    dict(name="parse-fp8-requantise", setup=fp8_folder(),
+         argv=["{B}/rad-convert", "--no-tokenizer", "--quant", "q8_0", "{T}/q", "-o", "{T}/out.rad"], rc=1,
+         stderr=r"--quant: weight 'blk\.0\.attn_q\.weight' is block-scaled f8_e4m3", no_files=["{T}/out.rad*"]),
+]
