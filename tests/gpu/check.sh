@@ -162,25 +162,22 @@ gen() { # gen MODEL KERNELS PROMPT -> ids on one line
     timeout 120 "$BIN/radiance" --model "$1" --kernels "$2" $PD --ids "$3" -n 32 --temp 0 --print-ids --ignore-eos \
         --threads "$(nproc)" --ctx 1024 2>>"$LOG" | tr '\n' ',' | sed 's/,$//'
 }
-for m in bf16 q8 q4k; do
+same_as_ref() { # same_as_ref MODEL LABEL PROMPT...: greedy r4d against ref on each prompt, reported
+    mdl=$1 lbl=$2; shift 2
     same=0 total=0
-    for p in $PROMPTS; do
-        a=$(gen "$M/big/$m.rad" "$KLIB" "$p") b=$(gen "$M/big/$m.rad" ref "$p")
+    for p in "$@"; do
+        a=$(gen "$mdl" "$KLIB" "$p") b=$(gen "$mdl" ref "$p")
         total=$((total + 1))
-        if [ -n "$a" ] && [ "$a" = "$b" ]; then same=$((same + 1)); else note "$m: r4d $a / ref $b"; fi
+        if [ -n "$a" ] && [ "$a" = "$b" ]; then same=$((same + 1)); else note "$lbl: r4d $a / ref $b"; fi
     done
-    say "- $m: r4d = ref on $same of $total prompts"
-    [ "$same" = "$total" ] || fail "$m: greedy r4d differs from ref on $((total - same)) prompts (log)"
+    say "- $lbl: r4d = ref on $same of $total prompts"
+    [ "$same" = "$total" ] || fail "$lbl: greedy r4d differs from ref on $((total - same)) prompts (log)"
+}
+for m in bf16 q8 q4k; do
+    same_as_ref "$M/big/$m.rad" "$m" $PROMPTS
 done
-# block-scaled fp8 (llama_fp8): the 2-layer model, its first five prompts (r4d's gemv/lt_f32 against libref's fp8)
-same=0 total=0
-for p in $(echo $PROMPTS | cut -d' ' -f1-5); do
-    a=$(gen "$M/k/fp8.rad" "$KLIB" "$p") b=$(gen "$M/k/fp8.rad" ref "$p")
-    total=$((total + 1))
-    if [ -n "$a" ] && [ "$a" = "$b" ]; then same=$((same + 1)); else note "fp8: r4d $a / ref $b"; fi
-done
-say "- fp8 (2 layers): r4d = ref on $same of $total prompts"
-[ "$same" = "$total" ] || fail "fp8: greedy r4d differs from ref on $((total - same)) prompts (log)"
+# block-scaled fp8 (llama_fp8): the 2-layer model, the first five prompts (r4d's gemv/lt_f32 against libref's fp8)
+same_as_ref "$M/k/fp8.rad" "fp8 (2 layers)" $(echo $PROMPTS | cut -d' ' -f1-5)
 note "oracle (transformers)"
 if timeout 200 "$PY" tests/gpu/oracle.py "$M/big/llama-bf16" 32 $PROMPTS >"$OUT/oracle.txt" 2>>"$LOG"; then
     same=0 total=0 i=0

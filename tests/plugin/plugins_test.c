@@ -347,6 +347,10 @@ Test(plugins, the_kernels_list_refuses_empty_repeated_and_unknown_items) {
 Test(plugins, a_kernels_list_splits_at_its_first_library_of_another_device) {
     put("test-plugins/kern_test.so", "kern_test.so");
     put("test-plugins/kern_fakedev.so", "kern_fakedev.so"); /* says RAD_DEVICE_CUDA */
+    char ref[600], cwd[256]; /* the libref it wraps: its default path is beside its own folder, not here */
+    cr_assert_not_null(getcwd(cwd, sizeof cwd));
+    snprintf(ref, sizeof ref, "%s%s%s/plugins/kern_ref.so", bdir()[0] == '/' ? "" : cwd, bdir()[0] == '/' ? "" : "/", bdir());
+    setenv("RAD_FAKEDEV_REF", ref, 1);
     char *dirs[] = {dir};
     RadPluginSet s = {.quiet = 1};
     RadErr e = {0};
@@ -380,6 +384,7 @@ Test(plugins, a_kernels_list_splits_at_its_first_library_of_another_device) {
     cr_assert_eq(rad_plugins_pick_kernels(&s, "fakedev,nope", RAD_DEVICE_CPU, RAD_PICK_ANY, out, 4, &n, NULL, &e), RAD_E_NOTFOUND);
     cr_assert(strstr(e.msg, "no kernel library named 'nope'"), "%s", e.msg);
     rad_plugins_free(&s);
+    unsetenv("RAD_FAKEDEV_REF");
 }
 
 /* Would have written past en->libs before: a list longer than the libraries installed. */

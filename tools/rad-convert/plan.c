@@ -118,7 +118,7 @@ RadEnc plan_lookup(void *user, const char *name, const RadWeightDecl *d, const R
                          "map entry for '%s' transforms it, which rad-convert does not do for a two-plane tensor", src[i]->name, name);
             return free(src), RAD_ENC_COUNT;
         }
-    RadXTensor *in = malloc((size_t)n_src * sizeof *in);
+    RadXTensor *in = malloc((size_t)(n_src > 0 ? n_src : 1) * sizeof *in); /* n_src >= 1 here; gcc's range analysis cannot tell */
     if (!in) return free(src), RAD_ENC_COUNT;
     for (int i = 0; i < n_src; i++) in[i] = xt(src[i]);
     RadXShape xs;
