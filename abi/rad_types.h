@@ -4,6 +4,7 @@
 #define RAD_TYPES_H
 
 #include <stddef.h>
+#include <math.h>
 #include <stdint.h>
 
 #define RAD_MAX_RANK 8
@@ -79,18 +80,21 @@ static inline const RadEncInfo *rad_enc_info(RadEnc e) {
 static inline uint64_t rad_f8_blocks(uint64_t n) { return (n + RAD_F8_BLOCK - 1) / RAD_F8_BLOCK; }
 /* Bytes of the scale plane of an [n, k] block-scaled weight. */
 static inline uint64_t rad_f8_scale_bytes(uint64_t n, uint64_t k) { return rad_f8_blocks(n) * rad_f8_blocks(k) * 4; }
-/* The value of an e4m3 (fn: no infinities, S.1111.111 NaN) code, exactly. */
+/* The value of an e4m3 (fn: no infinities, S.1111.111 NaN) code, exactly (powers of two only:
+ * no rounding anywhere; plain C and C++ alike). */
 static inline float rad_f8_e4m3_value(uint8_t b) {
-    const uint32_t exp = (b >> 3) & 0xfu, mant = b & 7u;
-    union {
-        uint32_t u;
-        float f;
-    } v;
-    if (exp == 0xfu && mant == 7u) v.u = 0x7fc00000u;
-    else if (exp == 0) v.f = (float)mant * 0x1p-9f;          /* subnormal: mant/8 · 2^-6 */
-    else v.u = ((exp + 120u) << 23) | (mant << 20);          /* (1 + mant/8) · 2^(exp-7) */
-    if (b & 0x80u) v.u ^= 0x80000000u;
-    return v.f;
+    const int exp = (b >> 3) & 0xf, mant = b & 7;
+    float v;
+    if (exp == 0xf && mant == 7) {
+        v = NAN;
+    } else if (exp == 0) {
+        v = (float)mant * 0.001953125f; /* subnormal: mant/8 · 2^-6 = mant · 2^-9 */
+    } else {
+        v = (float)(8 + mant); /* (1 + mant/8) · 2^(exp-7) = (8 + mant) · 2^(exp-10) */
+        for (int e = exp - 10; e > 0; e--) v *= 2.0f;
+        for (int e = exp - 10; e < 0; e++) v *= 0.5f;
+    }
+    return (b & 0x80) ? -v : v;
 }
 
 #endif
