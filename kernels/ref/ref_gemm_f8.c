@@ -4,10 +4,11 @@
  *
  * A weight row is decoded exactly — w[n][k] = e4m3(code) · scale[n/128][k/128], one f32 product;
  * a one-plane f8_e4m3 weight has scale 1 — into a per-thread row, then dotted with every row of x
- * in the exact kernel's order (ref_dot8_acc: eight lanes, then a tree). Weights of the other
- * encodings are decoded as the exact kernel decodes them, so the parts of a gemm_nt2/3 may mix
- * encodings. f32 products and sums: TOLERANCE 1e-4, as "exact". Written for correctness (the CPU
- * is not where fp8 checkpoints are served); libr4d has the fast paths. */
+ * in the exact kernel's order (ref_dot8_acc: eight lanes, then a tree). It takes f8_e4m3 weights
+ * only, so it is no candidate (nor a rad-kbench row) for other models; a fused gemm_nt2/3 whose
+ * parts mix f8 with another encoding does not resolve, and its parts run as gemm_nt each. f32
+ * products and sums: TOLERANCE 1e-4, as "exact". Written for correctness (the CPU is not where
+ * fp8 checkpoints are served); libr4d has the fast paths. */
 #include "ref_gemm.h"
 #include "ref_pool.h"
 
@@ -25,10 +26,6 @@ typedef struct F8Ctx {
 /* Elements [k0, k0 + kn) of row n of w, decoded into dst. */
 static void f8_chunk(const RadKArg *w, int64_t n, int64_t K, int64_t k0, int64_t kn, float *dst) {
     const uint8_t *wr = ref_wrow(w, (uint64_t)n);
-    if (w->dtype != RAD_F8_E4M3) {
-        ref_dequant_range(REF_ISA_GENERIC, w->dtype, wr, k0, kn, dst);
-        return;
-    }
     const float *scale = (const float *)w->planes[1]; /* NULL: the codes alone */
     const float *srow = scale ? scale + (uint64_t)(n / RAD_F8_BLOCK) * rad_f8_blocks((uint64_t)K) : NULL;
     for (int64_t k = k0; k < k0 + kn; k++) {
@@ -61,13 +58,13 @@ static void f8_range(const void *ctx, int i, int64_t c0, int64_t c1) {
 
 static void f8_task(void *ctx, int tid, int nth) { ref_gemm_units_run(&((F8Ctx *)ctx)->u, tid, nth, f8_range, ctx); }
 
-#define F8_ENCS (REF_ENCS_ALL | RAD_ENC_BIT(RAD_ENC_F8_E4M3))
+#define F8_ENCS RAD_ENC_BIT(RAD_ENC_F8_E4M3)
 
 static int f8_run(const RadKernelArgs *a, const RefGemmArgs *g, int np) {
     F8Ctx c;
     int64_t N[REF_GEMM_MAX_PARTS];
     for (int i = 0; i < np; i++) {
-        if (g[i].w->dtype == RAD_F8_E4M3 && g[i].w->planes[1] && g[i].w->row_stride != (uint64_t)g[i].K)
+        if (g[i].w->planes[1] && g[i].w->row_stride != (uint64_t)g[i].K)
             return RAD_E_SHAPE; /* the scales index whole [N, K] rows: a sliced weight is not one */
         c.part[i].g = g[i];
         N[i] = g[i].N;
