@@ -96,5 +96,18 @@ static inline float rad_f8_e4m3_value(uint8_t b) {
     }
     return (b & 0x80) ? -v : v;
 }
+/* Elements [k0, k0 + n) of one row of a block-scaled f8_e4m3 weight of k columns into dst:
+ * e4m3(codes[j]) · srow[j / 128], one f32 product; codes is the row's start, srow its 128-row
+ * block's ⌈k/128⌉ scales (NULL: the codes alone). The decoding every CPU reader shares. */
+static inline void rad_f8_row_decode(const uint8_t *codes, const float *srow, uint64_t k0, uint64_t n, float *dst) {
+    for (uint64_t j = k0; j < k0 + n; j++) {
+        const float v = rad_f8_e4m3_value(codes[j]);
+        dst[j - k0] = srow ? v * srow[j / RAD_F8_BLOCK] : v;
+    }
+}
+/* The scales of row r of a block-scaled [*, k] weight whose scale plane is `scale` (NULL: none). */
+static inline const float *rad_f8_scale_row(const float *scale, uint64_t r, uint64_t k) {
+    return scale ? scale + r / RAD_F8_BLOCK * rad_f8_blocks(k) : NULL;
+}
 
 #endif

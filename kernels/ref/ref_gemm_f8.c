@@ -12,30 +12,21 @@
 #include "ref_gemm.h"
 #include "ref_pool.h"
 
-typedef struct F8Part {
-    RefGemmArgs g;
-} F8Part;
-
 typedef struct F8Ctx {
-    F8Part part[REF_GEMM_MAX_PARTS];
+    RefGemmArgs part[REF_GEMM_MAX_PARTS];
     RefGemmUnits u;
 } F8Ctx;
 
 #define CH 256 /* elements decoded at a time without a row buffer: a multiple of 8 and of every block */
 
-/* Elements [k0, k0 + kn) of row n of w, decoded into dst. */
+/* Elements [k0, k0 + kn) of row n of w, decoded into dst (abi/rad_types.h's decoder). */
 static void f8_chunk(const RadKArg *w, int64_t n, int64_t K, int64_t k0, int64_t kn, float *dst) {
-    const uint8_t *wr = ref_wrow(w, (uint64_t)n);
-    const float *scale = (const float *)w->planes[1]; /* NULL: the codes alone */
-    const float *srow = scale ? scale + (uint64_t)(n / RAD_F8_BLOCK) * rad_f8_blocks((uint64_t)K) : NULL;
-    for (int64_t k = k0; k < k0 + kn; k++) {
-        const float v = rad_f8_e4m3_value(wr[k]);
-        dst[k - k0] = srow ? v * srow[k / RAD_F8_BLOCK] : v;
-    }
+    rad_f8_row_decode(ref_wrow(w, (uint64_t)n), rad_f8_scale_row((const float *)w->planes[1], (uint64_t)n, (uint64_t)K),
+                      (uint64_t)k0, (uint64_t)kn, dst);
 }
 
 static void f8_range(const void *ctx, int i, int64_t c0, int64_t c1) {
-    const RefGemmArgs *g = &((const F8Ctx *)ctx)->part[i].g;
+    const RefGemmArgs *g = &((const F8Ctx *)ctx)->part[i];
     float *row = ref_scratch(0, (size_t)g->K * sizeof(float)), chunk[CH];
     for (int64_t n = c0; n < c1; n++) {
         if (row) f8_chunk(g->w, n, g->K, 0, g->K, row);
@@ -66,7 +57,7 @@ static int f8_run(const RadKernelArgs *a, const RefGemmArgs *g, int np) {
     for (int i = 0; i < np; i++) {
         if (g[i].w->planes[1] && g[i].w->row_stride != (uint64_t)g[i].K)
             return RAD_E_SHAPE; /* the scales index whole [N, K] rows: a sliced weight is not one */
-        c.part[i].g = g[i];
+        c.part[i] = g[i];
         N[i] = g[i].N;
     }
     ref_gemm_units_init(&c.u, N, np, 4);

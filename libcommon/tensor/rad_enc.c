@@ -54,15 +54,8 @@ float rad_f8e5m2_to_f32(uint8_t b) { return rad_f16_to_f32((uint16_t)(b << 8)); 
 float rad_f8e4m3_to_f32(uint8_t b) { return rad_f8_e4m3_value(b); } /* abi/rad_types.h: one decoder for all */
 
 void rad_dequant_f8_blocks(const uint8_t *codes, const float *scale, uint64_t cols, uint64_t r0, uint64_t nr, float *dst) {
-    const uint64_t sc = rad_f8_blocks(cols);
-    for (uint64_t r = 0; r < nr; r++) {
-        const uint8_t *c = codes + (r0 + r) * cols;
-        const float *s = scale ? scale + (r0 + r) / RAD_F8_BLOCK * sc : NULL;
-        for (uint64_t k = 0; k < cols; k++) {
-            const float v = rad_f8_e4m3_value(c[k]);
-            dst[r * cols + k] = s ? v * s[k / RAD_F8_BLOCK] : v;
-        }
-    }
+    for (uint64_t r = 0; r < nr; r++)
+        rad_f8_row_decode(codes + (r0 + r) * cols, rad_f8_scale_row(scale, r0 + r, cols), 0, cols, dst + r * cols);
 }
 
 int rad_enc_bytes(RadEnc enc, uint64_t n_elems, uint64_t *n_bytes, RadErr *e) {
