@@ -78,6 +78,11 @@ R4D_HD float r4d_dec_e4m3(uint8_t b) {
     if (!exp) return r4d_bits_f32(sign | r4d_f32_bits((float)mant * 0x1p-9f)); /* exact: mant < 8 */
     return r4d_bits_f32(sign | ((exp + 120u) << 23) | (mant << 20));
 }
+/* The scales of row r of a block-scaled [*, k] weight whose scale plane is `scale` (NULL: none):
+ * abi/rad_types.h's rad_f8_scale_row, for the device too. */
+R4D_HD const float *r4d_f8_srow(const float *scale, uint64_t r, uint64_t k) {
+    return scale ? scale + r / RAD_F8_BLOCK * ((k + RAD_F8_BLOCK - 1) / RAD_F8_BLOCK) : (const float *)0;
+}
 /* Element j of row `row` of a block-scaled f8_e4m3 weight, whose scale row (the weight row's
  * 128-row block) is srow: code · srow[j / 128], one f32 product; srow NULL: the code alone. */
 R4D_HD float r4d_dec_f8(const uint8_t *row, const float *srow, int64_t j) {

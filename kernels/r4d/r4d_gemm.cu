@@ -105,7 +105,7 @@ __global__ void k_deq(int enc, const uint8_t *w, uint64_t stride, const float *s
     const uint64_t o = (uint64_t)blockIdx.x * (uint64_t)K;
     const int plain = enc == RAD_F32 || enc == RAD_F16 || enc == RAD_BF16;
     if (enc == RAD_F8_E4M3) { /* codes · their block's scale (scale NULL: the codes alone) */
-        const float *srow = scale ? scale + (uint64_t)((r0 + blockIdx.x) / RAD_F8_BLOCK) * (uint64_t)((K + RAD_F8_BLOCK - 1) / RAD_F8_BLOCK) : NULL;
+        const float *srow = r4d_f8_srow(scale, (uint64_t)(r0 + blockIdx.x), (uint64_t)K);
         for (int64_t j = threadIdx.x; j < K; j += blockDim.x) {
             const float v = r4d_dec_f8(row, srow, j);
             if (bf16) ((uint16_t *)out)[o + j] = r4d_enc_bf16(v);

@@ -29,8 +29,7 @@ struct Part {
     int64_t n;
     float *y;
     uint64_t y_stride;
-    const float *scale;           /* block-scaled f8: [ceil(n/128)][s_stride] (NULL otherwise) */
-    uint64_t s_stride;            /* ceil(K/128) */
+    const float *scale;           /* block-scaled f8: the scale plane (NULL otherwise) */
 };
 struct Parts {
     Part p[3];
@@ -63,7 +62,7 @@ __global__ void k_gemv(Parts ps, int64_t n_total, const float *x, uint64_t xs, i
     for (int m = 0; m < R4D_GEMV_MAX_ROWS; m++) acc[m] = 0.0f;
     float v[PER];
     const int64_t groups = K / PER;
-    const float *srow = KIND == K_F8 && P.scale ? P.scale + (uint64_t)(n / RAD_F8_BLOCK) * P.s_stride : NULL;
+    const float *srow = KIND == K_F8 ? r4d_f8_srow(P.scale, (uint64_t)n, (uint64_t)K) : NULL;
     for (int64_t g = lane; g < groups; g += 32) {
         if (KIND == K_F8) {
 #pragma unroll
@@ -183,7 +182,7 @@ static int gather_parts(const RadKernelArgs *a, int multi, uint64_t encs, Parts 
             return RAD_E_SHAPE;
         if (y->data == (*x)->data) return RAD_E_ARG;
         ps->p[i] = Part{(const uint8_t *)w->data, w->row_stride, (int)w->dtype, N, (float *)y->data, y->row_stride,
-                        r4d_f8_scale(w), rad_f8_blocks((uint64_t)*K)};
+                        r4d_f8_scale(w)};
     }
     return RAD_OK;
 }

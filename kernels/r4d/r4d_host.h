@@ -33,9 +33,9 @@ uint64_t r4d_row_bytes(RadDType e, uint64_t cols);
 /* What r4d's GEMMs read: plain floats, GGML blocks, and block-scaled f8_e4m3 (codes in the weight's
  * rows, its scale plane in planes[1]: abi/rad_types.h). */
 #define R4D_GEMM_ENCS (RAD_ENC_PLAIN_FLOATS | RAD_ENC_GGML_BLOCKS | RAD_ENC_BIT(RAD_ENC_F8_E4M3))
-/* An f8 weight's scale plane (NULL: one plane, the codes alone) and its row stride in floats. A
- * weight sliced by rows or columns (not whole [N, K] rows) has no block grid to index: refused by
- * r4d_weight_ok's callers through r4d_f8_whole. */
+/* An f8 weight's scale plane (NULL: one plane, the codes alone). A weight sliced by rows or
+ * columns (not whole [N, K] rows) has no block grid to index: refused by r4d_weight_ok's callers
+ * through r4d_f8_whole. */
 static inline const float *r4d_f8_scale(const RadKArg *w) { return w->dtype == RAD_F8_E4M3 ? (const float *)w->planes[1] : NULL; }
 static inline int r4d_f8_whole(const RadKArg *w) { return !r4d_f8_scale(w) || w->row_stride == w->cols; }
 /* A weight [rows, cols] in one of `encs` (stored), or r4d's packed bf16 layout of a plain

@@ -100,7 +100,8 @@ Test(r4d_decode, f8_codes_and_block_scales_are_the_references) {
     for (int i = 0; i < R * C; i++) codes[i] = (uint8_t)((i * 37 + 11) & 0xff) == 0x7f ? 0 : (uint8_t)((i * 37 + 11) & 0xff);
     for (int i = 0; i < 6; i++) scale[i] = 0.001f * (float)(i + 1) / 3.0f;
     for (int r = 126; r < R; r++) {
-        for (int j = 0; j < C; j++) got[j] = r4d_dec_f8(codes + r * C, scale + (r / 128) * 3, j);
+        cr_assert_eq(r4d_f8_srow(scale, (uint64_t)r, C), scale + (r / 128) * 3, "row %d's scales", r);
+        for (int j = 0; j < C; j++) got[j] = r4d_dec_f8(codes + r * C, r4d_f8_srow(scale, (uint64_t)r, C), j);
         rad_dequant_f8_blocks(codes, scale, C, (uint64_t)r, 1, want);
         for (int j = 0; j < C; j++)
             cr_assert(r4d_f32_bits(got[j]) == r4d_f32_bits(want[j]) || (isnan(got[j]) && isnan(want[j])), "row %d col %d", r, j);
