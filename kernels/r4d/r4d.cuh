@@ -69,8 +69,24 @@ typedef struct R4dState {
 
 enum { R4D_EAGER = 0, R4D_CAPTURE = 1, R4D_REPLAY = 2 };
 
-static inline R4dState *r4d_state(const RadKernelArgs *a) { return (R4dState *)a->lib_state; }
-static inline cudaStream_t r4d_stream(const RadKernelArgs *a) { return a->lib_state ? r4d_state(a)->stream : 0; }
+/* The calling thread's current device made the state's (the engine runs each rank on its own
+ * thread; CUDA's current device is per thread): 0 when it cannot be. Every entry point binds. */
+extern thread_local int r4d_bound_device;
+static inline int r4d_bind(R4dState *s) {
+    if (s && r4d_bound_device != s->device) {
+        if (cudaSetDevice(s->device) != cudaSuccess) return 0;
+        r4d_bound_device = s->device;
+    }
+    return s != NULL;
+}
+static inline R4dState *r4d_state(const RadKernelArgs *a) {
+    R4dState *s = (R4dState *)a->lib_state;
+    return r4d_bind(s) ? s : NULL;
+}
+static inline cudaStream_t r4d_stream(const RadKernelArgs *a) {
+    R4dState *s = a->lib_state ? r4d_state(a) : NULL;
+    return s ? s->stream : 0;
+}
 static inline unsigned r4d_blocks(uint64_t n, unsigned per) { return (unsigned)((n + per - 1) / per); }
 
 /* ---- the kernels' entry points (one file per family) --------------------------------------------- */
@@ -112,6 +128,7 @@ int r4d_comm_id(uint32_t world_size, RadCommId *id);
 int r4d_comm_join(const void *id, uint32_t rank, uint32_t world_size, int device, R4dComm **out);
 void r4d_comm_leave(R4dComm *c);
 void r4d_comm_abort(void *state, int on);
+int r4d_comm_ready(R4dState *s);
 /* r4d_gemm.cu */
 void r4d_plans_free(R4dState *s);
 /* r4d_graph.cu */

@@ -1,7 +1,9 @@
 /* r4d_comm.cu — collectives over NCCL: all_reduce and all_gather (docs/OPS.md), one rank per GPU.
  *
- * The root names the communicator (comm_id: ncclGetUniqueId); every rank's init joins it
- * (ncclCommInitRank). all_reduce with exact = 0 is NCCL's sum (its ring adds in another order:
+ * The root names the communicator (comm_id: ncclGetUniqueId); every rank's init records the
+ * name, and the NCCL communicator is made at the rank's first step (step_begin, or the first
+ * collective when the step runs without the hooks): ncclCommInitRank waits for every rank, and
+ * the engine opens its ranks one after another but runs their steps at once. all_reduce with exact = 0 is NCCL's sum (its ring adds in another order:
  * TOLERANCE 1e-5); with exact = 1 every rank's x is gathered and summed in rank order, so the
  * sum is the reference's, bit for bit on every rank. all_gather exchanges each rank's span
  * first (the tiling is checked on every rank before anything is written), then the columns.
@@ -22,6 +24,7 @@ struct R4dComm {
     int device;
     int aborted;                  /* 1: every collective returns RAD_E_IO until comm_abort(0) */
     int stale;                    /* 1: nccl was aborted; make a new one at the next collective */
+                                  /* (nccl NULL and stale 0: not made yet; the first is made from name) */
     uint8_t name[sizeof(RadCommId)]; /* the root's id: how the ranks of one group find each other */
     uint32_t generation;          /* communicators made so far (the first is 0) */
 };
@@ -49,15 +52,13 @@ extern "C" int r4d_comm_id(uint32_t world_size, RadCommId *id) {
 extern "C" int r4d_comm_join(const void *id, uint32_t rank, uint32_t world_size, int device, R4dComm **out) {
     R4dComm *c = (R4dComm *)calloc(1, sizeof *c);
     if (!c) return RAD_E_NOMEM;
-    ncclUniqueId u;
-    memcpy(&u, id, sizeof u);
     memcpy(c->name, id, sizeof c->name);
     c->rank = rank, c->size = world_size, c->device = device;
-    if (rank >= world_size || cudaSetDevice(device) != cudaSuccess || ncclCommInitRank(&c->nccl, (int)world_size, u, (int)rank) != ncclSuccess) {
+    if (rank >= world_size) {
         free(c);
-        return RAD_E_IO;
+        return RAD_E_ARG;
     }
-    *out = c;
+    *out = c; /* joined at the first step (comm_ready): every rank must be there */
     return RAD_OK;
 }
 
@@ -69,7 +70,7 @@ extern "C" void r4d_comm_leave(R4dComm *c) {
 
 extern "C" void r4d_comm_abort(void *state, int on) {
     R4dState *s = (R4dState *)state;
-    if (!s || !s->comm) return;
+    if (!s || !s->comm || !r4d_bind(s)) return;
     R4dComm *c = s->comm;
     if (on) {
         c->aborted = 1;
@@ -79,11 +80,19 @@ extern "C" void r4d_comm_abort(void *state, int on) {
     }
 }
 
-/* A communicator to issue on: the current one, or (after an abort) a new one the group's ranks
- * make together: rank 0 draws the id for the next generation, the others wait for it. */
+/* A communicator to issue on: the current one; the first, made from the root's id; or (after an
+ * abort) a new one the group's ranks make together: rank 0 draws the id for the next
+ * generation, the others wait for it. Called on the rank's own thread, outside any capture. */
 static int comm_ready(R4dComm *c) {
     if (c->aborted) return RAD_E_IO;
-    if (!c->stale) return RAD_OK;
+    if (c->nccl) return RAD_OK;
+    if (!c->stale) {
+        ncclUniqueId first;
+        memcpy(&first, c->name, sizeof first);
+        if (cudaSetDevice(c->device) != cudaSuccess || ncclCommInitRank(&c->nccl, (int)c->size, first, (int)c->rank) != ncclSuccess)
+            return c->nccl = NULL, RAD_E_IO;
+        return RAD_OK;
+    }
     const uint32_t want = c->generation + 1;
     ncclUniqueId u;
     pthread_mutex_lock(&g_mu);
@@ -106,6 +115,9 @@ static int comm_ready(R4dComm *c) {
     c->stale = 0, c->generation = want;
     return RAD_OK;
 }
+
+/* step_begin's: the communicator made before a capture can start (NCCL's setup is not captured). */
+extern "C" int r4d_comm_ready(R4dState *s) { return s && s->comm ? comm_ready(s->comm) : RAD_OK; }
 
 extern "C" size_t r4d_comm_workspace(const RadParam *p, uint32_t np, int64_t n_max) {
     (void)p, (void)np, (void)n_max;

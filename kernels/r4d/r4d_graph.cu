@@ -49,8 +49,10 @@ extern "C" void r4d_graphs_free(R4dState *s) {
 
 extern "C" int r4d_step_begin(void *state, const RadBatch *b) {
     R4dState *s = (R4dState *)state;
-    if (!s) return RAD_E_ARG;
+    if (!s || !r4d_bind(s)) return RAD_E_ARG;
     s->mode = R4D_EAGER, s->print = 1469598103934665603ull, s->cur = -1;
+    const int rc = r4d_comm_ready(s); /* a rank's communicator is made (or remade) here, never in a capture */
+    if (rc) return rc;
     R4dGraphKey k;
     if (!s->graphs || !r4d_graph_key(b, r4d_ctx_bucket(b->max_ctx_len), &k)) return RAD_OK;
     int i = 0;
@@ -76,7 +78,7 @@ extern "C" int r4d_step_begin(void *state, const RadBatch *b) {
 
 extern "C" int r4d_step_end(void *state, int ok) {
     R4dState *s = (R4dState *)state;
-    if (!s) return RAD_E_ARG;
+    if (!r4d_bind(s)) return RAD_E_ARG;
     const int mode = s->mode;
     s->mode = R4D_EAGER;
     if (mode == R4D_EAGER) return RAD_OK;

@@ -16,6 +16,8 @@
 
 static void r4d_fini(void *state);
 
+thread_local int r4d_bound_device = -1;
+
 /* Why the last init failed (RadKernelLib.init_error): one line, for the core's message. */
 static char g_init_error[256];
 static const char *r4d_init_error(void) { return g_init_error[0] ? g_init_error : NULL; }
@@ -47,9 +49,12 @@ static int r4d_init(const RadKernelLibConfig *cfg, void **state) {
         s->rank = cfg->rank;
         s->world_size = cfg->world_size ? cfg->world_size : 1;
     }
+    /* Under tensor parallelism decode runs eagerly: all_gather reads the ranks' spans back to the
+     * host mid-call, which no graph can hold (docs/GPU.md, "Tensor parallelism"). */
+    if (s->world_size > 1) s->graphs = 0;
     int rc = RAD_E_IO;
     cudaDeviceProp prop;
-    if (cudaSetDevice(device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess) goto fail;
+    if (!r4d_bind(s) || cudaGetDeviceProperties(&prop, device) != cudaSuccess) goto fail;
     s->n_sm = prop.multiProcessorCount;
     if (cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking) != cudaSuccess) goto fail;
     if (cublasLtCreate((cublasLtHandle_t *)&s->lt) != CUBLAS_STATUS_SUCCESS) goto fail;
@@ -75,7 +80,7 @@ fail:
 static void r4d_fini(void *state) {
     R4dState *s = (R4dState *)state;
     if (!s) return;
-    cudaSetDevice(s->device);
+    r4d_bind(s);
     if (s->stream) cudaStreamSynchronize(s->stream);
     r4d_comm_leave(s->comm);
     r4d_graphs_free(s);
@@ -102,12 +107,12 @@ static void r4d_fini(void *state) {
 static void *r4d_alloc(void *state, size_t bytes) {
     R4dState *s = (R4dState *)state;
     void *p = NULL;
-    if (!s || cudaSetDevice(s->device) != cudaSuccess) return NULL;
+    if (!r4d_bind(s)) return NULL;
     return cudaMalloc(&p, bytes ? bytes : 1) == cudaSuccess ? p : NULL;
 }
 static void r4d_free(void *state, void *p) {
     R4dState *s = (R4dState *)state;
-    if (s && p) cudaSetDevice(s->device), cudaFree(p);
+    if (p && r4d_bind(s)) cudaFree(p);
 }
 /* In the rank's stream: ordered after every launch issued so far and before every later one. To
  * the device it returns once src may be reused (pageable memory is staged by the driver before
@@ -115,7 +120,7 @@ static void r4d_free(void *state, void *p) {
  * To the host it returns with the bytes. */
 static int r4d_copy(void *state, void *dst, const void *src, size_t bytes, int to_device) {
     R4dState *s = (R4dState *)state;
-    if (!s) return RAD_E_ARG;
+    if (!r4d_bind(s)) return RAD_E_ARG;
     if (!bytes) return RAD_OK;
     if (s->mode == R4D_CAPTURE) { /* the main stream is capturing: the copy goes now, on the side stream */
         if (!to_device || cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s->side) != cudaSuccess ||
@@ -132,7 +137,7 @@ static int r4d_copy(void *state, void *dst, const void *src, size_t bytes, int t
  * the step's status, and clears. */
 static int r4d_sync(void *state) {
     R4dState *s = (R4dState *)state;
-    if (!s) return RAD_E_ARG;
+    if (!r4d_bind(s)) return RAD_E_ARG;
     int err = 0;
     if (cudaMemcpyAsync(&err, s->err, sizeof err, cudaMemcpyDeviceToHost, s->stream) != cudaSuccess ||
         cudaStreamSynchronize(s->stream) != cudaSuccess)

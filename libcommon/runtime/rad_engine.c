@@ -313,7 +313,7 @@ static void *dev_raw(RadEngine *en, const void *host, uint64_t bytes) {
 
 /* After the plugin's step on a CUDA deployment: the device finished (a refusal a kernel found
  * there is the step's), then what the tools read comes back to the host: the n_out rows of
- * logits, or the n_seq pooled rows. */
+ * logits, or the n_seq pooled rows (rank 0's: under --tp the tools read no other rank's). */
 static void dev_finish_step(RadEngine *en, const RadBatch *b) {
     const int rc = en->dev->sync(en->dev_state);
     const char *lib = en->libs[0]->info->name;
@@ -322,6 +322,7 @@ static void dev_finish_step(RadEngine *en, const RadBatch *b) {
         step_err(en, "kernel library '%s': the step failed on the device: %s", lib, rad_status_name(rc));
         return;
     }
+    if (en->rank) return;
     const int id = en->g.logits.id >= 0 ? en->g.logits.id : en->g.pooled.id;
     const uint64_t rows = en->g.logits.id >= 0 ? b->n_out : b->n_seq;
     if (id < 0 || !rows) return;
@@ -470,8 +471,9 @@ static int bind_weights(RadEngine *en, RadErr *e) {
  * path is. The failure names the library and, from ABI 1.9, says why (RadKernelLib.init_error). */
 static int init_libs(RadEngine *en, int named, int strict, RadErr *e) {
     const int n = en->n_libs;
-    RadKernelLibConfig cfg = {.struct_size = sizeof cfg, .n_threads = en->o.n_threads, .rank = en->rank,
-                              .world_size = en->world};
+    /* a CUDA library runs rank r on device r (CUDA_VISIBLE_DEVICES picks which); CPU ones ignore it */
+    RadKernelLibConfig cfg = {.struct_size = sizeof cfg, .n_threads = en->o.n_threads, .device_index = (int)en->rank,
+                              .rank = en->rank, .world_size = en->world};
     if (en->world > 1 && !en->root && !en->comm && !(en->comm = calloc((size_t)(n ? n : 1), sizeof *en->comm)))
         return rad_err_set(e, RAD_E_NOMEM, "out of memory");
     int kept = 0;
@@ -514,9 +516,6 @@ static int init_libs(RadEngine *en, int named, int strict, RadErr *e) {
  * never ignored. */
 static int cuda_refusals(const RadEngine *en, RadErr *e) {
     const char *lib = en->libs[0]->info->name;
-    if (en->world > 1)
-        return rad_err_set(e, RAD_E_UNSUPPORTED, "--tp %u: kernel library '%s' is a CUDA library; tensor parallelism runs on "
-                           "CPU libraries only yet", en->world, lib);
     if (en->o.mmap_weights)
         return rad_err_set(e, RAD_E_UNSUPPORTED, "--mmap: kernel library '%s' is a CUDA library, whose kernels read the "
                            "weights in device memory (copied at load)", lib);
@@ -546,6 +545,9 @@ static int pick_libs(RadEngine *en, RadErr *e) {
         if (named && (rc = rad_plugins_pick_kernels(&en->plugins, en->o.kernels, RAD_DEVICE_CUDA, RAD_PICK_LEADING, en->libs, n,
                                                     &en->n_libs, &cpu_list, e)))
             return rc;
+        /* Ranks 1.. run where rank 0 runs: on its CUDA library with no fallback (a rank on the CPU
+         * could not join the device's collectives), or on the CPU list rank 0 fell back to. */
+        if (en->root && !en->root->dev) en->n_libs = 0;
         if (en->n_libs) {
             const RadPlugin **fallback = calloc((size_t)n, sizeof *fallback);
             int n_fallback = 0;
@@ -562,6 +564,8 @@ static int pick_libs(RadEngine *en, RadErr *e) {
                     return rad_err_set(e, RAD_E_UNSUPPORTED, "--kernels: '%s' and '%s' are both CUDA libraries; a deployment "
                                        "runs on one", en->libs[0]->info->name, en->libs[1]->info->name);
                 en->dev = en->libs[0]->lib, en->dev_state = en->lib_state[0];
+            } else if (en->root) {
+                return rad_err_set(e, rc, "--tp %u: rank %u: %s", en->world, en->rank, why.msg);
             } else if (!n_fallback) {
                 return rad_err_set(e, rc, "%s", why.msg);
             } else { /* the order the user gave: the next libraries serve */

@@ -883,13 +883,34 @@ typedef struct PeerRun {
     RadKArg arg[2];
     RadParam prm[16];              /* all_gather: rank r's params */
     float *x, *out;
+    const RadKernel *k;            /* the collective's kernel */
+    const RadKernelLib *lib;       /* the rank's library (its device hooks, its comm_abort) */
+    void *dx, *dout;               /* a device library's run: x and out in this rank's memory */
     int rc;
 } PeerRun;
 
+/* A rank's run on its thread. One that fails (a refusal before it joins, a device error) poisons
+ * the communicator, so rank 0 and the others leave the collective instead of waiting for it. */
 static void *peer_run(void *p) {
     PeerRun *q = p;
-    q->rc = q->ka.args[0].data ? ((const RadKernel *)q->ka.workspace)->run(&q->ka) : RAD_E_NOMEM;
+    q->rc = q->ka.args[0].data ? q->k->run(&q->ka) : RAD_E_NOMEM;
+    if (!q->rc && q->lib->device == RAD_DEVICE_CUDA) q->rc = q->lib->sync(q->ka.lib_state);
+    if (q->rc && q->lib->struct_size >= offsetof(RadKernelLib, comm_abort) + sizeof q->lib->comm_abort && q->lib->comm_abort)
+        q->lib->comm_abort(q->ka.lib_state, 1);
     return NULL;
+}
+
+/* A device library's peer: its x (and out) copied into memory of its own rank's state. */
+static int peer_to_device(PeerRun *q) {
+    const RadKernelLib *l = q->lib;
+    for (uint32_t i = 0; i < q->ka.n_args && i < 2; i++) {
+        const size_t bytes = (size_t)(q->arg[i].rows * q->arg[i].row_stride) * sizeof(float);
+        void **slot = i ? &q->dout : &q->dx;
+        if (!(*slot = l->alloc(q->ka.lib_state, bytes ? bytes : 1))) return RAD_E_NOMEM;
+        if (bytes && l->copy(q->ka.lib_state, *slot, q->arg[i].data, bytes, 1) != RAD_OK) return RAD_E_IO;
+        q->arg[i].data = *slot;
+    }
+    return RAD_OK;
 }
 
 /* Rank r's all_gather: its op's params with the ranged one at n, x [n, N_r] of gather_value, out [n, W]. */
@@ -930,15 +951,20 @@ static int run_collective(Kb *c, const Run *run, RadKernelArgs *ka) {
         memset(q, 0, sizeof *q);
         q->ka = *ka;
         q->ka.args = q->arg;
-        q->ka.workspace = (void *)run->k; /* the kernel, for the thread (a collective takes no workspace) */
-        if (!rc && !rad_engine_rank_lib(c->en, r, run->lib, &q->ka.lib_state)) rc = RAD_E_ARG;
+        q->k = run->k, q->ka.workspace = NULL; /* a collective takes no workspace */
+        const RadPlugin *lp = rc ? NULL : rad_engine_rank_lib(c->en, r, run->lib, &q->ka.lib_state);
+        if (!rc && !lp) rc = RAD_E_ARG;
+        if (lp) q->lib = lp->lib;
         if (!rc && gather) rc = peer_gather(c, run, r, q);
         else if (!rc) {
-            q->arg[0] = *x;
+            q->arg[0] = *x; /* kbench's buffers are packed rows: n floats */
             if (!(q->x = malloc((size_t)(n ? n : 1) * sizeof *q->x))) rc = RAD_E_NOMEM;
-            for (uint64_t i = 0; q->x && i < n; i++) q->x[i] = ((const float *)x->data)[i] * (float)(r + 1);
+            else if (!run->dev) memcpy(q->x, x->data, (size_t)n * sizeof *q->x);
+            else if (run->dev->copy(run->state, q->x, x->data, (size_t)n * sizeof *q->x, 0) != RAD_OK) rc = RAD_E_IO; /* on rank 0's device */
+            for (uint64_t i = 0; !rc && i < n; i++) q->x[i] *= (float)(r + 1);
             q->arg[0].data = q->x;
         }
+        if (!rc && run->dev) rc = peer_to_device(q);
     }
     uint32_t started = 0;
     for (uint32_t r = 1; !rc && r < n_ranks; r++) {
@@ -948,15 +974,20 @@ static int run_collective(Kb *c, const Run *run, RadKernelArgs *ka) {
         }
         started = r;
     }
-    const int released = rc && started; /* the started ranks wait in the collective for rank 0: release them */
-    if (!rc) rc = run->k->run(ka);
-    else if (released) rad_engine_comm_abort(c->en, 1);
+    int released = rc && started; /* the started ranks wait in the collective for rank 0: release them */
+    if (!rc && (rc = run->k->run(ka))) released = 1; /* rank 0 refused: the peers must not wait for it either */
+    if (released) rad_engine_comm_abort(c->en, 1);
     for (uint32_t r = 1; r <= started; r++) {
         pthread_join(th[r], NULL);
+        if (peer[r].rc) released = 1;
         if (!rc && peer[r].rc) rc = peer[r].rc;
     }
     if (released) rad_engine_comm_abort(c->en, 0); /* every rank out: the communicator usable again */
-    for (uint32_t r = 1; r < n_ranks; r++) free(peer[r].x), free(peer[r].out);
+    for (uint32_t r = 1; r < n_ranks; r++) {
+        free(peer[r].x), free(peer[r].out);
+        if (peer[r].dx) peer[r].lib->free(peer[r].ka.lib_state, peer[r].dx);
+        if (peer[r].dout) peer[r].lib->free(peer[r].ka.lib_state, peer[r].dout);
+    }
     return rc;
 }
 

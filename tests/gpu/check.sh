@@ -9,7 +9,8 @@
 #   2. greedy text: radiance --kernels r4d against --kernels ref (exact paths, 32 tokens, token-id
 #      prompts, one of 700 tokens) on the three 22-layer models and a 2-layer block-scaled fp8 one
 #      (tests/gpu/make-models.py --fp8), and against transformers (the
-#      oracle, f32 on the bf16 weights: tests/gpu/oracle.py) on the bf16 one;
+#      oracle, f32 on the bf16 weights: tests/gpu/oracle.py) on the bf16 one; --tp 2 against
+#      --tp 1 on the q4k one where the machine has two GPUs;
 #   3. radiance tg128 and pp512 on r4d, exact and --fast --kv-type f16 (q8/bf16 GEMMs, the
 #      tensor-core prefill attention), and batch-1 decode against the bound (the bytes a token
 #      reads over 4.8 TB/s), tg128 with decode graphs and without (R4D_GRAPHS=0);
@@ -159,9 +160,10 @@ r = random.Random(7)
 ps = [','.join(str(r.randrange(3, 32000)) for _ in range(n)) for n in (5, 12, 31, 64, 100, 7, 200)]
 ps.append(','.join(str(r.randrange(3, 32000)) for _ in range(700)))
 print(' '.join(ps))")
-gen() { # gen MODEL KERNELS PROMPT -> ids on one line
-    timeout 120 "$BIN/radiance" --model "$1" --kernels "$2" $PD --ids "$3" -n 32 --temp 0 --print-ids --ignore-eos \
-        --threads "$(nproc)" --ctx 1024 2>>"$LOG" | tr '\n' ',' | sed 's/,$//'
+gen() { # gen MODEL KERNELS PROMPT [FLAGS...] -> ids on one line
+    g_m=$1 g_k=$2 g_p=$3; shift 3
+    timeout 120 "$BIN/radiance" --model "$g_m" --kernels "$g_k" $PD --ids "$g_p" -n 32 --temp 0 --print-ids --ignore-eos \
+        --threads "$(nproc)" --ctx 1024 "$@" 2>>"$LOG" | tr '\n' ',' | sed 's/,$//'
 }
 same_as_ref() { # same_as_ref MODEL LABEL PROMPT...: greedy r4d against ref on each prompt, reported
     mdl=$1 lbl=$2; shift 2
@@ -179,6 +181,21 @@ for m in bf16 q8 q4k; do
 done
 # block-scaled fp8 (llama_fp8): the 2-layer model, the first five prompts (r4d's gemv/lt_f32 against libref's fp8)
 same_as_ref "$M/k/fp8.rad" "fp8 (2 layers)" $(echo $PROMPTS | cut -d' ' -f1-5)
+# tensor parallelism (docs/GPU.md): --tp 2 against --tp 1 on r4d, where there are two GPUs (the
+# stand-in library has as many "devices" as asked)
+if [ "$KLIB" = fakedev ]; then N_GPU=2; else N_GPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); fi
+if [ "$N_GPU" -ge 2 ]; then
+    same=0 total=0
+    for p in $(echo $PROMPTS | cut -d' ' -f1-4); do
+        a=$(gen "$M/big/q4k.rad" "$KLIB" "$p") b=$(gen "$M/big/q4k.rad" "$KLIB" "$p" --tp 2)
+        total=$((total + 1))
+        if [ -n "$b" ] && [ "$a" = "$b" ]; then same=$((same + 1)); else note "tp: --tp 1 $a / --tp 2 $b"; fi
+    done
+    say "- q4k \`--tp 2\` (two GPUs, NCCL, the exact wire) = \`--tp 1\` on $same of $total prompts"
+    [ "$same" = "$total" ] || fail "q4k: greedy --tp 2 differs from --tp 1 on $((total - same)) prompts (log)"
+else
+    say "- \`--tp 2\`: skipped, this machine has $N_GPU GPU (it needs two)"
+fi
 note "oracle (transformers)"
 if timeout 200 "$PY" tests/gpu/oracle.py "$M/big/llama-bf16" 32 $PROMPTS >"$OUT/oracle.txt" 2>>"$LOG"; then
     same=0 total=0 i=0

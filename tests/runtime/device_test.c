@@ -31,6 +31,7 @@ static const char *bdir(void) {
 static void setup(void) {
     test_deadline(600);
     unsetenv("RAD_FAKEDEV_FAIL");
+    unsetenv("RAD_FAKEDEV_DEVICES");
     snprintf(dir, sizeof dir, "/tmp/rad-dev-XXXXXX");
     cr_assert_not_null(mkdtemp(dir));
     snprintf(model, sizeof model, "%s/smollm2.rad", dir);
@@ -55,6 +56,7 @@ static void teardown(void) {
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     cr_assert_eq(system(cmd), 0);
     unsetenv("RAD_FAKEDEV_FAIL");
+    unsetenv("RAD_FAKEDEV_DEVICES");
     unsetenv("RAD_FAKEDEV_REF");
 }
 TestSuite(device, .init = setup, .fini = teardown);
@@ -64,7 +66,7 @@ static RadEngineOpts opts(const char *kernels) {
                            .max_tok = 32, .max_seqs = 2, .max_ctx = 128, .max_out_rows = 32};
 }
 
-static void counts(unsigned long c[7]) {
+static void counts(unsigned long c[8]) {
     char path[400];
     snprintf(path, sizeof path, "%s/kern_fakedev.so", pd_test);
     void *dl = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
@@ -87,7 +89,7 @@ Test(device, a_cuda_deployment_gives_the_cpu_logits_bit_for_bit) {
     cr_assert_null(dev->wstore, "the weights' host copy is released once uploaded");
     cr_assert_not_null(dev->dev_weights);
     cr_assert_null(cpu->dev);
-    unsigned long c0[7];
+    unsigned long c0[8];
     counts(c0);
     const int32_t prompt[12] = {1, 9690, 314, 253, 2156, 28, 1073, 314, 260, 1345, 282, 4237};
     uint32_t nv = 0;
@@ -114,7 +116,7 @@ Test(device, a_cuda_deployment_gives_the_cpu_logits_bit_for_bit) {
         cr_assert_eq(bc, bd);
         tc = bc, td = bd;
     }
-    unsigned long c1[7];
+    unsigned long c1[8];
     counts(c1);
     cr_assert_gt(c1[0], c0[0], "no raw operand was copied to the device");
     cr_assert_geq(c1[4] - c0[4], 17, "every step opens with step_begin (%lu)", c1[4] - c0[4]);
@@ -137,13 +139,81 @@ static void refused(RadEngineOpts o, const char *want) {
 
 Test(device, what_a_cuda_deployment_does_not_do_is_refused_by_name) {
     RadEngineOpts o = opts("fakedev");
-    o.tp = 2;
-    refused(o, "--tp 2: kernel library 'fakedev' is a CUDA library");
-    o = opts("fakedev");
     o.mmap_weights = 1;
     refused(o, "--mmap: kernel library 'fakedev' is a CUDA library");
     /* a CUDA library after a CPU one: the deployment is the first item's device */
     refused(opts("ref,fakedev"), "'fakedev' is a CUDA library");
+}
+
+/* --tp 2 on the "device": each rank an engine on its own fakedev state (device_index = rank),
+ * whose memory no other rank's kernel, copy or free may touch; the logits are the CPU's --tp 2
+ * logits bit for bit (the same libref kernels, the exact wire), prompt and greedy decode. */
+Test(device, tensor_parallel_ranks_each_deploy_on_their_own_device) {
+    RadErr e = {0};
+    RadEngine *cpu = NULL, *dev = NULL;
+    RadEngineOpts oc = opts("ref"), od = opts("fakedev");
+    oc.tp = od.tp = 2;
+    unsigned long c0[8];
+    cr_assert_eq(rad_engine_open(&cpu, &oc, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_engine_open(&dev, &od, &e), RAD_OK, "%s", e.msg);
+    counts(c0);
+    RadEngine *r1 = rad_engine_rank(dev, 1);
+    cr_assert_not_null(r1);
+    cr_assert(dev->dev && r1->dev, "both ranks deploy on the CUDA library");
+    cr_assert_neq(dev->dev_state, r1->dev_state, "a state per rank");
+    cr_assert(!dev->wstore && !r1->wstore && dev->dev_weights && r1->dev_weights, "each rank's slices are uploaded");
+    const int32_t prompt[12] = {1, 9690, 314, 253, 2156, 28, 1073, 314, 260, 1345, 282, 4237};
+    uint32_t nv = 0;
+    rad_engine_logits(cpu, &nv);
+    float *a = malloc(sizeof(float) * 12 * nv), *b = malloc(sizeof(float) * 12 * nv);
+    cr_assert_eq(rad_engine_forward_all(cpu, 0, prompt, 12, 0, a, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_engine_forward_all(dev, 0, prompt, 12, 0, b, &e), RAD_OK, "%s", e.msg);
+    for (size_t i = 0; i < (size_t)12 * nv; i++)
+        cr_assert_eq(f32_bits(a[i]), f32_bits(b[i]), "position %zu, token %zu: %g on the CPU, %g on the devices", i / nv, i % nv,
+                     (double)a[i], (double)b[i]);
+    int32_t t = prompt[11];
+    rad_engine_drop_seq(cpu, 0), rad_engine_drop_seq(dev, 0);
+    cr_assert_eq(rad_engine_forward(cpu, 0, prompt, 11, 0, 0, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_engine_forward(dev, 0, prompt, 11, 0, 0, &e), RAD_OK, "%s", e.msg);
+    for (uint32_t step = 0; step < 8; step++) {
+        cr_assert_eq(rad_engine_forward(cpu, 0, &t, 1, 11 + step, 1, &e), RAD_OK, "%s", e.msg);
+        cr_assert_eq(rad_engine_forward(dev, 0, &t, 1, 11 + step, 1, &e), RAD_OK, "%s", e.msg);
+        const float *lc = rad_engine_logits(cpu, NULL), *ld = rad_engine_logits(dev, NULL);
+        cr_assert_eq(memcmp(lc, ld, sizeof(float) * nv), 0, "decode step %u: the logits differ", step);
+        int32_t best = 0;
+        for (uint32_t v = 1; v < nv; v++) best = lc[v] > lc[best] ? (int32_t)v : best;
+        t = best;
+    }
+    unsigned long c1[8];
+    counts(c1);
+    cr_assert_eq(c1[6], 0, "a hook out of order or a free of another rank's memory (%lu)", c1[6]);
+    cr_assert_geq(c1[4] - c0[4], 2 * 10, "every rank opens every step with step_begin (%lu)", c1[4] - c0[4]);
+    cr_assert_eq(c1[4] - c0[4], c1[5] - c0[5]);
+    free(a), free(b);
+    rad_engine_close(cpu), rad_engine_close(dev);
+}
+
+/* A rank that cannot start on its device is an error naming the rank, fallback list or not (a
+ * rank on the CPU could not join the device's collectives); a library that fails on rank 0 sends
+ * every rank to the fallback. */
+Test(device, a_rank_without_its_device_is_refused_by_rank) {
+    setenv("RAD_FAKEDEV_DEVICES", "1", 1);
+    RadEngineOpts o = opts("fakedev");
+    o.tp = 2;
+    refused(o, "--tp 2: rank 1: kernel library 'fakedev' (");
+    refused(o, "device_index past the machine's devices");
+    o.kernels = "fakedev,ref";
+    refused(o, "--tp 2: rank 1: kernel library 'fakedev' (");
+    unsetenv("RAD_FAKEDEV_DEVICES");
+    setenv("RAD_FAKEDEV_FAIL", "1", 1);
+    RadEngine *en = NULL;
+    RadErr e = {0};
+    cr_assert_eq(rad_engine_open(&en, &o, &e), RAD_OK, "--kernels fakedev,ref --tp 2: %s", e.msg);
+    for (uint32_t r = 0; r < 2; r++) {
+        const RadEngine *q = rad_engine_rank(en, r);
+        cr_assert(q && !q->dev && q->n_libs == 1 && !strcmp(q->libs[0]->info->name, "ref"), "rank %u is not on 'ref'", r);
+    }
+    rad_engine_close(en);
 }
 
 Test(device, a_failing_cuda_library_falls_back_only_where_the_list_goes_on) {
@@ -209,5 +279,32 @@ Test(device, rad_kbench_checks_a_cuda_library_through_its_memory_hooks) {
         snprintf(want, sizeof want, "\"kernel\": \"fakedev:%s:", op);
         cr_assert_not_null(strstr(j, want), "no fakedev row for %s", op);
     }
+    free(j);
+}
+
+/* rad-kbench --tp 2 on a CUDA library: each rank's collective runs on its own state with its
+ * operands in that rank's memory (fakedev refuses another rank's), and rank 0's result is
+ * checked; a rank that refuses poisons the communicator rather than leaving the others waiting. */
+Test(device, rad_kbench_checks_a_cuda_library_s_collectives_on_every_rank) {
+    char cmd[2048], out[400];
+    snprintf(out, sizeof out, "%s/k.json", dir);
+    snprintf(cmd, sizeof cmd,
+             "%s/rad-kbench -m %s --kernels fakedev,ref --quick --threads 2 --plugin-dir %s --max-mixed-tok 16 --max-seqs 2 "
+             "--ctx 128 --tp 2 --ops 'all_*' --json >%s 2>%s/k.err",
+             bdir(), model, pd_test, out, dir);
+    const int rc = system(cmd);
+    size_t n;
+    char *j = slurp(out, &n);
+    cr_assert_eq(rc, 0, "%s: exit %d", cmd, rc);
+    size_t fd = 0, ok = 0;
+    for (const char *p = j; (p = strstr(p, "\"kernel\": \"fakedev:all_")); p++) {
+        fd++;
+        const char *pass = strstr(p, "\"pass\": ");
+        cr_assert_not_null(pass);
+        ok += !strncmp(pass + 8, "true", 4);
+    }
+    cr_assert_geq(fd, 4, "%zu fakedev collective rows", fd);
+    cr_assert_eq(ok, fd, "%zu of %zu fakedev collective rows pass", ok, fd);
+    cr_assert_not_null(strstr(j, "\"kernel\": \"fakedev:all_gather:"), "no all_gather row");
     free(j);
 }
