@@ -95,6 +95,7 @@ extern "C" {
 int r4d_run_embed_gather(const RadKernelArgs *a);
 int r4d_run_embed_gather_part(const RadKernelArgs *a);
 int r4d_run_logits_gather(const RadKernelArgs *a);
+int r4d_run_argmax(const RadKernelArgs *a);       /* greedy decode's ids on the device */
 int r4d_run_rmsnorm(const RadKernelArgs *a);
 int r4d_run_add_rmsnorm(const RadKernelArgs *a);
 int r4d_run_head_rmsnorm(const RadKernelArgs *a);

@@ -97,6 +97,48 @@ extern "C" int r4d_run_logits_gather(const RadKernelArgs *a) {
     return RAD_OK;
 }
 
+/* ---- argmax: each row's first largest value (docs/OPS.md), one block a row --------------------------- */
+
+/* Each thread keeps the first largest non-NaN value of its stride, then the block reduces pairs
+ * (v, j): the larger v wins, an equal v (-0 == +0) the lower j. That is the reference loop's
+ * answer whenever x[0] is not NaN; a NaN x[0] answers 0 (nothing compares greater than it). */
+__global__ void k_argmax(const float *x, uint64_t xs, int64_t N, float *out, uint64_t os) {
+    __shared__ float sv[THREADS];
+    __shared__ int64_t sj[THREADS];
+    const float *r = x + (uint64_t)blockIdx.x * xs;
+    float bv = 0.0f;
+    int64_t bj = -1;
+    for (int64_t j = threadIdx.x; j < N; j += THREADS) {
+        const float v = r[j];
+        if (v == v && (bj < 0 || v > bv)) bv = v, bj = j;
+    }
+    sv[threadIdx.x] = bv, sj[threadIdx.x] = bj;
+    __syncthreads();
+    for (unsigned h = THREADS / 2; h > 0; h >>= 1) {
+        if (threadIdx.x < h) {
+            const float ov = sv[threadIdx.x + h];
+            const int64_t oj = sj[threadIdx.x + h];
+            if (oj >= 0 && (sj[threadIdx.x] < 0 || ov > sv[threadIdx.x] || (ov == sv[threadIdx.x] && oj < sj[threadIdx.x])))
+                sv[threadIdx.x] = ov, sj[threadIdx.x] = oj;
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[(uint64_t)blockIdx.x * os] = (float)(r[0] != r[0] || sj[0] < 0 ? 0 : sj[0]);
+}
+extern "C" int r4d_run_argmax(const RadKernelArgs *a) {
+    int rc = r4d_preamble(a, 2);
+    if (rc) return rc;
+    int64_t N;
+    if (!r4d_pint(a, "N", &N) || N < 1 || N > (1 << 24)) return RAD_E_ARG;
+    const RadKArg *x = &a->args[0], *out = &a->args[1];
+    if (!r4d_buf_ok(x, (uint64_t)a->n, (uint64_t)N) || !r4d_buf_ok(out, (uint64_t)a->n, 1)) return RAD_E_SHAPE;
+    R4D_GATE(a);
+    k_argmax<<<(unsigned)a->n, THREADS, 0, r4d_stream(a)>>>((const float *)x->data, x->row_stride, N, (float *)out->data,
+                                                            out->row_stride);
+    R4D_LAUNCHED();
+    return RAD_OK;
+}
+
 /* ---- norms --------------------------------------------------------------------------------------------- */
 
 /* One block per slice of n elements: slice b is row b / per_row, columns (b % per_row)·n. res

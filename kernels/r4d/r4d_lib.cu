@@ -183,6 +183,7 @@ static const RadKernel kernels[] = {
     E_("embed_gather", R4D_ALL, BITWISE, r4d_run_embed_gather),
     E_("embed_gather_part", R4D_ALL, BITWISE, r4d_run_embed_gather_part),
     E_("logits_gather", 0, BITWISE, r4d_run_logits_gather),
+    E_("argmax", 0, BITWISE, r4d_run_argmax),
     E_("rmsnorm", R4D_PLAIN, TOL(1e-5), r4d_run_rmsnorm),
     E_("add_rmsnorm", R4D_PLAIN, TOL(1e-5), r4d_run_add_rmsnorm),
     E_("head_rmsnorm", R4D_PLAIN, TOL(1e-5), r4d_run_head_rmsnorm),

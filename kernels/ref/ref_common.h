@@ -213,6 +213,7 @@ int ref_run_attn_paged(const RadKernelArgs *a);
 int ref_run_embed_gather(const RadKernelArgs *a);
 int ref_run_embed_gather_part(const RadKernelArgs *a);
 int ref_run_logits_gather(const RadKernelArgs *a);
+int ref_run_argmax(const RadKernelArgs *a);
 int ref_run_add(const RadKernelArgs *a);
 int ref_run_add_bias(const RadKernelArgs *a);
 int ref_run_scale(const RadKernelArgs *a);

@@ -231,6 +231,7 @@ static const RadKernel kernels[] = {
     K_("all_reduce", "generic", 0, BITWISE, NULL, ref_run_all_reduce, 0, 0),
     K_("all_gather", "generic", 0, BITWISE, NULL, ref_run_all_gather, 0, 0),
     K_("logits_gather", "generic", 0, BITWISE, NULL, ref_run_logits_gather, 0, 0),
+    K_("argmax", "generic", 0, BITWISE, NULL, ref_run_argmax, 0, 0),
     /* the encoder ops (ref_encoder.c): layernorm, pool and l2_normalize compute docs/OPS.md's
      * double-precision reference itself; gelu's erf is the C library's; attn_seq scores in f32 lanes, sums in double */
     K_("layernorm", "exact", RAD_ENC_PLAIN_FLOATS, BITWISE, NULL, ref_run_layernorm, 0, 0),

@@ -1,4 +1,4 @@
-/* ref_misc.c — embed_gather (and its vocabulary-parallel part), logits_gather, add, add_bias, scale, silu_mul, gelu_tanh_mul
+/* ref_misc.c — embed_gather (and its vocabulary-parallel part), logits_gather, argmax, add, add_bias, scale, silu_mul, gelu_tanh_mul
  * (docs/OPS.md; all_reduce is ref_comm.c's). gelu_tanh_mul is silu_mul's shape with x / (1 + e^(-2u)),
  * u = sqrt(2/pi)(x + 0.044715 x^3) (0.5 x (1 + tanh u), one exponential): TOLERANCE 1e-6; scale is
  * one IEEE multiply: BITWISE.
@@ -89,6 +89,29 @@ int ref_run_logits_gather(const RadKernelArgs *a) {
     for (uint64_t i = 0; i < M; i++)
         if (r[i] < 0 || (uint64_t)r[i] >= x->rows) return RAD_E_ARG;
     for (uint64_t i = 0; i < M; i++) memcpy(ref_frow(out, i), ref_frow(x, (uint64_t)r[i]), (size_t)N * sizeof(float));
+    return RAD_OK;
+}
+
+/* ---- argmax: each row's first largest value, as an index ------------------------------------------------ */
+
+/* docs/OPS.md's loop `if (x[j] > x[best]) best = j` from best = 0: NaN never wins (a NaN first
+ * element: 0), ties go to the lower index, -0 equals +0. The index is written as a float (exact:
+ * N <= 2^24). */
+int ref_run_argmax(const RadKernelArgs *a) {
+    int rc = ref_preamble(a, 2);
+    if (rc) return rc;
+    int64_t N;
+    if (!ref_pint(a, "N", &N) || N < 1 || N > (1 << 24)) return RAD_E_ARG;
+    const RadKArg *x = &a->args[0], *out = &a->args[1];
+    const uint64_t M = (uint64_t)a->n;
+    if (!ref_buf_ok(x, M, (uint64_t)N) || !ref_buf_ok(out, M, 1)) return RAD_E_SHAPE;
+    for (uint64_t i = 0; i < M; i++) {
+        const float *r = ref_frow(x, i);
+        int64_t best = 0;
+        for (int64_t j = 1; j < N; j++)
+            if (r[j] > r[best]) best = j;
+        ref_frow(out, i)[0] = (float)best;
+    }
     return RAD_OK;
 }
 

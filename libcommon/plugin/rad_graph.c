@@ -568,6 +568,23 @@ static void check_attn_windows(RadGraph *g) {
     }
 }
 
+/* The core's own op after the plugin's (docs/OPS.md, "argmax"): each logits row's greedy id, which
+ * the engine issues after a step on a device deployment whose rows all decode greedily, so one id
+ * a row crosses to the host instead of a row of logits. Declined where no library serves it. */
+static void declare_argmax(RadGraph *g) {
+    g->argmax = -1, g->argmax_ids = RAD_NONE_B;
+    if (g->failed || g->logits.id < 0) return;
+    const RadGBuf *L = &g->bufs[g->logits.id];
+    if (L->d.rank != 2 || L->d.dtype != RAD_F32 || L->d.shape[1] > (1u << 24)) return;
+    const RadBufDecl d = {.dtype = RAD_F32, .rank = 2, .shape = {L->d.shape[0], 1}, .kind = L->d.kind};
+    const rad_buf ids = b_decl_buffer(&g->head, "core.argmax_ids", &d, sizeof d);
+    const RadParam p[2] = {RAD_RANGE("M", 1, (int64_t)L->d.shape[0]), RAD_INT("N", (int64_t)L->d.shape[1])};
+    const rad_op op = b_decl_op(&g->head, "argmax", p, 2, NULL, 0);
+    if (g->failed || b_op_access(&g->head, op, 0, &g->logits, 1) || b_op_access(&g->head, op, 1, &ids, 1)) return;
+    if (!rad_select_served(&g->ops[op.id].sel)) g->ops[op.id].declined = 1;
+    g->argmax = op.id, g->argmax_ids = ids;
+}
+
 int rad_graph_declare(RadGraph *g, const RadPlugin *plugin, const RadModelMeta *meta, const RadBuildCtx *ctx,
                       const RadSelectOpts *sel, RadWeightLookup lookup, void *lookup_user, RadErr *e) {
     memset(g, 0, sizeof *g);
@@ -578,11 +595,13 @@ int rad_graph_declare(RadGraph *g, const RadPlugin *plugin, const RadModelMeta *
     if (sel) g->sel = *sel;
     g->ctx = ctx;
     g->plugin_name = plugin->info->name;
-    g->logits = g->pooled = RAD_NONE_B;
+    g->logits = g->pooled = g->argmax_ids = RAD_NONE_B;
+    g->argmax = -1;
     g->lane1_begin = g->lane1_end = -1;
     int rc = plugin->declare(&g->head, meta, ctx);
     if (!g->failed && g->lane1_open) gfail(g, "the lane-1 window was never closed");
     if (!g->failed && rc == 0) check_attn_windows(g);
+    if (!g->failed && rc == 0) declare_argmax(g);
     if (g->failed || rc != 0) {
         return rad_err_set(e, RAD_E_ARG, "plugin '%s': %s", plugin->info->name,
                            g->failed ? g->msg : "declare refused this model without saying why");

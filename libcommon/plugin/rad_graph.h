@@ -93,6 +93,8 @@ typedef struct RadGraph {
     char **pnames; int n_pnames;  /* parameter names, each stored once: every op's params point here,
                                      so a kernel's lookups by name touch a few hot lines */
     rad_buf logits, pooled;
+    int argmax;                   /* the core's argmax op over the logits (-1: none; declined when no library serves it) */
+    rad_buf argmax_ids;           /* its output: [logits rows, 1], each row's id as a float */
     int scores;
     RadDrafterDecl drafter; int has_drafter, drafter_shared_kv, drafter_tree, drafter_short_block;
     int n_encoders, n_generators;

@@ -47,6 +47,7 @@ static const Schema VOCAB[] = {
     {"scale", "docs/OPS.md", 3, {"M", "N", "factor"}, {R, I, F}, 0, {RAD_PROLE_NONE}, 0},
     {"all_reduce", "docs/OPS.md", 3, {"M", "N", "exact"}, {R, I, I}, 0, {RAD_PROLE_NONE}, 0},
     {"logits_gather", "docs/OPS.md", 2, {"M", "N"}, {R, I}, 0, {RAD_PROLE_NONE}, 0},
+    {"argmax", "docs/OPS.md", 2, {"M", "N"}, {R, I}, 0, {RAD_PROLE_NONE}, 0},
     {"logits_gemm", "docs/OPS.md", 3, {"M", "N", "K"}, {R, I, I}, 1, {RAD_PROLE_NONE}, 0},
     /* the encoder ops (BERT, EmbeddingGemma) */
     {"layernorm", "docs/OPS.md", 3, {"M", "N", "eps"}, {R, I, F}, 2, {RAD_PROLE_NONE}, 0},

@@ -323,6 +323,19 @@ static void dev_finish_step(RadEngine *en, const RadBatch *b) {
         return;
     }
     if (en->rank) return;
+    if (en->ids_issued) { /* one id a row, not the logits (rank_step issued the argmax) */
+        const RadGBuf *g = &en->g.bufs[en->g.argmax_ids.id];
+        const uint8_t *src = (g->d.kind == RAD_BUF_TRANSIENT ? en->arena : en->persist) + g->offset;
+        float *f = (float *)(void *)en->host_out;
+        if ((size_t)b->n_out * sizeof(float) > en->host_out_bytes ||
+            en->dev->copy(en->dev_state, f, src, (size_t)b->n_out * sizeof(float), 0) != RAD_OK) {
+            step_err(en, "kernel library '%s': copying the step's ids from the device failed", lib);
+            return;
+        }
+        for (uint32_t i = 0; i < b->n_out; i++) en->host_ids[i] = (int32_t)f[i];
+        en->ids_valid = 1;
+        return;
+    }
     const int id = en->g.logits.id >= 0 ? en->g.logits.id : en->g.pooled.id;
     const uint64_t rows = en->g.logits.id >= 0 ? b->n_out : b->n_seq;
     if (id < 0 || !rows) return;
@@ -1065,6 +1078,8 @@ static int engine_open(RadEngine *en, const RadEngineOpts *o, uint32_t rank, uin
         en->dev_raw_cap = (size_t)16 * 4 * ((size_t)en->ctx.max_tok + en->ctx.max_seqs + 1) + ((size_t)64 << 10);
         const int out = en->g.logits.id >= 0 ? en->g.logits.id : en->g.pooled.id;
         en->host_out_bytes = out >= 0 ? (size_t)en->g.bufs[out].d.shape[0] * (size_t)en->g.bufs[out].d.shape[1] * sizeof(float) : 0;
+        if (en->g.argmax >= 0 && !(en->host_ids = malloc((size_t)en->g.bufs[en->g.argmax_ids.id].d.shape[0] * sizeof *en->host_ids)))
+            return rad_err_set(e, RAD_E_NOMEM, "out of memory");
         if (!(en->dev_raw = en->dev->alloc(en->dev_state, en->dev_raw_cap)) || !(en->host_out = malloc(en->host_out_bytes + 1)))
             return rad_err_set(e, RAD_E_NOMEM, "out of memory for a step's operands on kernel library '%s'", en->libs[0]->info->name);
     }
@@ -1128,8 +1143,13 @@ static void rank_step(RadEngine *en, const RadBatch *b) {
     const int hooks = en->dev && !en->prof_ns && en->dev->struct_size >= offsetof(RadKernelLib, step_end) + sizeof en->dev->step_end &&
                       en->dev->step_begin && en->dev->step_end;
     int rc = hooks ? en->dev->step_begin(en->dev_state, b) : RAD_OK;
+    en->ids_valid = en->ids_issued = 0;
     if (rc) step_err(en, "kernel library '%s': step_begin failed: %s", en->libs[0]->info->name, rad_status_name(rc));
     else en->arch->step(&en->head, b);
+    if (!rc && !en->step_failed && en->want_ids && rad_engine_serves_ids(en) && !en->rank && b->n_out) { /* the core's argmax */
+        const RadOperand o[2] = {brows(en->g.logits, b->n_out), brows(en->g.argmax_ids, b->n_out)};
+        en->ids_issued = c_issue(&en->head, (rad_op){en->g.argmax}, o, 2, b->n_out) == RAD_OK;
+    }
     if (hooks && !rc && (rc = en->dev->step_end(en->dev_state, !en->step_failed)) != RAD_OK)
         step_err(en, "kernel library '%s': step_end failed: %s", en->libs[0]->info->name, rad_status_name(rc));
     if (en->dev) dev_finish_step(en, b);
@@ -1284,6 +1304,7 @@ void rad_engine_close(RadEngine *en) {
     }
     free(en->dev_pools);
     free(en->host_out);
+    free(en->host_ids);
     free(en->cvec);
     for (int i = 0; i < en->n_libs; i++)
         if (en->libs[i]->lib->fini && en->lib_state[i]) en->libs[i]->lib->fini(en->lib_state[i]);
@@ -1384,6 +1405,7 @@ int rad_engine_step(RadEngine *en, const RadBatch *b, RadErr *e) {
     const uint64_t t0 = en->prof_ns ? now_ns() : 0;
     if (en->tp) tp_step(en, b); /* every rank, in lock-step */
     else rank_step(en, b);
+    en->want_ids = 0; /* asked for one step at a time */
     if (en->prof_ns) en->prof_step_ns += now_ns() - t0, en->prof_steps++;
     if (en->step_failed) return rad_err_set(e, RAD_E_SHAPE, "step: %s", en->step_msg);
     return weights_unchanged(en, e);
@@ -1393,9 +1415,17 @@ const float *rad_engine_logits(const RadEngine *en, uint32_t *n_vocab) {
     if (en->g.logits.id < 0) return NULL;
     const RadGBuf *b = &en->g.bufs[en->g.logits.id];
     if (n_vocab) *n_vocab = (uint32_t)b->d.shape[1];
+    if (en->dev && en->ids_valid) return NULL; /* that step's logits stayed on the device: its ids came back */
     if (en->dev) return (const float *)(void *)en->host_out; /* the step's rows, copied back */
     return (const float *)(void *)((b->d.kind == RAD_BUF_TRANSIENT ? en->arena : en->persist) + b->offset);
 }
+
+int rad_engine_serves_ids(const RadEngine *en) {
+    return en->dev && en->host_ids && en->g.argmax >= 0 && !en->g.ops[en->g.argmax].declined &&
+           rad_select_served(&en->g.ops[en->g.argmax].sel);
+}
+void rad_engine_want_ids(RadEngine *en, int on) { en->want_ids = on && rad_engine_serves_ids(en); }
+const int32_t *rad_engine_ids(const RadEngine *en) { return en->ids_valid ? en->host_ids : NULL; }
 
 /* ---- an embedding program: pooled rows, no KV ------------------------------------------------ */
 

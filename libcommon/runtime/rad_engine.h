@@ -223,6 +223,16 @@ int rad_engine_kv_publish(RadEngine *en, int32_t seq_id, const int32_t *tokens, 
 
 /* The logits the step produced: [n_out][n_vocab]. */
 const float *rad_engine_logits(const RadEngine *en, uint32_t *n_vocab);
+/* Greedy decode on a device (docs/ENGINE.md, "Greedy ids on the device"): 1 when the engine can
+ * answer a step's logits rows with their argmax ids alone (a CUDA deployment whose library
+ * serves docs/OPS.md's argmax). want_ids(1) asks it of the next step only: that step runs the
+ * argmax after the plugin's step and copies back one id a row; rad_engine_ids then returns them
+ * (the first maximum, as rad_argmax gives) and rad_engine_logits returns NULL (its n_vocab still
+ * set) until the next step. Where the engine cannot, want_ids changes nothing and rad_engine_ids
+ * is NULL. */
+int rad_engine_serves_ids(const RadEngine *en);
+void rad_engine_want_ids(RadEngine *en, int on);
+const int32_t *rad_engine_ids(const RadEngine *en);
 
 /* ---- an embedding program (the plugin declares a pooled output: one row a sequence) ----
  * Such an engine has no KV cache and no logits: rad_engine_step_seqs / _forward / _forward_all

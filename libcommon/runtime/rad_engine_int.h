@@ -92,6 +92,10 @@ struct RadEngine {
     struct RadDevRaw { const void *host; uint64_t bytes, hash; void *dev; } dev_raw_seen[16];
     int n_dev_raw_seen;
     uint8_t *host_out;             /* [host_out_bytes] the step's logits (or pooled rows), copied back */
+    int want_ids;                  /* rad_engine_want_ids: steps answer each logits row with its argmax */
+    int ids_issued;                /* this step issued the core's argmax (rank_step) */
+    int ids_valid;                 /* the last step's ids are in host_ids, and its logits stayed on the device */
+    int32_t *host_ids;             /* [logits rows] */
     size_t host_out_bytes;
 };
 

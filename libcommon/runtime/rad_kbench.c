@@ -72,7 +72,8 @@ static float gather_value(uint64_t row, uint64_t col) { return (float)((row * 79
 typedef enum OpKind {
     OP_NONE, OP_EMBED, OP_RMSNORM, OP_ADD_RMSNORM, OP_GEMM, OP_GEMM_MULTI, OP_ROPE, OP_ATTN, OP_SILU, OP_ADD,
     OP_ALLREDUCE, OP_ALLGATHER, OP_EMBED_PART, OP_LGATHER, OP_ADD_BIAS, OP_GELU, OP_HEAD_NORM, OP_SCALE,
-    OP_LAYERNORM, OP_GELU_ERF, OP_ATTN_SEQ, OP_POOL, OP_L2NORM /* the encoder ops */
+    OP_LAYERNORM, OP_GELU_ERF, OP_ATTN_SEQ, OP_POOL, OP_L2NORM, /* the encoder ops */
+    OP_ARGMAX                                                   /* the core's, over the logits */
 } OpKind;
 
 static OpKind op_kind(const char *op) {
@@ -85,7 +86,7 @@ static OpKind op_kind(const char *op) {
         {"logits_gather", OP_LGATHER}, {"add_bias", OP_ADD_BIAS}, {"gelu_tanh_mul", OP_GELU},
         {"head_rmsnorm", OP_HEAD_NORM}, {"scale", OP_SCALE},
         {"layernorm", OP_LAYERNORM}, {"gelu", OP_GELU_ERF}, {"attn_seq", OP_ATTN_SEQ}, {"pool", OP_POOL},
-        {"l2_normalize", OP_L2NORM},
+        {"l2_normalize", OP_L2NORM}, {"argmax", OP_ARGMAX},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         if (strcmp(op, t[i].name) == 0) return t[i].k;
@@ -731,6 +732,29 @@ static int build_case(Kb *c, const RadGOp *op, OpKind kind, Weight *w, int n_w, 
         for (uint64_t i = 0; i < M; i++) {
             rows[i] = (int32_t)(rng_u64(&c->rng) % n_tok);
             memcpy(out->ref + i * (uint64_t)N, x->init + (uint64_t)rows[i] * (uint64_t)N, (size_t)N * sizeof(float));
+        }
+        NEED(!plain_batch(cs, NULL, NULL));
+        return RAD_OK;
+    }
+    case OP_ARGMAX: { /* x [M, N] logits, out [M, 1]: the reference loop's index, as a float */
+        if (!rad_graph_op_int(op, "N", &N) || N < 2) break;
+        Buf *x = add_buf(cs, M, (uint64_t)N, 1, 0), *out = add_buf(cs, M, 1, 0, 1);
+        NEED(x && out);
+        fill_act(x->init, M, (uint64_t)N, 1.0f, 2.0f, &c->rng);
+        for (uint64_t i = 0; i < M; i++) { /* what the loop decides: a tie (the lower index wins), a NaN, -0 against +0 */
+            float *r = x->init + i * (uint64_t)N;
+            const uint64_t a = rng_u64(&c->rng) % (uint64_t)N, b = rng_u64(&c->rng) % (uint64_t)N;
+            switch (i % 4) {
+            case 0: r[a] = r[b] = 40.0f; break;
+            case 1: r[a] = NAN; break;
+            case 2: for (uint64_t j = 0; j < (uint64_t)N; j++) r[j] = -fabsf(r[j]) - 1.0f;
+                    r[a] = -0.0f, r[b] = 0.0f; break;
+            default: r[0] = NAN; break; /* nothing compares greater than it: 0 */
+            }
+            uint64_t best = 0;
+            for (uint64_t j = 1; j < (uint64_t)N; j++)
+                if (r[j] > r[best]) best = j;
+            out->ref[i] = (float)best;
         }
         NEED(!plain_batch(cs, NULL, NULL));
         return RAD_OK;

@@ -577,6 +577,15 @@ static RadGenFinish commit(RadSched *s, Seq *q, const float *lg, int32_t t) {
     return RAD_FINISH_NONE;
 }
 
+/* A row whose token is the logits' first maximum and nothing else reads its logits: greedy with
+ * no penalty, bias, grammar or logprobs. A step of such rows only can take the device's argmax
+ * (rad_engine_want_ids) and copy back one id a row instead of the logits. */
+static int plain_greedy(const Seq *q) {
+    const RadSamplerParams *p = &q->smp.p;
+    return p->temperature == 0.0f && p->repetition_penalty == 1.0f && p->presence_penalty == 0.0f &&
+           p->frequency_penalty == 0.0f && !p->n_bias && !q->con && !q->logprobs;
+}
+
 /* After the step: the sequence's sampled token and its text; why it is done, or NONE. */
 static RadGenFinish emit(RadSched *s, Seq *q, const float *lg) {
     int32_t t;
@@ -882,10 +891,15 @@ static int step(RadSched *s) {
     }
     if (!n) return 0;
     RadErr e = {0};
+    int ids_only = rad_engine_serves_ids(s->en);
+    for (uint32_t k = 0; k < n && ids_only; k++)
+        ids_only = !s->step[k].n_draft && (!s->step[k].want_logits || plain_greedy(s->step_seq[k]));
+    rad_engine_want_ids(s->en, ids_only);
     int rc = rad_engine_step_seqs(s->en, s->step, n, s->row, &e);
     s->cnt.steps++;
     if (!rc) draft_follow(s, n);
     const float *lg = rad_engine_logits(s->en, NULL);
+    const int32_t *ids = rad_engine_ids(s->en); /* set when the step answered with ids (lg is then NULL) */
     for (uint32_t k = 0; k < n; k++) {
         Seq *q = s->step_seq[k];
         if (rc) { /* the engine failed the step: every sequence in it ends with the reason */
@@ -898,7 +912,9 @@ static int step(RadSched *s) {
         } else {
             q->n_done += s->chunk[k];
             publish(s, q);
-            why = s->row[k] >= 0 ? emit(s, q, lg + (size_t)s->row[k] * s->n_vocab) : RAD_FINISH_NONE;
+            why = s->row[k] < 0 ? RAD_FINISH_NONE
+                  : ids         ? commit(s, q, NULL, ids[s->row[k]])
+                                : emit(s, q, lg + (size_t)s->row[k] * s->n_vocab);
         }
         if (why) retire(s, q, why, why == RAD_FINISH_ERROR ? q->err : NULL);
     }

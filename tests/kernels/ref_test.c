@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "abi/rad_kernels.h"
+#include "libcommon/runtime/rad_sampler.h"
 #include "libcommon/tensor/rad_enc.h"
 #include "libcommon/tensor/rad_encode.h"
 #include "tests/test_util.h"
@@ -310,7 +311,7 @@ Test(ref, plugin_info_and_table) {
         cr_assert_eq(k->kv_block_size, strcmp(k->op, "attn_paged") == 0 ? 16u : 0u);
     }
     /* the classes of docs/OPS.md */
-    static const char *exact_ops[] = {"embed_gather", "embed_gather_part", "logits_gather", "add", "all_gather"};
+    static const char *exact_ops[] = {"embed_gather", "embed_gather_part", "logits_gather", "add", "all_gather", "argmax"};
     for (size_t i = 0; i < N_OF(exact_ops); i++) cr_assert_eq(find(exact_ops[i], NULL)->exactness, RAD_EXACT_BITWISE);
     /* all_reduce: the rank-order sum is bitwise; the arrival order's is within a reordered sum */
     cr_assert_eq(find("all_reduce", "generic")->exactness, RAD_EXACT_BITWISE);
@@ -379,6 +380,7 @@ Test(ref, zero_rows) {
         else if (!strcmp(op, "layernorm"))
             a[0] = weight(w, RAD_F32, 1, 4), a[1] = weight(w, RAD_F32, 1, 4), a[2] = fbuf(x, 4, 4), a[3] = fbuf(o, 4, 4), na = 4;
         else if (!strcmp(op, "logits_gather")) a[0] = fbuf(x, 4, 4), a[1] = raw_i32(ids, 4), a[2] = fbuf(o, 4, 4), na = 3;
+        else if (!strcmp(op, "argmax")) a[0] = fbuf(x, 4, 4), a[1] = fbuf(o, 4, 1), na = 2;
         else cr_assert_fail("untested op %s", op);
         for (int s = 0; s < N_ST; s++) {
             memset(o, 0x5a, sizeof o);
@@ -1478,6 +1480,37 @@ Test(ref, rope_refusals_write_nothing) {
 }
 
 /* ---- gathers, all_reduce --------------------------------------------------------------------------------- */
+
+/* argmax: the loop `if (x[j] > x[best]) best = j` from 0 — the first of equal maxima, NaN never
+ * wins (a NaN first element answers 0), -0 equals +0 — and the sampler's greedy pick agrees. */
+Test(ref, argmax_is_the_first_maximum) {
+    enum { M = 6, N = 37 };
+    float x[M * N], out[M];
+    fill(x, M * N);
+    float *r = x;
+    r[5] = r[30] = 9.0f;                                 /* row 0: a tie, the lower wins: 5 */
+    r += N, r[0] = 9.0f, r[1] = NAN, r[36] = 10.0f;      /* row 1: NaN skipped: 36 */
+    r += N, r[0] = NAN, r[7] = 50.0f;                    /* row 2: NaN first: 0 */
+    r += N;
+    for (int j = 0; j < N; j++) r[j] = -1.0f - (float)j;
+    r[3] = -0.0f, r[4] = 0.0f;                           /* row 3: -0 == +0, the lower: 3 */
+    r += N, r[N - 1] = 1e30f;                            /* row 4: the last */
+    r += N;
+    for (int j = 0; j < N; j++) r[j] = -INFINITY;         /* row 5: all equal: 0 */
+    const float want[M] = {5, 36, 0, 3, N - 1, 0};
+    RadParam p[] = {RAD_RANGE("M", 1, M), RAD_INT("N", N)};
+    for (int s = 0; s < N_ST; s++) {
+        RadKArg a[2] = {fbuf(x, M, N), fbuf(out, M, 1)};
+        memset(out, 0x5a, sizeof out);
+        cr_assert_eq(call(find("argmax", NULL), g_st[s], p, 2, M, a, 2), RAD_OK);
+        for (int i = 0; i < M; i++) {
+            cr_assert_eq(out[i], want[i], "row %d: %g, want %g", i, (double)out[i], (double)want[i]);
+            cr_assert_eq((float)rad_argmax(x + i * N, N), want[i], "row %d: the sampler's argmax", i);
+        }
+        a[1] = fbuf(out, M, 2); /* out is one column */
+        cr_assert_eq(call(find("argmax", NULL), g_st[s], p, 2, M, a, 2), RAD_E_SHAPE);
+    }
+}
 
 Test(ref, logits_gather) {
     enum { T = 9, N = 45, M = 4 };

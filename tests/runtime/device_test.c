@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "libcommon/runtime/rad_engine_int.h"
+#include "libcommon/runtime/rad_sampler.h"
 #include "tests/test_util.h"
 
 static char dir[256], model[300], pd_test[300], pd_ref[256], pd_cuda[256];
@@ -274,7 +275,7 @@ Test(device, rad_kbench_checks_a_cuda_library_through_its_memory_hooks) {
     }
     cr_assert_gt(fd, 50, "%zu fakedev rows", fd);
     cr_assert_eq(ok, fd, "%zu of %zu fakedev rows pass", ok, fd);
-    for (const char *op = "embed_gather\0rmsnorm\0gemm_nt\0rope\0attn_paged\0silu_mul\0logits_gemm\0"; *op; op += strlen(op) + 1) {
+    for (const char *op = "embed_gather\0rmsnorm\0gemm_nt\0rope\0attn_paged\0silu_mul\0logits_gemm\0argmax\0"; *op; op += strlen(op) + 1) {
         char want[80];
         snprintf(want, sizeof want, "\"kernel\": \"fakedev:%s:", op);
         cr_assert_not_null(strstr(j, want), "no fakedev row for %s", op);
@@ -307,4 +308,61 @@ Test(device, rad_kbench_checks_a_cuda_library_s_collectives_on_every_rank) {
     cr_assert_eq(ok, fd, "%zu of %zu fakedev collective rows pass", ok, fd);
     cr_assert_not_null(strstr(j, "\"kernel\": \"fakedev:all_gather:"), "no all_gather row");
     free(j);
+}
+
+/* Greedy decode on the device: a step asked for ids runs the core's argmax there and copies back
+ * one id a row (its logits stay on the device: rad_engine_logits is NULL for that step); each id is
+ * the CPU's first maximum. The scheduler asks for it when every row is plain greedy: radiance's
+ * greedy text on the "device" is the CPU's. */
+Test(device, greedy_steps_copy_back_ids_not_logits) {
+    RadErr e = {0};
+    RadEngine *cpu = NULL, *dev = NULL;
+    RadEngineOpts oc = opts("ref"), od = opts("fakedev");
+    cr_assert_eq(rad_engine_open(&cpu, &oc, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_engine_open(&dev, &od, &e), RAD_OK, "%s", e.msg);
+    cr_assert(rad_engine_serves_ids(dev), "fakedev serves libref's argmax: the engine should answer with ids");
+    cr_assert(!rad_engine_serves_ids(cpu), "a CPU deployment reads its logits where they are");
+    const int32_t prompt[11] = {1, 9690, 314, 253, 2156, 28, 1073, 314, 260, 1345, 282};
+    cr_assert_eq(rad_engine_forward(cpu, 0, prompt, 10, 0, 0, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_engine_forward(dev, 0, prompt, 10, 0, 0, &e), RAD_OK, "%s", e.msg);
+    int32_t t = prompt[10];
+    for (uint32_t step = 0; step < 12; step++) {
+        uint32_t nv = 0;
+        cr_assert_eq(rad_engine_forward(cpu, 0, &t, 1, 10 + step, 1, &e), RAD_OK, "%s", e.msg);
+        const float *lc = rad_engine_logits(cpu, &nv);
+        const int32_t want = (int32_t)rad_argmax(lc, nv);
+        const int ask = step % 3 != 2; /* every third step without: the logits come back as before */
+        rad_engine_want_ids(dev, ask);
+        cr_assert_eq(rad_engine_forward(dev, 0, &t, 1, 10 + step, 1, &e), RAD_OK, "%s", e.msg);
+        const int32_t *ids = rad_engine_ids(dev);
+        uint32_t dv = 0;
+        const float *ld = rad_engine_logits(dev, &dv);
+        cr_assert_eq(dv, nv);
+        if (ask) {
+            cr_assert_not_null(ids, "step %u: no ids", step);
+            cr_assert_null(ld, "step %u: the logits stayed on the device", step);
+            cr_assert_eq(ids[0], want, "step %u: id %d, the CPU's argmax %d", step, ids[0], want);
+        } else {
+            cr_assert_null(ids, "step %u: ids not asked for", step);
+            cr_assert_not_null(ld);
+            cr_assert_eq((int32_t)rad_argmax(ld, dv), want);
+        }
+        t = want;
+    }
+    rad_engine_close(cpu), rad_engine_close(dev);
+    /* the scheduler's greedy decode through it (radiance -p), against the CPU's */
+    char cmd[2048], out[2][400];
+    for (int k = 0; k < 2; k++) {
+        snprintf(out[k], sizeof out[k], "%s/g%d.txt", dir, k);
+        snprintf(cmd, sizeof cmd,
+                 "%s/radiance --model %s --kernels %s --plugin-dir %s --plugin-dir %s --ids 1,9690,314,253,2156 -n 24 --temp 0 "
+                 "--print-ids --ignore-eos --threads 2 >%s 2>/dev/null",
+                 bdir(), model, k ? "ref" : "fakedev", pd_test, pd_ref, out[k]);
+        cr_assert_eq(system(cmd), 0, "%s", cmd);
+    }
+    size_t n0, n1;
+    char *a = slurp(out[0], &n0), *b = slurp(out[1], &n1);
+    cr_assert_gt(n1, 24, "radiance printed %zu bytes of ids", n1);
+    cr_assert(n0 == n1 && !memcmp(a, b, n0), "greedy ids on the device:\n%s\non the CPU:\n%s", a, b);
+    free(a), free(b);
 }

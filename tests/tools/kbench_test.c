@@ -325,10 +325,10 @@ Test(kbench, ref_passes_on_the_default_model) {
     int rc = kbench_with(0, a);
     const char *err = slurp_file("err");
     cr_assert_eq(rc, 0, "exit %d\n%s", rc, err);
-    cr_assert(strstr(err, "of 304 ops (ref): every kernel passes"), "%s", err);
+    cr_assert(strstr(err, "of 305 ops (ref): every kernel passes"), "%s", err);
     const char *md = slurp_file("k.md");
     static const char *ops[] = {"embed_gather", "rmsnorm", "gemm_nt3", "rope", "attn_paged", "gemm_nt", "add_rmsnorm",
-                                "gemm_nt2", "silu_mul", "logits_gather", "logits_gemm"};
+                                "gemm_nt2", "silu_mul", "logits_gather", "logits_gemm", "argmax"};
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
         char h[64];
         snprintf(h, sizeof h, "\n## %s\n", ops[i]);
