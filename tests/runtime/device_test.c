@@ -252,27 +252,36 @@ Test(device, libr4d_without_a_gpu_refuses_in_one_line) {
     rad_engine_close(en);
 }
 
-/* rad-kbench on a CUDA library: the case's operands sent to its memory, the outputs read back,
- * every kernel of it checked against the reference like any other (fakedev fails a call given
- * host memory, so a kernel passing here was given device memory throughout). */
-Test(device, rad_kbench_checks_a_cuda_library_through_its_memory_hooks) {
-    char cmd[2048], out[400];
+/* rad-kbench --kernels fakedev,ref with `flags` on the SmolLM2 container: its JSON report (to
+ * free), and in *rows / *pass the rows whose kernel starts with `prefix` and how many pass. */
+static char *kbench_fakedev(const char *flags, const char *prefix, size_t *rows, size_t *pass) {
+    char cmd[2048], out[400], want[80];
     snprintf(out, sizeof out, "%s/k.json", dir);
     snprintf(cmd, sizeof cmd,
              "%s/rad-kbench -m %s --kernels fakedev,ref --quick --threads 2 --plugin-dir %s --max-mixed-tok 16 --max-seqs 2 "
-             "--ctx 128 --json >%s 2>%s/k.err",
-             bdir(), model, pd_test, out, dir);
+             "--ctx 128 %s --json >%s 2>%s/k.err",
+             bdir(), model, pd_test, flags, out, dir);
     const int rc = system(cmd);
     size_t n;
     char *j = slurp(out, &n);
     cr_assert_eq(rc, 0, "%s: exit %d", cmd, rc);
-    size_t fd = 0, ok = 0;
-    for (const char *p = j; (p = strstr(p, "\"kernel\": \"fakedev:")); p++) {
-        fd++;
-        const char *pass = strstr(p, "\"pass\": ");
-        cr_assert_not_null(pass);
-        ok += !strncmp(pass + 8, "true", 4);
+    snprintf(want, sizeof want, "\"kernel\": \"%s", prefix);
+    *rows = *pass = 0;
+    for (const char *p = j; (p = strstr(p, want)); p++) {
+        ++*rows;
+        const char *ok = strstr(p, "\"pass\": ");
+        cr_assert_not_null(ok);
+        *pass += !strncmp(ok + 8, "true", 4);
     }
+    return j;
+}
+
+/* rad-kbench on a CUDA library: the case's operands sent to its memory, the outputs read back,
+ * every kernel of it checked against the reference like any other (fakedev fails a call given
+ * host memory, so a kernel passing here was given device memory throughout). */
+Test(device, rad_kbench_checks_a_cuda_library_through_its_memory_hooks) {
+    size_t fd, ok;
+    char *j = kbench_fakedev("", "fakedev:", &fd, &ok);
     cr_assert_gt(fd, 50, "%zu fakedev rows", fd);
     cr_assert_eq(ok, fd, "%zu of %zu fakedev rows pass", ok, fd);
     for (const char *op = "embed_gather\0rmsnorm\0gemm_nt\0rope\0attn_paged\0silu_mul\0logits_gemm\0argmax\0"; *op; op += strlen(op) + 1) {
@@ -287,23 +296,8 @@ Test(device, rad_kbench_checks_a_cuda_library_through_its_memory_hooks) {
  * operands in that rank's memory (fakedev refuses another rank's), and rank 0's result is
  * checked; a rank that refuses poisons the communicator rather than leaving the others waiting. */
 Test(device, rad_kbench_checks_a_cuda_library_s_collectives_on_every_rank) {
-    char cmd[2048], out[400];
-    snprintf(out, sizeof out, "%s/k.json", dir);
-    snprintf(cmd, sizeof cmd,
-             "%s/rad-kbench -m %s --kernels fakedev,ref --quick --threads 2 --plugin-dir %s --max-mixed-tok 16 --max-seqs 2 "
-             "--ctx 128 --tp 2 --ops 'all_*' --json >%s 2>%s/k.err",
-             bdir(), model, pd_test, out, dir);
-    const int rc = system(cmd);
-    size_t n;
-    char *j = slurp(out, &n);
-    cr_assert_eq(rc, 0, "%s: exit %d", cmd, rc);
-    size_t fd = 0, ok = 0;
-    for (const char *p = j; (p = strstr(p, "\"kernel\": \"fakedev:all_")); p++) {
-        fd++;
-        const char *pass = strstr(p, "\"pass\": ");
-        cr_assert_not_null(pass);
-        ok += !strncmp(pass + 8, "true", 4);
-    }
+    size_t fd, ok;
+    char *j = kbench_fakedev("--tp 2 --ops 'all_*'", "fakedev:all_", &fd, &ok);
     cr_assert_geq(fd, 4, "%zu fakedev collective rows", fd);
     cr_assert_eq(ok, fd, "%zu of %zu fakedev collective rows pass", ok, fd);
     cr_assert_not_null(strstr(j, "\"kernel\": \"fakedev:all_gather:"), "no all_gather row");
