@@ -132,12 +132,18 @@ int32_t rad_sampler_sample(RadSampler *s, const float *logits) { return rad_samp
 /* The logits a choice is made from: bias, penalties and the mask applied (in s->work), or the
  * row itself when none applies. *only >= 0: every allowed logit is NaN or -inf, nothing can be
  * ranked, and that token (the first allowed) is the choice. */
+/* Bias or a penalty changes the logits before a choice. */
+static int adjusts(const RadSamplerParams *p) {
+    return p->n_bias || p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
+}
+
+int rad_sampler_plain_greedy(const RadSampler *s) { return s->p.temperature == 0.0f && !adjusts(&s->p); }
+
 static const float *adjusted(RadSampler *s, const float *logits, const uint64_t *allow, int32_t *only) {
     uint32_t n = s->n_vocab;
     const float rp = s->p.repetition_penalty;
-    const int adj = s->p.n_bias || rp != 1.0f || s->p.presence_penalty != 0.0f || s->p.frequency_penalty != 0.0f;
     *only = -1;
-    if (!adj && !allow) return logits; /* plain greedy and plain sampling read the logits in place */
+    if (!adjusts(&s->p) && !allow) return logits; /* plain greedy and plain sampling read the logits in place */
     float *w = s->work;
     memcpy(w, logits, n * sizeof *w);
     for (uint32_t i = 0; i < s->p.n_bias; i++) w[s->p.bias[i].token] += s->p.bias[i].bias;

@@ -51,6 +51,9 @@ int32_t rad_sampler_sample(RadSampler *s, const float *logits);
  * min-p, as llama.cpp's grammar sampler and vLLM's logits processors place it. The caller
  * allows at least one token. */
 int32_t rad_sampler_sample_masked(RadSampler *s, const float *logits, const uint64_t *allow);
+/* 1 when, without a mask, this sampler's choice is rad_argmax of the logits as they are:
+ * temperature 0, no bias, no penalty. */
+int rad_sampler_plain_greedy(const RadSampler *s);
 /* The first index of the largest of w[0..n) (what greedy sampling picks; a greedy drafter). */
 uint32_t rad_argmax(const float *w, uint32_t n);
 /* Speculative verification of a drafted token against the row that predicts it (bias, penalties

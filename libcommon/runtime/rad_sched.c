@@ -580,11 +580,7 @@ static RadGenFinish commit(RadSched *s, Seq *q, const float *lg, int32_t t) {
 /* A row whose token is the logits' first maximum and nothing else reads its logits: greedy with
  * no penalty, bias, grammar or logprobs. A step of such rows only can take the device's argmax
  * (rad_engine_want_ids) and copy back one id a row instead of the logits. */
-static int plain_greedy(const Seq *q) {
-    const RadSamplerParams *p = &q->smp.p;
-    return p->temperature == 0.0f && p->repetition_penalty == 1.0f && p->presence_penalty == 0.0f &&
-           p->frequency_penalty == 0.0f && !p->n_bias && !q->con && !q->logprobs;
-}
+static int plain_greedy(const Seq *q) { return rad_sampler_plain_greedy(&q->smp) && !q->con && !q->logprobs; }
 
 /* After the step: the sequence's sampled token and its text; why it is done, or NONE. */
 static RadGenFinish emit(RadSched *s, Seq *q, const float *lg) {
