@@ -256,6 +256,11 @@ static int run_load_jobs(const RadEngine *en, LoadJob *jobs, size_t n, int verif
  * copied once. */
 __attribute__((format(printf, 2, 3))) static int step_err(RadEngine *en, const char *fmt, ...);
 
+/* Where a planned buffer's bytes are: the arena (transient) or the persistent region. */
+static uint8_t *buf_at(const RadEngine *en, const RadGBuf *b) {
+    return (b->d.kind == RAD_BUF_TRANSIENT ? en->arena : en->persist) + b->offset;
+}
+
 /* ---- a CUDA deployment's memory (docs/ENGINE.md, "A CUDA deployment") ---------------------- */
 
 /* bytes of the deployment's memory: the device library's when there is one, else 256-aligned host
@@ -323,27 +328,19 @@ static void dev_finish_step(RadEngine *en, const RadBatch *b) {
         return;
     }
     if (en->rank) return;
-    if (en->ids_issued) { /* one id a row, not the logits (rank_step issued the argmax) */
-        const RadGBuf *g = &en->g.bufs[en->g.argmax_ids.id];
-        const uint8_t *src = (g->d.kind == RAD_BUF_TRANSIENT ? en->arena : en->persist) + g->offset;
-        float *f = (float *)(void *)en->host_out;
-        if ((size_t)b->n_out * sizeof(float) > en->host_out_bytes ||
-            en->dev->copy(en->dev_state, f, src, (size_t)b->n_out * sizeof(float), 0) != RAD_OK) {
-            step_err(en, "kernel library '%s': copying the step's ids from the device failed", lib);
-            return;
-        }
-        for (uint32_t i = 0; i < b->n_out; i++) en->host_ids[i] = (int32_t)f[i];
-        en->ids_valid = 1;
-        return;
-    }
-    const int id = en->g.logits.id >= 0 ? en->g.logits.id : en->g.pooled.id;
+    /* the argmax's ids when rank_step issued it (one float a row), else the logits or pooled rows */
+    const int id = en->ids_issued ? en->g.argmax_ids.id : en->g.logits.id >= 0 ? en->g.logits.id : en->g.pooled.id;
     const uint64_t rows = en->g.logits.id >= 0 ? b->n_out : b->n_seq;
     if (id < 0 || !rows) return;
     const RadGBuf *g = &en->g.bufs[id];
     const size_t bytes = (size_t)rows * (size_t)g->d.shape[1] * sizeof(float);
-    const uint8_t *src = (g->d.kind == RAD_BUF_TRANSIENT ? en->arena : en->persist) + g->offset;
-    if (bytes > en->host_out_bytes || en->dev->copy(en->dev_state, en->host_out, src, bytes, 0) != RAD_OK)
-        step_err(en, "kernel library '%s': copying the step's %s from the device failed", lib, en->g.logits.id >= 0 ? "logits" : "pooled rows");
+    if (bytes > en->host_out_bytes || en->dev->copy(en->dev_state, en->host_out, buf_at(en, g), bytes, 0) != RAD_OK) {
+        step_err(en, "kernel library '%s': copying the step's %s from the device failed", lib,
+                 en->ids_issued ? "ids" : en->g.logits.id >= 0 ? "logits" : "pooled rows");
+        return;
+    }
+    for (uint64_t i = 0; en->ids_issued && i < rows; i++) en->host_ids[i] = (int32_t)((const float *)(void *)en->host_out)[i];
+    en->ids_valid = en->ids_issued;
 }
 
 static int bind_weights(RadEngine *en, RadErr *e) {
@@ -811,7 +808,7 @@ static int c_issue(RadCtx *c, rad_op h, const RadOperand *ops, uint32_t n_ops, u
             if (o->row0 + o->rows > b->d.shape[0])
                 return step_err(en, "op '%s': rows [%" PRIu64 ", +%" PRIu64 ") of buffer '%s' past its %" PRIu64 " rows", op->op,
                                 o->row0, o->rows, b->name, b->d.shape[0]);
-            uint8_t *base = (b->d.kind == RAD_BUF_TRANSIENT ? en->arena : en->persist) + b->offset;
+            uint8_t *base = buf_at(en, b);
             size_t esz = rad_enc_info((RadEnc)b->d.dtype)->block_bytes;
             a->data = base + o->row0 * cols * esz;
             a->dtype = b->d.dtype;
@@ -1146,7 +1143,7 @@ static void rank_step(RadEngine *en, const RadBatch *b) {
     en->ids_valid = en->ids_issued = 0;
     if (rc) step_err(en, "kernel library '%s': step_begin failed: %s", en->libs[0]->info->name, rad_status_name(rc));
     else en->arch->step(&en->head, b);
-    if (!rc && !en->step_failed && en->want_ids && rad_engine_serves_ids(en) && !en->rank && b->n_out) { /* the core's argmax */
+    if (!rc && !en->step_failed && en->want_ids && b->n_out) { /* the core's argmax (want_ids: rank 0, served) */
         const RadOperand o[2] = {brows(en->g.logits, b->n_out), brows(en->g.argmax_ids, b->n_out)};
         en->ids_issued = c_issue(&en->head, (rad_op){en->g.argmax}, o, 2, b->n_out) == RAD_OK;
     }
@@ -1417,12 +1414,11 @@ const float *rad_engine_logits(const RadEngine *en, uint32_t *n_vocab) {
     if (n_vocab) *n_vocab = (uint32_t)b->d.shape[1];
     if (en->dev && en->ids_valid) return NULL; /* that step's logits stayed on the device: its ids came back */
     if (en->dev) return (const float *)(void *)en->host_out; /* the step's rows, copied back */
-    return (const float *)(void *)((b->d.kind == RAD_BUF_TRANSIENT ? en->arena : en->persist) + b->offset);
+    return (const float *)(void *)buf_at(en, b);
 }
 
 int rad_engine_serves_ids(const RadEngine *en) {
-    return en->dev && en->host_ids && en->g.argmax >= 0 && !en->g.ops[en->g.argmax].declined &&
-           rad_select_served(&en->g.ops[en->g.argmax].sel);
+    return en->dev && en->host_ids && en->g.argmax >= 0 && !en->g.ops[en->g.argmax].declined; /* declined: not served */
 }
 void rad_engine_want_ids(RadEngine *en, int on) { en->want_ids = on && rad_engine_serves_ids(en); }
 const int32_t *rad_engine_ids(const RadEngine *en) { return en->ids_valid ? en->host_ids : NULL; }
