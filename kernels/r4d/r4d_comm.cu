@@ -86,33 +86,31 @@ extern "C" void r4d_comm_abort(void *state, int on) {
 static int comm_ready(R4dComm *c) {
     if (c->aborted) return RAD_E_IO;
     if (c->nccl) return RAD_OK;
-    if (!c->stale) {
-        ncclUniqueId first;
-        memcpy(&first, c->name, sizeof first);
-        if (cudaSetDevice(c->device) != cudaSuccess || ncclCommInitRank(&c->nccl, (int)c->size, first, (int)c->rank) != ncclSuccess)
-            return c->nccl = NULL, RAD_E_IO;
-        return RAD_OK;
-    }
-    const uint32_t want = c->generation + 1;
     ncclUniqueId u;
-    pthread_mutex_lock(&g_mu);
-    int k = 0;
-    while (k < g_n_regen && memcmp(g_regen[k].name, c->name, sizeof c->name)) k++;
-    if (k == g_n_regen) {
-        if (k == 16) return pthread_mutex_unlock(&g_mu), RAD_E_LIMIT;
-        memcpy(g_regen[k].name, c->name, sizeof c->name), g_regen[k].generation = 0, g_n_regen++;
+    uint32_t gen = c->generation;
+    if (!c->stale) { /* the first: the root's id */
+        memcpy(&u, c->name, sizeof u);
+    } else {
+        gen = c->generation + 1;
+        pthread_mutex_lock(&g_mu);
+        int k = 0;
+        while (k < g_n_regen && memcmp(g_regen[k].name, c->name, sizeof c->name)) k++;
+        if (k == g_n_regen) {
+            if (k == 16) return pthread_mutex_unlock(&g_mu), RAD_E_LIMIT;
+            memcpy(g_regen[k].name, c->name, sizeof c->name), g_regen[k].generation = 0, g_n_regen++;
+        }
+        if (c->rank == 0 && g_regen[k].generation < gen) {
+            if (ncclGetUniqueId(&g_regen[k].id) != ncclSuccess) return pthread_mutex_unlock(&g_mu), RAD_E_IO;
+            g_regen[k].generation = gen;
+            pthread_cond_broadcast(&g_cv);
+        }
+        while (g_regen[k].generation < gen) pthread_cond_wait(&g_cv, &g_mu);
+        u = g_regen[k].id;
+        pthread_mutex_unlock(&g_mu);
     }
-    if (c->rank == 0 && g_regen[k].generation < want) {
-        if (ncclGetUniqueId(&g_regen[k].id) != ncclSuccess) return pthread_mutex_unlock(&g_mu), RAD_E_IO;
-        g_regen[k].generation = want;
-        pthread_cond_broadcast(&g_cv);
-    }
-    while (g_regen[k].generation < want) pthread_cond_wait(&g_cv, &g_mu);
-    u = g_regen[k].id;
-    pthread_mutex_unlock(&g_mu);
     if (cudaSetDevice(c->device) != cudaSuccess || ncclCommInitRank(&c->nccl, (int)c->size, u, (int)c->rank) != ncclSuccess)
-        return RAD_E_IO;
-    c->stale = 0, c->generation = want;
+        return c->nccl = NULL, RAD_E_IO;
+    c->stale = 0, c->generation = gen;
     return RAD_OK;
 }
 
