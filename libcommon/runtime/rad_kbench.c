@@ -15,6 +15,7 @@
 #include "libcommon/format/rad_container.h"
 #include "libcommon/format/rad_model.h"
 #include "libcommon/runtime/rad_kbench_ref.h"
+#include "libcommon/runtime/rad_sampler.h"
 #include "libcommon/tensor/rad_enc.h"
 #include "libcommon/tensor/rad_encode.h"
 
@@ -736,8 +737,8 @@ static int build_case(Kb *c, const RadGOp *op, OpKind kind, Weight *w, int n_w, 
         NEED(!plain_batch(cs, NULL, NULL));
         return RAD_OK;
     }
-    case OP_ARGMAX: { /* x [M, N] logits, out [M, 1]: the reference loop's index, as a float */
-        if (!rad_graph_op_int(op, "N", &N) || N < 2) break;
+    case OP_ARGMAX: { /* x [M, N] logits, out [M, 1]: the first maximum's index, as a float */
+        if (!rad_graph_op_int(op, "N", &N) || N < 2 || N > (1 << 24)) break;
         Buf *x = add_buf(cs, M, (uint64_t)N, 1, 0), *out = add_buf(cs, M, 1, 0, 1);
         NEED(x && out);
         fill_act(x->init, M, (uint64_t)N, 1.0f, 2.0f, &c->rng);
@@ -751,10 +752,7 @@ static int build_case(Kb *c, const RadGOp *op, OpKind kind, Weight *w, int n_w, 
                     r[a] = -0.0f, r[b] = 0.0f; break;
             default: r[0] = NAN; break; /* nothing compares greater than it: 0 */
             }
-            uint64_t best = 0;
-            for (uint64_t j = 1; j < (uint64_t)N; j++)
-                if (r[j] > r[best]) best = j;
-            out->ref[i] = (float)best;
+            out->ref[i] = (float)rad_argmax(r, (uint32_t)N); /* the sampler's greedy pick, which the op must equal */
         }
         NEED(!plain_batch(cs, NULL, NULL));
         return RAD_OK;
