@@ -80,12 +80,19 @@ static void counts(unsigned long c[8]) {
     dlclose(dl);
 }
 
+/* The same model on libref (*cpu) and on the stand-in CUDA library (*dev), each at --tp tp. */
+static void open_pair(RadEngine **cpu, RadEngine **dev, uint32_t tp) {
+    RadErr e = {0};
+    RadEngineOpts oc = opts("ref"), od = opts("fakedev");
+    oc.tp = od.tp = tp;
+    cr_assert_eq(rad_engine_open(cpu, &oc, &e), RAD_OK, "%s", e.msg);
+    cr_assert_eq(rad_engine_open(dev, &od, &e), RAD_OK, "%s", e.msg);
+}
+
 Test(device, a_cuda_deployment_gives_the_cpu_logits_bit_for_bit) {
     RadErr e = {0};
     RadEngine *cpu = NULL, *dev = NULL;
-    RadEngineOpts oc = opts("ref"), od = opts("fakedev");
-    cr_assert_eq(rad_engine_open(&cpu, &oc, &e), RAD_OK, "%s", e.msg);
-    cr_assert_eq(rad_engine_open(&dev, &od, &e), RAD_OK, "%s", e.msg);
+    open_pair(&cpu, &dev, 1);
     cr_assert_not_null(dev->dev, "fakedev says CUDA: the engine should deploy on it");
     cr_assert_null(dev->wstore, "the weights' host copy is released once uploaded");
     cr_assert_not_null(dev->dev_weights);
@@ -152,11 +159,8 @@ Test(device, what_a_cuda_deployment_does_not_do_is_refused_by_name) {
 Test(device, tensor_parallel_ranks_each_deploy_on_their_own_device) {
     RadErr e = {0};
     RadEngine *cpu = NULL, *dev = NULL;
-    RadEngineOpts oc = opts("ref"), od = opts("fakedev");
-    oc.tp = od.tp = 2;
     unsigned long c0[8];
-    cr_assert_eq(rad_engine_open(&cpu, &oc, &e), RAD_OK, "%s", e.msg);
-    cr_assert_eq(rad_engine_open(&dev, &od, &e), RAD_OK, "%s", e.msg);
+    open_pair(&cpu, &dev, 2);
     counts(c0);
     RadEngine *r1 = rad_engine_rank(dev, 1);
     cr_assert_not_null(r1);
@@ -311,9 +315,7 @@ Test(device, rad_kbench_checks_a_cuda_library_s_collectives_on_every_rank) {
 Test(device, greedy_steps_copy_back_ids_not_logits) {
     RadErr e = {0};
     RadEngine *cpu = NULL, *dev = NULL;
-    RadEngineOpts oc = opts("ref"), od = opts("fakedev");
-    cr_assert_eq(rad_engine_open(&cpu, &oc, &e), RAD_OK, "%s", e.msg);
-    cr_assert_eq(rad_engine_open(&dev, &od, &e), RAD_OK, "%s", e.msg);
+    open_pair(&cpu, &dev, 1);
     cr_assert(rad_engine_serves_ids(dev), "fakedev serves libref's argmax: the engine should answer with ids");
     cr_assert(!rad_engine_serves_ids(cpu), "a CPU deployment reads its logits where they are");
     const int32_t prompt[11] = {1, 9690, 314, 253, 2156, 28, 1073, 314, 260, 1345, 282};
