@@ -15,6 +15,10 @@ PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CFLAGS  += $(CSTD) $(WARN) $(OPT) -I. -fPIC $(PKG_CFLAGS) -DRAD_PREFIX='"$(PREFIX)"'
 LDLIBS  += $(PKG_LIBS) -lm -lpthread -ldl
 SAN      = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+# The sanitizer build's optimisation: -O2, not -O1. The instrumentation is the same; the kernels'
+# inner loops run ~40% faster (tp/smollm2 under ASan: 69 s at -O1, 42 at -O2), which is most of
+# the sanitizer suites' time.
+SAN_OPT  = -O2 -g $(SAN)
 
 TOOLS     = radiance rad-convert rad-info rad-kbench rad-tune
 LIB_SRC   = $(sort $(wildcard libcommon/*/*.c))
@@ -63,6 +67,7 @@ ARCH_SO = $(if $(wildcard arch/llama/llama.c),$(B)/plugins/arch_llama.so $(B)/pl
 REF_SRC = $(wildcard kernels/ref/*.c)
 KERN_SO = $(if $(REF_SRC),$(B)/plugins/kern_ref.so)
 TEST_SO = $(patsubst tests/plugins/%.c,$(B)/test-plugins/%.so,$(wildcard tests/plugins/*.c))
+$(B)/test-plugins/arch_textprep.so: tests/plugins/arch_decls.c # it includes it
 ARCH_HDR = $(wildcard abi/*.h arch/*.h arch/common/*.h)
 plugins: $(ARCH_SO) $(KERN_SO)
 $(B)/plugins/arch_llama.so: arch/llama/llama.c $(ARCH_HDR)
@@ -162,7 +167,7 @@ test-unit: tools $(TEST_SO) $(B)/tests/run model
 	   echo "test-unit: sanitizer reports above"; exit 1; fi; exit $$rc
 
 test-san:
-	RAD_ORACLE_QUICK=1 $(MAKE) B=$(SAN_B) OPT="-O1 -g $(SAN)" LDFLAGS="$(SAN)" test-unit
+	RAD_ORACLE_QUICK=1 $(MAKE) B=$(SAN_B) OPT="$(SAN_OPT)" LDFLAGS="$(SAN)" test-unit
 
 test: walls flake-check test-unit test-san test-e2e test-e2e-san test-hostile test-hostile-san unit-check plugin-sdk fuzz-smoke
 
@@ -174,7 +179,7 @@ test-e2e: tools model
 	@sh tests/e2e/run.sh $(B)
 
 test-e2e-san: plugins
-	$(MAKE) B=$(SAN_B) OPT="-O1 -g $(SAN)" LDFLAGS="$(SAN)" test-e2e
+	$(MAKE) B=$(SAN_B) OPT="$(SAN_OPT)" LDFLAGS="$(SAN)" test-e2e
 
 # The hostile-input suite (tests/hostile/run.py; cases in tests/hostile/cases/): hostile files,
 # archives, flags, plugins and HTTP clients against the real tools, each under a time limit; a
@@ -185,7 +190,7 @@ test-hostile: tools $(TEST_SO) model
 	@python3 tests/hostile/run.py $(B) $(if $(filter $(SAN_B),$(B)),--quick)
 
 test-hostile-san: plugins
-	$(MAKE) B=$(SAN_B) OPT="-O1 -g $(SAN)" LDFLAGS="$(SAN)" test-hostile
+	$(MAKE) B=$(SAN_B) OPT="$(SAN_OPT)" LDFLAGS="$(SAN)" test-hostile
 
 # packaging/radiance.service passes systemd-analyze verify (on a copy whose ExecStart is the
 # built binary) and its hardening is all there (tests/e2e/unit-check.sh).
