@@ -152,6 +152,15 @@ static int b_decl_name_map(RadBuilder *b, const RadNameMap *m, size_t sz) {
         return gfail(g, "name map '%s': a rope permutation needs heads", c.dst), RAD_E_ARG;
     if (c.add != 0 && (c.kind != RAD_MAP_COPY || !isfinite(c.add)))
         return gfail(g, "name map '%s': add %g needs a COPY entry and a finite value", c.dst, (double)c.add), RAD_E_ARG;
+    /* a field another kind reads would be carried and ignored: refused, naming it */
+    static const char *const KIND[] = {"COPY", "CONCAT", "WNORM", "ROWS", "TRANSPOSE", "EMA", "TAP", "COLS"};
+    const char *stray = c.kind != RAD_MAP_CONCAT && c.axis ? "axis"
+                        : c.kind != RAD_MAP_ROWS && c.kind != RAD_MAP_COLS && (c.begin || c.end) ? "begin/end"
+                        : c.kind != RAD_MAP_TAP && c.index ? "index"
+                        : c.kind != RAD_MAP_ROWS && (c.perm || c.heads) ? "perm/heads"
+                        : c.kind != RAD_MAP_EMA && c.eps != 0 ? "eps" : NULL;
+    if (stray)
+        return gfail(g, "name map '%s': a %s entry sets %s, which only another kind reads", c.dst, KIND[c.kind], stray), RAD_E_ARG;
     GROW(g->maps, g->n_maps);
     if (g->failed) return RAD_E_NOMEM;
     const char **src = calloc((size_t)n + 1, sizeof *src);

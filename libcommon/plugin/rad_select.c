@@ -189,9 +189,11 @@ void rad_select_table_free(RadSelectTable *t) {
 int rad_select_table(const RadSelectOpts *o, const RadSelectOp *op, RadSelectTable *t) {
     memset(t, 0, sizeof *t);
     t->range_lo = t->range_hi = 1;
+    int chunk = 0; /* the range is a sequence chunk: the core cuts steps where the kernels' extents end */
     for (uint32_t p = 0; p < op->n_params; p++)
         if (op->params[p].kind == RAD_PARAM_RANGE)
-            t->range_lo = op->params[p].lo < 1 ? 1 : op->params[p].lo, t->range_hi = op->params[p].hi;
+            t->range_lo = op->params[p].lo < 1 ? 1 : op->params[p].lo, t->range_hi = op->params[p].hi,
+            chunk = op->params[p].role == RAD_PROLE_SEQ_CHUNK;
     const int64_t lo = t->range_lo, hi = t->range_hi;
     /* the candidates: every kernel that fits, however many variants a library lists */
     int cap = 0;
@@ -236,6 +238,8 @@ int rad_select_table(const RadSelectOpts *o, const RadSelectOp *op, RadSelectTab
         if (!t->tune_line || !t->knobs || !t->n_knobs || !t->tune_note) return free(cut), rad_select_table_free(t), RAD_E_NOMEM;
     }
     t->served = 1;
+    int prefix = 0;            /* buckets served from the first on, and where they end */
+    int64_t prefix_end = lo - 1;
     for (int i = 0; i < nc; i++) {
         if (t->n_buckets && t->lo[t->n_buckets - 1] == cut[i]) continue;
         int j = i + 1;
@@ -252,6 +256,7 @@ int rad_select_table(const RadSelectOpts *o, const RadSelectOp *op, RadSelectTab
             memcpy(&t->knobs[(size_t)b * RAD_KNOB_MAX], tu.knobs, tu.n_knobs * sizeof *tu.knobs);
             memcpy(t->tune_note[b], tu.note, sizeof tu.note);
         }
+        if (t->pick[b] && prefix == b) prefix = b + 1, prefix_end = end;
         if (!t->pick[b] && t->served) {
             t->served = 0;
             snprintf(t->why, sizeof t->why, "no selected kernel serves %" PRId64 "..%" PRId64 " rows of its range [%" PRId64
@@ -259,9 +264,14 @@ int rad_select_table(const RadSelectOpts *o, const RadSelectOp *op, RadSelectTab
         }
     }
     free(cut);
-    if (t->served)
+    if (!t->served && chunk && prefix) { /* served from lo up: the range ends there, and steps are cut at it */
+        t->served = 1, t->n_buckets = prefix, t->range_hi = prefix_end;
+        snprintf(t->why, sizeof t->why, "each bucket: the first candidate that takes the weights and covers its rows; a "
+                 "sequence chunk, cut at %" PRId64 " rows of the declared %" PRId64 " (the kernels' extent)", prefix_end, hi);
+    } else if (t->served) {
         snprintf(t->why, sizeof t->why, "each bucket: the first candidate whose layout takes the weights' encodings and whose "
                                         "extent covers its rows");
+    }
     return RAD_OK;
 }
 

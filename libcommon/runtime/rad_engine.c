@@ -343,6 +343,21 @@ static void dev_finish_step(RadEngine *en, const RadBatch *b) {
     en->ids_valid = en->ids_issued;
 }
 
+/* RadWeightDecl.planes: NULL, or every plane of the tensor in its order ("codes,scale"), is the
+ * whole weight; a view of some planes (a weight of its scale plane alone) is not served yet, and
+ * taking the whole weight in its place would be a substitution. */
+static int weight_planes_ok(const RadEngine *en, int i, const RadTensor *t, RadErr *e) {
+    const char *want = en->g.w[i].d.planes;
+    if (!want) return RAD_OK;
+    char have[RAD_MAX_PLANES * 17] = "";
+    size_t k = 0;
+    for (uint32_t p = 0; p < t->n_planes && k < sizeof have; p++)
+        k += (size_t)snprintf(have + k, sizeof have - k, "%s%s", p ? "," : "", t->planes[p].name);
+    if (!strcmp(want, have)) return RAD_OK;
+    return rad_err_set(e, RAD_E_UNSUPPORTED, "weight '%s' (tensor '%s'): planes '%s': the tensor's planes are '%s'; a view of some "
+                       "planes is not served yet (NULL, or every plane in order)", en->g.w[i].name, t->name, want, have);
+}
+
 static int bind_weights(RadEngine *en, RadErr *e) {
     en->w = calloc((size_t)(en->g.n_w ? en->g.n_w : 1), sizeof *en->w);
     const RadTensor **tens = malloc((size_t)(en->g.n_w ? en->g.n_w : 1) * sizeof *tens);
@@ -360,7 +375,8 @@ static int bind_weights(RadEngine *en, RadErr *e) {
     for (int i = 0; i < en->g.n_w; i++) {
         const RadTensor *t = tens[i] = weight_tensor(en, i);
         first[i] = i;
-        int rc = t ? weight_extent(en, i, t, &ext[i], e) : RAD_OK;
+        int rc = t ? weight_planes_ok(en, i, t, e) : RAD_OK;
+        if (!rc && t) rc = weight_extent(en, i, t, &ext[i], e);
         if (rc) {
             free(tens), free(first), free(pack), free(ext);
             return rc;
@@ -723,7 +739,7 @@ static int build_kv(RadEngine *en, RadErr *e) {
             if (en->g.layer_kv[l] != gi) continue;
             uint8_t *pool = en->kv[gi].pools[li++];
             if (en->dev) pool = en->dev_pools[gi] + (pool - en->kv[gi].pool_map);
-            en->kv_state[l] = (RadKvState){.group = {gi}, .pool = pool, .dtype = k->d.dtype,
+            en->kv_state[l] = (RadKvState){.group = {gi}, .pool = pool, .dtype = k->d.dtype, .kv_quant = en->ctx.kv_quant,
                                            .block_size = k->block_size, .n_head_kv = k->d.n_head_kv,
                                            .head_dim = k->d.head_dim, .layer = (uint32_t)l, .block_bytes = bb,
                                            .max_blocks = en->kv[gi].max_blocks, .n_blocks = en->kv[gi].n_blocks};
@@ -778,6 +794,9 @@ static int c_issue(RadCtx *c, rad_op h, const RadOperand *ops, uint32_t n_ops, u
     if (n == RAD_EXTENT_BATCH) n = en->batch->n_tok;
     if (n == 0) return RAD_E_SHAPE; /* zero rows is not a call: nothing runs, nothing written */
     const RadSelectTable *cand = &op->sel;
+    if ((int64_t)n > cand->range_hi) /* the workspace and the buckets end at the declared range */
+        return step_err(en, "op '%s' (#%d) issued over %" PRIu64 " rows, past the %" PRId64 " its range declares", op->op, h.id, n,
+                        cand->range_hi);
     issue_prefetch(en, op, cand, ops, n_ops);
     const int bucket = rad_select_bucket(cand, (int64_t)n);
     const RadKernel *k = bucket >= 0 ? cand->pick[bucket] : NULL;
@@ -857,6 +876,70 @@ static void c_step_fail(RadCtx *c, const char *what) { step_err(E(c), "%s", what
 static int c_lane(RadCtx *c, int lane) { (void)c; return lane == 0 ? RAD_OK : RAD_E_UNSUPPORTED; }
 
 static const RadCtxApi CTX_API = {sizeof(RadCtxApi), c_issue, c_step_fail, c_lane};
+
+/* ---- what a plugin may declare that this core does not serve ---------------------------------
+ * Refused at open by name: an accepted declaration that changes nothing would be a silent
+ * substitution (../shared/spec/architecture-plugins.md). docs/PLUGINS.md, "What the core serves". */
+static int refuse_unserved(RadEngine *en, const char *model, RadErr *e) {
+    const char *pn = en->arch->info->name;
+    const RadGraph *g = &en->g;
+    if (g->has_drafter) /* its draft passes (RadBatch.draft_pass) are never issued here */
+        return rad_err_set(e, RAD_E_UNSUPPORTED, "%s: plugin '%s' declares a drafter of its own (rad_declare_drafter, depth %u): "
+                           "the engine does not run a plugin's draft passes yet (--spec ngram or --draft FILE draft outside "
+                           "the model)", model, pn, g->drafter.depth);
+    if (g->scores)
+        return rad_err_set(e, RAD_E_UNSUPPORTED, "%s: plugin '%s' opts into scored steps (rad_declare_scores): the engine runs "
+                           "no host-side scored step", model, pn);
+    if (g->n_encoders)
+        return rad_err_set(e, RAD_E_UNSUPPORTED, "%s: plugin '%s' declares %d encoder tower(s) (rad_declare_encoder): the engine "
+                           "runs no vision or audio encoder", model, pn, g->n_encoders);
+    if (g->n_generators)
+        return rad_err_set(e, RAD_E_UNSUPPORTED, "%s: plugin '%s' declares %d generation program(s) (rad_declare_generator): the "
+                           "engine runs no image, audio or video generation", model, pn, g->n_generators);
+    if (en->arch->text_prepare)
+        return rad_err_set(e, RAD_E_UNSUPPORTED, "%s: plugin '%s' exports rad_arch_text_prepare: the server does not rewrite "
+                           "request text yet, and serving it unrewritten would not be the model's training form", model, pn);
+    for (int i = 0; i < g->n_bufs; i++)
+        if (g->bufs[i].d.kind == RAD_BUF_DERIVED)
+            return rad_err_set(e, RAD_E_UNSUPPORTED, "%s: plugin '%s': buffer '%s' is DERIVED ('%s'): the core computes no "
+                               "per-step derivation yet", model, pn, g->bufs[i].name, g->bufs[i].d.derive);
+    for (int i = 0; i < g->n_ops; i++)
+        for (uint32_t j = 0; j < g->ops[i].n_params; j++)
+            if (g->ops[i].params[j].role == RAD_PROLE_CAPACITY)
+                return rad_err_set(e, RAD_E_UNSUPPORTED, "%s: plugin '%s': op '%s' parameter '%s' is a CAPACITY "
+                                   "(RAD_PROLE_CAPACITY): the core sizes no capacity parameter yet", model, pn, g->ops[i].op,
+                                   g->ops[i].params[j].name);
+    return RAD_OK;
+}
+
+/* Steps are cut at every op's sequence chunk (RAD_PROLE_SEQ_CHUNK: "the core cuts steps on it"):
+ * a range parameter's end as selection served it (the declared end, or where the kernels'
+ * extents stop below it: rad_select_table), an int parameter's value. */
+static void cut_steps(RadEngine *en) {
+    for (int i = 0; i < en->g.n_ops; i++) {
+        const RadGOp *op = &en->g.ops[i];
+        if (op->declined) continue;
+        for (uint32_t j = 0; j < op->n_params; j++) {
+            const RadParam *p = &op->params[j];
+            if (p->role != RAD_PROLE_SEQ_CHUNK) continue;
+            const int64_t hi = p->kind == RAD_PARAM_RANGE ? op->sel.range_hi : p->lo;
+            if (hi >= 1 && hi < (int64_t)en->ctx.max_tok) en->ctx.max_tok = (uint32_t)hi;
+        }
+    }
+}
+
+/* The persistent region starts zeroed (an accumulator's first step adds to zeros), on the device too. */
+static int persist_zero(RadEngine *en, RadErr *e) {
+    const size_t n = en->g.persist_bytes;
+    if (!n) return RAD_OK;
+    if (!en->dev) return memset(en->persist, 0, n), RAD_OK;
+    void *z = calloc(1, n);
+    const int rc = z ? en->dev->copy(en->dev_state, en->persist, z, n, 1) : RAD_E_NOMEM;
+    free(z);
+    return rc ? rad_err_set(e, rc, "kernel library '%s': the %zu-byte persistent region could not be zeroed: %s",
+                            en->libs[0]->info->name, n, rad_status_name(rc))
+              : RAD_OK;
+}
 
 /* ---- the tuning table ---------------------------------------------------------------------- */
 
@@ -1061,16 +1144,14 @@ static int engine_open(RadEngine *en, const RadEngineOpts *o, uint32_t rank, uin
                                  .tune = en->tune};
     if ((rc = rad_graph_declare(&en->g, en->arch, &en->meta, &en->ctx, &en->select, container_lookup, en, e))) return rc;
     if ((rc = rad_graph_check_encodings(&en->g, e))) return rc;
-    if (en->g.has_drafter) /* its draft passes (RadBatch.draft_pass) are never issued here: refused, not ignored */
-        return rad_err_set(e, RAD_E_UNSUPPORTED, "%s: plugin '%s' declares a drafter of its own (rad_declare_drafter, depth %u): "
-                           "the engine does not run a plugin's draft passes yet (--spec ngram or --draft FILE draft outside "
-                           "the model)", o->model, en->arch->info->name, en->g.drafter.depth);
+    if ((rc = refuse_unserved(en, o->model, e))) return rc;
     if ((rc = rad_graph_plan(&en->g, e))) return rc;
     en->arena = mem_alloc(en, en->g.arena_bytes);
     en->persist = mem_alloc(en, en->g.persist_bytes);
     if (!en->arena || !en->persist)
         return rad_err_set(e, RAD_E_NOMEM, "cannot allocate the %" PRIu64 "-byte activation arena%s", en->g.arena_bytes,
                            en->dev ? " in device memory" : "");
+    if ((rc = persist_zero(en, e))) return rc;
     if (en->dev) { /* a step's raw operands, and the host copy of what it returns */
         en->dev_raw_cap = (size_t)16 * 4 * ((size_t)en->ctx.max_tok + en->ctx.max_seqs + 1) + ((size_t)64 << 10);
         const int out = en->g.logits.id >= 0 ? en->g.logits.id : en->g.pooled.id;
@@ -1081,6 +1162,7 @@ static int engine_open(RadEngine *en, const RadEngineOpts *o, uint32_t rank, uin
             return rad_err_set(e, RAD_E_NOMEM, "out of memory for a step's operands on kernel library '%s'", en->libs[0]->info->name);
     }
     if ((rc = build_candidates(en, e))) return rc; /* first: the picks decide which weights are packed */
+    cut_steps(en);
     if ((rc = check_kv_kernels(en, e))) return rc;
     if ((rc = bind_weights(en, e))) return rc;
     if ((rc = dev_upload_weights(en, e))) return rc;

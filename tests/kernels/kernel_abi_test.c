@@ -268,7 +268,8 @@ Test(kernel_abi, zero_rows) {
         else if (!strcmp(op, "rope")) a[0] = fbuf(o, 4, 4), a[1] = raw_i32(ids, 4), na = 2;
         else if (!strcmp(op, "attn_paged"))
             a[0] = fbuf(x, 4, 4), a[1] = fbuf(y, 4, 4), a[2] = fbuf(z, 4, 4), a[3] = fbuf(o, 4, 4), na = 4;
-        else if (!strcmp(op, "silu_mul") || !strcmp(op, "add")) a[0] = fbuf(x, 4, 4), a[1] = fbuf(y, 4, 4), a[2] = fbuf(o, 4, 4), na = 3;
+        else if (!strcmp(op, "silu_mul") || !strcmp(op, "add") || !strcmp(op, "decls_chunked")) /* decls_chunked: add's kernel */
+            a[0] = fbuf(x, 4, 4), a[1] = fbuf(y, 4, 4), a[2] = fbuf(o, 4, 4), na = 3;
         else if (!strcmp(op, "all_reduce")) a[0] = fbuf(o, 4, 4), na = 1;
         else if (!strcmp(op, "logits_gather")) a[0] = fbuf(x, 4, 4), a[1] = raw_i32(ids, 4), a[2] = fbuf(o, 4, 4), na = 3;
         else cr_assert_fail("untested op %s", op);

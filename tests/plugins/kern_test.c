@@ -474,6 +474,9 @@ static const RadKernel kernels[] = {
     K_("attn_paged", "generic", 0, 1, 0, 16, RAD_EXACT_TOLERANCE, 1e-5, NULL, run_attn_paged),
     K_("silu_mul", "generic", 0, 1, 0, 0, RAD_EXACT_TOLERANCE, 1e-6, NULL, run_silu_mul),
     K_("add", "generic", 0, 1, 0, 0, RAD_EXACT_BITWISE, 0.0, NULL, run_add),
+    /* a test op outside the vocabulary (tests/plugins/arch_decls.c): `add` over a sequence chunk
+     * of at most 2 rows, so the core must cut steps at this kernel's n_max */
+    K_("decls_chunked", "generic", 0, 1, 2, 0, RAD_EXACT_BITWISE, 0.0, NULL, run_add),
     K_("all_reduce", "generic", 0, 1, 0, 0, RAD_EXACT_BITWISE, 0.0, NULL, run_all_reduce),
     K_("logits_gather", "generic", 0, 1, 0, 0, RAD_EXACT_BITWISE, 0.0, NULL, run_logits_gather),
     K_("logits_gemm", "generic", RAD_ENC_PLAIN_FLOATS, 1, 0, 0, RAD_EXACT_BITWISE, 0.0, NULL, run_gemm),

@@ -7,7 +7,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "libcommon/format/rad_container.h"
 #include "libcommon/runtime/rad_engine_int.h" /* the per-op call counts */
 
 #include "tests/test_util.h"
@@ -15,22 +14,9 @@
 
 static char path[256];
 
-/* A container for a test architecture: tiny-Llama metadata under arch_id, one f32 weight "w". */
 static void write_container(const char *file, const char *arch_id) {
-    RadDict meta;
     RadErr e = {0};
-    tiny_llama_meta(&meta, 1, 4, 1, 1, 4, 4, 8, &e);
-    cr_assert_eq(rad_dict_set_str(&meta, "model.arch_id", arch_id, &e), RAD_OK, "%s", e.msg);
-    RadWriter *w;
-    cr_assert_eq(rad_writer_init(&w, file, NULL, 1, &e), RAD_OK, "%s", e.msg);
-    rad_writer_set_kv(w, 0, &meta, &e);
-    const float d[4] = {1, 2, 3, 4};
-    uint64_t shape[1] = {4};
-    RadPlaneSrc p = {"data", d, sizeof d};
-    cr_assert_eq(rad_writer_add_tensor(w, "w", RAD_ENC_F32, 1, shape, 1, &p, &e), RAD_OK, "%s", e.msg);
-    cr_assert_eq(rad_writer_finish(w, &e), RAD_OK, "%s", e.msg);
-    rad_writer_free(w);
-    rad_dict_free(&meta);
+    cr_assert_eq(tiny_arch_container(file, arch_id, &e), RAD_OK, "%s", e.msg);
 }
 
 static void setup(void) {
