@@ -616,7 +616,24 @@ static int pick_libs(RadEngine *en, RadErr *e) {
  * en->select), so what is left is to refuse, at open and not mid-step, an op the plugin did not
  * decline but some bucket of which no kernel serves; to size the workspace of the kernels
  * picked; and to find the KV layer an op reads. */
+/* RadKernel.act_dtype, the activations a kernel takes and produces, against the buffers the op
+ * declared it reads and writes: a mismatch is refused at open naming the op, the buffer and the
+ * kernel, not left to fail (or be misread) at the first step. */
+static int act_dtype_ok(const RadEngine *en, const RadGOp *op, int o, const RadKernel *k, int li, RadErr *e) {
+    for (int w = 0; w < 2; w++)
+        for (uint32_t i = 0; i < (w ? op->n_writes : op->n_reads); i++) {
+            const int id = (w ? op->writes : op->reads)[i].id;
+            if (id < 0 || id >= en->g.n_bufs || en->g.bufs[id].d.dtype == k->act_dtype) continue;
+            return rad_err_set(e, RAD_E_UNSUPPORTED, "op '%s' (#%d) %s buffer '%s' as %s, but its kernel %s:%s takes %s activations",
+                               op->op, o, w ? "writes" : "reads", en->g.bufs[id].name,
+                               rad_enc_info((RadEnc)en->g.bufs[id].d.dtype)->name, li >= 0 ? en->libs[li]->info->name : "?",
+                               k->variant, rad_enc_info((RadEnc)k->act_dtype)->name);
+        }
+    return RAD_OK;
+}
+
 static int build_candidates(RadEngine *en, RadErr *e) {
+    int rc;
     en->cand = calloc((size_t)(en->g.n_ops ? en->g.n_ops : 1), sizeof *en->cand);
     if (!en->cand) return rad_err_set(e, RAD_E_NOMEM, "out of memory");
     if (en->o.profile) { /* per bucket: a prefill and a decode may run different kernels of one op */
@@ -640,6 +657,7 @@ static int build_candidates(RadEngine *en, RadErr *e) {
         if (op->declined) continue; /* the plugin emits the chain instead */
         if (!rad_select_served(t)) return rad_err_set(e, RAD_E_UNSUPPORTED, "op '%s' (#%d): %s", op->op, o, t->why);
         for (int b = 0; b < t->n_buckets; b++) {
+            if ((rc = act_dtype_ok(en, op, o, t->pick[b], t->pick_lib[b], e))) return rc;
             if (!t->pick[b]->workspace || (b && t->pick[b] == t->pick[b - 1])) continue;
             size_t ws = t->pick[b]->workspace(op->params, op->n_params, t->range_hi);
             if (ws > en->workspace_bytes) en->workspace_bytes = ws;

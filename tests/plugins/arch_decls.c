@@ -5,6 +5,7 @@
  *   stray-map     a COPY name-map entry that sets ROWS' perm: refused at declare
  *   planes-view   the weight declared as a view of some planes: refused at open
  *   planes-all    the weight's planes listed whole ("data"): served
+ *   act-bf16      x is bf16, and kern_test's add takes f32 activations: refused at open
  *   persist       a PERSIST buffer: the region starts zeroed
  *   chunk3        an op's rows are a sequence chunk of at most 3, its kernel's (kern_test's)
  *                 at most 2: steps are cut at 2
@@ -36,7 +37,8 @@ static int declare(RadBuilder *b, const RadModelMeta *m, const RadBuildCtx *c) {
     if (is("planes-all")) wd.planes = "data"; /* every plane: the whole weight */
     if (is("planes-view")) wd.planes = "scale"; /* a view of a plane the tensor does not have alone */
     rad_decl_weight(b, "w", &wd);
-    RadBufDecl d = {.dtype = RAD_F32, .rank = 2, .shape = {2 * c->max_tok, 4}, .kind = RAD_BUF_TRANSIENT};
+    RadBufDecl d = {.dtype = is("act-bf16") ? RAD_BF16 : RAD_F32, .rank = 2, .shape = {2 * c->max_tok, 4},
+                    .kind = RAD_BUF_TRANSIENT};
     buf_x = rad_decl_buffer(b, "x", &d);
     if (is("derived")) {
         RadBufDecl dd = {.dtype = RAD_I32, .rank = 1, .shape = {c->max_tok}, .kind = RAD_BUF_DERIVED, .derive = "conv_state_index"};

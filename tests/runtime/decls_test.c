@@ -62,6 +62,7 @@ Test(decls, what_the_core_does_not_serve_is_refused_naming_the_plugin_and_the_de
     refused(path, "capacity", "decls_test", "op 'decls_router' parameter 'slots' is a CAPACITY");
     refused(path, "stray-map", "decls_test", "name map 'w': a COPY entry sets perm/heads");
     refused(path, "planes-view", "weight 'w'", "planes 'scale': the tensor's planes are 'data'");
+    refused(path, "act-bf16", "op 'add' (#0) reads buffer 'x' as bf16", "kern_test:generic takes f32 activations");
     refused(tp_path, "", "textprep_test", "rad_arch_text_prepare");
     /* and the plain program opens and steps, as it does with its weight's planes listed whole */
     for (int i = 0; i < 2; i++) {
