@@ -1994,6 +1994,9 @@ void rad_engine_dump_graph(const RadEngine *en, FILE *f) {
                           en->o.tune, en->tune->n);
     /* the plugin's own account of the shape it declared (rad_note), before the ops it explains */
     for (int i = 0; i < en->g.n_notes; i++) fprintf(f, "note: %s\n", en->g.notes[i]);
+    if (en->ctx.max_tok < en->o.max_tok) /* cut_steps */
+        fprintf(f, "steps: at most %u tokens, not %u: an op's sequence chunk ends there (its buckets below)\n", en->ctx.max_tok,
+                en->o.max_tok);
     for (int o = 0; o < en->g.n_ops; o++) {
         const RadGOp *op = &en->g.ops[o];
         const RadSelectTable *c = &op->sel;

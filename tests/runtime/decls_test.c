@@ -100,6 +100,13 @@ Test(decls, steps_are_cut_at_a_sequence_chunk) {
     uint64_t calls = 0;
     for (uint64_t i = 0; i < en->prof_n; i++) calls += en->prof_calls[i];
     cr_assert_eq(calls, 8, "%llu kernel calls: 7 tokens were not 4 steps of two ops", (unsigned long long)calls);
+    char *dump = NULL; /* --debug-graph says so */
+    size_t n = 0;
+    FILE *f = open_memstream(&dump, &n);
+    rad_engine_dump_graph(en, f);
+    fclose(f);
+    cr_assert(strstr(dump, "steps: at most 2 tokens, not 8"), "%s", dump);
+    free(dump);
     rad_engine_close(en);
 }
 
