@@ -506,7 +506,8 @@ static int b_drafter_refine(RadBuilder *b, int what) {
     if (!g->has_drafter) return gfail(g, "a drafter refinement before rad_declare_drafter"), RAD_E_ARG;
     if (what == 1) g->drafter_shared_kv = 1;
     else if (what == 2) g->drafter_tree = 1;
-    else g->drafter_short_block = 1;
+    else if (what == 3) g->drafter_short_block = 1;
+    else return gfail(g, "drafter refinement %d is none the ABI names (1 shared_kv, 2 tree, 3 short_block)", what), RAD_E_ARG;
     return RAD_OK;
 }
 

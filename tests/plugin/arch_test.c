@@ -201,6 +201,12 @@ static int decl_add_nan(RadBuilder *b, const RadModelMeta *m, const RadBuildCtx 
     RadNameMap e = {.kind = RAD_MAP_COPY, .dst = "output_norm.weight", .src = src, .add = INFINITY};
     return rad_decl_name_map(b, &e);
 }
+static int decl_refine_unknown(RadBuilder *b, const RadModelMeta *m, const RadBuildCtx *c) {
+    (void)m, (void)c;
+    RadDrafterDecl d = {.struct_size = sizeof d, .depth = 2};
+    rad_declare_drafter(b, &d);
+    return b->api->drafter_refine(b, 7); /* no refinement the ABI names */
+}
 static RadEnc lookup_f32(void *user, const char *name, const RadWeightDecl *d, const RadGMap *maps, int n_maps,
                          uint32_t *rank, uint64_t *shape) {
     (void)user, (void)name, (void)maps, (void)n_maps;
@@ -241,6 +247,7 @@ Test(builder, refusals_name_what_is_wrong, .init = setup) {
     expect_refusal(decl_plugin_refuses, lookup_all, "n_head_kv 5 does not divide n_head 9");
     expect_refusal(decl_add_on_rows, lookup_all, "name map 'output_norm.weight': add 1 needs a COPY entry");
     expect_refusal(decl_add_nan, lookup_all, "name map 'output_norm.weight': add inf needs a COPY entry and a finite value");
+    expect_refusal(decl_refine_unknown, lookup_all, "drafter refinement 7 is none the ABI names");
 }
 
 /* ---- uneven tensor-parallel splits (rad_weight_shard_span / _parts) -------------------------
