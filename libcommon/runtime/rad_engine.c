@@ -612,10 +612,6 @@ static int pick_libs(RadEngine *en, RadErr *e) {
     return RAD_OK;
 }
 
-/* The engine's side of each op's table: the graph chose the picks (rad_select_table under
- * en->select), so what is left is to refuse, at open and not mid-step, an op the plugin did not
- * decline but some bucket of which no kernel serves; to size the workspace of the kernels
- * picked; and to find the KV layer an op reads. */
 /* RadKernel.act_dtype, the activations a kernel takes and produces, against the buffers the op
  * declared it reads and writes: a mismatch is refused at open naming the op, the buffer and the
  * kernel, not left to fail (or be misread) at the first step. */
@@ -632,6 +628,10 @@ static int act_dtype_ok(const RadEngine *en, const RadGOp *op, int o, const RadK
     return RAD_OK;
 }
 
+/* The engine's side of each op's table: the graph chose the picks (rad_select_table under
+ * en->select), so what is left is to refuse, at open and not mid-step, an op the plugin did not
+ * decline but some bucket of which no kernel serves (or one whose activations its buffers are
+ * not); to size the workspace of the kernels picked; and to find the KV layer an op reads. */
 static int build_candidates(RadEngine *en, RadErr *e) {
     int rc;
     en->cand = calloc((size_t)(en->g.n_ops ? en->g.n_ops : 1), sizeof *en->cand);
@@ -657,8 +657,9 @@ static int build_candidates(RadEngine *en, RadErr *e) {
         if (op->declined) continue; /* the plugin emits the chain instead */
         if (!rad_select_served(t)) return rad_err_set(e, RAD_E_UNSUPPORTED, "op '%s' (#%d): %s", op->op, o, t->why);
         for (int b = 0; b < t->n_buckets; b++) {
+            if (b && t->pick[b] == t->pick[b - 1]) continue; /* the bucket before's kernel: checked and sized */
             if ((rc = act_dtype_ok(en, op, o, t->pick[b], t->pick_lib[b], e))) return rc;
-            if (!t->pick[b]->workspace || (b && t->pick[b] == t->pick[b - 1])) continue;
+            if (!t->pick[b]->workspace) continue;
             size_t ws = t->pick[b]->workspace(op->params, op->n_params, t->range_hi);
             if (ws > en->workspace_bytes) en->workspace_bytes = ws;
         }

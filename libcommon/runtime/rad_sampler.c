@@ -129,9 +129,6 @@ static int by_logit_desc(const void *a, const void *b, void *ctx) {
 
 int32_t rad_sampler_sample(RadSampler *s, const float *logits) { return rad_sampler_sample_masked(s, logits, NULL); }
 
-/* The logits a choice is made from: bias, penalties and the mask applied (in s->work), or the
- * row itself when none applies. *only >= 0: every allowed logit is NaN or -inf, nothing can be
- * ranked, and that token (the first allowed) is the choice. */
 /* Bias or a penalty changes the logits before a choice. */
 static int adjusts(const RadSamplerParams *p) {
     return p->n_bias || p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
@@ -139,6 +136,9 @@ static int adjusts(const RadSamplerParams *p) {
 
 int rad_sampler_plain_greedy(const RadSampler *s) { return s->p.temperature == 0.0f && !adjusts(&s->p); }
 
+/* The logits a choice is made from: bias, penalties and the mask applied (in s->work), or the
+ * row itself when none applies. *only >= 0: every allowed logit is NaN or -inf, nothing can be
+ * ranked, and that token (the first allowed) is the choice. */
 static const float *adjusted(RadSampler *s, const float *logits, const uint64_t *allow, int32_t *only) {
     uint32_t n = s->n_vocab;
     const float rp = s->p.repetition_penalty;

@@ -58,8 +58,8 @@ static int declare(RadBuilder *b, const RadModelMeta *m, const RadBuildCtx *c) {
     rad_op_reads(b, op_add, RAD_BUFS(buf_x), 1);
     rad_op_writes(b, op_add, RAD_BUFS(buf_x), 1);
     if (is("capacity")) {
-        rad_op o = RAD_OP(b, "decls_router", RAD_PARAMS(RAD_RANGE("M", 1, c->max_tok), RAD_INT("N", 4),
-                                                        ((RadParam){"slots", RAD_PARAM_INT, RAD_PROLE_CAPACITY, 64, 64, 0.0})), RAD_NO_WEIGHTS);
+        const RadParam slots = {"slots", RAD_PARAM_INT, RAD_PROLE_CAPACITY, 64, 64, 0.0};
+        rad_op o = RAD_OP(b, "decls_router", RAD_PARAMS(RAD_RANGE("M", 1, c->max_tok), RAD_INT("N", 4), slots), RAD_NO_WEIGHTS);
         (void)o;
     }
     if (is("scores")) rad_declare_scores(b);
