@@ -10,6 +10,7 @@ tests compare against, computed by Hugging Face transformers on the CPU in f32.
     /work/venv-hf/bin/python scripts/gen-oracle.py --family qwen05   # a real checkpoint's cases, spliced in
     /work/venv-hf/bin/python scripts/gen-oracle.py --tiny-qwen3      # ~10 s: the random Qwen3's cases, spliced in
     /work/venv-hf/bin/python scripts/gen-oracle.py --tiny-qwen3-fp8  # ~10 s: the random fp8 Qwen3's, spliced in
+    /work/venv-hf/bin/python scripts/gen-oracle.py --tiny-qwen3-fp8-tensor  # its per-tensor twin's
 
 Two models:
   smollm2          models/SmolLM2-135M-Instruct.Q4_1.gguf, dequantised to f32 by transformers'
@@ -270,6 +271,8 @@ TINY_QWEN3_PROMPTS = [("len1", 1), ("len7", 7), ("len40", 40), ("len150", 150)]
 
 TINY_QWEN3_FP8 = os.path.join(ROOT, "tests", "fixtures", "tiny-qwen3-fp8")
 TINY_QWEN3_FP8_SEED = 13
+TINY_QWEN3_FP8T = os.path.join(ROOT, "tests", "fixtures", "tiny-qwen3-fp8-tensor")  # --per-tensor
+TINY_QWEN3_FP8T_SEED = 17
 
 
 def gen_tiny_qwen3():
@@ -299,34 +302,43 @@ def gen_tiny_qwen3():
         "weights": "bf16, widened to f32 exactly (the GGUF holds the same values in f32)", "compute": "f32"})
 
 
-def gen_tiny_qwen3_fp8():
-    """Writes qwen3fp8-tiny-<case>.bin for scripts/make-tiny-qwen3-fp8.py's block-scaled fp8 Qwen3:
+def gen_tiny_qwen3_fp8(per_tensor=False):
+    """Writes qwen3fp8-tiny-<case>.bin for scripts/make-tiny-qwen3-fp8.py's block-scaled fp8 Qwen3
+    (per_tensor: qwen3fp8t-tiny-<case>.bin for its --per-tensor twin, one 0-d scale a tensor):
     transformers' own fp8 loader (FineGrainedFP8, which on a machine without a GPU dequantises
     every linear to codes * scale in the dtype asked: f32 here) and f32 compute. The loaded weights
-    are checked equal to codes.float() * scale per 128x128 block, the definition the kernels use."""
+    are checked equal to codes.float() * scale per 128x128 block (or per tensor), the definition
+    the kernels use."""
     from safetensors.torch import load_file
+    folder = TINY_QWEN3_FP8T if per_tensor else TINY_QWEN3_FP8
     torch.manual_seed(0)
     torch.set_num_threads(THREADS)
     torch.use_deterministic_algorithms(True)
-    model = plain(AutoModelForCausalLM.from_pretrained(TINY_QWEN3_FP8, dtype=torch.float32, attn_implementation="eager"),
+    model = plain(AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager"),
                   torch.float32, "Qwen3RMSNorm")
-    st = load_file(os.path.join(TINY_QWEN3_FP8, "model.safetensors"))
+    st = load_file(os.path.join(folder, "model.safetensors"))
     n_fp8 = 0
     for k, t in st.items():
         if t.dtype != torch.float8_e4m3fn:
             continue
         s = st[k + "_scale_inv"]
-        want = t.to(torch.float32) * s.repeat_interleave(128, 0).repeat_interleave(128, 1)[:t.shape[0], :t.shape[1]]
+        assert (s.dim() == 0) == per_tensor, f"{k}_scale_inv has shape {list(s.shape)}"
+        if not per_tensor:
+            s = s.repeat_interleave(128, 0).repeat_interleave(128, 1)[:t.shape[0], :t.shape[1]]
+        want = t.to(torch.float32) * s
         got = model.get_parameter(k)
         assert torch.equal(got.detach(), want), f"{k}: transformers' dequantised weight is not codes * scale"
         n_fp8 += 1
     assert n_fp8 == 7 * model.config.num_hidden_layers, n_fp8
-    gen_tiny_random("tiny-qwen3-fp8", "qwen3fp8-tiny-", model, None, TINY_QWEN3_FP8_SEED, {
-        "source": [os.path.relpath(TINY_QWEN3_FP8, ROOT)],
-        "sha256": {f: sha256(os.path.join(TINY_QWEN3_FP8, f)) for f in sorted(os.listdir(TINY_QWEN3_FP8))},
+    scales = ("one f32 scale for the whole tensor (weight_block_size null)" if per_tensor
+              else "their 128x128 block's f32 scale")
+    gen_tiny_random("tiny-qwen3-fp8" + ("-tensor" if per_tensor else ""), "qwen3fp8t-tiny-" if per_tensor else "qwen3fp8-tiny-",
+                    model, None, TINY_QWEN3_FP8T_SEED if per_tensor else TINY_QWEN3_FP8_SEED, {
+        "source": [os.path.relpath(folder, ROOT)],
+        "sha256": {f: sha256(os.path.join(folder, f)) for f in sorted(os.listdir(folder))},
         "load": "AutoModelForCausalLM.from_pretrained(folder, dtype=float32, attn_implementation='eager') "
                 "(FineGrainedFP8: dequantised without a GPU)",
-        "weights": "fp8 e4m3 codes times their 128x128 block's f32 scale, in f32 (checked against the file)",
+        "weights": f"fp8 e4m3 codes times {scales}, in f32 (checked against the file)",
         "compute": "f32"})
 
 
@@ -473,7 +485,11 @@ def main():
                     help="only (re)write the random Qwen3's cases (scripts/make-tiny-qwen3.py), splicing them in")
     ap.add_argument("--tiny-qwen3-fp8", action="store_true",
                     help="only (re)write the random fp8 Qwen3's cases (scripts/make-tiny-qwen3-fp8.py), splicing them in")
+    ap.add_argument("--tiny-qwen3-fp8-tensor", action="store_true",
+                    help="only (re)write the per-tensor fp8 Qwen3's cases (make-tiny-qwen3-fp8.py --per-tensor)")
     args = ap.parse_args()
+    if args.tiny_qwen3_fp8_tensor:
+        return gen_tiny_qwen3_fp8(per_tensor=True)
     if args.tiny_qwen3:
         return gen_tiny_qwen3()
     if args.tiny_qwen3_fp8:

@@ -21,7 +21,15 @@ whole number of blocks, as in the real checkpoints and as transformers' CPU dequ
 checked in tests/kernels/ref_test.c against rad-kbench's reference. About 1.3 MB.
 
     /work/venv-hf/bin/python scripts/make-tiny-qwen3-fp8.py
+
+With --per-tensor, the same model quantised with one scale per tensor instead (transformers'
+FineGrainedFP8 with weight_block_size None: each `X.weight_scale_inv` a 0-d F32, scale = the
+tensor's amax / 448), into tests/fixtures/tiny-qwen3-fp8-tensor/, with hidden 320 and intermediate
+448 so the 128x128 grid the reader spreads each scale over ends in partial blocks on both axes.
+
+    /work/venv-hf/bin/python scripts/make-tiny-qwen3-fp8.py --per-tensor
 """
+import argparse
 import json
 import os
 
@@ -35,6 +43,7 @@ OUT = os.path.join(ROOT, "tests", "fixtures", "tiny-qwen3-fp8")
 SEED = 20261207
 LAYERS, HIDDEN, HEADS, KV_HEADS, HEAD_DIM, FF, VOCAB = 2, 256, 6, 2, 64, 384, 256
 THETA, EPS, CTX, BLOCK, FP8_MAX = 10000.0, 1e-6, 512, 128, 448.0
+PER_TENSOR = False
 LINEARS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
            "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
 
@@ -59,7 +68,8 @@ def config():
         "num_hidden_layers": LAYERS,
         "num_key_value_heads": KV_HEADS,
         "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
-                                "weight_block_size": [BLOCK, BLOCK], "modules_to_not_convert": ["lm_head"]},
+                                "weight_block_size": None if PER_TENSOR else [BLOCK, BLOCK],
+                                "modules_to_not_convert": ["lm_head"]},
         "rms_norm_eps": EPS,
         "rope_scaling": None,
         "rope_theta": THETA,
@@ -85,6 +95,12 @@ def quantise(w):
             scale[i, j] = s
             codes[i * BLOCK:(i + 1) * BLOCK, j * BLOCK:(j + 1) * BLOCK] = (blk / s).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
     return codes, scale
+
+
+def quantise_tensor(w):
+    """w: f32 [N, K] -> (codes float8_e4m3fn [N, K], scale f32 0-d): one scale for the tensor."""
+    s = w.abs().max().clamp(min=1e-12) / FP8_MAX
+    return (w / s).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn), s.reshape(())
 
 
 def dequantise(codes, scale):
@@ -122,7 +138,7 @@ def weights():
     for k, v in w.items():
         t = torch.from_numpy(v)
         if any(k.endswith(lin_name + ".weight") for lin_name in LINEARS):
-            codes, scale = quantise(t)
+            codes, scale = quantise_tensor(t) if PER_TENSOR else quantise(t)
             out[k] = codes.contiguous()
             out[k + "_scale_inv"] = scale.contiguous()
         else:
@@ -131,6 +147,11 @@ def weights():
 
 
 def main():
+    global OUT, PER_TENSOR, HIDDEN, FF
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--per-tensor", action="store_true", help="one scale per tensor, into tiny-qwen3-fp8-tensor/")
+    if ap.parse_args().per_tensor:
+        OUT, PER_TENSOR, HIDDEN, FF = OUT + "-tensor", True, 320, 448
     os.makedirs(OUT, exist_ok=True)
     with open(os.path.join(OUT, "config.json"), "w", encoding="utf-8") as f:
         json.dump(config(), f, indent=2)

@@ -26,7 +26,21 @@ void rad_model_free(RadModelFile *m) {
     for (int i = 0; i < m->n_ins; i++) rad_in_close(&m->ins[i]);
     free(m->ins);
     if (m->watch.on) close(m->watch.fd);
+    for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
+    free(m->owned);
     memset(m, 0, sizeof *m);
+}
+
+void *rad_model_alloc(RadModelFile *m, size_t n, RadErr *e) {
+    void **grown = realloc(m->owned, sizeof *grown * ((size_t)m->n_owned + 1));
+    void *p = grown ? calloc(1, n ? n : 1) : NULL;
+    if (grown) m->owned = grown;
+    if (!p) {
+        rad_err_set(e, RAD_E_NOMEM, "%s: out of memory (%zu bytes)", m->path, n);
+        return NULL;
+    }
+    m->owned[m->n_owned++] = p;
+    return p;
 }
 
 void rad_model_release_data(RadModelFile *m) {

@@ -67,6 +67,9 @@ typedef struct RadModelFile {
     uint64_t id;         /* .rad: the header's XXH3-64 (its prefix's header_checksum), which covers the
                             metadata and every plane's checksum: the container's identity, as rad-info
                             shows it and a tuning table is keyed by (0 for other formats) */
+    void **owned;        /* [n_owned] planes a reader made rather than mapped (a per-tensor fp8 scale
+                            spread over its 128x128 grid), freed with m, kept by rad_model_release_data */
+    int n_owned;
 } RadModelFile;
 
 /* Opens any supported input by path ("-" reads stdin) and fills m. Detects the kind from
@@ -110,6 +113,9 @@ void rad_model_release_data(RadModelFile *m);
 int rad_model_meta(const RadModelFile *m, RadModelMeta *out, RadErr *e);
 
 /* Helpers shared by the readers. */
+/* n zeroed bytes that m owns until rad_model_free (a plane's data a reader computes); NULL and
+ * RAD_E_NOMEM, one line naming m's path, when there is no memory. */
+void *rad_model_alloc(RadModelFile *m, size_t n, RadErr *e);
 int rad_model_add_tensor(RadModelFile *m, RadTensor *t, RadErr *e); /* takes t->name */
 const RadTensor *rad_model_find(const RadModelFile *m, const char *name);
 /* Removes the tensors whose drop[i] is set (the rest keep their order) and rebuilds the name

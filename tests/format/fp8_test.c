@@ -3,6 +3,7 @@
  * the container's checks of the two-plane form, and rad-convert's handling
  * (tests/fixtures/tiny-qwen3-fp8, scripts/make-tiny-qwen3-fp8.py). */
 #include <criterion/criterion.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,7 +128,40 @@ Test(fp8, the_reader_refuses_fp8_forms_it_does_not_read) {
                    "quantization_config.activation_scheme 'static': only 'dynamic' is read");
     config_refused("\"fmt\": \"e4m3\"", "\"fmt\": \"e5m2\"", "quantization_config.fmt 'e5m2'");
     config_refused("128,\n      128", "64,\n      64", "weight_block_size is not [128, 128]");
-    config_refused("\"weight_block_size\"", "\"weight_block_sizes\"", "weight_block_size is absent (per-tensor scales)");
+    /* with no block size each scale must be one value: a 3x2 grid is not */
+    config_refused("\"weight_block_size\"", "\"weight_block_sizes\"",
+                   "_scale_inv' is not one scale: with no quantization_config.weight_block_size, 'model.layers.");
+}
+
+/* Per-tensor scales (make-tiny-qwen3-fp8.py --per-tensor: weight_block_size null, each
+ * weight_scale_inv 0-d): each is spread over its weight's 128x128 grid, partial blocks included,
+ * so the weight is the same two-plane form as a block-scaled one. */
+Test(fp8, the_reader_spreads_a_per_tensor_scale_over_the_grid) {
+    RadModelFile m = {0};
+    RadErr e = {0};
+    cr_assert_eq(rad_model_open(FIX "-tensor", &m, &e), RAD_OK, "%s", e.msg);
+    int n2 = 0;
+    for (uint64_t i = 0; i < m.n_tensors; i++) {
+        const RadTensor *t = &m.tensors[i];
+        cr_assert_null(strstr(t->name, "scale_inv"), "%s left beside its weight", t->name);
+        if (t->n_planes != 2) continue;
+        n2++;
+        cr_assert(rad_tensor_is_f8_blocks(t), "%s", t->name);
+        cr_assert_str_eq(t->planes[1].name, "scale");
+        cr_assert_eq(t->planes[1].nbytes, rad_f8_scale_bytes(t->shape[0], t->shape[1]), "%s", t->name);
+        const float *g = (const float *)t->planes[1].data;
+        cr_assert(g[0] > 0 && isfinite(g[0]), "%s: scale %g", t->name, (double)g[0]);
+        for (uint64_t c = 1; c < t->planes[1].nbytes / 4; c++) cr_assert_eq(g[c], g[0], "%s: cell %" PRIu64, t->name, c);
+    }
+    cr_assert_eq(n2, 14);
+    const RadTensor *up = rad_model_find(&m, "model.layers.0.mlp.up_proj.weight"); /* [448, 320]: 4 x 3 blocks */
+    cr_assert(up && up->shape[0] == 448 && up->shape[1] == 320 && up->planes[1].nbytes == 4 * 3 * 4);
+    const RadTensor *down = rad_model_find(&m, "model.layers.0.mlp.down_proj.weight");
+    cr_assert(down && ((const float *)down->planes[1].data)[0] != ((const float *)up->planes[1].data)[0],
+              "two tensors' scales are the same value: not each its own");
+    rad_model_release_data(&m); /* the mapped planes go; the model's own stay until it is freed */
+    cr_assert_null(up->planes[1].data);
+    rad_model_free(&m);
 }
 
 /* The writer refuses a two-plane f8 tensor whose scale plane does not fit its shape, or whose

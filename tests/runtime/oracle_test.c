@@ -296,15 +296,13 @@ Test(oracle, tiny_qwen3_q8_0_near_transformers) {
     cr_assert_leq(kl, 3e-3, "q8_0 mean KL %.3e", kl);
 }
 
-/* A block-scaled fp8 Qwen3 (scripts/make-tiny-qwen3-fp8.py: e4m3 codes and 128x128 f32 scales, as
- * DeepSeek/Qwen3-FP8 checkpoints) converts to a container served by qwen3_fp8, every linear kept
- * as its codes and scales and run by a kernel that decodes them (ref:fp8), and matches
- * transformers' own fp8 loader (f32 compute: scripts/gen-oracle.py --tiny-qwen3-fp8) on the exact
- * path's bounds, every greedy continuation identical. */
-Test(oracle, tiny_qwen3_fp8_matches_transformers) {
+/* An fp8 Qwen3 folder converts to a container served by qwen3_fp8, every linear kept as its codes
+ * and scales and run by a kernel that decodes them (ref:fp8), and matches transformers' own fp8
+ * loader (f32 compute) on the exact path's bounds, every greedy continuation identical. */
+static void fp8_matches_transformers(const char *folder, const char *prefix, const char *label) {
     char cmd[1024], model[300];
-    snprintf(model, sizeof model, "%s/q3fp8.rad", dir);
-    snprintf(cmd, sizeof cmd, "%s --no-tokenizer tests/fixtures/tiny-qwen3-fp8 -o %s", conv, model);
+    snprintf(model, sizeof model, "%s/%s.rad", dir, label);
+    snprintf(cmd, sizeof cmd, "%s --no-tokenizer %s -o %s", conv, folder, model);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
     RadEngine *en = NULL;
     open_engine(&en, model, 0);
@@ -322,14 +320,27 @@ Test(oracle, tiny_qwen3_fp8_matches_transformers) {
     cr_assert_eq(f8, 2 * 4, "%d fp8 GEMM ops (qkv, o, gate/up, down: gemm_nt3, gemm_nt, gemm_nt2, gemm_nt a layer)", f8);
     rad_engine_close(en);
     Score s = {0};
-    run_model(model, "qwen3fp8-tiny-", 0, 1, &s);
+    run_model(model, prefix, 0, 1, &s);
     cr_assert_gt(s.gen_cases, 0);
     double agree = (double)s.agree / (double)s.positions, kl = s.kl_sum / (double)s.positions;
-    printf("oracle tiny qwen3 fp8: %" PRIu64 " positions, top-1 agreement %.4f, mean KL %.2e (max %.2e), greedy %" PRIu64
-           "/%" PRIu64 "\n", s.positions, agree, kl, s.kl_max, s.gen_exact, s.gen_cases);
+    printf("oracle tiny qwen3 %s: %" PRIu64 " positions, top-1 agreement %.4f, mean KL %.2e (max %.2e), greedy %" PRIu64
+           "/%" PRIu64 "\n", label, s.positions, agree, kl, s.kl_max, s.gen_exact, s.gen_cases);
     cr_assert_geq(agree, 0.99, "top-1 agreement %.4f", agree);
     cr_assert_leq(kl, 1e-3, "mean KL %.3e", kl);
     cr_assert_eq(s.gen_exact, s.gen_cases);
+}
+
+/* Block-scaled (scripts/make-tiny-qwen3-fp8.py: e4m3 codes and 128x128 f32 scales, as
+ * DeepSeek/Qwen3-FP8 checkpoints; scripts/gen-oracle.py --tiny-qwen3-fp8). */
+Test(oracle, tiny_qwen3_fp8_matches_transformers) {
+    fp8_matches_transformers("tests/fixtures/tiny-qwen3-fp8", "qwen3fp8-tiny-", "fp8");
+}
+
+/* One scale per tensor (make-tiny-qwen3-fp8.py --per-tensor: weight_block_size null, 0-d
+ * weight_scale_inv; hidden 320 and intermediate 448, so the grid the reader spreads each scale
+ * over ends in partial blocks; gen-oracle.py --tiny-qwen3-fp8-tensor). */
+Test(oracle, tiny_qwen3_fp8_per_tensor_matches_transformers) {
+    fp8_matches_transformers("tests/fixtures/tiny-qwen3-fp8-tensor", "qwen3fp8t-tiny-", "fp8-tensor");
 }
 
 /* A Qwen3 checkpoint without one layer's q_norm is refused at convert, naming the tensor (the

@@ -335,12 +335,12 @@ CASES += [
 FP8 = "tests/fixtures/tiny-qwen3-fp8"
 
 
-def fp8_folder(header_edit=None, config_edit=None):
-    """A copy of the fp8 fixture in {T}/q; the safetensors header's JSON text and config.json edited
-    (same length for the header, so the offsets stay valid)."""
+def fp8_folder(header_edit=None, config_edit=None, src=FP8):
+    """A copy of the fp8 fixture (src) in {T}/q; the safetensors header's JSON text and config.json
+    edited (same length for the header, so the offsets stay valid)."""
     def setup(t):
         d = os.path.join(t, "q")
-        shutil.copytree(os.path.join(ROOT, FP8), d)
+        shutil.copytree(os.path.join(ROOT, src), d)
         if header_edit:
             p = os.path.join(d, "model.safetensors")
             with open(p, "rb") as f:
@@ -364,7 +364,7 @@ def fp8_folder(header_edit=None, config_edit=None):
 def _qc(key, value):
     def edit(q):
         if value is None:
-            del q[key]
+            q.pop(key, None)
         else:
             q[key] = value
     return edit
@@ -384,9 +384,21 @@ CASES += [
     dict(name="parse-fp8-static-activations", setup=fp8_folder(config_edit=_qc("activation_scheme", "static")),
          argv=["{B}/radiance", "--model", "{T}/q", "--ids", "1,2", "-n", "1"], rc=1,
          stderr=r"q: quantization_config\.activation_scheme 'static': only 'dynamic' is read"),
-    dict(name="parse-fp8-per-tensor-scales", setup=fp8_folder(config_edit=_qc("weight_block_size", None)),
+    dict(name="parse-fp8-block-scales-without-block-size", setup=fp8_folder(config_edit=_qc("weight_block_size", None)),
          argv=["{B}/rad-convert", "--no-tokenizer", "{T}/q", "-o", "{T}/out.rad"], rc=1,
-         stderr=r"q: quantization_config\.weight_block_size is absent \(per-tensor scales\)", no_files=["{T}/out.rad*"]),
+         stderr=r"q: tensor 'model\.layers\.\d\.[a-z_.]+\.weight_scale_inv' is not one scale: with no "
+                r"quantization_config\.weight_block_size", no_files=["{T}/out.rad*"]),
+    dict(name="parse-fp8-per-tensor-scale-under-a-block-size",
+         setup=fp8_folder(config_edit=_qc("weight_block_size", [128, 128]), src=FP8 + "-tensor"),
+         argv=["{B}/rad-convert", "--no-tokenizer", "{T}/q", "-o", "{T}/out.rad"], rc=1,
+         stderr=r"q: tensor 'model\.layers\.\d\.[a-z_.]+\.weight_scale_inv' is not \[\d, \d\], one scale per 128x128 block",
+         no_files=["{T}/out.rad*"]),
+    # a weight whose scale is under another name would be served as its bare codes
+    dict(name="parse-fp8-weight-without-scale",
+         setup=fp8_folder(lambda h: h.replace('"model.layers.1.mlp.up_proj.weight_scale_inv"', '"model.layers.1.mlp.up_proj.weight_scale_inx"')),
+         argv=["{B}/rad-convert", "--no-tokenizer", "--drop-unclaimed", "{T}/q", "-o", "{T}/out.rad"], rc=1,
+         stderr=r"q: tensor 'model\.layers\.1\.mlp\.up_proj\.weight' is F8_E4M3 with no "
+                r"'model\.layers\.1\.mlp\.up_proj\.weight_scale_inv' beside it", no_files=["{T}/out.rad*"]),
     dict(name="parse-fp8-requantise", setup=fp8_folder(),
          argv=["{B}/rad-convert", "--no-tokenizer", "--quant", "q8_0", "{T}/q", "-o", "{T}/out.rad"], rc=1,
          stderr=r"--quant: weight 'blk\.0\.attn_q\.weight' is block-scaled f8_e4m3", no_files=["{T}/out.rad*"]),
