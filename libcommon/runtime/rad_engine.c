@@ -319,11 +319,15 @@ static void *dev_raw(RadEngine *en, const void *host, uint64_t bytes) {
 /* After the plugin's step on a CUDA deployment: the device finished (a refusal a kernel found
  * there is the step's), then what the tools read comes back to the host: the n_out rows of
  * logits, or the n_seq pooled rows (rank 0's: under --tp the tools read no other rank's). */
+static int tp_another_failed(const RadEngine *en);
 static void dev_finish_step(RadEngine *en, const RadBatch *b) {
     const int rc = en->dev->sync(en->dev_state);
     const char *lib = en->libs[0]->info->name;
     if (en->step_failed) return;
     if (rc != RAD_OK) {
+        /* a device's collectives are queued, so a rank another rank released learns it here (NCCL:
+         * the aborted communicator's kernels return, the sync fails), not from the collective's call */
+        if (rc == RAD_E_IO && en->world > 1 && tp_another_failed(en)) en->step_released = 1;
         step_err(en, "kernel library '%s': the step failed on the device: %s", lib, rad_status_name(rc));
         return;
     }
@@ -1212,7 +1216,13 @@ typedef struct RadTp {
     uint32_t left;                 /* ranks 1.. still in the current step */
     int quit;
     const RadBatch *b;             /* the current step's batch (rank 0's) */
+    atomic_int failed;             /* 1: a rank's own failure poisoned the communicators this step */
 } RadTp;
+
+static int tp_another_failed(const RadEngine *en) {
+    const RadTp *tp = en->root ? en->root->tp : en->tp;
+    return tp && atomic_load(&tp->failed);
+}
 
 /* Every library's communicator poisoned (on = 1: this rank left its step early, so no rank waits
  * on it) or usable again (on = 0, every rank out of the step). */
@@ -1252,7 +1262,11 @@ static void rank_step(RadEngine *en, const RadBatch *b) {
         step_err(en, "kernel library '%s': step_end failed: %s", en->libs[0]->info->name, rad_status_name(rc));
     if (en->dev) dev_finish_step(en, b);
     en->batch = NULL;
-    if (en->step_failed && en->world > 1) comm_abort_all(en, 1);
+    if (en->step_failed && en->world > 1) {
+        RadTp *tp = en->root ? en->root->tp : en->tp;
+        if (tp && !en->step_released) atomic_store(&tp->failed, 1); /* before the release the others see */
+        comm_abort_all(en, 1);
+    }
 }
 
 static void *rank_thread(void *arg) {
@@ -1282,6 +1296,7 @@ static void tp_step(RadEngine *en, const RadBatch *b) {
     RadTp *tp = en->tp;
     pthread_mutex_lock(&tp->mu);
     tp->b = b;
+    atomic_store(&tp->failed, 0);
     tp->left = tp->n - 1;
     tp->gen++;
     pthread_cond_broadcast(&tp->go);

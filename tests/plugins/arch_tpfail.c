@@ -1,7 +1,8 @@
 /* A test architecture for tensor parallelism's failure paths (tests/runtime/stepfail_test.c):
  * each rank issues add, all_reduce, add. With RAD_TEST_TPFAIL=RANK that rank fails its step
  * before the all_reduce, which the other ranks are then waiting in: the engine must release
- * them and report that rank's reason. With RAD_TEST_KVZERO=1 it declares a KV group empty on
+ * them and report that rank's reason (read at each step, so a test can fail one step and not
+ * the next). With RAD_TEST_KVZERO=1 it declares a KV group empty on
  * its rank (rad_kv_group_zero), which the engine refuses by name. The rank is per declare
  * (rad_builder_set_model): ranks of one process share this .so's statics. */
 #define RAD_PLUGIN_NAME "tpfail_test" /* before the header: it picks the name */
@@ -12,7 +13,6 @@ typedef struct TpModel {
     rad_op add, ar;
     rad_buf x;
     uint32_t rank;
-    int fail_here;
 } TpModel;
 
 static int declare(RadBuilder *b, const RadModelMeta *m, const RadBuildCtx *c) {
@@ -20,8 +20,6 @@ static int declare(RadBuilder *b, const RadModelMeta *m, const RadBuildCtx *c) {
     TpModel *t = rad_builder_alloc(b, sizeof *t);
     if (!t) return RAD_E_NOMEM;
     t->rank = c->rank;
-    const char *f = getenv("RAD_TEST_TPFAIL");
-    t->fail_here = f && *f && (uint32_t)atoi(f) == c->rank;
     RadWeightDecl wd = {.dtype = RAD_F32, .rank = 1, .shape = {4}, .access = RAD_ACCESS_PER_TOKEN};
     rad_decl_weight(b, "w", &wd);
     RadBufDecl d = {.dtype = RAD_F32, .rank = 2, .shape = {c->max_tok, 4}, .kind = RAD_BUF_TRANSIENT};
@@ -47,7 +45,8 @@ static void step(RadCtx *c, const struct RadBatch *bt) {
     const TpModel *t = c->model;
     RadOperand x = brows(t->x, bt->n_tok);
     RAD_ISSUE(c, t->add, x, x, x);
-    if (t->fail_here) rad_step_fail(c, "tpfail_test: this rank failed on purpose");
+    const char *f = getenv("RAD_TEST_TPFAIL");
+    if (f && *f && (uint32_t)atoi(f) == t->rank) rad_step_fail(c, "tpfail_test: this rank failed on purpose");
     RAD_ISSUE(c, t->ar, x);
     RAD_ISSUE(c, t->add, x, x, x);
 }

@@ -13,7 +13,8 @@
  * Under tensor parallelism each state is one rank's "device": the memory a state hands out is
  * that rank's, and a kernel, copy or free given another rank's memory is a breach as above (two
  * GPUs do not share memory). Its collectives are libref's over shared memory; a state refuses to
- * start on a device_index another rank of its communicator holds. */
+ * start on a device_index another rank of its communicator holds. RAD_FAKEDEV_ASYNC=1 makes a
+ * released collective return RAD_OK and the rank's next sync RAD_E_IO, as NCCL's queued ones do. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -31,6 +32,7 @@ typedef struct FakeState {
     uint32_t world;
     RadCommId comm;               /* the communicator's name (world > 1) */
     int in_step;                  /* between step_begin and step_end */
+    int pending_io;               /* RAD_FAKEDEV_ASYNC: a collective failed; the next sync says so */
 } FakeState;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -80,7 +82,15 @@ static int forward(uint32_t ki, const RadKernelArgs *a) {
     if (a->batch && is_dev(a->batch, 1)) return breach(k, "the batch is device memory (it is the host's)", 0);
     RadKernelArgs b = *a;
     b.lib_state = a->lib_state ? ((FakeState *)a->lib_state)->ref_state : NULL;
-    return k->run(&b);
+    const int rc = k->run(&b);
+    /* RAD_FAKEDEV_ASYNC=1: collectives are queued as NCCL's are, so a released one returns at
+     * once and its failure shows at the rank's sync */
+    const char *async = getenv("RAD_FAKEDEV_ASYNC");
+    if (rc == RAD_E_IO && s && async && !strcmp(async, "1") && (!strcmp(k->op, "all_reduce") || !strcmp(k->op, "all_gather"))) {
+        ((FakeState *)a->lib_state)->pending_io = 1;
+        return RAD_OK;
+    }
+    return rc;
 }
 
 /* One trampoline per libref table entry (run_b_j forwards entry 8b + j): a kernel's run knows only
@@ -175,6 +185,7 @@ static int fd_sync(void *state) {
     FakeState *s = state;
     if (!s || s->in_step) __atomic_add_fetch(&n_bad_hooks, 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&n_syncs, 1, __ATOMIC_RELAXED);
+    if (s && s->pending_io) return s->pending_io = 0, RAD_E_IO;
     return RAD_OK;
 }
 /* The step hooks, per rank: a begin, then an end, then the sync (a sync or a begin inside a step

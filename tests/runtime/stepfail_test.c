@@ -66,18 +66,20 @@ static void tp_teardown(void) {
     unlink(tp_path);
     unsetenv("RAD_TEST_TPFAIL");
     unsetenv("RAD_TEST_KVZERO");
+    unsetenv("RAD_FAKEDEV_ASYNC");
 }
 
-static int tp_open(uint32_t tp, RadEngine **en, RadErr *e) {
+static int tp_open_on(uint32_t tp, const char *kernels, RadEngine **en, RadErr *e) {
     const char *b = getenv("RAD_BUILD");
     static char d1[256], d2[256];
     snprintf(d1, sizeof d1, "%s/test-plugins", b ? b : "build");
     snprintf(d2, sizeof d2, "%s/plugins", b ? b : "build");
     const char *dirs[2] = {d1, d2};
-    RadEngineOpts o = {.model = tp_path, .plugin_dirs = dirs, .n_plugin_dirs = 2, .kernels = "ref", .max_tok = 8,
+    RadEngineOpts o = {.model = tp_path, .plugin_dirs = dirs, .n_plugin_dirs = 2, .kernels = kernels, .max_tok = 8,
                        .max_seqs = 1, .max_ctx = 16, .n_threads = 1, .tp = tp};
     return rad_engine_open(en, &o, e);
 }
+static int tp_open(uint32_t tp, RadEngine **en, RadErr *e) { return tp_open_on(tp, "ref", en, e); }
 
 Test(stepfail, a_failing_rank_releases_the_others, .init = tp_setup, .fini = tp_teardown) {
     test_deadline(60);
@@ -107,6 +109,36 @@ Test(stepfail, a_failing_rank_releases_the_others, .init = tp_setup, .fini = tp_
         rad_engine_drop_seq(en, 0);
     }
     rad_engine_close(en);
+}
+
+/* The same on a device library whose collectives are queued (tests/plugins/kern_fakedev.c with
+ * RAD_FAKEDEV_ASYNC=1, as NCCL's): a released rank's all_reduce returns at once and its sync
+ * fails. The failing rank's reason is still the one reported, not a released rank's sync. */
+Test(stepfail, a_failing_rank_releases_ranks_whose_collectives_are_queued, .init = tp_setup, .fini = tp_teardown) {
+    test_deadline(60);
+    setenv("RAD_FAKEDEV_ASYNC", "1", 1);
+    const int32_t ids[3] = {1, 2, 3};
+    for (int rank = 0; rank < 3; rank++) {
+        char v[16];
+        snprintf(v, sizeof v, "%d", rank);
+        setenv("RAD_TEST_TPFAIL", v, 1);
+        RadEngine *en = NULL;
+        RadErr e = {0};
+        cr_assert_eq(tp_open_on(3, "fakedev", &en, &e), RAD_OK, "%s", e.msg);
+        cr_assert_not_null(en->dev, "fakedev says CUDA: the ranks deploy on it");
+        cr_assert_neq(rad_engine_forward(en, 0, ids, 3, 0, 0, &e), RAD_OK, "rank %d failed and the step succeeded", rank);
+        char want[96];
+        if (rank) snprintf(want, sizeof want, "rank %d: tpfail_test: this rank failed on purpose", rank);
+        else snprintf(want, sizeof want, "step: tpfail_test: this rank failed on purpose");
+        cr_assert(strstr(e.msg, want), "rank %d: not its own reason: %s", rank, e.msg);
+        cr_assert_null(strstr(e.msg, "on the device"), "a released rank's sync was reported, not the failure: %s", e.msg);
+        unsetenv("RAD_TEST_TPFAIL"); /* the next step, on the same ranks, runs */
+        rad_engine_drop_seq(en, 0);
+        cr_assert_eq(rad_engine_forward(en, 0, ids, 3, 0, 0, &e), RAD_OK, "after rank %d's failure: %s", rank, e.msg);
+        rad_engine_drop_seq(en, 0);
+        rad_engine_close(en);
+    }
+    unsetenv("RAD_FAKEDEV_ASYNC");
 }
 
 Test(stepfail, a_zero_kv_group_is_refused_by_name, .init = tp_setup, .fini = tp_teardown) {
