@@ -130,6 +130,7 @@ int r4d_comm_join(const void *id, uint32_t rank, uint32_t world_size, int device
 void r4d_comm_leave(R4dComm *c);
 void r4d_comm_abort(void *state, int on);
 int r4d_comm_ready(R4dState *s);
+int r4d_wait(R4dState *s, cudaStream_t st); /* the stream done; under --tp, released when a rank fails */
 /* r4d_gemm.cu */
 void r4d_plans_free(R4dState *s);
 /* r4d_graph.cu */

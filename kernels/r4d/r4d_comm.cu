@@ -7,37 +7,74 @@
  * TOLERANCE 1e-5); with exact = 1 every rank's x is gathered and summed in rank order, so the
  * sum is the reference's, bit for bit on every rank. all_gather exchanges each rank's span
  * first (the tiling is checked on every rank before anything is written), then the columns.
- * comm_abort(1) aborts the NCCL communicator (a rank waiting in a collective returns) and every
- * collective after it returns RAD_E_IO; comm_abort(0) marks it for a fresh communicator, which
- * the ranks make together at their next collective from an id the process shares among them
- * (the engine's ranks are threads of one process). */
+ *
+ * A failing rank must release every rank (docs/PLUGINS.md, "Collectives"), and NCCL's
+ * collectives are queued: a rank waiting for one that stopped waits in its stream, not in a call.
+ * So the ranks of one communicator in this process (the engine's ranks are its threads) share a
+ * group, found by the root's id, with one abort flag, as libref's ranks share theirs.
+ * comm_abort(1) on any rank raises it. Communicators are non-blocking (ncclConfig_t.blocking 0),
+ * and every place a rank waits polls the flag: its init and its calls (ncclInProgress), and its
+ * stream (r4d_wait, used by sync, the copy back and the collectives themselves). A rank that sees
+ * the flag aborts its own communicator, on its own thread (ncclCommAbort: the kernels waiting
+ * for the stopped rank return), and its wait returns RAD_E_IO. comm_abort(0), once every rank has
+ * left the step, lowers the flag and asks every rank for a new communicator, which the ranks make
+ * together at their next step from an id rank 0 draws. */
 #include <nccl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "r4d.cuh"
 
+/* The ranks of one communicator in this process. */
+typedef struct R4dGroup {
+    uint8_t name[sizeof(RadCommId)]; /* the root's id */
+    int users;                    /* ranks joined (0: a free slot) */
+    int aborted;                  /* 1: every collective and wait of every rank returns RAD_E_IO (atomic) */
+    uint32_t want;                /* the generation every rank's communicator must be (0: the root's id) */
+    uint32_t drawn;               /* the generation `id` was drawn for by rank 0 */
+    ncclUniqueId id;
+} R4dGroup;
+
 struct R4dComm {
-    ncclComm_t nccl;
+    ncclComm_t nccl;              /* NULL: not made yet, or aborted (made again at the next step) */
     uint32_t rank, size;
     int device;
-    int aborted;                  /* 1: every collective returns RAD_E_IO until comm_abort(0) */
-    int stale;                    /* 1: nccl was aborted; make a new one at the next collective */
-                                  /* (nccl NULL and stale 0: not made yet; the first is made from name) */
-    uint8_t name[sizeof(RadCommId)]; /* the root's id: how the ranks of one group find each other */
-    uint32_t generation;          /* communicators made so far (the first is 0) */
+    uint32_t generation;          /* which of the group's communicators nccl is */
+    R4dGroup *g;
 };
 
-/* Fresh ids for re-made communicators, shared by the ranks of a group in this process. */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
-static struct Regen {
-    uint8_t name[sizeof(RadCommId)];
-    uint32_t generation;
-    ncclUniqueId id;
-} g_regen[16];
-static int g_n_regen;
+static R4dGroup g_groups[16];
+
+static int group_aborted(const R4dComm *c) { return __atomic_load_n(&c->g->aborted, __ATOMIC_ACQUIRE); }
+
+/* This rank's communicator aborted, on its own thread: what it queued returns. */
+static void comm_drop(R4dComm *c) {
+    if (c->nccl) ncclCommAbort(c->nccl), c->nccl = NULL;
+}
+
+/* A short pause in a polling wait: spin first (a decode step is short), then yield the core. */
+static void poll_pause(unsigned *spins) {
+    if (++*spins < 2048) return;
+    struct timespec ts = {0, 20000};
+    nanosleep(&ts, NULL);
+}
+
+/* An NCCL call's result on a non-blocking communicator: ncclInProgress is polled until the call
+ * is done, and abandoned (the communicator aborted) when the group's flag rises. */
+static int nccl_settle(R4dComm *c, ncclComm_t comm, ncclResult_t r) {
+    unsigned spins = 0;
+    while (r == ncclInProgress) {
+        if (group_aborted(c)) return RAD_E_IO;
+        poll_pause(&spins);
+        if (ncclCommGetAsyncError(comm, &r) != ncclSuccess) return RAD_E_IO;
+    }
+    return r == ncclSuccess ? RAD_OK : RAD_E_IO;
+}
 
 extern "C" int r4d_comm_id(uint32_t world_size, RadCommId *id) {
     if (!id || world_size < 2) return RAD_E_ARG;
@@ -50,21 +87,34 @@ extern "C" int r4d_comm_id(uint32_t world_size, RadCommId *id) {
 }
 
 extern "C" int r4d_comm_join(const void *id, uint32_t rank, uint32_t world_size, int device, R4dComm **out) {
+    if (rank >= world_size) return RAD_E_ARG;
     R4dComm *c = (R4dComm *)calloc(1, sizeof *c);
     if (!c) return RAD_E_NOMEM;
-    memcpy(c->name, id, sizeof c->name);
     c->rank = rank, c->size = world_size, c->device = device;
-    if (rank >= world_size) {
-        free(c);
-        return RAD_E_ARG;
+    pthread_mutex_lock(&g_mu);
+    int k = 0, free_k = -1;
+    for (; k < 16 && !(g_groups[k].users && !memcmp(g_groups[k].name, id, sizeof g_groups[k].name)); k++)
+        if (!g_groups[k].users && free_k < 0) free_k = k;
+    if (k == 16 && free_k >= 0) {
+        k = free_k;
+        memset(&g_groups[k], 0, sizeof g_groups[k]);
+        memcpy(g_groups[k].name, id, sizeof g_groups[k].name);
     }
+    if (k < 16) g_groups[k].users++, c->g = &g_groups[k];
+    pthread_mutex_unlock(&g_mu);
+    if (!c->g) return free(c), RAD_E_LIMIT;
     *out = c; /* joined at the first step (comm_ready): every rank must be there */
     return RAD_OK;
 }
 
 extern "C" void r4d_comm_leave(R4dComm *c) {
     if (!c) return;
-    if (c->nccl) c->stale ? ncclCommDestroy(c->nccl) : (ncclCommFinalize(c->nccl), ncclCommDestroy(c->nccl));
+    /* every launch is done (fini waited): an abort frees it without the peers' part of a finalize,
+     * which ranks closed one after another on one thread could not all give at once */
+    comm_drop(c);
+    pthread_mutex_lock(&g_mu);
+    c->g->users--;
+    pthread_mutex_unlock(&g_mu);
     free(c);
 }
 
@@ -72,11 +122,32 @@ extern "C" void r4d_comm_abort(void *state, int on) {
     R4dState *s = (R4dState *)state;
     if (!s || !s->comm || !r4d_bind(s)) return;
     R4dComm *c = s->comm;
+    pthread_mutex_lock(&g_mu);
     if (on) {
-        c->aborted = 1;
-        if (c->nccl && !c->stale) ncclCommAbort(c->nccl), c->nccl = NULL, c->stale = 1;
-    } else {
-        c->aborted = 0;
+        __atomic_store_n(&c->g->aborted, 1, __ATOMIC_RELEASE);
+        pthread_cond_broadcast(&g_cv); /* a rank waiting for a new id gives up */
+    } else if (group_aborted(c)) {
+        __atomic_store_n(&c->g->aborted, 0, __ATOMIC_RELEASE);
+        c->g->want++; /* every rank's communicator is made again: some were aborted mid-collective */
+    }
+    pthread_mutex_unlock(&g_mu);
+    if (on) comm_drop(c);
+}
+
+/* Waits for everything queued on stream st. With a communicator, it polls the group's flag while
+ * it waits: on a rise this rank's communicator is aborted (its queued collectives return) and
+ * the wait returns RAD_E_IO once the stream is done. */
+extern "C" int r4d_wait(R4dState *s, cudaStream_t st) {
+    R4dComm *c = s->comm;
+    if (!c) return cudaStreamSynchronize(st) == cudaSuccess ? RAD_OK : RAD_E_IO;
+    int released = 0;
+    unsigned spins = 0;
+    for (;;) {
+        const cudaError_t q = cudaStreamQuery(st);
+        if (q == cudaSuccess) return released ? RAD_E_IO : RAD_OK;
+        if (q != cudaErrorNotReady) return RAD_E_IO;
+        if (!released && group_aborted(c)) comm_drop(c), released = 1;
+        poll_pause(&spins);
     }
 }
 
@@ -84,38 +155,48 @@ extern "C" void r4d_comm_abort(void *state, int on) {
  * abort) a new one the group's ranks make together: rank 0 draws the id for the next
  * generation, the others wait for it. Called on the rank's own thread, outside any capture. */
 static int comm_ready(R4dComm *c) {
-    if (c->aborted) return RAD_E_IO;
-    if (c->nccl) return RAD_OK;
+    if (group_aborted(c)) return RAD_E_IO;
+    R4dGroup *g = c->g;
+    pthread_mutex_lock(&g_mu);
+    const uint32_t want = g->want;
+    pthread_mutex_unlock(&g_mu);
+    if (c->nccl && c->generation == want) return RAD_OK;
+    comm_drop(c); /* an older generation's: the group has moved on */
     ncclUniqueId u;
-    uint32_t gen = c->generation;
-    if (!c->stale) { /* the first: the root's id */
-        memcpy(&u, c->name, sizeof u);
+    if (want == 0) { /* the first: the root's id */
+        memcpy(&u, g->name, sizeof u);
     } else {
-        gen = c->generation + 1;
         pthread_mutex_lock(&g_mu);
-        int k = 0;
-        while (k < g_n_regen && memcmp(g_regen[k].name, c->name, sizeof c->name)) k++;
-        if (k == g_n_regen) {
-            if (k == 16) return pthread_mutex_unlock(&g_mu), RAD_E_LIMIT;
-            memcpy(g_regen[k].name, c->name, sizeof c->name), g_regen[k].generation = 0, g_n_regen++;
-        }
-        if (c->rank == 0 && g_regen[k].generation < gen) {
-            if (ncclGetUniqueId(&g_regen[k].id) != ncclSuccess) return pthread_mutex_unlock(&g_mu), RAD_E_IO;
-            g_regen[k].generation = gen;
+        if (c->rank == 0 && g->drawn < want) {
+            if (ncclGetUniqueId(&g->id) != ncclSuccess) return pthread_mutex_unlock(&g_mu), RAD_E_IO;
+            g->drawn = want;
             pthread_cond_broadcast(&g_cv);
         }
-        while (g_regen[k].generation < gen) pthread_cond_wait(&g_cv, &g_mu);
-        u = g_regen[k].id;
+        while (g->drawn < want && !group_aborted(c)) pthread_cond_wait(&g_cv, &g_mu);
+        const int ok = g->drawn >= want;
+        u = g->id;
         pthread_mutex_unlock(&g_mu);
+        if (!ok) return RAD_E_IO;
     }
-    if (cudaSetDevice(c->device) != cudaSuccess || ncclCommInitRank(&c->nccl, (int)c->size, u, (int)c->rank) != ncclSuccess)
-        return c->nccl = NULL, RAD_E_IO;
-    c->stale = 0, c->generation = gen;
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0; /* its init and calls return at once, so a rank can give up on one that stopped */
+    ncclComm_t comm = NULL;
+    if (cudaSetDevice(c->device) != cudaSuccess) return RAD_E_IO;
+    const ncclResult_t r = ncclCommInitRankConfig(&comm, (int)c->size, u, (int)c->rank, &cfg);
+    if ((r != ncclSuccess && r != ncclInProgress) || !comm) return RAD_E_IO;
+    if (nccl_settle(c, comm, r)) return ncclCommAbort(comm), RAD_E_IO;
+    c->nccl = comm, c->generation = want;
     return RAD_OK;
 }
 
 /* step_begin's: the communicator made before a capture can start (NCCL's setup is not captured). */
-extern "C" int r4d_comm_ready(R4dState *s) { return s && s->comm ? comm_ready(s->comm) : RAD_OK; }
+extern "C" int r4d_comm_ready(R4dState *s) {
+    if (!s || !s->comm) return RAD_OK;
+    const uint32_t had = s->comm->nccl ? s->comm->generation + 1 : 0;
+    const int rc = comm_ready(s->comm);
+    if (!rc && had && had != s->comm->generation + 1) r4d_graphs_free(s); /* a graph holds the old one's launches */
+    return rc;
+}
 
 extern "C" size_t r4d_comm_workspace(const RadParam *p, uint32_t np, int64_t n_max) {
     (void)p, (void)np, (void)n_max;
@@ -126,6 +207,7 @@ extern "C" size_t r4d_comm_workspace(const RadParam *p, uint32_t np, int64_t n_m
  * a size once reached is never allocated again. */
 static void *scratch(R4dState *s, size_t bytes) {
     if (s->coll_cap < bytes) {
+        if (r4d_wait(s, s->stream)) return NULL; /* a collective queued on the old one may wait for a stopped rank */
         cudaFree(s->coll); /* waits for the device: nothing queued still reads the old one */
         s->coll = NULL, s->coll_cap = 0;
         if (cudaMalloc(&s->coll, bytes) != cudaSuccess) return NULL;
@@ -170,13 +252,13 @@ static int all_reduce(const RadKernelArgs *a, int ordered) {
     float *tmp = NULL;
     if (ordered || x->row_stride != (uint64_t)N) {
         tmp = (float *)scratch(s, (size_t)n * sizeof(float) * (ordered ? s->world_size + 1 : 1));
-        if (!tmp) return RAD_E_NOMEM;
+        if (!tmp) return group_aborted(c) ? RAD_E_IO : RAD_E_NOMEM;
         k_pack_rows<<<blocks, 256, 0, s->stream>>>((const float *)x->data, x->row_stride, M, (uint64_t)N, tmp);
         R4D_LAUNCHED();
         flat = tmp;
     }
     if (!ordered) {
-        if (ncclAllReduce(flat, flat, n, ncclFloat32, ncclSum, c->nccl, s->stream) != ncclSuccess) return RAD_E_IO;
+        if (nccl_settle(c, c->nccl, ncclAllReduce(flat, flat, n, ncclFloat32, ncclSum, c->nccl, s->stream))) return RAD_E_IO;
         if (flat != x->data) {
             R4D_CU(cudaMemcpy2DAsync(x->data, x->row_stride * 4, flat, (size_t)N * 4, (size_t)N * 4, M, cudaMemcpyDeviceToDevice,
                                      s->stream));
@@ -184,7 +266,7 @@ static int all_reduce(const RadKernelArgs *a, int ordered) {
         return RAD_OK;
     }
     float *all = tmp + n;
-    if (ncclAllGather(tmp, all, n, ncclFloat32, c->nccl, s->stream) != ncclSuccess) return RAD_E_IO;
+    if (nccl_settle(c, c->nccl, ncclAllGather(tmp, all, n, ncclFloat32, c->nccl, s->stream))) return RAD_E_IO;
     k_sum_ranks<<<blocks, 256, 0, s->stream>>>(all, s->world_size, M, (uint64_t)N, (float *)x->data, x->row_stride);
     R4D_LAUNCHED();
     return RAD_OK;
@@ -228,11 +310,11 @@ extern "C" int r4d_run_all_gather(const RadKernelArgs *a) {
     /* 1. every rank's (col0, N, M): the tiling is checked on every rank before any column moves */
     int64_t mine[3] = {col0, N, (int64_t)M}, *spans_h = (int64_t *)malloc(sizeof(int64_t) * 3 * R);
     int64_t *dev = (int64_t *)scratch(s, sizeof(int64_t) * 3 * (R + 1));
-    if (!spans_h || !dev) return free(spans_h), RAD_E_NOMEM;
+    if (!spans_h || !dev) return free(spans_h), group_aborted(c) ? RAD_E_IO : RAD_E_NOMEM;
     if (cudaMemcpyAsync(dev, mine, sizeof mine, cudaMemcpyHostToDevice, s->stream) != cudaSuccess ||
-        ncclAllGather(dev, dev + 3, 3, ncclInt64, c->nccl, s->stream) != ncclSuccess ||
+        nccl_settle(c, c->nccl, ncclAllGather(dev, dev + 3, 3, ncclInt64, c->nccl, s->stream)) ||
         cudaMemcpyAsync(spans_h, dev + 3, sizeof(int64_t) * 3 * R, cudaMemcpyDeviceToHost, s->stream) != cudaSuccess ||
-        cudaStreamSynchronize(s->stream) != cudaSuccess)
+        r4d_wait(s, s->stream))
         return free(spans_h), RAD_E_IO;
     int64_t nmax = 0, covered = 0;
     int ok = 1;
@@ -246,7 +328,7 @@ extern "C" int r4d_run_all_gather(const RadKernelArgs *a) {
     /* 2. the columns: each rank's rows padded to nmax, gathered, then scattered into out */
     const size_t slot = (size_t)M * (size_t)nmax;
     float *buf = (float *)scratch(s, (slot * (R + 1)) * sizeof(float) + sizeof(int64_t) * 2 * R);
-    if (!buf) return free(spans_h), RAD_E_NOMEM;
+    if (!buf) return free(spans_h), group_aborted(c) ? RAD_E_IO : RAD_E_NOMEM;
     int64_t *spans_d = (int64_t *)(buf + slot * (R + 1));
     int64_t *pairs = (int64_t *)malloc(sizeof(int64_t) * 2 * R);
     if (!pairs) return free(spans_h), RAD_E_NOMEM;
@@ -256,11 +338,11 @@ extern "C" int r4d_run_all_gather(const RadKernelArgs *a) {
     if (cudaMemcpy2DAsync(buf, (size_t)nmax * 4, x->data, x->row_stride * 4, (size_t)N * 4, M, cudaMemcpyDeviceToDevice, s->stream) ==
             cudaSuccess &&
         cudaMemcpyAsync(spans_d, pairs, sizeof(int64_t) * 2 * R, cudaMemcpyHostToDevice, s->stream) == cudaSuccess &&
-        ncclAllGather(buf, buf + slot, slot, ncclFloat32, c->nccl, s->stream) == ncclSuccess) {
+        !nccl_settle(c, c->nccl, ncclAllGather(buf, buf + slot, slot, ncclFloat32, c->nccl, s->stream))) {
         const unsigned bx = r4d_blocks((uint64_t)nmax, 256) < 64 ? r4d_blocks((uint64_t)nmax, 256) : 64;
         k_scatter_cols<<<dim3(bx, R, (unsigned)M), 256, 0, s->stream>>>(buf + slot, spans_d, R, M, (uint64_t)nmax,
                                                                        (float *)out->data, out->row_stride);
-        rc = cudaGetLastError() == cudaSuccess && cudaStreamSynchronize(s->stream) == cudaSuccess ? RAD_OK : RAD_E_IO;
+        rc = cudaGetLastError() == cudaSuccess && !r4d_wait(s, s->stream) ? RAD_OK : RAD_E_IO;
     }
     free(pairs); /* the copy from it is done (synchronised above) */
     return rc;

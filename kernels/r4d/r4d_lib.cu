@@ -81,7 +81,7 @@ static void r4d_fini(void *state) {
     R4dState *s = (R4dState *)state;
     if (!s) return;
     r4d_bind(s);
-    if (s->stream) cudaStreamSynchronize(s->stream);
+    if (s->stream) r4d_wait(s, s->stream);
     r4d_comm_leave(s->comm);
     r4d_graphs_free(s);
     if (s->side) cudaStreamDestroy(s->side);
@@ -130,7 +130,7 @@ static int r4d_copy(void *state, void *dst, const void *src, size_t bytes, int t
     }
     if (cudaMemcpyAsync(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, s->stream) != cudaSuccess)
         return RAD_E_IO;
-    if (!to_device && cudaStreamSynchronize(s->stream) != cudaSuccess) return RAD_E_IO;
+    if (!to_device && r4d_wait(s, s->stream)) return RAD_E_IO;
     return RAD_OK;
 }
 /* The end of a step: every launch done; a refusal a kernel found on the device (r4d.cuh, err) is
@@ -139,8 +139,7 @@ static int r4d_sync(void *state) {
     R4dState *s = (R4dState *)state;
     if (!r4d_bind(s)) return RAD_E_ARG;
     int err = 0;
-    if (cudaMemcpyAsync(&err, s->err, sizeof err, cudaMemcpyDeviceToHost, s->stream) != cudaSuccess ||
-        cudaStreamSynchronize(s->stream) != cudaSuccess)
+    if (cudaMemcpyAsync(&err, s->err, sizeof err, cudaMemcpyDeviceToHost, s->stream) != cudaSuccess || r4d_wait(s, s->stream))
         return RAD_E_IO;
     if (err && cudaMemsetAsync(s->err, 0, sizeof(int), s->stream) != cudaSuccess) return RAD_E_IO;
     return err ? err : RAD_OK;
