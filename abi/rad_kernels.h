@@ -40,10 +40,14 @@ typedef enum RadExactness {
                                 within docs/OPS.md's per-output bound (gemm_nt, "Quantised activations").
                                 `tolerance` is its per-row figure on outlier-free rows, what the selector's
                                 --max-tolerance compares */
-    RAD_EXACT_BF16ACT = 3    /* ABI 1.6, GEMMs only: products of operands rounded to bf16 (the activations;
+    RAD_EXACT_BF16ACT = 3,   /* ABI 1.6, GEMMs only: products of operands rounded to bf16 (the activations;
                                 weights with more mantissa than bf16, f16's, too); every output within
                                 8e-3 * sum_k |x_k * w_k| (docs/OPS.md, gemm_nt, "bf16 products"). `tolerance`
                                 as Q8ACT's: its per-row figure on outlier-free rows */
+    RAD_EXACT_F8ACT = 4      /* ABI 1.10, GEMMs only: activations quantised per 1x128 group of K to f8 e4m3
+                                (scale amax/448, round to nearest even), weights exact, the products summed
+                                by fp8 tensor cores; every output within docs/OPS.md's per-output bound
+                                (gemm_nt, "fp8 activations"). `tolerance` as Q8ACT's */
 } RadExactness;
 
 /* One operand as a kernel sees it. Buffers are row-major with a row stride in elements. */
@@ -107,7 +111,7 @@ typedef struct RadKernel {
     int64_t n_min, n_max;       /* the ranged extent this kernel serves (n_max 0: no limit) */
     uint32_t kv_block_size;     /* attention: the KV block size it requires (0: none) */
     RadExactness exactness;
-    double tolerance;           /* RAD_EXACT_TOLERANCE: the bound it guarantees; Q8ACT, BF16ACT: its per-row figure */
+    double tolerance;           /* RAD_EXACT_TOLERANCE: the bound it guarantees; Q8ACT, BF16ACT, F8ACT: its per-row figure */
     uint32_t batch_invariant;   /* 1: results do not depend on other rows in the call */
     size_t (*workspace)(const RadParam *params, uint32_t n_params, int64_t n_max);
     int (*run)(const RadKernelArgs *a); /* RAD_OK or a RadStatus; never partial output on error */

@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #define RAD_ABI_MAJOR 1u
-#define RAD_ABI_MINOR 9u
+#define RAD_ABI_MINOR 10u
 
 typedef enum RadPluginKind {
     RAD_PLUGIN_ARCH = 1,    /* an architecture: declares and steps a model (abi/rad_arch.h) */

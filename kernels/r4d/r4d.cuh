@@ -117,6 +117,9 @@ size_t r4d_gemm_f32_workspace(const RadParam *p, uint32_t np, int64_t n_max);
 int r4d_run_gemm_bf16(const RadKernelArgs *a);    /* bf16 weights (packed or slabs), x rounded to bf16, cuBLASLt */
 int r4d_run_gemm_bf16_multi(const RadKernelArgs *a);
 size_t r4d_gemm_bf16_workspace(const RadParam *p, uint32_t np, int64_t n_max);
+int r4d_run_gemm_f8(const RadKernelArgs *a);      /* block-scaled f8 weights, x as e4m3 per 128-group, fp8 tensor cores */
+int r4d_run_gemm_f8_multi(const RadKernelArgs *a);
+size_t r4d_gemm_f8_workspace(const RadParam *p, uint32_t np, int64_t n_max);
 int r4d_run_attn_paged(const RadKernelArgs *a);  /* split-K over every row */
 int r4d_run_attn_flash(const RadKernelArgs *a);  /* tensor-core tiles for prefill runs, split-K for the rest */
 size_t r4d_attn_workspace(const RadParam *p, uint32_t np, int64_t n_max);

@@ -167,12 +167,14 @@ static int r4d_pack(void *state, RadDType enc, uint64_t rows, uint64_t cols, con
 #define TOL(t) RAD_EXACT_TOLERANCE, (t)
 #define Q8(t) RAD_EXACT_Q8ACT, (t)
 #define BF16P(t) RAD_EXACT_BF16ACT, (t)
+#define F8P(t) RAD_EXACT_F8ACT, (t)
 /* op, variant, weight encodings, rows [lo, hi], exactness, workspace, run, KV block, KV encodings, packed, window */
 #define K0_(OP, VAR, ENCS, LO, HI, EX, T, WS, RUN, KVB, KVENC, PACKED, WIN) \
     {sizeof(RadKernel), OP, VAR, ENCS, RAD_F32, LO, HI, KVB, EX, T, 1, WS, RUN, KVENC, 0, PACKED, NULL, 0, WIN}
 #define K_(...) K0_(__VA_ARGS__) /* BITWISE, TOL(t), ... expand to two arguments first */
 #define E_(OP, ENCS, EX, RUN) K_(OP, "cuda", ENCS, 1, 0, EX, NULL, RUN, 0, 0, 0, 0)
-#define GEMMS_(OP, RUN1, RUNQ, RUNF, RUNB)                                                                            \
+#define GEMMS_(OP, RUN1, RUNQ, RUNF, RUNB, RUN8)                                                                      \
+    K_(OP, "lt_fp8", RAD_ENC_BIT(RAD_ENC_F8_E4M3), R4D_GEMV_MAX_ROWS + 1, 0, F8P(5e-2), r4d_gemm_f8_workspace, RUN8, 0, 0, 0, 0), \
     K_(OP, "q8", RAD_ENC_GGML_BLOCKS, 1, R4D_GEMV_MAX_ROWS, Q8(2e-2), r4d_gemv_q8_workspace, RUNQ, 0, 0, 0, 0),       \
     K_(OP, "lt_bf16", R4D_GEMM_ENCS, R4D_GEMV_MAX_ROWS + 1, 0, BF16P(1e-2), r4d_gemm_bf16_workspace, RUNB, 0, 0, R4D_PLAIN, 0), \
     K_(OP, "gemv", R4D_GEMM_ENCS, 1, R4D_GEMV_MAX_ROWS, TOL(1e-4), NULL, RUN1, 0, 0, 0, 0),                           \
@@ -187,13 +189,16 @@ static const RadKernel kernels[] = {
     E_("add_rmsnorm", R4D_PLAIN, TOL(1e-5), r4d_run_add_rmsnorm),
     E_("head_rmsnorm", R4D_PLAIN, TOL(1e-5), r4d_run_head_rmsnorm),
     /* The selector takes the first kernel within --max-tolerance, so the lossy ones come first:
+     * --max-tolerance 5e-2 takes fp8 tensor cores for block-scaled f8 weights beyond 8 rows;
      * --fast (2e-2) takes q8 activations to 8 rows and bf16 tensor cores beyond; the default
      * (1e-3) passes over them to the exact GEMV to 8 rows, then slabs dequantised to f32 through
      * cuBLASLt. A decode row never takes lt_bf16 (dequantising a slab per token). */
-    GEMMS_("gemm_nt", r4d_run_gemv, r4d_run_gemv_q8, r4d_run_gemm_f32, r4d_run_gemm_bf16),
-    GEMMS_("logits_gemm", r4d_run_gemv, r4d_run_gemv_q8, r4d_run_gemm_f32, r4d_run_gemm_bf16),
-    GEMMS_("gemm_nt2", r4d_run_gemv_multi, r4d_run_gemv_q8_multi, r4d_run_gemm_f32_multi, r4d_run_gemm_bf16_multi),
-    GEMMS_("gemm_nt3", r4d_run_gemv_multi, r4d_run_gemv_q8_multi, r4d_run_gemm_f32_multi, r4d_run_gemm_bf16_multi),
+    GEMMS_("gemm_nt", r4d_run_gemv, r4d_run_gemv_q8, r4d_run_gemm_f32, r4d_run_gemm_bf16, r4d_run_gemm_f8),
+    GEMMS_("logits_gemm", r4d_run_gemv, r4d_run_gemv_q8, r4d_run_gemm_f32, r4d_run_gemm_bf16, r4d_run_gemm_f8),
+    GEMMS_("gemm_nt2", r4d_run_gemv_multi, r4d_run_gemv_q8_multi, r4d_run_gemm_f32_multi, r4d_run_gemm_bf16_multi,
+           r4d_run_gemm_f8_multi),
+    GEMMS_("gemm_nt3", r4d_run_gemv_multi, r4d_run_gemv_q8_multi, r4d_run_gemm_f32_multi, r4d_run_gemm_bf16_multi,
+           r4d_run_gemm_f8_multi),
     K_("rope", "cuda", R4D_PLAIN, 1, 0, TOL(1e-5), r4d_rope_workspace, r4d_run_rope, 0, 0, 0, 0),
     /* --fast: prefill runs of f16/bf16 caches on tensor cores; the default: split-K, f32 */
     K_("attn_paged", "flash", 0, 1, 0, TOL(1e-2), r4d_attn_workspace, r4d_run_attn_flash, 16, R4D_KV, 0, 1),

@@ -351,15 +351,16 @@ static int kernel_check(Probe *pr, const RadKernel *k, uint32_t i, uint32_t size
     if (k->kv_block_size > RAD_PLUGIN_MAX_KV_BLOCK)
         return rad_err_set(e, RAD_E_FORMAT, "%s: RadKernel.kv_block_size %u is over %u", who, k->kv_block_size, RAD_PLUGIN_MAX_KV_BLOCK);
     if (k->exactness != RAD_EXACT_BITWISE && k->exactness != RAD_EXACT_TOLERANCE && k->exactness != RAD_EXACT_Q8ACT &&
-        k->exactness != RAD_EXACT_BF16ACT)
+        k->exactness != RAD_EXACT_BF16ACT && k->exactness != RAD_EXACT_F8ACT)
         return rad_err_set(e, RAD_E_FORMAT,
-                           "%s: RadKernel.exactness %d is not BITWISE (0), TOLERANCE (1), Q8ACT (2) or BF16ACT (3)", who,
-                           (int)k->exactness);
+                           "%s: RadKernel.exactness %d is not BITWISE (0), TOLERANCE (1), Q8ACT (2), BF16ACT (3) or F8ACT (4)",
+                           who, (int)k->exactness);
     /* the per-output bounds are defined for a GEMM's x · Wᵀ only (docs/OPS.md) */
-    if ((k->exactness == RAD_EXACT_Q8ACT || k->exactness == RAD_EXACT_BF16ACT) && strcmp(k->op, "gemm_nt") &&
-        strcmp(k->op, "gemm_nt2") && strcmp(k->op, "gemm_nt3") && strcmp(k->op, "logits_gemm"))
+    if ((k->exactness == RAD_EXACT_Q8ACT || k->exactness == RAD_EXACT_BF16ACT || k->exactness == RAD_EXACT_F8ACT) &&
+        strcmp(k->op, "gemm_nt") && strcmp(k->op, "gemm_nt2") && strcmp(k->op, "gemm_nt3") && strcmp(k->op, "logits_gemm"))
         return rad_err_set(e, RAD_E_FORMAT, "%s: RadKernel.exactness %s is for the GEMMs (gemm_nt, gemm_nt2, gemm_nt3, "
-                           "logits_gemm), not '%s'", who, k->exactness == RAD_EXACT_Q8ACT ? "Q8ACT" : "BF16ACT", k->op);
+                           "logits_gemm), not '%s'", who,
+                           k->exactness == RAD_EXACT_Q8ACT ? "Q8ACT" : k->exactness == RAD_EXACT_BF16ACT ? "BF16ACT" : "F8ACT", k->op);
     /* NaN would pass every "tolerance > limit" test the selector makes */
     if (!isfinite(k->tolerance) || k->tolerance < 0)
         return rad_err_set(e, RAD_E_FORMAT, "%s: RadKernel.tolerance %g is not a finite bound >= 0", who, k->tolerance);

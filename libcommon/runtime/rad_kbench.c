@@ -227,13 +227,20 @@ static int weight_row(const Weight *w, uint64_t r, float *dst, RadErr *e) {
 
 /* ---- one case: operands, the reference, what the kernels write ----------------------------------- */
 
+/* The per-output bound classes of docs/OPS.md's GEMMs (gemm_nt): q8 activations, bf16 products,
+ * fp8 activations; a kernel stating RAD_EXACT_Q8ACT, BF16ACT or F8ACT is checked output by output
+ * against its class's bound. */
+enum { BND_Q8, BND_BF16, BND_F8, N_BND };
+static int bound_class(RadExactness x) {
+    return x == RAD_EXACT_Q8ACT ? BND_Q8 : x == RAD_EXACT_BF16ACT ? BND_BF16 : x == RAD_EXACT_F8ACT ? BND_F8 : -1;
+}
+
 typedef struct Buf {
     float *init;                   /* contents before the call (NULL: an output, filled with NaN) */
     float *ref;                    /* the reference after the call (NULL: not compared) */
     float *chain;                  /* the chain's result (fused ops; NULL: none) */
     float *work;                   /* what a kernel runs on */
-    float *q8b;                    /* a GEMM output's per-output q8 bound (docs/OPS.md), made when first needed */
-    float *bfb;                    /* the same for bf16 products (docs/OPS.md), made when first needed */
+    float *bnd[N_BND];             /* a GEMM output's per-output bound of each class (docs/OPS.md), made when first needed */
     int q8_w;                      /* the weight (Case.w index) this GEMM output is of; -1: not a GEMM output */
     uint64_t rows, cols;
 } Buf;
@@ -273,8 +280,10 @@ typedef struct Case {
 } Case;
 
 static void case_free(Case *cs) {
-    for (int i = 0; i < cs->n_buf; i++)
-        free(cs->buf[i].init), free(cs->buf[i].ref), free(cs->buf[i].chain), free(cs->buf[i].work), free(cs->buf[i].q8b), free(cs->buf[i].bfb);
+    for (int i = 0; i < cs->n_buf; i++) {
+        free(cs->buf[i].init), free(cs->buf[i].ref), free(cs->buf[i].chain), free(cs->buf[i].work);
+        for (int j = 0; j < N_BND; j++) free(cs->buf[i].bnd[j]);
+    }
     for (int i = 0; i < cs->n_raw; i++) free(cs->raw[i]);
     free(cs->tok), free(cs->pos), free(cs->pool_init), free(cs->pool), free(cs->table);
     for (int s = 0; s < MAX_SEQ; s++) free(cs->seqK[s]), free(cs->seqV[s]);
@@ -1107,15 +1116,13 @@ typedef struct Err {
     int nan;
 } Err;
 
-/* What a check allows each output: tol times its row's largest |ref| (+ 1e-6), plus n_q8 times
- * its q8 bound when q8b is given (a q8-activation kernel, or a chain with one), plus n_bf times
- * its bf16-product bound when bfb is. */
+/* What a check allows each output: tol times its row's largest |ref| (+ 1e-6), plus, for each
+ * bound class whose bnd is given, n times the output's bound of that class (a kernel of the
+ * class, or a chain with such links). */
 typedef struct Allow {
     double tol;
-    const float *q8b;
-    int n_q8;
-    const float *bfb;
-    int n_bf;
+    const float *bnd[N_BND];
+    int n[N_BND];
 } Allow;
 
 static void compare(const float *y, const float *ref, uint64_t rows, uint64_t cols, const Allow *al, Err *a) {
@@ -1136,8 +1143,8 @@ static void compare(const float *y, const float *ref, uint64_t rows, uint64_t co
             double rel = d / (mref + 1e-6);
             if (rel > rmax) rmax = rel;
             rsum += rel;
-            const double allow = al->tol * (mref + 1e-6) + (al->q8b ? al->n_q8 * (double)al->q8b[i * cols + j] : 0) +
-                                 (al->bfb ? al->n_bf * (double)al->bfb[i * cols + j] : 0);
+            double allow = al->tol * (mref + 1e-6);
+            for (int b = 0; b < N_BND; b++) allow += al->bnd[b] ? al->n[b] * (double)al->bnd[b][i * cols + j] : 0;
             const double use = d == 0 ? 0 : allow > 0 ? d / allow : INFINITY;
             if (use > a->use) a->use = use;
         }
@@ -1165,10 +1172,11 @@ static RadKbenchRow *new_row(Kb *c, int o, const char *kname, int64_t blo, int64
     return row;
 }
 
-static void finish_row(Kb *c, RadKbenchRow *row, const Err *a, int bitwise, double tol, int q8, int bf) {
+static void finish_row(Kb *c, RadKbenchRow *row, const Err *a, int bitwise, double tol, const int cls[N_BND]) {
     row->bitwise = bitwise;
-    row->q8 = !bitwise && q8;
-    row->bf16 = !bitwise && bf;
+    row->q8 = !bitwise && cls[BND_Q8];
+    row->bf16 = !bitwise && cls[BND_BF16];
+    row->f8 = !bitwise && cls[BND_F8];
     row->tolerance = bitwise ? 0 : tol;
     row->max_err = a->max;
     row->mean_err = a->n ? a->sum / (double)a->n : 0;
@@ -1212,22 +1220,21 @@ static int check_append(const Case *cs, char *why, size_t n) {
     return 0;
 }
 
-/* The per-output q8 bounds (q8) and bf16-product bounds (bf) of a GEMM case's outputs
- * (docs/OPS.md), made once each; 0 out of memory. Not a GEMM (the loader keeps Q8ACT and BF16ACT
- * to the GEMMs): no bound, so no difference is allowed. */
-static int need_bounds(Kb *c, Case *cs, const Weight *w, int q8, int bf) {
+/* The per-output bounds of each class in want (docs/OPS.md) of a GEMM case's outputs, made once
+ * each; 0 out of memory. Not a GEMM (the loader keeps the bound classes to the GEMMs): no bound,
+ * so no difference is allowed. */
+static int need_bounds(Kb *c, Case *cs, const Weight *w, const int want[N_BND]) {
     if (cs->q8_x < 0) return 1;
     const Buf *x = &cs->buf[cs->q8_x];
     for (int i = 0; i < cs->n_buf; i++) {
         Buf *b = &cs->buf[i];
         if (b->q8_w < 0) continue;
-        if (q8 && !b->q8b) {
-            if (!(b->q8b = malloc(b->rows * b->cols * sizeof(float)))) return 0;
-            rad_kbench_ref_q8_bound(x->init, w[b->q8_w].deq, b->q8b, b->rows, b->cols, x->cols, c->nt);
-        }
-        if (bf && !b->bfb) {
-            if (!(b->bfb = malloc(b->rows * b->cols * sizeof(float)))) return 0;
-            rad_kbench_ref_bf16_bound(x->init, w[b->q8_w].deq, b->bfb, b->rows, b->cols, x->cols, c->nt);
+        for (int k = 0; k < N_BND; k++) {
+            if (!want[k] || b->bnd[k]) continue;
+            if (!(b->bnd[k] = malloc(b->rows * b->cols * sizeof(float)))) return 0;
+            void (*bound)(const float *, const float *, float *, uint64_t, uint64_t, uint64_t, uint32_t) =
+                k == BND_Q8 ? rad_kbench_ref_q8_bound : k == BND_BF16 ? rad_kbench_ref_bf16_bound : rad_kbench_ref_f8_bound;
+            bound(x->init, w[b->q8_w].deq, b->bnd[k], b->rows, b->cols, x->cols, c->nt);
         }
     }
     return 1;
@@ -1292,12 +1299,13 @@ static void traffic(const Case *cs, OpKind kind, const Weight *w, int n_w, const
  * the selector's picks under the engine's options, the ones the plugin would issue unfused.
  * Returns 1 when run; 0 with a reason in why (no kernel serves a link, or it failed). */
 static int run_chain(Kb *c, const RadGOp *op, OpKind kind, Case *cs, Weight *w, char *chain_names, size_t cn, int *bitwise,
-                     double *tol, int *q8, int *bf, char *why, size_t wn) {
+                     double *tol, int cls[N_BND], char *why, size_t wn) {
     const char *link[3];
     int n_link = 0;
     if (kind == OP_ADD_RMSNORM) link[n_link++] = "add", link[n_link++] = "rmsnorm";
     else for (int i = 0; i < (int)op->n_w; i++) link[n_link++] = "gemm_nt";
-    *bitwise = 1, *tol = 0, *q8 = 0, *bf = 0, chain_names[0] = 0;
+    *bitwise = 1, *tol = 0, chain_names[0] = 0;
+    memset(cls, 0, N_BND * sizeof *cls);
     reset_work(cs);
     int64_t N = 0, K = 0;
     double eps = 0;
@@ -1333,8 +1341,8 @@ static int run_chain(Kb *c, const RadGOp *op, OpKind kind, Case *cs, Weight *w, 
         if (!k || !lp) return snprintf(why, wn, "chain link %s: %.120s", link[l], wy[0] ? wy : "no kernel"), 0;
         size_t used = strlen(chain_names);
         snprintf(chain_names + used, cn - used, "%s%s:%s:%s", l ? "+" : "", lp->info->name, k->op, k->variant);
-        if (k->exactness == RAD_EXACT_Q8ACT) *bitwise = 0, *q8 = 1; /* each link is a part: one q8 bound per output */
-        else if (k->exactness == RAD_EXACT_BF16ACT) *bitwise = 0, *bf = 1;
+        const int bc = bound_class(k->exactness);
+        if (bc >= 0) *bitwise = 0, cls[bc] = 1; /* each link is a part: one bound of its class per output */
         else if (k->exactness != RAD_EXACT_BITWISE) *bitwise = 0, *tol += k->tolerance;
         Run run;
         if (run_prepare(c, op, k, lib, cs->n, &run)) return run_free(&run), snprintf(why, wn, "out of memory"), 0;
@@ -1395,8 +1403,7 @@ typedef struct Try {
     int n_w;
     int64_t blo, bhi;              /* the bucket */
     int chain_ok, chain_bw;        /* the chain ran; it is bitwise */
-    int chain_q8;                  /* a link of it is a q8-activation GEMM */
-    int chain_bf;                  /* a link of it is a bf16-product GEMM */
+    int chain_cls[N_BND];          /* a link of it is a GEMM of that bound class */
     double chain_tol;
     const char *chain_names, *chain_why;
     float *base[MAX_BUFS];         /* the compared outputs of the kernel at its default knobs (SAME_BITS checks) */
@@ -1426,15 +1433,18 @@ static int try_kernel(Kb *c, Try *x, int ki, const int64_t *vals, uint32_t nv, c
     reset_work(cs);
     int krc = run_kernel(c, cs, &run, x->w, cs->op, cs->n_op, cs->params, cs->n_params);
     Err a = {0};
-    const int q8 = k->exactness == RAD_EXACT_Q8ACT, bf = k->exactness == RAD_EXACT_BF16ACT;
-    if ((q8 || x->chain_q8 || bf || x->chain_bf) && !need_bounds(c, cs, x->w, q8 || x->chain_q8, bf || x->chain_bf))
-        return run_free(&run), rad_err_set(e, RAD_E_NOMEM, "out of memory");
+    const int bc = bound_class(k->exactness);
+    int mine[N_BND] = {0}, both[N_BND];
+    if (bc >= 0) mine[bc] = 1;
+    for (int i = 0; i < N_BND; i++) both[i] = mine[i] || (x->fused && x->chain_cls[i]);
+    if (!need_bounds(c, cs, x->w, both)) return run_free(&run), rad_err_set(e, RAD_E_NOMEM, "out of memory");
     if (same == 1) x->base_ok = !krc;
     if (krc) snprintf(row->why, sizeof row->why, "the kernel returned %s", rad_status_name(krc));
     else {
         for (int i = 0; i < cs->n_buf; i++) {
             const Buf *b = &cs->buf[i];
-            const Allow al = {q8 || bf ? 0 : k->tolerance, q8 ? b->q8b : NULL, q8, bf ? b->bfb : NULL, bf};
+            Allow al = {.tol = bc >= 0 ? 0 : k->tolerance};
+            if (bc >= 0) al.bnd[bc] = b->bnd[bc], al.n[bc] = 1;
             if (b->ref) compare(b->work, b->ref, b->rows, b->cols, &al, &a);
         }
         if (x->kind == OP_ATTN) check_append(cs, row->why, sizeof row->why);
@@ -1454,7 +1464,7 @@ static int try_kernel(Kb *c, Try *x, int ki, const int64_t *vals, uint32_t nv, c
         }
     }
     const int bw = k->exactness == RAD_EXACT_BITWISE;
-    finish_row(c, row, &a, bw, k->tolerance, q8, bf);
+    finish_row(c, row, &a, bw, k->tolerance, mine);
     if (x->fused) { /* the same outputs against the chain */
         RadKbenchRow *cr = new_row(c, x->o, kname, x->blo, x->bhi, cs);
         if (!cr) return run_free(&run), rad_err_set(e, RAD_E_NOMEM, "out of memory");
@@ -1467,11 +1477,12 @@ static int try_kernel(Kb *c, Try *x, int ki, const int64_t *vals, uint32_t nv, c
         else {
             for (int i = 0; i < cs->n_buf; i++) {
                 const Buf *b = &cs->buf[i];
-                const Allow al = {(q8 || bf ? 0 : k->tolerance) + x->chain_tol, b->q8b, q8 + x->chain_q8, b->bfb, bf + x->chain_bf};
+                Allow al = {.tol = (bc >= 0 ? 0 : k->tolerance) + x->chain_tol};
+                for (int j = 0; j < N_BND; j++) al.bnd[j] = b->bnd[j], al.n[j] = mine[j] + x->chain_cls[j];
                 if (b->chain) compare(b->work, b->chain, b->rows, b->cols, &al, &ca);
             }
         }
-        finish_row(c, cr, &ca, bw && x->chain_bw, k->tolerance + x->chain_tol, q8 || x->chain_q8, bf || x->chain_bf);
+        finish_row(c, cr, &ca, bw && x->chain_bw, k->tolerance + x->chain_tol, both);
         if (!cr->pass && !cr->why[0]) snprintf(cr->why, sizeof cr->why, "disagrees with its chain %.130s", x->chain_names);
     }
     if (c->o->bench && !krc) {
@@ -1509,13 +1520,14 @@ static int check_op(Kb *c, int o, RadErr *e) {
                     break;
                 }
                 char chain_names[200] = "", chain_why[160] = "";
-                int chain_ok = 0, chain_bw = 1, chain_q8 = 0, chain_bf = 0;
+                int chain_ok = 0, chain_bw = 1, chain_cls[N_BND] = {0};
                 double chain_tol = 0;
                 if (fused) chain_ok = run_chain(c, op, kind, &cs, w, chain_names, sizeof chain_names, &chain_bw, &chain_tol,
-                                                &chain_q8, &chain_bf, chain_why, sizeof chain_why);
+                                                chain_cls, chain_why, sizeof chain_why);
                 Try x = {.op = op, .o = o, .kind = kind, .fused = fused, .cs = &cs, .w = w, .n_w = n_w, .blo = blo,
-                         .bhi = bhi, .chain_ok = chain_ok, .chain_bw = chain_bw, .chain_q8 = chain_q8, .chain_bf = chain_bf,
-                         .chain_tol = chain_tol, .chain_names = chain_names, .chain_why = chain_why};
+                         .bhi = bhi, .chain_ok = chain_ok, .chain_bw = chain_bw, .chain_tol = chain_tol,
+                         .chain_names = chain_names, .chain_why = chain_why};
+                memcpy(x.chain_cls, chain_cls, sizeof chain_cls);
                 for (int ki = 0; ki < t->n && !rc; ki++) {
                     const RadKernel *k = t->k[ki];
                     if (rows[ri] < k->n_min || (k->n_max && rows[ri] > k->n_max)) continue;

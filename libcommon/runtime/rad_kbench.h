@@ -52,6 +52,7 @@ typedef struct RadKbenchRow {
     int q8;                        /* 1: checked output by output against docs/OPS.md's q8-activation bound (a
                                       RAD_EXACT_Q8ACT kernel, or a chain with one), with `tolerance` beside it */
     int bf16;                      /* 1: the same against the bf16-product bound (RAD_EXACT_BF16ACT, or a chain with one) */
+    int f8;                        /* 1: the same against the fp8-activation bound (RAD_EXACT_F8ACT, or a chain with one) */
     double tolerance;              /* the per-row bound checked (0 when bitwise); q8: the kernel's stated per-row figure */
     double allow_used;             /* the largest |y - ref| over what the check allows that output (pass: <= 1) */
     double max_err;                /* the largest per-row measure max_j |y-ref| / (max_j |ref| + 1e-6) */

@@ -142,6 +142,32 @@ void rad_kbench_ref_bf16_bound(const float *x, const float *w, float *out, uint6
     par_rows(M, n_threads, bf16_bound_rows, &c);
 }
 
+static void f8_bound_rows(void *c_, uint64_t r0, uint64_t r1) {
+    const Q8BoundCtx *c = c_;
+    double *e = malloc((size_t)c->K * sizeof *e); /* each activation's allowance: 0.0625 |x| + 0.001 s_g, + 0.01 |x| */
+    for (uint64_t i = r0; i < r1; i++) {
+        const float *xi = c->x + i * c->K;
+        for (uint64_t g = 0; e && g < c->K; g += 128) {
+            double m = 0;
+            for (uint64_t k = g; k < c->K && k < g + 128; k++) m = fabs((double)xi[k]) > m ? fabs((double)xi[k]) : m;
+            for (uint64_t k = g; k < c->K && k < g + 128; k++) e[k] = 0.0725 * fabs((double)xi[k]) + 0.001 * (m / 448.0);
+        }
+        for (uint64_t n = 0; n < c->N; n++) {
+            const float *wn = c->w + n * c->K;
+            double b = 0;
+            for (uint64_t k = 0; e && k < c->K; k++) b += fabs((double)wn[k]) * e[k];
+            c->out[i * c->N + n] = e ? nextafterf((float)b, INFINITY) : 0; /* rounded up; no memory: nothing passes */
+        }
+    }
+    free(e);
+}
+
+void rad_kbench_ref_f8_bound(const float *x, const float *w, float *out, uint64_t M, uint64_t N, uint64_t K,
+                             uint32_t n_threads) {
+    Q8BoundCtx c = {x, w, NULL, out, N, K, 0};
+    par_rows(M, n_threads, f8_bound_rows, &c);
+}
+
 /* ---- rmsnorm, add, silu_mul ------------------------------------------------------------------ */
 
 typedef struct NormCtx {

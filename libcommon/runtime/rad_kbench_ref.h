@@ -23,6 +23,12 @@ void rad_kbench_ref_q8_bound(const float *x, const float *w, float *out, uint64_
  * out[i][n] = 8e-3 * sum_k |x[i][k] * w[n][k]|; x [M, K] dense, w [N, K] dense, out [M, N]. */
 void rad_kbench_ref_bf16_bound(const float *x, const float *w, float *out, uint64_t M, uint64_t N, uint64_t K,
                                uint32_t n_threads);
+/* docs/OPS.md's per-output bound of an fp8-activation GEMM (gemm_nt, "fp8 activations"):
+ * out[i][n] = sum_k |w[n][k]| * (0.0625 * |x[i][k]| + 0.001 * s_g(k)) + 0.01 * sum_k |x[i][k] * w[n][k]|,
+ * s_g = max |x[i][k]| over k's group of 128 (the last may be shorter) / 448; x [M, K] dense,
+ * w [N, K] dense, out [M, N]. */
+void rad_kbench_ref_f8_bound(const float *x, const float *w, float *out, uint64_t M, uint64_t N, uint64_t K,
+                             uint32_t n_threads);
 /* out = rmsnorm(x) * gamma, row by row; out may be x. */
 void rad_kbench_ref_rmsnorm(const float *x, const float *gamma, float *out, uint64_t M, uint64_t N, double eps,
                             uint32_t n_threads);

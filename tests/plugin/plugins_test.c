@@ -104,6 +104,7 @@ Test(plugins, a_bad_kernel_table_is_refused_naming_the_field) {
         {"tol-neg", "RadKernel.tolerance -1"},
         {"q8-not-gemm", "kernel 1 (add:v1): RadKernel.exactness Q8ACT is for the GEMMs"},
         {"bf16-not-gemm", "kernel 1 (add:v1): RadKernel.exactness BF16ACT is for the GEMMs"},
+        {"f8-not-gemm", "kernel 1 (add:v1): RadKernel.exactness F8ACT is for the GEMMs"},
         {"extent", "RadKernel.n_min 5, n_max 2"},
         {"kv-block", "RadKernel.kv_block_size 1073741824"},
         {"dup", "kernels 1 and 2 are both add:v1"},
@@ -130,7 +131,7 @@ Test(plugins, a_bad_plugin_info_is_refused_naming_the_field) {
     static const char *const cases[][2] = {
         {"info-null", "rad_plugin_info() returned NULL"},
         {"info-size", "RadPluginInfo.struct_size 4 is smaller"},
-        {"info-abi", "built for ABI 2.9, this core serves 1.0..1.9"},
+        {"info-abi", "built for ABI 2.10, this core serves 1.0..1.10"},
         {"info-minor", "built for ABI 1.99"},
         {"info-kind", "RadPluginInfo.kind 7"},
         {"info-name-null", "RadPluginInfo.name is NULL"},

@@ -57,6 +57,7 @@ static void build(void) {
     else if (is("tol-neg")) k[1].exactness = RAD_EXACT_TOLERANCE, k[1].tolerance = -1;
     else if (is("q8-not-gemm")) k[1].exactness = RAD_EXACT_Q8ACT, k[1].tolerance = 2e-2;
     else if (is("bf16-not-gemm")) k[1].exactness = RAD_EXACT_BF16ACT, k[1].tolerance = 1e-2;
+    else if (is("f8-not-gemm")) k[1].exactness = RAD_EXACT_F8ACT, k[1].tolerance = 5e-2;
     else if (is("extent")) k[1].n_min = 5, k[1].n_max = 2;
     else if (is("kv-block")) k[1].kv_block_size = 1u << 30;
     else if (is("dup")) k[2].variant = "v1";

@@ -10,7 +10,11 @@
  *   gemm_nt:q8act        the same kernel at 8 bits (-127..127), as the class states: it passes;
  *   gemm_nt:bf12act      states RAD_EXACT_BF16ACT but keeps 4 significant bits of x and w: over the
  *                        per-output bf16-product bound (--fast);
- *   gemm_nt:bf16act      the same at bf16's 8 bits (round to nearest even), as the class states: it passes. */
+ *   gemm_nt:bf16act      the same at bf16's 8 bits (round to nearest even), as the class states: it passes;
+ *   gemm_nt:f8sat        states RAD_EXACT_F8ACT but takes each 128-group's scale 64 times too small, so
+ *                        all but its smallest activations saturate at ±448 steps: over the fp8 bound
+ *                        (checked under --max-tolerance 5e-2: the class's per-row figure is 5e-2);
+ *   gemm_nt:f8act        the same with the class's scale, amax / 448, e4m3 to nearest even: it passes. */
 #define KERN_TEST_NAME "kern_wrong"
 #define KERN_TEST_DESC "kern_test with four wrong kernels preferred (rad-kbench's tests)"
 
@@ -24,6 +28,8 @@ static int q4act_gemm(const RadKernelArgs *a);
 static int q8act_gemm(const RadKernelArgs *a);
 static int bf12act_gemm(const RadKernelArgs *a);
 static int bf16act_gemm(const RadKernelArgs *a);
+static int f8sat_gemm(const RadKernelArgs *a);
+static int f8act_gemm(const RadKernelArgs *a);
 
 #define KERN_TEST_FIRST_KERNELS                                                                                        \
     K_("gemm_nt", "offbyone", RAD_ENC_PLAIN_FLOATS, 1, 0, 0, RAD_EXACT_BITWISE, 0.0, NULL, wrong_gemm),                 \
@@ -33,7 +39,9 @@ static int bf16act_gemm(const RadKernelArgs *a);
     K_("gemm_nt", "q4act", RAD_ENC_PLAIN_FLOATS, 1, 0, 0, RAD_EXACT_Q8ACT, 2e-2, NULL, q4act_gemm),                    \
     K_("gemm_nt", "q8act", RAD_ENC_PLAIN_FLOATS, 1, 0, 0, RAD_EXACT_Q8ACT, 2e-2, NULL, q8act_gemm),                    \
     K_("gemm_nt", "bf12act", RAD_ENC_PLAIN_FLOATS, 1, 0, 0, RAD_EXACT_BF16ACT, 1e-2, NULL, bf12act_gemm),              \
-    K_("gemm_nt", "bf16act", RAD_ENC_PLAIN_FLOATS, 1, 0, 0, RAD_EXACT_BF16ACT, 1e-2, NULL, bf16act_gemm),
+    K_("gemm_nt", "bf16act", RAD_ENC_PLAIN_FLOATS, 1, 0, 0, RAD_EXACT_BF16ACT, 1e-2, NULL, bf16act_gemm),              \
+    K_("gemm_nt", "f8sat", RAD_ENC_PLAIN_FLOATS, 1, 0, 0, RAD_EXACT_F8ACT, 5e-2, NULL, f8sat_gemm),                    \
+    K_("gemm_nt", "f8act", RAD_ENC_PLAIN_FLOATS, 1, 0, 0, RAD_EXACT_F8ACT, 5e-2, NULL, f8act_gemm),
 
 #include "kern_test.c"
 
@@ -181,3 +189,43 @@ static int bfact_gemm(const RadKernelArgs *a, int bits) {
 
 static int bf12act_gemm(const RadKernelArgs *a) { return bfact_gemm(a, 4); }
 static int bf16act_gemm(const RadKernelArgs *a) { return bfact_gemm(a, 8); }
+
+/* v (already divided by its scale) rounded to f8 e4m3, to nearest even: 3 mantissa bits, exponents
+ * down to -6 (below: steps of 2^-9), saturating at ±448. */
+static float e4m3(float v) {
+    const float a = fminf(fabsf(v), 448.0f);
+    if (!(a > 0)) return copysignf(0.0f, v);
+    int ex;
+    frexpf(a, &ex); /* a = f · 2^ex, f in [0.5, 1) */
+    const float step = ldexpf(1.0f, (ex - 1 < -6 ? -6 : ex - 1) - 3);
+    return copysignf(fminf(rintf(a / step) * step, 448.0f), v);
+}
+
+/* x quantised per group of 128 to e4m3 with scale amax / 448 / shrink, summed in double. */
+static int f8_gemm(const RadKernelArgs *a, float shrink) {
+    int64_t N, K;
+    int rc = gemm_args(a, &N, &K);
+    if (rc) return rc;
+    if (K > 4096) return RAD_E_ARG;
+    const RadKArg *w = &a->args[0], *x = &a->args[1], *y = &a->args[2];
+    float xq[4096];
+    for (uint64_t i = 0; i < (uint64_t)a->n; i++) {
+        const float *xi = frow(x, i);
+        for (int64_t g = 0; g < K; g += 128) {
+            float amax = 0;
+            for (int64_t k = g; k < K && k < g + 128; k++) amax = fabsf(xi[k]) > amax ? fabsf(xi[k]) : amax;
+            const float sc = amax / 448.0f / shrink;
+            for (int64_t k = g; k < K && k < g + 128; k++) xq[k] = sc > 0 ? e4m3(xi[k] / sc) * sc : 0.0f;
+        }
+        float *yi = frow(y, i);
+        for (uint64_t n = 0; n < (uint64_t)N; n++) {
+            double acc = 0;
+            for (uint64_t k = 0; k < (uint64_t)K; k++) acc += (double)xq[k] * (double)wval(w, n, k);
+            yi[n] = (float)acc;
+        }
+    }
+    return RAD_OK;
+}
+
+static int f8sat_gemm(const RadKernelArgs *a) { return f8_gemm(a, 64.0f); }
+static int f8act_gemm(const RadKernelArgs *a) { return f8_gemm(a, 1.0f); }

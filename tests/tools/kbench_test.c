@@ -201,10 +201,11 @@ Test(kbench, wrong_kernels_are_named_and_fail) {
  * against docs/OPS.md's bound: kern_wrong's `bad` kernel, which states the class but keeps too
  * few bits, is named over its `bound` bound; `good`, the same kernel at the class's precision,
  * passes (its outputs within the bound), as does the exact chain beside them. */
-static void per_output_class_checked(const char *bad, const char *good, const char *exactness, const char *bound) {
+static void per_output_class_checked(const char *bad, const char *good, const char *exactness, const char *bound,
+                                     const char *tolerance) {
     char a[512], want[160];
-    snprintf(a, sizeof a, "-m %s --kernels kern_wrong --quick --max-mixed-tok 4 --max-seqs 2 --ctx 64 --fast --ops gemm_nt --json",
-             tiny);
+    snprintf(a, sizeof a, "-m %s --kernels kern_wrong --quick --max-mixed-tok 4 --max-seqs 2 --ctx 64 %s --ops gemm_nt --json",
+             tiny, tolerance);
     int rc = kbench(a);
     const char *err = slurp_file("err");
     cr_assert_eq(rc, 1, "exit %d\n%s", rc, err);
@@ -236,10 +237,18 @@ static void per_output_class_checked(const char *bad, const char *good, const ch
 }
 
 /* q8 activations: q4act quantises x to 4 bits; q8act as the class states. */
-Test(kbench, q8_activation_kernels_are_checked_per_output) { per_output_class_checked("q4act", "q8act", "q8act", "q8"); }
+Test(kbench, q8_activation_kernels_are_checked_per_output) { per_output_class_checked("q4act", "q8act", "q8act", "q8", "--fast"); }
 
 /* bf16 products: bf12act keeps 4 significant bits of x and w; bf16act rounds to bf16. */
-Test(kbench, bf16_product_kernels_are_checked_per_output) { per_output_class_checked("bf12act", "bf16act", "bf16act", "bf16"); }
+Test(kbench, bf16_product_kernels_are_checked_per_output) {
+    per_output_class_checked("bf12act", "bf16act", "bf16act", "bf16", "--fast");
+}
+
+/* fp8 activations: f8sat's scale saturates the group; f8act's is the class's. Their per-row figure
+ * (5e-2) is over --fast's 2e-2: only a looser --max-tolerance makes them candidates. */
+Test(kbench, f8_activation_kernels_are_checked_per_output) {
+    per_output_class_checked("f8sat", "f8act", "f8act", "f8", "--max-tolerance 5e-2");
+}
 
 /* --ops picks ops by glob (a library's wrong kernels elsewhere do not fail it); usage exits 2. */
 Test(kbench, ops_glob_and_usage) {

@@ -212,6 +212,9 @@ static Line *group(const RadKbenchReport *r, int *n_lines) {
     return l;
 }
 
+/* The per-output bound class a row was checked against (docs/OPS.md), or NULL. */
+static const char *bound_name(const RadKbenchRow *x) { return x->q8 ? "q8" : x->bf16 ? "bf16" : x->f8 ? "f8" : NULL; }
+
 static void fmt_time(char *b, size_t n, double ns) {
     if (ns >= 1e6) snprintf(b, n, "%.2f ms", ns * 1e-6);
     else snprintf(b, n, "%.1f us", ns * 1e-3);
@@ -221,7 +224,7 @@ static void md_line(FILE *f, const Opts *o, const RadKbenchReport *r, const Line
     const RadKbenchRow *x = &r->rows[g->first];
     char tol[32], ctx[16];
     if (x->bitwise) snprintf(tol, sizeof tol, "bitwise");
-    else if (x->q8 || x->bf16) snprintf(tol, sizeof tol, "%s bound (%.0f%%)", x->q8 ? "q8" : "bf16", 100 * g->use_max);
+    else if (bound_name(x)) snprintf(tol, sizeof tol, "%s bound (%.0f%%)", bound_name(x), 100 * g->use_max);
     else snprintf(tol, sizeof tol, "%.0e", x->tolerance);
     if (x->ctx) snprintf(ctx, sizeof ctx, "%u", x->ctx);
     else snprintf(ctx, sizeof ctx, "-");
@@ -252,7 +255,8 @@ static void markdown(FILE *f, const Opts *o, const RadKbenchReport *r) {
             o->knobs ? " Every knob value too." : "", o->quick ? " Quick mode." : "");
     fprintf(f, "Each kernel is compared with docs/OPS.md's f32 reference on the container's weights: bit for bit when it "
                "states `bitwise`, else by the per-row measure max_j |y-ref| / (max_j |ref| + 1e-6) within its stated "
-               "tolerance; a q8-activation kernel (`q8 bound`) or a bf16-product one (`bf16 bound`) output by output within "
+               "tolerance; a q8-activation kernel (`q8 bound`), a bf16-product one (`bf16 bound`) or an fp8-activation one "
+               "(`f8 bound`) output by output within "
                "docs/OPS.md's bound, with the "
                "largest share of it used. `chain` rows compare a fused kernel with its `replaces` chain on the selected kernels. "
                "Rows over several layers show the worst max error and the mean of the means.\n\n");
@@ -300,6 +304,7 @@ static void markdown(FILE *f, const Opts *o, const RadKbenchReport *r) {
                     x->bitwise ? "bitwise " : "", x->tolerance, x->why[0] ? x->why
                     : x->q8   ? "over its q8 bound"
                     : x->bf16 ? "over its bf16 bound"
+                    : x->f8   ? "over its f8 bound"
                               : "over the tolerance");
         }
     }
@@ -335,7 +340,7 @@ static json_t *to_json(const Opts *o, const RadKbenchReport *r) {
         json_object_set_new(j, "rows", json_integer(x->rows));
         json_object_set_new(j, "shape", json_string(x->shape));
         json_object_set_new(j, "ctx", json_integer(x->ctx));
-        json_object_set_new(j, "exactness", json_string(x->bitwise ? "bitwise" : x->q8 ? "q8act" : x->bf16 ? "bf16act" : "tolerance"));
+        json_object_set_new(j, "exactness", json_string(x->bitwise ? "bitwise" : x->q8 ? "q8act" : x->bf16 ? "bf16act" : x->f8 ? "f8act" : "tolerance"));
         json_object_set_new(j, "allowance_used", json_real(x->allow_used));
         json_object_set_new(j, "tolerance", json_real(x->tolerance));
         json_object_set_new(j, "max_err", json_real(x->max_err));
@@ -381,8 +386,7 @@ static void name_failures(const RadKbenchReport *r) {
         }
         char tol[40];
         if (w->bitwise) snprintf(tol, sizeof tol, "bitwise (%" PRIu64 " elements differ)", w->n_diff);
-        else if (w->q8 || w->bf16)
-            snprintf(tol, sizeof tol, "an output at %.0f%% of its %s bound", 100 * w->allow_used, w->q8 ? "q8" : "bf16");
+        else if (bound_name(w)) snprintf(tol, sizeof tol, "an output at %.0f%% of its %s bound", 100 * w->allow_used, bound_name(w));
         else snprintf(tol, sizeof tol, "tolerance %.0e", w->tolerance);
         char shape[48] = "";
         if (w->ctx) snprintf(shape, sizeof shape, " (%s, context %u)", w->shape, w->ctx);
