@@ -89,6 +89,9 @@ want="rad_arch_audio_format rad_arch_chat_format rad_arch_declare rad_arch_id ra
 [ "$got" = "$want" ] || fail "oot_arch.so exports: $got"
 
 abi=$(pc --modversion)
+# the two spellings of the ABI in radiance.pc agree (abi_minor once stayed at 8 while Version moved on)
+[ "$(pc --variable=abi_major).$(pc --variable=abi_minor)" = "$abi" ] ||
+    fail "radiance.pc: abi_major.abi_minor $(pc --variable=abi_major).$(pc --variable=abi_minor) is not its Version $abi"
 out=$(./load ./kern_test.so) || fail "kern_test.so: $out"
 [ "$out" = "2 kern_test $abi" ] || fail "kern_test.so: rad_plugin_info says '$out'"
 out=$(./load ./oot_arch.so) || fail "oot_arch.so: $out"
