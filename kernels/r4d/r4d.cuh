@@ -48,6 +48,10 @@ typedef struct R4dState {
     R4dComm *comm;                /* world_size > 1 */
     void *coll;                   /* [coll_cap] the collectives' device scratch (r4d_comm.cu) */
     size_t coll_cap;
+    /* all_gather's tilings, exchanged once per (W, col0, N) of this rank's op and checked
+     * (r4d_comm.cu): every rank's (col0, N) on the device, the widest N */
+    struct R4dSpans { int64_t W, col0, N, nmax; int64_t *dev; } spans[16];
+    int n_spans;
     /* decode graphs (r4d_graph.cu): a step between step_begin and step_end runs eagerly, is
      * captured, or replays a graph; in replay the runs do their host work and launch nothing */
     int graphs;                   /* 1: on (R4D_GRAPHS=0 turns them off) */

@@ -5,8 +5,10 @@
  * collective when the step runs without the hooks): ncclCommInitRank waits for every rank, and
  * the engine opens its ranks one after another but runs their steps at once. all_reduce with exact = 0 is NCCL's sum (its ring adds in another order:
  * TOLERANCE 1e-5); with exact = 1 every rank's x is gathered and summed in rank order, so the
- * sum is the reference's, bit for bit on every rank. all_gather exchanges each rank's span
- * first (the tiling is checked on every rank before anything is written), then the columns.
+ * sum is the reference's, bit for bit on every rank. all_gather exchanges the ranks' spans the
+ * first time an op runs (the tiling is checked on every rank before anything is written) and
+ * keeps them on the device; every call then moves the columns with no host round trip, so it
+ * can be captured in a graph.
  *
  * A failing rank must release every rank (docs/PLUGINS.md, "Collectives"), and NCCL's
  * collectives are queued: a rank waiting for one that stopped waits in its stream, not in a call.
@@ -207,6 +209,7 @@ extern "C" size_t r4d_comm_workspace(const RadParam *p, uint32_t np, int64_t n_m
  * a size once reached is never allocated again. */
 static void *scratch(R4dState *s, size_t bytes) {
     if (s->coll_cap < bytes) {
+        if (s->mode != R4D_EAGER) return NULL; /* a graph's step: its eager first run grew it already */
         if (r4d_wait(s, s->stream)) return NULL; /* a collective queued on the old one may wait for a stopped rank */
         cudaFree(s->coll); /* waits for the device: nothing queued still reads the old one */
         s->coll = NULL, s->coll_cap = 0;
@@ -284,6 +287,51 @@ __global__ void k_scatter_cols(const float *slots, const int64_t *spans, uint32_
         out[i * os + col0 + j] = slots[((uint64_t)r * M + i) * nmax + j];
 }
 
+/* The tiling of this rank's all_gather (W, col0, N): every rank's (col0, N), exchanged the first
+ * time the op runs (eager: it reads them back to the host) and checked on every rank (spans in
+ * rank order tile [0, W), every rank at the same rows), then kept on the device, so later calls,
+ * and graphs, launch without a host round trip. NULL with *rc set when it cannot be had. Keyed by
+ * this rank's span: two gathers of one width split the same way here but differently on another
+ * rank would share an entry (no plugin in the tree does that). */
+static const struct R4dState::R4dSpans *spans_of(R4dState *s, R4dComm *c, int64_t W, int64_t col0, int64_t N, uint64_t M,
+                                               int *rc) {
+    for (int i = 0; i < s->n_spans; i++)
+        if (s->spans[i].W == W && s->spans[i].col0 == col0 && s->spans[i].N == N) return &s->spans[i];
+    *rc = RAD_E_UNSUPPORTED;
+    if (s->mode != R4D_EAGER || s->n_spans == (int)(sizeof s->spans / sizeof s->spans[0])) return NULL;
+    const uint32_t R = s->world_size;
+    int64_t mine[3] = {col0, N, (int64_t)M}, *spans_h = (int64_t *)malloc(sizeof(int64_t) * 3 * R);
+    int64_t *dev = (int64_t *)scratch(s, sizeof(int64_t) * 3 * (R + 1));
+    *rc = group_aborted(c) ? RAD_E_IO : RAD_E_NOMEM;
+    if (!spans_h || !dev) return free(spans_h), (const struct R4dState::R4dSpans *)NULL;
+    *rc = RAD_E_IO;
+    if (cudaMemcpyAsync(dev, mine, sizeof mine, cudaMemcpyHostToDevice, s->stream) != cudaSuccess ||
+        nccl_settle(c, c->nccl, ncclAllGather(dev, dev + 3, 3, ncclInt64, c->nccl, s->stream)) ||
+        cudaMemcpyAsync(spans_h, dev + 3, sizeof(int64_t) * 3 * R, cudaMemcpyDeviceToHost, s->stream) != cudaSuccess ||
+        r4d_wait(s, s->stream))
+        return free(spans_h), (const struct R4dState::R4dSpans *)NULL;
+    int64_t nmax = 0, covered = 0;
+    int ok = 1;
+    for (uint32_t r = 0; r < R; r++) { /* spans in rank order must tile [0, W) */
+        if (spans_h[3 * r] != covered || spans_h[3 * r + 2] != (int64_t)M) ok = 0;
+        covered += spans_h[3 * r + 1];
+        if (spans_h[3 * r + 1] > nmax) nmax = spans_h[3 * r + 1];
+    }
+    if (covered != W) ok = 0;
+    for (uint32_t r = 0; r < R; r++) spans_h[2 * r] = spans_h[3 * r], spans_h[2 * r + 1] = spans_h[3 * r + 1]; /* (col0, N) pairs */
+    struct R4dState::R4dSpans *e = &s->spans[s->n_spans];
+    *rc = ok ? RAD_E_IO : RAD_E_SHAPE;
+    if (!ok || cudaMalloc((void **)&e->dev, sizeof(int64_t) * 2 * R) != cudaSuccess ||
+        cudaMemcpy(e->dev, spans_h, sizeof(int64_t) * 2 * R, cudaMemcpyHostToDevice) != cudaSuccess) {
+        if (ok) cudaFree(e->dev), e->dev = NULL;
+        return free(spans_h), (const struct R4dState::R4dSpans *)NULL;
+    }
+    free(spans_h);
+    e->W = W, e->col0 = col0, e->N = N, e->nmax = nmax;
+    s->n_spans++;
+    return e;
+}
+
 extern "C" int r4d_run_all_gather(const RadKernelArgs *a) {
     int rc = r4d_preamble(a, 2);
     if (rc) return rc;
@@ -304,46 +352,21 @@ extern "C" int r4d_run_all_gather(const RadKernelArgs *a) {
     }
     R4dComm *c = s->comm;
     if (!c) return RAD_E_UNSUPPORTED;
-    if (s->mode != R4D_EAGER) return RAD_E_UNSUPPORTED; /* it reads the spans back mid-call: never in a graph */
     if ((rc = comm_ready(c))) return rc;
     const uint32_t R = s->world_size;
-    /* 1. every rank's (col0, N, M): the tiling is checked on every rank before any column moves */
-    int64_t mine[3] = {col0, N, (int64_t)M}, *spans_h = (int64_t *)malloc(sizeof(int64_t) * 3 * R);
-    int64_t *dev = (int64_t *)scratch(s, sizeof(int64_t) * 3 * (R + 1));
-    if (!spans_h || !dev) return free(spans_h), group_aborted(c) ? RAD_E_IO : RAD_E_NOMEM;
-    if (cudaMemcpyAsync(dev, mine, sizeof mine, cudaMemcpyHostToDevice, s->stream) != cudaSuccess ||
-        nccl_settle(c, c->nccl, ncclAllGather(dev, dev + 3, 3, ncclInt64, c->nccl, s->stream)) ||
-        cudaMemcpyAsync(spans_h, dev + 3, sizeof(int64_t) * 3 * R, cudaMemcpyDeviceToHost, s->stream) != cudaSuccess ||
-        r4d_wait(s, s->stream))
-        return free(spans_h), RAD_E_IO;
-    int64_t nmax = 0, covered = 0;
-    int ok = 1;
-    for (uint32_t r = 0; r < R; r++) { /* spans in rank order must tile [0, W) */
-        if (spans_h[3 * r] != covered || spans_h[3 * r + 2] != (int64_t)M) ok = 0;
-        covered += spans_h[3 * r + 1];
-        if (spans_h[3 * r + 1] > nmax) nmax = spans_h[3 * r + 1];
-    }
-    if (covered != W) ok = 0;
-    if (!ok) return free(spans_h), RAD_E_SHAPE;
-    /* 2. the columns: each rank's rows padded to nmax, gathered, then scattered into out */
-    const size_t slot = (size_t)M * (size_t)nmax;
-    float *buf = (float *)scratch(s, (slot * (R + 1)) * sizeof(float) + sizeof(int64_t) * 2 * R);
-    if (!buf) return free(spans_h), group_aborted(c) ? RAD_E_IO : RAD_E_NOMEM;
-    int64_t *spans_d = (int64_t *)(buf + slot * (R + 1));
-    int64_t *pairs = (int64_t *)malloc(sizeof(int64_t) * 2 * R);
-    if (!pairs) return free(spans_h), RAD_E_NOMEM;
-    for (uint32_t r = 0; r < R; r++) pairs[2 * r] = spans_h[3 * r], pairs[2 * r + 1] = spans_h[3 * r + 1];
-    free(spans_h);
-    rc = RAD_E_IO;
-    if (cudaMemcpy2DAsync(buf, (size_t)nmax * 4, x->data, x->row_stride * 4, (size_t)N * 4, M, cudaMemcpyDeviceToDevice, s->stream) ==
-            cudaSuccess &&
-        cudaMemcpyAsync(spans_d, pairs, sizeof(int64_t) * 2 * R, cudaMemcpyHostToDevice, s->stream) == cudaSuccess &&
-        !nccl_settle(c, c->nccl, ncclAllGather(buf, buf + slot, slot, ncclFloat32, c->nccl, s->stream))) {
-        const unsigned bx = r4d_blocks((uint64_t)nmax, 256) < 64 ? r4d_blocks((uint64_t)nmax, 256) : 64;
-        k_scatter_cols<<<dim3(bx, R, (unsigned)M), 256, 0, s->stream>>>(buf + slot, spans_d, R, M, (uint64_t)nmax,
-                                                                       (float *)out->data, out->row_stride);
-        rc = cudaGetLastError() == cudaSuccess && !r4d_wait(s, s->stream) ? RAD_OK : RAD_E_IO;
-    }
-    free(pairs); /* the copy from it is done (synchronised above) */
-    return rc;
+    const struct R4dState::R4dSpans *sp = spans_of(s, c, W, col0, N, M, &rc);
+    if (!sp) return rc;
+    /* each rank's rows padded to the widest span, gathered, then scattered into out */
+    const size_t slot = (size_t)M * (size_t)sp->nmax;
+    float *buf = (float *)scratch(s, (slot * (R + 1)) * sizeof(float));
+    if (!buf) return group_aborted(c) ? RAD_E_IO : RAD_E_NOMEM;
+    R4D_GATE(a);
+    R4D_CU(cudaMemcpy2DAsync(buf, (size_t)sp->nmax * 4, x->data, x->row_stride * 4, (size_t)N * 4, M, cudaMemcpyDeviceToDevice,
+                             s->stream));
+    if (nccl_settle(c, c->nccl, ncclAllGather(buf, buf + slot, slot, ncclFloat32, c->nccl, s->stream))) return RAD_E_IO;
+    const unsigned bx = r4d_blocks((uint64_t)sp->nmax, 256) < 64 ? r4d_blocks((uint64_t)sp->nmax, 256) : 64;
+    k_scatter_cols<<<dim3(bx, R, (unsigned)M), 256, 0, s->stream>>>(buf + slot, sp->dev, R, M, (uint64_t)sp->nmax,
+                                                                   (float *)out->data, out->row_stride);
+    R4D_LAUNCHED();
+    return RAD_OK;
 }

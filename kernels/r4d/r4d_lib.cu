@@ -49,9 +49,13 @@ static int r4d_init(const RadKernelLibConfig *cfg, void **state) {
         s->rank = cfg->rank;
         s->world_size = cfg->world_size ? cfg->world_size : 1;
     }
-    /* Under tensor parallelism decode runs eagerly: all_gather reads the ranks' spans back to the
-     * host mid-call, which no graph can hold (docs/GPU.md, "Tensor parallelism"). */
-    if (s->world_size > 1) s->graphs = 0;
+    /* Under tensor parallelism decode runs eagerly unless R4D_GRAPHS_TP=1: NCCL's collectives in
+     * a captured graph are written (all_gather checks its tiling once, not per call) but have not
+     * run on two GPUs (docs/GPU.md, "Tensor parallelism"). */
+    if (s->world_size > 1) {
+        const char *g = getenv("R4D_GRAPHS_TP");
+        s->graphs = s->graphs && g && !strcmp(g, "1");
+    }
     int rc = RAD_E_IO;
     cudaDeviceProp prop;
     if (!r4d_bind(s) || cudaGetDeviceProperties(&prop, device) != cudaSuccess) goto fail;
@@ -95,6 +99,7 @@ static void r4d_fini(void *state) {
     }
     free(s->img_new);
     cudaFree(s->coll);
+    for (int i = 0; i < s->n_spans; i++) cudaFree(s->spans[i].dev);
     cudaFree(s->err);
     cudaFree(s->lt_ws);
     if (s->lt) cublasLtDestroy((cublasLtHandle_t)s->lt);

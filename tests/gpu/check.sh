@@ -188,14 +188,17 @@ same_as_ref "$M/k/fp8.rad" "fp8 (2 layers)" $(echo $PROMPTS | cut -d' ' -f1-5)
 # stand-in library has as many "devices" as asked)
 if [ "$KLIB" = fakedev ]; then N_GPU=2; else N_GPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); fi
 if [ "$N_GPU" -ge 2 ]; then
-    same=0 total=0
+    same=0 same_g=0 total=0
     for p in $(echo $PROMPTS | cut -d' ' -f1-4); do
         a=$(gen "$M/big/q4k.rad" "$KLIB" "$p") b=$(gen "$M/big/q4k.rad" "$KLIB" "$p" --tp 2)
+        g=$(export R4D_GRAPHS_TP=1; gen "$M/big/q4k.rad" "$KLIB" "$p" --tp 2) # decode graphs under --tp (opt-in)
         total=$((total + 1))
         if [ -n "$b" ] && [ "$a" = "$b" ]; then same=$((same + 1)); else note "tp: --tp 1 $a / --tp 2 $b"; fi
+        if [ -n "$g" ] && [ "$a" = "$g" ]; then same_g=$((same_g + 1)); else note "tp graphs: --tp 1 $a / --tp 2 R4D_GRAPHS_TP=1 $g"; fi
     done
-    say "- q4k \`--tp 2\` (two GPUs, NCCL, the exact wire) = \`--tp 1\` on $same of $total prompts"
+    say "- q4k \`--tp 2\` (two GPUs, NCCL, the exact wire) = \`--tp 1\` on $same of $total prompts; with decode graphs (\`R4D_GRAPHS_TP=1\`) on $same_g"
     [ "$same" = "$total" ] || fail "q4k: greedy --tp 2 differs from --tp 1 on $((total - same)) prompts (log)"
+    [ "$same_g" = "$total" ] || fail "q4k: greedy --tp 2 with R4D_GRAPHS_TP=1 differs from --tp 1 on $((total - same_g)) prompts (log)"
 else
     say "- \`--tp 2\`: skipped, this machine has $N_GPU GPU (it needs two)"
 fi
