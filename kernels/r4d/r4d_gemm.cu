@@ -174,15 +174,26 @@ extern "C" size_t r4d_gemm_bf16_workspace(const RadParam *p, uint32_t np, int64_
 
 /* ---- runs -------------------------------------------------------------------------------------------- */
 
-static int lt_run(const RadKernelArgs *a, int multi, int bf16) {
-    const int np = !multi ? 1 : a && a->n_args == 7 ? 3 : 2;
-    int rc = r4d_preamble(a, (uint32_t)(2 * np + 1));
+/* What every cuBLASLt GEMM run reads first: its parts (gemm_nt: 1, gemm_nt2/3: 2 or 3), its
+ * state, K, x (args[np]). RAD_OK or why not. */
+static int gemm_head(const RadKernelArgs *a, int multi, int *np, R4dState **s, int64_t *K, const RadKArg **x) {
+    *np = !multi ? 1 : a && a->n_args == 7 ? 3 : 2;
+    const int rc = r4d_preamble(a, (uint32_t)(2 * *np + 1));
     if (rc) return rc;
-    R4dState *s = r4d_state(a);
+    *s = r4d_state(a);
+    if (!*s || !a->workspace) return RAD_E_ARG;
+    if (!r4d_pint(a, "K", K) || *K < 1) return RAD_E_ARG;
+    *x = &a->args[*np];
+    return RAD_OK;
+}
+
+static int lt_run(const RadKernelArgs *a, int multi, int bf16) {
+    int np;
+    R4dState *s;
     int64_t K;
-    if (!s || !a->workspace) return RAD_E_ARG;
-    if (!r4d_pint(a, "K", &K) || K < 1) return RAD_E_ARG;
-    const RadKArg *x = &a->args[np];
+    const RadKArg *x;
+    int rc = gemm_head(a, multi, &np, &s, &K, &x);
+    if (rc) return rc;
     const uint64_t M = (uint64_t)a->n;
     if (!r4d_buf_ok(x, M, (uint64_t)K)) return RAD_E_SHAPE;
     static const char *names[3] = {"N0", "N1", "N2"};
@@ -340,14 +351,12 @@ extern "C" size_t r4d_gemm_f8_workspace(const RadParam *p, uint32_t np, int64_t 
 }
 
 static int f8_run(const RadKernelArgs *a, int multi) {
-    const int np = !multi ? 1 : a && a->n_args == 7 ? 3 : 2;
-    int rc = r4d_preamble(a, (uint32_t)(2 * np + 1));
-    if (rc) return rc;
-    R4dState *s = r4d_state(a);
+    int np;
+    R4dState *s;
     int64_t K;
-    if (!s || !a->workspace) return RAD_E_ARG;
-    if (!r4d_pint(a, "K", &K) || K < 1) return RAD_E_ARG;
-    const RadKArg *x = &a->args[np];
+    const RadKArg *x;
+    int rc = gemm_head(a, multi, &np, &s, &K, &x);
+    if (rc) return rc;
     const int64_t M = a->n, M4 = M & ~(int64_t)3, tail = M - M4, kb = K / 128;
     static const char *names[3] = {"N0", "N1", "N2"};
     int64_t N[3];

@@ -128,22 +128,27 @@ static int stale_add_rmsnorm(const RadKernelArgs *a) {
 
 /* y = x̂ · Wᵀ with x̂ quantised per 32-wide block to `levels` steps each side of zero (scale
  * amax / levels kept in f32), summed in double: a q8-activation GEMM at levels 127. */
-static int qact_gemm(const RadKernelArgs *a, float levels) {
+/* One group of x quantised as a class would: p is the q8 levels or the e4m3 scale's shrink. */
+typedef void (*QuantGroup)(const float *x, int64_t n, float p, float *out);
+
+static void q_levels(const float *x, int64_t n, float levels, float *out) {
+    float amax = 0;
+    for (int64_t k = 0; k < n; k++) amax = fabsf(x[k]) > amax ? fabsf(x[k]) : amax;
+    const float d = amax / levels;
+    for (int64_t k = 0; k < n; k++) out[k] = d > 0 ? rintf(x[k] / d) * d : 0.0f;
+}
+
+/* x quantised per group of `group` by q, then y = x̂ · Wᵀ summed in double. */
+static int act_gemm(const RadKernelArgs *a, int64_t group, QuantGroup q, float p) {
     int64_t N, K;
     int rc = gemm_args(a, &N, &K);
     if (rc) return rc;
     if (K > 4096) return RAD_E_ARG;
     const RadKArg *w = &a->args[0], *x = &a->args[1], *y = &a->args[2];
-    uint64_t M = (uint64_t)a->n;
     float xq[4096];
-    for (uint64_t i = 0; i < M; i++) {
+    for (uint64_t i = 0; i < (uint64_t)a->n; i++) {
         const float *xi = frow(x, i);
-        for (int64_t b = 0; b < K; b += 32) {
-            float amax = 0;
-            for (int64_t k = b; k < K && k < b + 32; k++) amax = fabsf(xi[k]) > amax ? fabsf(xi[k]) : amax;
-            const float d = amax / levels;
-            for (int64_t k = b; k < K && k < b + 32; k++) xq[k] = d > 0 ? rintf(xi[k] / d) * d : 0.0f;
-        }
+        for (int64_t b = 0; b < K; b += group) q(xi + b, K - b < group ? K - b : group, p, xq + b);
         float *yi = frow(y, i);
         for (uint64_t n = 0; n < (uint64_t)N; n++) {
             double acc = 0;
@@ -154,8 +159,8 @@ static int qact_gemm(const RadKernelArgs *a, float levels) {
     return RAD_OK;
 }
 
-static int q4act_gemm(const RadKernelArgs *a) { return qact_gemm(a, 7.0f); }
-static int q8act_gemm(const RadKernelArgs *a) { return qact_gemm(a, 127.0f); }
+static int q4act_gemm(const RadKernelArgs *a) { return act_gemm(a, 32, q_levels, 7.0f); }
+static int q8act_gemm(const RadKernelArgs *a) { return act_gemm(a, 32, q_levels, 127.0f); }
 
 /* f rounded to `bits` significant bits, to nearest even (bits 8: bf16's rounding of an f32). */
 static float round_bits(float f, int bits) {
@@ -201,31 +206,13 @@ static float e4m3(float v) {
     return copysignf(fminf(rintf(a / step) * step, 448.0f), v);
 }
 
-/* x quantised per group of 128 to e4m3 with scale amax / 448 / shrink, summed in double. */
-static int f8_gemm(const RadKernelArgs *a, float shrink) {
-    int64_t N, K;
-    int rc = gemm_args(a, &N, &K);
-    if (rc) return rc;
-    if (K > 4096) return RAD_E_ARG;
-    const RadKArg *w = &a->args[0], *x = &a->args[1], *y = &a->args[2];
-    float xq[4096];
-    for (uint64_t i = 0; i < (uint64_t)a->n; i++) {
-        const float *xi = frow(x, i);
-        for (int64_t g = 0; g < K; g += 128) {
-            float amax = 0;
-            for (int64_t k = g; k < K && k < g + 128; k++) amax = fabsf(xi[k]) > amax ? fabsf(xi[k]) : amax;
-            const float sc = amax / 448.0f / shrink;
-            for (int64_t k = g; k < K && k < g + 128; k++) xq[k] = sc > 0 ? e4m3(xi[k] / sc) * sc : 0.0f;
-        }
-        float *yi = frow(y, i);
-        for (uint64_t n = 0; n < (uint64_t)N; n++) {
-            double acc = 0;
-            for (uint64_t k = 0; k < (uint64_t)K; k++) acc += (double)xq[k] * (double)wval(w, n, k);
-            yi[n] = (float)acc;
-        }
-    }
-    return RAD_OK;
+/* A group quantised to e4m3 with scale amax / 448 / shrink. */
+static void q_e4m3(const float *x, int64_t n, float shrink, float *out) {
+    float amax = 0;
+    for (int64_t k = 0; k < n; k++) amax = fabsf(x[k]) > amax ? fabsf(x[k]) : amax;
+    const float sc = amax / 448.0f / shrink;
+    for (int64_t k = 0; k < n; k++) out[k] = sc > 0 ? e4m3(x[k] / sc) * sc : 0.0f;
 }
 
-static int f8sat_gemm(const RadKernelArgs *a) { return f8_gemm(a, 64.0f); }
-static int f8act_gemm(const RadKernelArgs *a) { return f8_gemm(a, 1.0f); }
+static int f8sat_gemm(const RadKernelArgs *a) { return act_gemm(a, 128, q_e4m3, 64.0f); }
+static int f8act_gemm(const RadKernelArgs *a) { return act_gemm(a, 128, q_e4m3, 1.0f); }
