@@ -175,25 +175,32 @@ extern "C" size_t r4d_gemm_bf16_workspace(const RadParam *p, uint32_t np, int64_
 /* ---- runs -------------------------------------------------------------------------------------------- */
 
 /* What every cuBLASLt GEMM run reads first: its parts (gemm_nt: 1, gemm_nt2/3: 2 or 3), its
- * state, K, x (args[np]). RAD_OK or why not. */
-static int gemm_head(const RadKernelArgs *a, int multi, int *np, R4dState **s, int64_t *K, const RadKArg **x) {
-    *np = !multi ? 1 : a && a->n_args == 7 ? 3 : 2;
-    const int rc = r4d_preamble(a, (uint32_t)(2 * *np + 1));
-    if (rc) return rc;
-    *s = r4d_state(a);
-    if (!*s || !a->workspace) return RAD_E_ARG;
-    if (!r4d_pint(a, "K", K) || *K < 1) return RAD_E_ARG;
-    *x = &a->args[*np];
-    return RAD_OK;
-}
-
-static int lt_run(const RadKernelArgs *a, int multi, int bf16) {
+ * state, K, x (args[np]). */
+typedef struct GemmHead {
     int np;
     R4dState *s;
     int64_t K;
     const RadKArg *x;
-    int rc = gemm_head(a, multi, &np, &s, &K, &x);
+} GemmHead;
+static int gemm_head(const RadKernelArgs *a, int multi, GemmHead *h) {
+    h->np = !multi ? 1 : a && a->n_args == 7 ? 3 : 2;
+    const int rc = r4d_preamble(a, (uint32_t)(2 * h->np + 1));
     if (rc) return rc;
+    h->s = r4d_state(a);
+    if (!h->s || !a->workspace) return RAD_E_ARG;
+    if (!r4d_pint(a, "K", &h->K) || h->K < 1) return RAD_E_ARG;
+    h->x = &a->args[h->np];
+    return RAD_OK;
+}
+
+static int lt_run(const RadKernelArgs *a, int multi, int bf16) {
+    GemmHead h;
+    int rc = gemm_head(a, multi, &h);
+    if (rc) return rc;
+    const int np = h.np;
+    R4dState *s = h.s;
+    const int64_t K = h.K;
+    const RadKArg *x = h.x;
     const uint64_t M = (uint64_t)a->n;
     if (!r4d_buf_ok(x, M, (uint64_t)K)) return RAD_E_SHAPE;
     static const char *names[3] = {"N0", "N1", "N2"};
@@ -351,12 +358,13 @@ extern "C" size_t r4d_gemm_f8_workspace(const RadParam *p, uint32_t np, int64_t 
 }
 
 static int f8_run(const RadKernelArgs *a, int multi) {
-    int np;
-    R4dState *s;
-    int64_t K;
-    const RadKArg *x;
-    int rc = gemm_head(a, multi, &np, &s, &K, &x);
+    GemmHead h;
+    int rc = gemm_head(a, multi, &h);
     if (rc) return rc;
+    const int np = h.np;
+    R4dState *s = h.s;
+    const int64_t K = h.K;
+    const RadKArg *x = h.x;
     const int64_t M = a->n, M4 = M & ~(int64_t)3, tail = M - M4, kb = K / 128;
     static const char *names[3] = {"N0", "N1", "N2"};
     int64_t N[3];
