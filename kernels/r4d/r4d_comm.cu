@@ -45,6 +45,7 @@ struct R4dComm {
     uint32_t rank, size;
     int device;
     uint32_t generation;          /* which of the group's communicators nccl is */
+    uint64_t made;                /* communicators this rank has made (a graph holds one's launches) */
     R4dGroup *g;
 };
 
@@ -187,16 +188,16 @@ static int comm_ready(R4dComm *c) {
     const ncclResult_t r = ncclCommInitRankConfig(&comm, (int)c->size, u, (int)c->rank, &cfg);
     if ((r != ncclSuccess && r != ncclInProgress) || !comm) return RAD_E_IO;
     if (nccl_settle(c, comm, r)) return ncclCommAbort(comm), RAD_E_IO;
-    c->nccl = comm, c->generation = want;
+    c->nccl = comm, c->generation = want, c->made++;
     return RAD_OK;
 }
 
 /* step_begin's: the communicator made before a capture can start (NCCL's setup is not captured). */
 extern "C" int r4d_comm_ready(R4dState *s) {
     if (!s || !s->comm) return RAD_OK;
-    const uint32_t had = s->comm->nccl ? s->comm->generation + 1 : 0;
+    const uint64_t made = s->comm->made;
     const int rc = comm_ready(s->comm);
-    if (!rc && had && had != s->comm->generation + 1) r4d_graphs_free(s); /* a graph holds the old one's launches */
+    if (!rc && made && s->comm->made != made) r4d_graphs_free(s); /* a graph holds the old one's launches */
     return rc;
 }
 
