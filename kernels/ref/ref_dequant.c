@@ -146,6 +146,62 @@ REF_AVX2 static void dq_q6_k_avx2(const uint8_t *x, float *y, int64_t nb) {
     }
 }
 
+/* Byte j of the result: 0x10 when bit j of x is set, else 0 (q5's fifth bits, in element order). */
+REF_AVX2 REF_INLINE __m256i fifth_bits(uint32_t x) {
+    const __m256i spread = _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL, 0x0303030303030303LL);
+    const __m256i others = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfeLL); /* every bit but byte k's own bit k % 8 */
+    const __m256i v = _mm256_or_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)x), spread), others);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(v, _mm256_set1_epi8(-1)), _mm256_set1_epi8(0x10));
+}
+
+/* 32 codes (i8 in q, element order) times d, plus m when add: the generic decoders' two roundings
+ * (a product, then a sum), never a fused one, so every value is theirs bit for bit. */
+REF_AVX2 REF_INLINE void q32_store(__m256i q, __m256 d, __m256 m, int add, float *y) {
+    const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+    const __m128i part[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+    for (int j = 0; j < 4; j++) {
+        const __m256 p = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[j])), d);
+        _mm256_storeu_ps(y + 8 * j, add ? _mm256_add_ps(p, m) : p);
+    }
+}
+
+/* q5_0 (22 bytes: d, the 32 fifth bits, 16 bytes of nibbles: low ones elements 0..15, high 16..31)
+ * and q5_1 (24: d, m, then the same), as ref_dq_q5_0 / ref_dq_q5_1. */
+REF_AVX2 static void dq_q5_avx2(const uint8_t *x, float *y, int64_t nb, int has_min) {
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    const int bytes = has_min ? 24 : 22, off = has_min ? 4 : 2;
+    for (int64_t b = 0; b < nb; b++, x += bytes, y += 32) {
+        const __m256 d = _mm256_set1_ps(f16s(x)), m = _mm256_set1_ps(has_min ? f16s(x + 2) : 0.0f);
+        const __m128i qs = _mm_loadu_si128((const __m128i *)(const void *)(x + off + 4));
+        const __m256i nib = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), m4), _mm_and_si128(qs, m4));
+        __m256i q = _mm256_or_si256(nib, fifth_bits(ref_rd32(x + off)));
+        if (!has_min) q = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
+        q32_store(q, d, m, has_min, y);
+    }
+}
+
+/* q5_k (176 bytes: d, dmin, 12 scale bytes, 32 bytes of fifth bits, 128 of nibbles), as
+ * ref_dq_q5_k: each 64 elements, d·scale·q − dmin·min. */
+REF_AVX2 static void dq_q5_k_avx2(const uint8_t *x, float *y, int64_t nb) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+    for (int64_t b = 0; b < nb; b++, x += 176) {
+        const float d = f16s(x), dmin = f16s(x + 2);
+        uint8_t sc[8], mn[8];
+        ref_scales_k4(x + 4, sc, mn);
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(const void *)(x + 16));
+        const uint8_t *ql = x + 48;
+        for (int j = 0; j < 4; j++, ql += 32, y += 64) {
+            const __m256i l = _mm256_loadu_si256((const __m256i *)(const void *)ql);
+            const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), one), 4);
+            const __m256i h2 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j + 1), one), 4);
+            const __m256i q1 = _mm256_or_si256(_mm256_and_si256(l, m4), h1);
+            const __m256i q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l, 4), m4), h2);
+            q32_store(q1, _mm256_set1_ps(d * (float)sc[2 * j]), _mm256_set1_ps(-(dmin * (float)mn[2 * j])), 1, y);
+            q32_store(q2, _mm256_set1_ps(d * (float)sc[2 * j + 1]), _mm256_set1_ps(-(dmin * (float)mn[2 * j + 1])), 1, y + 32);
+        }
+    }
+}
+
 /* Elements [k0, k0 + n) (whole blocks) of a row. 0 when the encoding has no AVX2 decoder. */
 REF_AVX2 static int dq_range_avx2(RadDType e, const uint8_t *row, int64_t k0, int64_t n, float *y) {
     switch ((int)e) {
@@ -155,7 +211,10 @@ REF_AVX2 static int dq_range_avx2(RadDType e, const uint8_t *row, int64_t k0, in
     case RAD_Q8_0: dq_q8_0_avx2(row + k0 / 32 * 34, y, n / 32); return 1;
     case RAD_Q4_0: dq_q4_0_avx2(row + k0 / 32 * 18, y, n / 32); return 1;
     case RAD_Q4_1: dq_q4_1_avx2(row + k0 / 32 * 20, y, n / 32); return 1;
+    case RAD_Q5_0: dq_q5_avx2(row + k0 / 32 * 22, y, n / 32, 0); return 1;
+    case RAD_Q5_1: dq_q5_avx2(row + k0 / 32 * 24, y, n / 32, 1); return 1;
     case RAD_Q4_K: dq_q4_k_avx2(row + k0 / 256 * 144, y, n / 256); return 1;
+    case RAD_Q5_K: dq_q5_k_avx2(row + k0 / 256 * 176, y, n / 256); return 1;
     case RAD_Q6_K: dq_q6_k_avx2(row + k0 / 256 * 210, y, n / 256); return 1;
     default: return 0;
     }

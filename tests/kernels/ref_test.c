@@ -661,6 +661,32 @@ Test(ref, gemm_fp8_block_scaled) {
     free(codes), free(scale), free(dec), free(x), free(y), free(y2), free(want), free(want2);
 }
 
+/* The exact GEMM's weights are rad_dequant's, bit for bit, on every encoding and at every ISA
+ * (each ISA's decoder: the AVX2 ones, q5_0/q5_1/q5_k among them, against the portable C): with x
+ * the rows of the identity, y[i][n] is the decoded w[n][k0 + i] itself (one product by 1, the
+ * rest by 0). Block scales over many octaves, random codes. */
+Test(ref, gemm_exact_decodes_every_weight_as_rad_dequant) {
+    enum { M = 64, N = 9, K = 512 };
+    for (size_t t = 0; t < N_OF(ALL_ENCS); t++) {
+        GemmData g;
+        gemm_make(&g, ALL_ENCS[t], M, N, K, 0);
+        float *y = xmalloc(sizeof(float) * M * N);
+        for (int s = 0; s < N_ST; s++)
+            for (int k0 = 0; k0 < K; k0 += M) {
+                memset(g.x, 0, sizeof(float) * (size_t)M * g.xs);
+                for (int i = 0; i < M; i++) g.x[(size_t)i * g.xs + k0 + i] = 1.0f;
+                cr_assert_eq(gemm_run("gemm_nt", "exact", g_st[s], &g, 0, M, y, 0), RAD_OK);
+                for (int i = 0; i < M; i++)
+                    for (int n = 0; n < N; n++)
+                        cr_assert(y[i * N + n] == g.wd[(size_t)n * K + k0 + i], "%s %s: w[%d][%d] decoded as %a, rad_dequant %a",
+                                  rad_enc_info((RadEnc)ALL_ENCS[t])->name, st_name[s], n, k0 + i, (double)y[i * N + n],
+                                  (double)g.wd[(size_t)n * K + k0 + i]);
+            }
+        free(y);
+        gemm_free(&g);
+    }
+}
+
 Test(ref, gemm_exact_plain_floats) {
     check_gemm_cases("gemm_nt", "exact", RAD_F32);
     check_gemm_cases("gemm_nt", "exact", RAD_F16);
