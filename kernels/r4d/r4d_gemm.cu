@@ -177,12 +177,14 @@ extern "C" size_t r4d_gemm_bf16_workspace(const RadParam *p, uint32_t np, int64_
 /* What every cuBLASLt GEMM run reads first: its parts (gemm_nt: 1, gemm_nt2/3: 2 or 3), its
  * state, K, x (args[np]). */
 typedef struct GemmHead {
+    int multi;                     /* gemm_nt2/3: parts named N0, N1, N2 (gemm_nt: N) */
     int np;
     R4dState *s;
     int64_t K;
     const RadKArg *x;
 } GemmHead;
 static int gemm_head(const RadKernelArgs *a, int multi, GemmHead *h) {
+    h->multi = multi;
     h->np = !multi ? 1 : a && a->n_args == 7 ? 3 : 2;
     const int rc = r4d_preamble(a, (uint32_t)(2 * h->np + 1));
     if (rc) return rc;
@@ -193,21 +195,19 @@ static int gemm_head(const RadKernelArgs *a, int multi, GemmHead *h) {
     return RAD_OK;
 }
 
-static int lt_run(const RadKernelArgs *a, int multi, int bf16) {
-    GemmHead h;
-    int rc = gemm_head(a, multi, &h);
-    if (rc) return rc;
-    const int np = h.np;
-    R4dState *s = h.s;
-    const int64_t K = h.K;
-    const RadKArg *x = h.x;
+static int lt_body(const RadKernelArgs *a, const GemmHead *h, int bf16) {
+    int rc;
+    const int np = h->np;
+    R4dState *s = h->s;
+    const int64_t K = h->K;
+    const RadKArg *x = h->x;
     const uint64_t M = (uint64_t)a->n;
     if (!r4d_buf_ok(x, M, (uint64_t)K)) return RAD_E_SHAPE;
     static const char *names[3] = {"N0", "N1", "N2"};
     int64_t N[3];
     for (int i = 0; i < np; i++) { /* every part checked before anything is launched */
         const RadKArg *w = &a->args[i], *y = &a->args[np + 1 + i];
-        if (!r4d_pint(a, multi ? names[i] : "N", &N[i]) || N[i] < 1) return RAD_E_ARG;
+        if (!r4d_pint(a, h->multi ? names[i] : "N", &N[i]) || N[i] < 1) return RAD_E_ARG;
         if (!r4d_weight_ok(w, R4D_GEMM_ENCS, bf16, (uint64_t)N[i], (uint64_t)K) || !r4d_buf_ok(y, M, (uint64_t)N[i]) ||
             !r4d_f8_whole(w))
             return RAD_E_SHAPE;
@@ -249,6 +249,11 @@ static int lt_run(const RadKernelArgs *a, int multi, int bf16) {
         }
     }
     return RAD_OK;
+}
+static int lt_run(const RadKernelArgs *a, int multi, int bf16) {
+    GemmHead h;
+    const int rc = gemm_head(a, multi, &h);
+    return rc ? rc : lt_body(a, &h, bf16);
 }
 extern "C" int r4d_run_gemm_f32(const RadKernelArgs *a) { return lt_run(a, 0, 0); }
 extern "C" int r4d_run_gemm_f32_multi(const RadKernelArgs *a) { return lt_run(a, 1, 0); }
@@ -357,25 +362,23 @@ extern "C" size_t r4d_gemm_f8_workspace(const RadParam *p, uint32_t np, int64_t 
     return f8 > bf ? f8 : bf;
 }
 
-static int f8_run(const RadKernelArgs *a, int multi) {
-    GemmHead h;
-    int rc = gemm_head(a, multi, &h);
-    if (rc) return rc;
-    const int np = h.np;
-    R4dState *s = h.s;
-    const int64_t K = h.K;
-    const RadKArg *x = h.x;
+static int f8_body(const RadKernelArgs *a, const GemmHead *h) {
+    int rc = RAD_OK;
+    const int np = h->np;
+    R4dState *s = h->s;
+    const int64_t K = h->K;
+    const RadKArg *x = h->x;
     const int64_t M = a->n, M4 = M & ~(int64_t)3, tail = M - M4, kb = K / 128;
     static const char *names[3] = {"N0", "N1", "N2"};
     int64_t N[3];
     int take = K % 128 == 0;
     for (int i = 0; i < np; i++) {
         const RadKArg *w = &a->args[i], *y = &a->args[np + 1 + i];
-        if (!r4d_pint(a, multi ? names[i] : "N", &N[i]) || N[i] < 1) return RAD_E_ARG;
+        if (!r4d_pint(a, h->multi ? names[i] : "N", &N[i]) || N[i] < 1) return RAD_E_ARG;
         take = take && w->dtype == RAD_F8_E4M3 && r4d_f8_scale(w) && w->row_stride == (uint64_t)K && N[i] % 16 == 0 &&
                y->row_stride % 4 == 0 && y->data != x->data;
     }
-    if (!take) return lt_run(a, multi, 1); /* checks everything and refuses what is wrong */
+    if (!take) return lt_body(a, h, 1); /* checks everything and refuses what is wrong */
     if (!r4d_buf_ok(x, (uint64_t)M, (uint64_t)K)) return RAD_E_SHAPE;
     int64_t nmax = 0;
     for (int i = 0; i < np; i++) {
@@ -402,7 +405,7 @@ static int f8_run(const RadKernelArgs *a, int multi) {
     }
     if (rc) {
         for (int i = 0; i < np; i++) f8_call_free(&head[i]), f8_call_free(&tl[i]);
-        return rc == RAD_E_UNSUPPORTED ? lt_run(a, multi, 1) : rc;
+        return rc == RAD_E_UNSUPPORTED ? lt_body(a, h, 1) : rc;
     }
     R4D_GATE(a);
     /* x quantised once for every part: the head's rows, then the tail's padded to 4 */
@@ -431,6 +434,11 @@ static int f8_run(const RadKernelArgs *a, int multi) {
     }
     for (int i = 0; i < np; i++) f8_call_free(&head[i]), f8_call_free(&tl[i]);
     return rc;
+}
+static int f8_run(const RadKernelArgs *a, int multi) {
+    GemmHead h;
+    const int rc = gemm_head(a, multi, &h);
+    return rc ? rc : f8_body(a, &h);
 }
 extern "C" int r4d_run_gemm_f8(const RadKernelArgs *a) { return f8_run(a, 0); }
 extern "C" int r4d_run_gemm_f8_multi(const RadKernelArgs *a) { return f8_run(a, 1); }

@@ -1219,8 +1219,11 @@ typedef struct RadTp {
     atomic_int failed;             /* 1: a rank's own failure poisoned the communicators this step */
 } RadTp;
 
+/* The group's lock-step state, from any rank (rank 0 holds it). */
+static RadTp *tp_of(const RadEngine *en) { return en->root ? en->root->tp : en->tp; }
+
 static int tp_another_failed(const RadEngine *en) {
-    const RadTp *tp = en->root ? en->root->tp : en->tp;
+    const RadTp *tp = tp_of(en);
     return tp && atomic_load(&tp->failed);
 }
 
@@ -1263,7 +1266,7 @@ static void rank_step(RadEngine *en, const RadBatch *b) {
     if (en->dev) dev_finish_step(en, b);
     en->batch = NULL;
     if (en->step_failed && en->world > 1) {
-        RadTp *tp = en->root ? en->root->tp : en->tp;
+        RadTp *tp = tp_of(en);
         if (tp && !en->step_released) atomic_store(&tp->failed, 1); /* before the release the others see */
         comm_abort_all(en, 1);
     }
@@ -1271,7 +1274,7 @@ static void rank_step(RadEngine *en, const RadBatch *b) {
 
 static void *rank_thread(void *arg) {
     RadEngine *en = arg;
-    RadTp *tp = en->root->tp;
+    RadTp *tp = tp_of(en);
     uint64_t seen = 0;
     for (;;) {
         pthread_mutex_lock(&tp->mu);

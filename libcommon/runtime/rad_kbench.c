@@ -231,6 +231,9 @@ static int weight_row(const Weight *w, uint64_t r, float *dst, RadErr *e) {
  * fp8 activations; a kernel stating RAD_EXACT_Q8ACT, BF16ACT or F8ACT is checked output by output
  * against its class's bound. */
 enum { BND_Q8, BND_BF16, BND_F8, N_BND };
+/* Each class's bound (rad_kbench_ref.h), in the enum's order. */
+static void (*const BOUND_OF[N_BND])(const float *, const float *, float *, uint64_t, uint64_t, uint64_t, uint32_t) = {
+    rad_kbench_ref_q8_bound, rad_kbench_ref_bf16_bound, rad_kbench_ref_f8_bound};
 static int bound_class(RadExactness x) {
     return x == RAD_EXACT_Q8ACT ? BND_Q8 : x == RAD_EXACT_BF16ACT ? BND_BF16 : x == RAD_EXACT_F8ACT ? BND_F8 : -1;
 }
@@ -1232,9 +1235,7 @@ static int need_bounds(Kb *c, Case *cs, const Weight *w, const int want[N_BND]) 
         for (int k = 0; k < N_BND; k++) {
             if (!want[k] || b->bnd[k]) continue;
             if (!(b->bnd[k] = malloc(b->rows * b->cols * sizeof(float)))) return 0;
-            void (*bound)(const float *, const float *, float *, uint64_t, uint64_t, uint64_t, uint32_t) =
-                k == BND_Q8 ? rad_kbench_ref_q8_bound : k == BND_BF16 ? rad_kbench_ref_bf16_bound : rad_kbench_ref_f8_bound;
-            bound(x->init, w[b->q8_w].deq, b->bnd[k], b->rows, b->cols, x->cols, c->nt);
+            BOUND_OF[k](x->init, w[b->q8_w].deq, b->bnd[k], b->rows, b->cols, x->cols, c->nt);
         }
     }
     return 1;

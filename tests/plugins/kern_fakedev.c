@@ -32,7 +32,8 @@ typedef struct FakeState {
     uint32_t world;
     RadCommId comm;               /* the communicator's name (world > 1) */
     int in_step;                  /* between step_begin and step_end */
-    int pending_io;               /* RAD_FAKEDEV_ASYNC: a collective failed; the next sync says so */
+    int async;                    /* RAD_FAKEDEV_ASYNC=1 at init: collectives queued, as NCCL's */
+    int pending_io;               /* async: a collective failed; the next sync says so */
 } FakeState;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -83,10 +84,8 @@ static int forward(uint32_t ki, const RadKernelArgs *a) {
     RadKernelArgs b = *a;
     b.lib_state = a->lib_state ? ((FakeState *)a->lib_state)->ref_state : NULL;
     const int rc = k->run(&b);
-    /* RAD_FAKEDEV_ASYNC=1: collectives are queued as NCCL's are, so a released one returns at
-     * once and its failure shows at the rank's sync */
-    const char *async = getenv("RAD_FAKEDEV_ASYNC");
-    if (rc == RAD_E_IO && s && async && !strcmp(async, "1") && (!strcmp(k->op, "all_reduce") || !strcmp(k->op, "all_gather"))) {
+    /* async: a released collective returns at once and its failure shows at the rank's sync */
+    if (rc == RAD_E_IO && s && s->async && (!strcmp(k->op, "all_reduce") || !strcmp(k->op, "all_gather"))) {
         ((FakeState *)a->lib_state)->pending_io = 1;
         return RAD_OK;
     }
@@ -116,6 +115,8 @@ static int fd_init(const RadKernelLibConfig *cfg, void **state) {
     FakeState *s = calloc(1, sizeof *s);
     if (!s) return RAD_E_NOMEM;
     s->device = cfg->device_index, s->world = cfg->world_size ? cfg->world_size : 1;
+    const char *async = getenv("RAD_FAKEDEV_ASYNC");
+    s->async = async && !strcmp(async, "1");
     if (s->world > 1 && cfg->comm) memcpy(&s->comm, cfg->comm, sizeof s->comm);
     pthread_mutex_lock(&mu);
     int taken = 0, slot = -1;
